@@ -1,0 +1,114 @@
+# Makefile — builds ppc and ppr, installs what is missing, runs every test.
+#
+#   make               build build/ppc and build/ppr
+#   make test          unit and golden tests; last line "N passed, M failed"
+#   make test UPDATE=1 rewrite the golden files (review the diff)
+#   make asan          the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make demo          the main job: compile minimind with --tp 2 --pp 4 and show the plan
+
+BUILD  ?= build
+CC     ?= gcc
+OPT    ?= -O2
+SAN    ?=
+CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L $(SAN) \
+          -Icompiler -Iruntime -I$(BUILD)/gen
+LDFLAGS := $(SAN)
+LDLIBS := -lm
+
+GEN      := $(BUILD)/gen
+COMPILER := $(wildcard compiler/*.c)
+RUNTIME  := runtime/rt_safetensors.c runtime/rt_data.c
+PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
+TEMPLATES := $(sort $(wildcard kernels/*.h))
+OBJ      := $(patsubst %.c,$(BUILD)/%.o,$(COMPILER)) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/kernels_embed.o
+PPC      := $(BUILD)/ppc
+
+# ppr: the runtime. OpenBLAS's cblas.h (Debian: libopenblas-dev) is also reachable as <cblas.h>
+# through the alternatives link; the -I makes sure the OpenBLAS one is used. Recursive `=`: the
+# wildcard is looked at when a recipe runs, after deps.sh may have installed the package.
+BLAS_HDR  = $(firstword $(wildcard $(foreach v,pthread openmp serial,/usr/include/x86_64-linux-gnu/openblas-$(v)/cblas.h)))
+BLAS_INC  = $(if $(BLAS_HDR),-I$(patsubst %/,%,$(dir $(BLAS_HDR))))
+PPR_LIBS := -lopenblas -ldl -lm -fopenmp
+RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,runtime/rt_prog.c runtime/rt_exec.c runtime/rt_init.c runtime/rt_text.c $(RUNTIME))
+PPR      := $(BUILD)/ppr
+
+.PHONY: all deps test asan demo clean
+all: $(PPC) $(PPR)
+
+# ---- set-up: tools the build needs, installed with apt-get when root --------------------------
+deps:
+	@sh tests/deps.sh
+
+$(GEN)/parser.c: grammar/parser.y | deps
+	@mkdir -p $(GEN)
+	bison -Wall -Werror --defines=$(GEN)/parser.h -o $@ $<
+$(GEN)/parser.h: $(GEN)/parser.c
+$(GEN)/lexer.c: grammar/lexer.l $(GEN)/parser.h | deps
+	@mkdir -p $(GEN)
+	flex -o $@ $<
+
+# kernels/*.h, pasted into every generated kernel source: embedded in ppc as strings
+$(GEN)/kernels_embed.c: $(TEMPLATES) Makefile
+	@mkdir -p $(GEN)
+	@{ echo '/* generated from the kernel templates in kernels/ */'; echo 'const char *const ppk_templates[] = {'; \
+	  for f in $(TEMPLATES); do echo "/* $$f */"; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; echo ','; done; \
+	  echo '0};'; } > $@
+$(GEN)/kernels_embed.o: $(GEN)/kernels_embed.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# flex's output is not -Wextra clean; the grammar sources are, and are what we review
+$(GEN)/lexer.o: $(GEN)/lexer.c
+	$(CC) $(filter-out -Wextra,$(CFLAGS)) -Wno-unused-function -Wno-sign-compare -c -o $@ $<
+$(GEN)/parser.o: $(GEN)/parser.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def $(GEN)/parser.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(PPC): $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/runtime/%.o: runtime/%.c runtime/rt_io.h runtime/rt_prog.h | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(BLAS_INC) -c -o $@ $<
+
+$(PPR): $(BUILD)/runtime/ppr.o $(RT_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
+
+# ---- tests ------------------------------------------------------------------------------------
+CUDA   ?= /usr/local/cuda
+UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures
+$(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/test_kernels: tests/unit/test_kernels.c kernels/attention.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(LDFLAGS) $(LDLIBS)
+# NVRTC compiles every generated CUDA kernel for sm_90; without a toolkit the test says it skipped
+ifneq ($(wildcard $(CUDA)/include/nvrtc.h),)
+$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
+	$(CC) $(CFLAGS) -I$(CUDA)/include -o $@ $< $(LDFLAGS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc
+else
+$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
+	$(CC) $(CFLAGS) -DPPC_NO_CUDA -o $@ $< $(LDFLAGS)
+endif
+# test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
+$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) runtime/rt_io.h runtime/rt_prog.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+
+# golden numerics against the PyTorch reference's fixtures
+$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) runtime/rt_io.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+
+test: $(PPC) $(PPR) $(UNIT)
+	@sh tests/run.sh $(BUILD) $(if $(UPDATE),--update)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+demo: $(PPC)
+	$(PPC) examples/minimind.pdl --tp 2 --pp 4 --emit plan
+
+clean:
+	rm -rf build build-asan

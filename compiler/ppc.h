@@ -1,0 +1,440 @@
+/* ppc.h — every structure of the ppc compiler, grouped by the file that owns it. */
+#ifndef PPC_H
+#define PPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PPC_VERSION "0.1.0"
+
+/* ============================================================================================
+ * diag.c — source files, locations and diagnostics
+ * ========================================================================================== */
+
+typedef struct Loc {
+  int first, last; /* byte offsets [first, last) into the source text; first < 0: no location */
+} Loc;
+
+#define NOLOC ((Loc){-1, -1})
+
+typedef struct Src {
+  const char *path; /* as given on the command line: printed in every diagnostic */
+  char *text;       /* the whole file, NUL-terminated */
+  size_t len;       /* bytes in text */
+  int nerrors;      /* errors reported against this file so far */
+} Src;
+
+Src *src_load(const char *path);                         /* NULL + message on failure */
+Src *src_from_string(const char *path, const char *text); /* for tests */
+void src_free(Src *s);
+void diag_error(Src *s, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_note(Src *s, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)); /* "ppc: error: " */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+/* ============================================================================================
+ * ast.c, grammar/parser.y — the syntax tree
+ * ========================================================================================== */
+
+typedef enum ExprKind {
+  E_INT,   /* ival */
+  E_FLOAT, /* fval */
+  E_NAME,  /* name: a dim, tensor, param or input; or a flag attribute inside a call */
+  E_WORD,  /* name: a digit-led word such as 1f1b (setting values only) */
+  E_STR,   /* name: the string's contents */
+  E_BIN,   /* op in "+-*_/", lhs, rhs */
+  E_NEG,   /* -lhs */
+  E_CALL,  /* name(args) */
+} ExprKind;
+
+typedef struct Arg Arg;
+typedef struct Expr {
+  ExprKind kind;
+  Loc loc;      /* the whole expression */
+  int64_t ival; /* E_INT */
+  double fval;  /* E_FLOAT */
+  char *name;   /* E_NAME, E_WORD, E_STR, E_CALL (callee) */
+  Loc name_loc; /* E_CALL: the callee's name */
+  char op;      /* E_BIN */
+  struct Expr *lhs, *rhs;
+  Arg *args; /* E_CALL */
+} Expr;
+
+struct Arg {
+  char *key;   /* keyword argument name, NULL for a positional one */
+  Loc key_loc; /* the keyword */
+  Expr *val;
+  Arg *next;
+};
+
+typedef enum StmtKind {
+  S_MODEL, /* model "name" */
+  S_DIM,   /* dim name = value */
+  S_INPUT, /* input name: dtype[dims] */
+  S_PARAM, /* param name: [dims] as "ckpt" init value tp role */
+  S_LET,   /* name = value */
+  S_FOR,   /* for name in lo..hi { body } */
+  S_MESH,  /* mesh { settings } */
+  S_TRAIN, /* train { settings } */
+} StmtKind;
+
+typedef struct Setting {
+  char *key;
+  Loc key_loc;
+  Expr *val;
+  struct Setting *next;
+} Setting;
+
+typedef struct Stmt {
+  StmtKind kind;
+  Loc loc;       /* the whole statement's first token .. last token */
+  char *name;    /* declared / bound / loop variable name; S_MODEL: the model name */
+  Loc name_loc;
+  Expr *value;   /* S_DIM, S_LET: the value; S_PARAM: init; S_FOR: lo */
+  Expr *hi;      /* S_FOR: the upper bound */
+  Arg *dims;     /* S_INPUT, S_PARAM: the shape, positional args */
+  char *dtype;   /* S_INPUT */
+  Loc dtype_loc;
+  char *ckpt;    /* S_PARAM: the checkpoint-name template */
+  Loc ckpt_loc;
+  char *role;    /* S_PARAM: tp role, NULL when not given */
+  Loc role_loc;
+  Setting *settings; /* S_MESH, S_TRAIN */
+  struct Stmt *body; /* S_FOR */
+  struct Stmt *next;
+} Stmt;
+
+typedef struct Ast {
+  Stmt *stmts;
+} Ast;
+
+Ast *ast_parse(Src *src); /* NULL after reporting syntax errors */
+void ast_free(Ast *a);
+void ast_free_expr(Expr *e);
+void ast_free_args(Arg *a);
+void ast_free_stmts(Stmt *s);
+void ast_free_settings(Setting *s);
+void ast_print(FILE *f, const Ast *a);
+
+/* constructors used by the grammar's actions */
+Expr *ast_expr(ExprKind k, Loc loc);
+Arg *ast_arg(char *key, Loc key_loc, Expr *val);
+Stmt *ast_stmt(StmtKind k, Loc loc);
+Setting *ast_setting(char *key, Loc key_loc, Expr *val);
+
+/* ============================================================================================
+ * ir.c — the typed graph
+ * ========================================================================================== */
+
+typedef enum Op {
+#define X(e, name, mn, mx, attrs, doc) OP_##e,
+#include "ops.def"
+#undef X
+  OP__COUNT
+} Op;
+
+typedef struct OpInfo {
+  const char *name;  /* surface name; '.' prefix: not callable from the language */
+  int min_in, max_in;
+  const char *attrs; /* "eps:f?,causal:b?" */
+  const char *doc;
+} OpInfo;
+
+extern const OpInfo ir_ops[OP__COUNT];
+Op ir_op_lookup(const char *name); /* OP__COUNT if unknown or internal */
+
+typedef enum DType { DT_F32, DT_I32 } DType;
+
+#define IR_MAX_DIMS 6
+typedef struct Shape {
+  int nd;
+  int64_t d[IR_MAX_DIMS];
+} Shape;
+
+typedef enum Role { ROLE_REPLICATED, ROLE_COLUMN, ROLE_ROW, ROLE_VOCAB } Role;
+typedef enum InitKind { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
+
+typedef enum Region { REG_PRE, REG_LAYER, REG_POST } Region;
+typedef enum Layout { LAYOUT_NONE, LAYOUT_SB, LAYOUT_BS } Layout; /* [S,B,...] or [B,S,...] */
+
+typedef struct IrAttrs {
+  double eps, theta, scale;   /* scale 0: 1/sqrt(head_dim) */
+  int64_t heads, index, parts;
+  bool causal;
+} IrAttrs;
+
+typedef struct IrNode {
+  Op op;
+  int nin;
+  int in[6];      /* producer node ids (.concat: -1 for a part with no gradient) */
+  Shape shape;
+  DType dtype;
+  IrAttrs a;
+  int layer;      /* global layer index; -1 outside the repeated layer */
+  Region region;  /* before, inside or after the repeated layers */
+  Layout layout;  /* which axes lead an activation */
+  int param;      /* OP_PARAM: index into Graph.params; OP_INPUT: index into Graph.inputs */
+  const char *var;/* the .pdl name this value was bound to, or NULL (not owned) */
+  Loc loc;
+  bool bwd;       /* made by the autodiff pass: runs in the backward block */
+  int fwd;        /* a backward node: the forward node whose saved statistics it reads, or -1 */
+  int gparam;     /* accumulates into this parameter's gradient (a sink), or -1 */
+} IrNode;
+
+typedef struct IrParam {
+  char *name;       /* global checkpoint name, template expanded */
+  const char *var;  /* .pdl variable (not owned) */
+  Shape shape;
+  char *dim_text[IR_MAX_DIMS]; /* the source text of each dimension, for messages */
+  Role role;
+  InitKind init;
+  double std;       /* INIT_NORMAL */
+  int layer;        /* global layer index; -1 outside the repeated layer */
+  int node;         /* its OP_PARAM node */
+  Loc loc;          /* the declaration */
+  Loc role_loc;
+} IrParam;
+
+typedef enum InputUse { USE_NONE, USE_TOKENS, USE_LABELS } InputUse;
+
+typedef struct IrInput {
+  const char *var;
+  InputUse use;
+  int node;
+  Loc loc;
+} IrInput;
+
+/* The mesh and step shape: the .pdl's mesh/train blocks with command-line flags on top. */
+typedef struct Config {
+  int64_t tp, pp, dp;
+  int64_t micro_batch, seq, microbatches;
+  char schedule[16];
+  Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
+} Config;
+
+typedef struct Graph {
+  Src *src;
+  char *model;           /* model name */
+  IrNode *nodes;
+  int nnodes, cap;
+  IrParam *params;
+  int nparams, pcap;
+  IrInput inputs[4];
+  int ninputs;
+  int loss;              /* the loss node, -1 if none */
+  int nlayers;           /* the repeated layer's trip count; 0 when there is no for block */
+  Loc layers_loc;        /* the for block's range */
+  Config cfg;
+  int nfwd;              /* nodes [0, nfwd) are the forward graph; the rest, the backward */
+  int seed;              /* the backward-seed node, -1 before autodiff */
+  int *grad;             /* per forward node: its (summed) gradient node, -1 if none */
+} Graph;
+
+int ir_add_node(Graph *g, Op op, Loc loc);
+int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape); /* a node made by a pass */
+int64_t shape_numel(const Shape *s);
+int shape_eq(const Shape *a, const Shape *b);
+char *shape_str(const Shape *s, char *buf, size_t n); /* "[16,2,64]" */
+void ir_print(FILE *f, const Graph *g);
+void ir_free(Graph *g);
+int ir_verify(const Graph *g); /* 0 when every node's inputs precede it and shapes are set */
+const char *role_name(Role r);
+
+/* ============================================================================================
+ * ir_build.c — AST to typed IR: names, dims, shapes, the repeated layer, tensor-parallel roles
+ * ========================================================================================== */
+
+typedef struct Options {
+  int64_t tp, pp, dp, micro_batch, seq, microbatches; /* -1: not given on the command line */
+  const char *schedule;                               /* NULL: not given */
+} Options;
+
+Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
+
+/* ============================================================================================
+ * ad_backward.c — compile-time autodiff: the backward graph from the forward graph and the loss
+ * ========================================================================================== */
+
+int ad_backward(Graph *g); /* appends the backward nodes; 0 on success */
+
+/* ============================================================================================
+ * cg_kir.c — the kernel IR: a kernel is a parallel loop over rows whose body is a small tree of
+ * statements (inner loops, scalar temporaries, reductions, loads and stores) over expressions
+ * ========================================================================================== */
+
+typedef enum KOp {
+  /* float-valued */
+  K_F, K_LD, K_ARG, K_V, K_TOF,
+  K_ADD, K_SUB, K_MUL, K_DIV, K_MAX, K_NEG, K_EXP, K_LOG, K_TANH, K_SQRT, K_RSQRT, K_COS, K_SIN, K_POW,
+  K_SEL, /* a ? b : c, a an int condition */
+  /* int-valued (int64) */
+  K_I, K_ROW, K_LDI, K_IV, K_IADD, K_IMUL, K_IDIV, K_IMOD, K_IEQ, K_ILT,
+} KOp;
+
+typedef struct KExpr {
+  KOp op;
+  int a, b, c;  /* operand expressions; K_LD/K_LDI: a = buffer, b = index; K_V/K_IV: a = variable */
+  double f;     /* K_F */
+  int64_t i;    /* K_I */
+} KExpr;
+
+typedef enum KStmtKind { KS_FOR, KS_LET, KS_SET, KS_STORE, KS_IF, KS_CALL } KStmtKind;
+
+typedef struct KStmt {
+  KStmtKind kind;
+  int var;       /* KS_FOR: the loop variable; KS_LET/KS_SET: the temporary */
+  int a, b;      /* KS_FOR: extent a; KS_LET/KS_SET: value a; KS_STORE: index a, value b; KS_IF: cond a */
+  int buf;       /* KS_STORE: the buffer */
+  char op;       /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum */
+  int body;      /* KS_FOR, KS_IF: first statement inside, -1 if none */
+  int next;      /* the next statement in the same list, -1 at the end */
+  const char *fn;/* KS_CALL: a template row function from kernels/; args in cargs */
+  int cargs[16], ncargs; /* KS_CALL: expressions; buffers are passed as (-1 - buffer index) */
+} KStmt;
+
+typedef struct KBuf {
+  char name[16];
+  bool is_int;   /* int32 data (token ids, labels) */
+  bool written;
+} KBuf;
+
+#define KIR_MAX_BUFS 12
+typedef struct Kernel {
+  char name[48];
+  int64_t rows;          /* the parallel loop's trip count */
+  int64_t work;          /* rough operations per row, for the parallel threshold */
+  KBuf bufs[KIR_MAX_BUFS];
+  int nbufs;
+  int nargs;             /* float scalar arguments after the buffers */
+  KExpr *e;
+  int ne, ecap;
+  KStmt *s;
+  int ns, scap;
+  int body;              /* first statement of the row body */
+  int nvars;             /* temporaries and loop variables */
+  bool var_int[64];
+  int open[8], nopen;    /* statement lists being appended to (builder state) */
+  int tail[8];
+} Kernel;
+
+Kernel *kir_new(const char *name, int64_t rows);
+void kir_free(Kernel *k);
+int kir_buf(Kernel *k, const char *name, bool is_int, bool written);
+int kir_e(Kernel *k, KOp op, int a, int b, int c);  /* an expression node */
+int kir_f(Kernel *k, double f);
+int kir_i(Kernel *k, int64_t i);
+int kir_row(Kernel *k);
+int kir_ld(Kernel *k, int buf, int idx);
+int kir_arg(Kernel *k, int n);                      /* float scalar argument n */
+int kir_let(Kernel *k, int value);                  /* a new temporary = value; returns its read expr */
+void kir_set(Kernel *k, int var_expr, char op, int value);
+void kir_store(Kernel *k, int buf, int idx, char op, int value);
+int kir_for(Kernel *k, int extent);                 /* opens a loop; returns the loop variable's expr */
+void kir_if(Kernel *k, int cond);                   /* opens a conditional */
+void kir_end(Kernel *k);                            /* closes the innermost loop or conditional */
+void kir_call(Kernel *k, const char *fn, int nargs, const int *args);
+
+typedef enum Lang { LANG_C, LANG_CUDA } Lang;
+/* Render one kernel; the text is appended to *out (a growing NUL-terminated buffer). */
+void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_t *cap);
+void cg_render_prelude(Lang lang, char **out, size_t *len, size_t *cap);
+void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ============================================================================================
+ * fuse_lower.c — the graph to a program: fused kernels, GEMMs and runtime instructions over
+ * virtual buffers; mem_plan.c places the buffers; cg_program.c writes the listing
+ * ========================================================================================== */
+
+typedef enum BufClass { BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_SLOT, BC_SCRATCH } BufClass;
+
+typedef struct VBuf {
+  char name[40];
+  int64_t bytes;
+  BufClass cls;
+  bool is_int;
+  Shape shape;
+  int param;       /* BC_PARAM/BC_GRAD/...: the parameter */
+  int64_t off;     /* placed offset within its region (mem_plan.c) */
+  int first, last; /* BC_SCRATCH: first and last instruction (global numbering) that touch it */
+  int alias;       /* -1, or the buffer whose bytes this one reuses */
+} VBuf;
+
+typedef enum InstrKind { I_KERNEL, I_GEMM, I_BATCH, I_ZERO, I_SEED, I_LOSS, I_GRADNORM } InstrKind;
+
+typedef struct Operand {
+  char kind;       /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none */
+  int vb;
+  int64_t add;     /* bytes past the buffer's start */
+  double f;
+  int64_t i;
+  const char *s;
+} Operand;
+
+#define MAX_OPERANDS 20
+typedef struct Instr {
+  InstrKind kind;
+  int kernel;                 /* I_KERNEL: index into Program.kernels */
+  Operand op[MAX_OPERANDS];   /* I_KERNEL: buffers then scalars; I_GEMM: A, B, C; others: their operands */
+  int nop;
+  char ta, tb;                /* I_GEMM */
+  int64_t m, n, k, lda, sa, ldb, sb, ldc, sc, batch;
+  double alpha, beta;
+  int64_t bytes;              /* I_ZERO */
+  double value;               /* I_SEED */
+  int node;                   /* the IR node it implements, for the listing's comments; -1 */
+} Instr;
+
+typedef struct Block {
+  const char *name;
+  Instr *ins;
+  int n, cap;
+} Block;
+
+typedef struct Program {
+  const Graph *g;
+  VBuf *vb;
+  int nvb, vcap;
+  Kernel **kernels;
+  int nk, kcap;
+  Block fwd, bwd, opt;
+  int64_t region_off[6], region_bytes[6]; /* per BufClass; BC_SLOT: bytes of one slot */
+  int nslots;
+  int64_t arena;
+  int *node_vb;               /* per IR node: its buffer, -1 for none */
+  int *node_aux;              /* per IR node: its saved-statistics buffer, -1 */
+} Program;
+
+Program *fuse_lower(const Graph *g);
+void mem_plan(Program *p);
+void prog_free(Program *p);
+int cg_write(const char *dir, const Program *p, const char *cc_cache); /* 0 on success */
+
+/* ============================================================================================
+ * pp_plan.c — the partition of layers and parameters over pipeline stages
+ * ========================================================================================== */
+
+typedef struct StageInfo {
+  int layer_start, layer_end;  /* [start, end) */
+  bool has_embedding, has_final_norm, has_head, has_loss;
+  int64_t nparams;             /* elements of the dense parameters the stage owns */
+  int64_t nparams_rank;        /* elements one tensor-parallel rank of the stage holds */
+} StageInfo;
+
+typedef struct Plan {
+  int pp;
+  StageInfo *stages;
+  int *param_stage_mask;       /* per parameter: bit r set when stage r holds it */
+} Plan;
+
+int pp_layer_start(int nlayers, int rank, int pp); /* N*r//p */
+Plan *pp_plan(const Graph *g);
+void pp_plan_print(FILE *f, const Graph *g, const Plan *p);
+void pp_plan_free(Plan *p);
+
+#endif

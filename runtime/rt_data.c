@@ -1,0 +1,238 @@
+/* rt_data.c - token data sets (llm.c uint16 token files or raw-byte text) and the deterministic batch order. */
+#include "rt_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LLMC_HEADER_BYTES 1024 /* 256 int32 */
+
+#if defined(__GNUC__)
+#define RT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RT_PRINTF(a, b)
+#endif
+
+struct RtData {
+    int64_t n;                /* token count */
+    int width;                /* 1: one byte per token, 2: uint16 little-endian */
+    unsigned char *buf;       /* owned buffer */
+    const unsigned char *tok; /* first token inside buf */
+    int max_token;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) RT_PRINTF(3, 4);
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int32_t rd_i32(const unsigned char *b) {
+    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    int32_t v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static int tok_at(const RtData *d, int64_t i) {
+    if (d->width == 1) return d->tok[i];
+    return d->tok[2 * i] | d->tok[2 * i + 1] << 8;
+}
+
+static void finish(RtData *d) {
+    int mx = 0;
+    for (int64_t i = 0; i < d->n; i++) {
+        int t = tok_at(d, i);
+        if (t > mx) mx = t;
+    }
+    d->max_token = mx;
+}
+
+/* Takes ownership of buf (freed on error). */
+static int from_buffer(const char *name, unsigned char *buf, size_t size, int detect, RtData **out, char *err,
+                       size_t errlen) {
+    if (size == 0) {
+        set_err(err, errlen, "%s: empty token data (0 bytes)", name);
+        free(buf);
+        return -1;
+    }
+    RtData *d = calloc(1, sizeof *d);
+    if (!d) {
+        set_err(err, errlen, "%s: out of memory", name);
+        free(buf);
+        return -1;
+    }
+    d->buf = buf;
+    if (detect && size >= 4 && rd_i32(buf) == RT_DATA_LLMC_MAGIC) {
+        if (size < LLMC_HEADER_BYTES) {
+            set_err(err, errlen,
+                    "%s: llm.c token file truncated: expected at least %d header bytes, file has %zu", name,
+                    LLMC_HEADER_BYTES, size);
+            goto fail;
+        }
+        int32_t version = rd_i32(buf + 4), count = rd_i32(buf + 8);
+        if (version != 1) {
+            set_err(err, errlen, "%s: llm.c token file: unsupported version %d (expected 1)", name, (int)version);
+            goto fail;
+        }
+        if (count <= 0) {
+            set_err(err, errlen, "%s: llm.c token file: token count %d (expected > 0)", name, (int)count);
+            goto fail;
+        }
+        uint64_t expect = LLMC_HEADER_BYTES + 2 * (uint64_t)count;
+        if ((uint64_t)size != expect) {
+            set_err(err, errlen,
+                    "%s: llm.c token file %s: header says %d tokens, expected %llu bytes (%d + 2*%d), "
+                    "file has %zu",
+                    name, (uint64_t)size < expect ? "truncated" : "has trailing bytes", (int)count,
+                    (unsigned long long)expect, LLMC_HEADER_BYTES, (int)count, size);
+            goto fail;
+        }
+        d->n = count;
+        d->width = 2;
+        d->tok = buf + LLMC_HEADER_BYTES;
+    } else {
+        if ((uint64_t)size > (uint64_t)INT64_MAX) {
+            set_err(err, errlen, "%s: too large", name);
+            goto fail;
+        }
+        d->n = (int64_t)size;
+        d->width = 1;
+        d->tok = buf;
+    }
+    finish(d);
+    *out = d;
+    return 0;
+fail:
+    rt_data_close(d);
+    return -1;
+}
+
+int rt_data_open(const char *path, RtData **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!path || !out) {
+        set_err(err, errlen, "rt_data_open: NULL %s", path ? "out" : "path");
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        set_err(err, errlen, "%s: empty token data (0 bytes)", path);
+        return -1;
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        set_err(err, errlen, "%s: file too large for this address space", path);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size, got = 0;
+    unsigned char *buf = malloc(size);
+    if (!buf) {
+        close(fd);
+        set_err(err, errlen, "%s: out of memory reading %zu bytes", path, size);
+        return -1;
+    }
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            set_err(err, errlen, "%s: read failed after %zu of %zu bytes: %s", path, got, size,
+                    r < 0 ? strerror(errno) : "unexpected end of file");
+            close(fd);
+            free(buf);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return from_buffer(path, buf, size, 1, out, err, errlen);
+}
+
+int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!out || (!bytes && n > 0)) {
+        set_err(err, errlen, "<memory>: rt_data_from_memory: NULL argument");
+        return -1;
+    }
+    if (n == 0) {
+        set_err(err, errlen, "<memory>: empty token data (0 bytes)");
+        return -1;
+    }
+    unsigned char *buf = malloc(n);
+    if (!buf) {
+        set_err(err, errlen, "<memory>: out of memory copying %zu bytes", n);
+        return -1;
+    }
+    memcpy(buf, bytes, n);
+    return from_buffer("<memory>", buf, n, 0, out, err, errlen);
+}
+
+int64_t rt_data_len(const RtData *d) { return d ? d->n : 0; }
+
+int rt_data_max_token(const RtData *d) { return d ? d->max_token : -1; }
+
+void rt_data_close(RtData *d) {
+    if (!d) return;
+    free(d->buf);
+    free(d);
+}
+
+/* Modular helpers, all operands reduced to [0, m). */
+static uint64_t addmod(uint64_t a, uint64_t b, uint64_t m) { return a >= m - b ? a - (m - b) : a + b; }
+
+static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
+    if (b == 0 || a <= UINT64_MAX / b) return (a * b) % m;
+    uint64_t r = 0;
+    while (b) {
+        if (b & 1) r = addmod(r, a, m);
+        a = addmod(a, a, m);
+        b >>= 1;
+    }
+    return r;
+}
+
+static uint64_t imod(int64_t x, uint64_t m) {
+    int64_t r = x % (int64_t)m;
+    return (uint64_t)(r < 0 ? r + (int64_t)m : r);
+}
+
+void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens, int32_t *labels) {
+    if (!d || d->n <= 0 || B <= 0 || S <= 0) return;
+    uint64_t n = (uint64_t)d->n;
+    /* ((step*M + m)*B + b)*S mod n, without int64 overflow for any step */
+    uint64_t base = mulmod(imod(step, n), imod(M, n), n);
+    base = addmod(base, imod(m, n), n);
+    base = mulmod(base, imod(B, n), n);
+    for (int b = 0; b < B; b++) {
+        uint64_t pos = mulmod(addmod(base, imod(b, n), n), imod(S, n), n);
+        for (int i = 0; i <= S; i++) {
+            int32_t t = tok_at(d, (int64_t)pos);
+            if (i < S && tokens) tokens[(size_t)b * (size_t)S + (size_t)i] = t;
+            if (i > 0 && labels) labels[(size_t)b * (size_t)S + (size_t)(i - 1)] = t;
+            if (++pos == n) pos = 0;
+        }
+    }
+}

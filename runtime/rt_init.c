@@ -1,0 +1,220 @@
+/* rt_init.c - parameter initialisation: the mesh-independent seeded normal, ones, zeros, or a safetensors checkpoint. */
+#include "rt_prog.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIED_HEAD_NAME "lm_head.weight"
+
+uint64_t rt_splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t tensor_key(uint64_t seed, const char *name) {
+    return rt_splitmix64(seed ^ rt_fnv1a64(name, strlen(name)));
+}
+
+static float normal_at(uint64_t key, int64_t i, double std) {
+    uint64_t a = rt_splitmix64(key + 2 * (uint64_t)i);
+    uint64_t b = rt_splitmix64(key + 2 * (uint64_t)i + 1);
+    double u1 = (double)((a >> 11) + 1) * 0x1p-53; /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1p-53;       /* [0, 1) */
+    return (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double std) {
+    return normal_at(tensor_key(seed, name), i, std);
+}
+
+void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed) {
+    for (int k = 0; k < p->nparams; k++) {
+        const RtParam *q = &p->params[k];
+        float *v = rt_exec_param(x, k);
+        /* A single-rank program holds whole tensors: the local index is the dense index. */
+        switch (q->init) {
+        case RT_INIT_NORMAL: {
+            uint64_t key = tensor_key(seed, q->name);
+            for (int64_t i = 0; i < q->numel; i++) v[i] = normal_at(key, i, q->std);
+            break;
+        }
+        case RT_INIT_ONES:
+            for (int64_t i = 0; i < q->numel; i++) v[i] = 1.0f;
+            break;
+        case RT_INIT_ZEROS: memset(v, 0, (size_t)q->numel * sizeof *v); break;
+        }
+    }
+}
+
+/* ---- loading a checkpoint ------------------------------------------------------------------ */
+
+/* A growing message: lines of problems, each starting with the file name. */
+typedef struct {
+    char *b;
+    size_t n, cap;
+    int oom;
+} Msg;
+
+static void msg_add(Msg *m, const char *fmt, ...) RT_FMT(2, 3);
+static void msg_add(Msg *m, const char *fmt, ...) {
+    if (m->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(m->b ? m->b + m->n : NULL, m->b ? m->cap - m->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            m->oom = 1;
+            return;
+        }
+        if (m->b && m->n + (size_t)k < m->cap) {
+            m->n += (size_t)k;
+            return;
+        }
+        size_t nc = m->cap ? m->cap * 2 : 1024;
+        while (nc < m->n + (size_t)k + 1) nc *= 2;
+        char *nb = realloc(m->b, nc);
+        if (!nb) {
+            m->oom = 1;
+            return;
+        }
+        m->b = nb;
+        m->cap = nc;
+    }
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *dims) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)dims[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static int same_shape(const RtStFile *f, int t, int ndim, const int64_t *dims) {
+    int64_t fd[RT_ST_MAX_NDIM];
+    int fn = rt_st_shape(f, t, fd, RT_ST_MAX_NDIM);
+    if (fn != ndim) return 0;
+    for (int i = 0; i < ndim; i++)
+        if (fd[i] != dims[i]) return 0;
+    return 1;
+}
+
+static void file_shape(const RtStFile *f, int t, char *buf, size_t n) {
+    int64_t fd[RT_ST_MAX_NDIM];
+    int fn = rt_st_shape(f, t, fd, RT_ST_MAX_NDIM);
+    shape_str(buf, n, fn < 0 ? 0 : fn, fd);
+}
+
+static int finish_msg(Msg *m, char *err, size_t errlen) {
+    int rc = 0;
+    if (m->oom) rc = RT_FAIL("out of memory");
+    else if (m->n) {
+        while (m->n && m->b[m->n - 1] == '\n') m->b[--m->n] = 0;
+        if (err && errlen) snprintf(err, errlen, "%s", m->b);
+        rc = -1;
+    }
+    free(m->b);
+    return rc;
+}
+
+int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t errlen) {
+    RtStFile *f = NULL;
+    if (rt_st_open(path, &f, err, errlen)) return -1;
+    Msg m = {0};
+    int nt = rt_st_count(f);
+    int head = -1; /* lm_head.weight when a param is tied */
+
+    /* missing tensors, all in one line */
+    int nmiss = 0;
+    for (int k = 0; k < p->nparams; k++)
+        if (rt_st_find(f, p->params[k].name) < 0) nmiss++;
+    if (nmiss) {
+        msg_add(&m, "%s: %d tensor%s missing:", path, nmiss, nmiss > 1 ? "s" : "");
+        for (int k = 0, j = 0; k < p->nparams; k++)
+            if (rt_st_find(f, p->params[k].name) < 0) msg_add(&m, "%s %s", j++ ? "," : "", p->params[k].name);
+        msg_add(&m, "\n");
+    }
+    /* wrong shapes */
+    for (int k = 0; k < p->nparams; k++) {
+        const RtParam *q = &p->params[k];
+        int t = rt_st_find(f, q->name);
+        if (t < 0 || same_shape(f, t, q->ndim, q->dims)) continue;
+        char a[256], b[256];
+        file_shape(f, t, a, sizeof a);
+        shape_str(b, sizeof b, q->ndim, q->dims);
+        msg_add(&m, "%s: tensor %s has shape %s, the program's param %d needs %s\n", path, q->name, a, k, b);
+    }
+    /* extra tensors, all in one line */
+    int nextra = 0;
+    for (int t = 0; t < nt; t++) {
+        const char *name = rt_st_name(f, t);
+        int known = 0;
+        for (int k = 0; k < p->nparams && !known; k++) known = !strcmp(p->params[k].name, name);
+        if (known) continue;
+        if (p->tied >= 0 && !strcmp(name, TIED_HEAD_NAME)) {
+            head = t;
+            continue;
+        }
+        nextra++;
+    }
+    if (nextra) {
+        msg_add(&m, "%s: %d tensor%s the program has no param for:", path, nextra, nextra > 1 ? "s" : "");
+        for (int t = 0, j = 0; t < nt; t++) {
+            const char *name = rt_st_name(f, t);
+            int known = 0;
+            for (int k = 0; k < p->nparams && !known; k++) known = !strcmp(p->params[k].name, name);
+            if (!known && t != head) msg_add(&m, "%s %s", j++ ? "," : "", name);
+        }
+        if (p->tied < 0 && rt_st_find(f, TIED_HEAD_NAME) >= 0)
+            msg_add(&m, " (%s is accepted only when a param is tied)", TIED_HEAD_NAME);
+        msg_add(&m, "\n");
+    }
+    if (head >= 0) {
+        const RtParam *q = &p->params[p->tied];
+        if (!same_shape(f, head, q->ndim, q->dims)) {
+            char a[256], b[256];
+            file_shape(f, head, a, sizeof a);
+            shape_str(b, sizeof b, q->ndim, q->dims);
+            msg_add(&m, "%s: tensor %s has shape %s, but the head is tied to %s %s\n", path, TIED_HEAD_NAME, a, q->name, b);
+            head = -1;
+        }
+    }
+    if (finish_msg(&m, err, errlen)) {
+        rt_st_close(f);
+        return -1;
+    }
+    for (int k = 0; k < p->nparams; k++) {
+        const RtParam *q = &p->params[k];
+        if (rt_st_read_f32(f, rt_st_find(f, q->name), rt_exec_param(x, k), (size_t)q->numel, err, errlen)) {
+            rt_st_close(f);
+            return -1;
+        }
+    }
+    int rc = 0;
+    if (head >= 0) {
+        const RtParam *q = &p->params[p->tied];
+        const float *e = rt_exec_param(x, p->tied);
+        float *h = malloc((size_t)q->numel * sizeof *h);
+        if (!h) {
+            rt_st_close(f);
+            return RT_FAIL("out of memory");
+        }
+        rc = rt_st_read_f32(f, head, h, (size_t)q->numel, err, errlen);
+        for (int64_t i = 0; i < q->numel && !rc; i++) {
+            if (h[i] == e[i] || (isnan(h[i]) && isnan(e[i]))) continue;
+            if (err && errlen)
+                snprintf(err, errlen,
+                     "%s: tensor %s differs from %s at element %lld (%.9g vs %.9g): the head is tied to the embedding, "
+                     "so a checkpoint may hold %s only as a copy of it",
+                     path, TIED_HEAD_NAME, q->name, (long long)i, (double)h[i], (double)e[i], TIED_HEAD_NAME);
+            rc = -1;
+        }
+        free(h);
+    }
+    rt_st_close(f);
+    return rc;
+}

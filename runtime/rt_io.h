@@ -1,0 +1,97 @@
+/* rt_io.h - runtime file I/O: safetensors checkpoint reader/writer and token data sets. */
+#ifndef RT_IO_H
+#define RT_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Conventions (all functions in this header):
+ *  - Functions returning int status return 0 on success, non-zero on error.
+ *  - On error a NUL-terminated message is written to err[0..errlen) (truncated
+ *    if needed; err may be NULL or errlen 0 to discard it). Messages name the
+ *    file and, where relevant, the tensor and what was expected vs found.
+ *  - Nothing is printed; no global mutable state; every input is validated.
+ */
+
+/* ------------------------------------------------------------------ */
+/* safetensors                                                         */
+/* ------------------------------------------------------------------ */
+
+#define RT_ST_MAX_NDIM 16                   /* tensors with more dims are rejected */
+#define RT_ST_MAX_HEADER (100u * 1000u * 1000u) /* header JSON size limit (100 MB) */
+
+typedef enum { RT_ST_F32 = 0, RT_ST_F16 = 1, RT_ST_BF16 = 2 } RtStDtype;
+
+typedef struct RtStFile RtStFile;
+
+/* Open and validate a safetensors file (mmap'ed, read fallback). Accepted dtypes:
+ * F32, F16, BF16. "__metadata__" (string -> string) is validated and skipped;
+ * unknown keys inside a tensor entry are ignored. Checks: header length vs file
+ * size and limit, strict JSON, duplicate names, end >= begin, byte span ==
+ * product(shape) * dtype size (overflow checked), all data inside the file.
+ * Trailing bytes after the last tensor and overlapping ranges are tolerated.
+ * On error *out is NULL. */
+int rt_st_open(const char *path, RtStFile **out, char *err, size_t errlen);
+void rt_st_close(RtStFile *f);                 /* NULL ok */
+
+/* Accessors. Tensors are indexed 0..count-1 in header (file) order.
+ * Bad f / index: count 0, name/dtype NULL, find/ndim/shape/numel/dtype_id -1. */
+int rt_st_count(const RtStFile *f);
+const char *rt_st_name(const RtStFile *f, int i);
+int rt_st_find(const RtStFile *f, const char *name);       /* -1 if absent */
+int rt_st_ndim(const RtStFile *f, int i);                  /* 0 for a scalar */
+/* Copies min(ndim, maxdims) dims into dims (may be NULL if maxdims == 0); returns ndim. */
+int rt_st_shape(const RtStFile *f, int i, int64_t *dims, int maxdims);
+int64_t rt_st_numel(const RtStFile *f, int i);             /* 1 for a scalar */
+int rt_st_dtype_id(const RtStFile *f, int i);              /* RtStDtype */
+const char *rt_st_dtype(const RtStFile *f, int i);         /* "F32" / "F16" / "BF16" */
+
+/* Read a whole tensor as float32 (F16/BF16 converted exactly, incl. subnormals,
+ * +-0, inf, nan). n must equal the tensor's element count. */
+int rt_st_read_f32(const RtStFile *f, int i, float *dst, size_t n, char *err, size_t errlen);
+
+/* Read the hyper-rectangle start[d] <= idx[d] < start[d] + len[d] (for every dim
+ * d < ndim) into dense row-major dst of n == product(len) elements. For a scalar
+ * start/len may be NULL. Used to cut tensor-parallel shards from a dense file. */
+int rt_st_read_f32_slice(const RtStFile *f, int i, const int64_t *start, const int64_t *len,
+                         float *dst, size_t n, char *err, size_t errlen);
+
+/* Write n F32 tensors in the given order: names[k], ndims[k] (0..RT_ST_MAX_NDIM),
+ * shapes[k] (may be NULL when ndims[k] == 0), data[k] (may be NULL when the
+ * tensor has 0 elements). Header is space-padded to a multiple of 8. Written to
+ * "<path>.tmp", fsync'ed, then renamed over path; on error nothing is left
+ * behind and an existing file at path is untouched. Names must be unique,
+ * valid UTF-8 without NUL and not "__metadata__"; they are JSON-escaped. */
+int rt_st_write(const char *path, int n, const char *const *names, const int *ndims,
+                const int64_t *const *shapes, const float *const *data, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ */
+/* token data                                                          */
+/* ------------------------------------------------------------------ */
+
+#define RT_DATA_LLMC_MAGIC 20240520
+
+typedef struct RtData RtData;
+
+/* If the file starts with int32 20240520 it is an llm.c token file: 256 int32
+ * header (little-endian), header[1] == 1 (version), header[2] == token count > 0,
+ * then exactly that many uint16 tokens (size checked exactly). Otherwise the
+ * file is text whose bytes are the tokens (0..255); an empty file is an error. */
+int rt_data_open(const char *path, RtData **out, char *err, size_t errlen);
+/* Text tokens from memory (bytes are copied; no llm.c detection); n == 0 is an error. */
+int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err,
+                        size_t errlen);
+int64_t rt_data_len(const RtData *d);        /* number of tokens; 0 for NULL */
+int rt_data_max_token(const RtData *d);      /* largest token id; -1 for NULL */
+void rt_data_close(RtData *d);               /* NULL ok */
+
+/* Batch for step s, micro-batch m of M, B rows of S tokens: row b reads S+1
+ * consecutive tokens starting at ((s*M + m)*B + b)*S (int64), every index taken
+ * mod len (non-negative, no overflow). tokens[b*S+i] = the first S,
+ * labels[b*S+i] = the last S (both row-major [B,S]). Does nothing if d is NULL
+ * or B <= 0 or S <= 0; tokens or labels may be NULL to skip filling them. */
+void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens,
+                   int32_t *labels);
+
+#endif /* RT_IO_H */

@@ -1,0 +1,183 @@
+/* rt_prog.h - the ppr program: listing parser (rt_prog.c), executor (rt_exec.c), parameter init (rt_init.c), default text (rt_text.c). */
+#ifndef RT_PROG_H
+#define RT_PROG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_io.h"
+
+/*
+ * Conventions are those of rt_io.h: int status 0 = success; on error a message
+ * is written to err[0..errlen) naming the file (and line, tensor, kernel) and
+ * what was expected. Nothing is printed. docs/stage-format.md is the contract.
+ */
+
+#define RT_PROG_VERSION 1  /* the listing format version this ppr reads */
+#define RT_PPR_VERSION "0.1.0"
+#define RT_MAX_NDIM 8      /* dims of a param or buffer shape */
+#define RT_MAX_KARGS 64    /* arguments of one kernel instruction */
+#define RT_MAX_OFFSET ((int64_t)1 << 40) /* arena bytes, offsets, extents, strides: at most 1 TiB */
+
+/* ---- failure reports for library calls: the message ends with [source file:line] ---------- */
+
+#if defined(__GNUC__)
+#define RT_FMT(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RT_FMT(a, b)
+#endif
+
+/* Writes "MESSAGE [file:line]" into err; returns -1. */
+int rt_fail_at(char *err, size_t errlen, const char *file, int line, const char *fmt, ...) RT_FMT(5, 6);
+
+/* In a function with `char *err, size_t errlen` in scope: report a failed library call. */
+#define RT_FAIL(...) rt_fail_at(err, errlen, __FILE__, __LINE__, __VA_ARGS__)
+/* A NULL from an allocator: "out of memory" with the source location. */
+#define RT_CHECK_ALLOC(p)                                                                          \
+    do {                                                                                           \
+        if (!(p)) return RT_FAIL("out of memory");                                                 \
+    } while (0)
+
+/* ---- the program --------------------------------------------------------------------------- */
+
+enum { RT_REG_PARAMS, RT_REG_GRADS, RT_REG_ADAM_M, RT_REG_ADAM_V, RT_REG_SLOTS, RT_REG_SCRATCH, RT_NREG };
+enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_OPTIMIZER, RT_NBLK };
+enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
+
+typedef enum { RT_I_BATCH, RT_I_ZERO, RT_I_KERNEL, RT_I_GEMM, RT_I_SEED, RT_I_LOSS, RT_I_GRAD_NORM } RtInstrKind;
+typedef enum { RT_A_PTR, RT_A_F32, RT_A_I64, RT_A_SCALAR } RtArgKind;
+typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_OPT } RtEntryKind;
+typedef enum { RT_INIT_NORMAL, RT_INIT_ONES, RT_INIT_ZEROS } RtInitKind;
+
+typedef struct {
+    int present; /* 0 for `-` (batch only) */
+    int in_slot; /* 1: $OFF (relative to the current slot), 0: @OFF (absolute) */
+    int64_t off;
+} RtPtr;
+
+typedef struct {
+    RtArgKind kind;
+    RtPtr ptr;     /* RT_A_PTR */
+    int64_t bytes; /* RT_A_PTR: the extent written after ':', 0 if none was written */
+    float f;       /* RT_A_F32 */
+    int64_t i;     /* RT_A_I64 */
+    int scalar;    /* RT_A_SCALAR: RT_S_* */
+} RtArg;
+
+typedef struct {
+    RtInstrKind kind;
+    int line;
+    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss: p[0]; gemm: A, B, C */
+    int64_t bytes; /* zero */
+    float value;   /* seed */
+    int kernel;    /* kernel: index into RtProg.kernels */
+    int nargs;
+    RtArg *args;
+    /* gemm */
+    int ta, tb; /* 1 = T */
+    int m, n, k, lda, ldb, ldc, batch;
+    float alpha, beta;
+    int64_t sa, sb, sc;
+} RtInstr;
+
+typedef struct {
+    int present, line, n;
+    RtInstr *ins;
+} RtBlock;
+
+typedef struct {
+    RtEntryKind kind;
+    int mb, slot, line;
+} RtEntry;
+
+typedef struct {
+    int64_t base, bytes;
+} RtRegion;
+
+typedef struct {
+    int index;  /* == its position in RtProg.params */
+    char *name; /* the global checkpoint name */
+    int ndim;
+    int64_t dims[RT_MAX_NDIM];
+    int64_t numel;
+    int64_t off; /* absolute arena offset of the value (inside the params region) */
+    RtInitKind init;
+    double std; /* RT_INIT_NORMAL */
+    int decay, tied, line;
+} RtParam;
+
+typedef struct RtProg {
+    char *path; /* as given to rt_prog_load / rt_prog_parse; used in every message */
+    char *compiler, *model, *schedule_name, *kernels_file;
+    char kernels_hash[17];
+    uint64_t hash;
+    int tp, pp, dp, rank, stage, tp_rank, dp_rank;
+    int micro_batch, seq, microbatches;
+    int64_t vocab;
+    RtRegion reg[RT_NREG];
+    int nslots;
+    int64_t arena;
+    int nparams;
+    RtParam *params;
+    int tied; /* index of the tied param, or -1 */
+    int nkernels;
+    char **kernels; /* distinct kernel names, in order of first use */
+    RtBlock blk[RT_NBLK];
+    int nentries;
+    RtEntry *sched;
+} RtProg;
+
+/* Parse a listing held in memory (text[0..len), need not be NUL-terminated). path names it in
+ * messages. Every check of docs/stage-format.md is made here: version, hash, order, syntax,
+ * bounds of every operand, schedule rules. On error *out is NULL. */
+int rt_prog_parse(const char *path, const char *text, size_t len, RtProg **out, char *err, size_t errlen);
+/* Read the file and parse it. */
+int rt_prog_load(const char *path, RtProg **out, char *err, size_t errlen);
+void rt_prog_free(RtProg *p); /* NULL ok */
+
+uint64_t rt_fnv1a64(const void *data, size_t n);
+const char *rt_region_name(int r);
+const char *rt_block_name(int b);
+const char *rt_scalar_name(int s);
+
+/* ---- the executor (rt_exec.c) -------------------------------------------------------------- */
+
+typedef struct RtExec RtExec;
+
+typedef struct {
+    double lr, beta1, beta2, eps, wd;
+    double clip; /* clip_max; used only when use_clip */
+    int use_clip;
+} RtHyper;
+
+/* Called once per step just before the first OPT entry runs (or at the end of a step without
+ * one): the gradients are accumulated and not yet clipped. Non-zero return aborts the step. */
+typedef int (*RtHook)(void *ctx, RtExec *x, char *err, size_t errlen);
+
+/* Allocates the zeroed arena, dlopens DIR/<kernels file>, checks its ppk_source_hash and
+ * resolves NAME__call for every kernel the program uses. p must outlive the executor. */
+int rt_exec_open(const RtProg *p, const char *dir, RtExec **out, char *err, size_t errlen);
+void rt_exec_close(RtExec *x); /* NULL ok */
+float *rt_exec_param(RtExec *x, int i); /* the value of param i in the arena */
+float *rt_exec_grad(RtExec *x, int i);  /* its gradient accumulator */
+/* One training step: step is 0-based (it selects the data; the AdamW t is step + 1).
+ * *loss = the step loss, *grad_norm = the last grad_norm instruction's norm (pre-clip). */
+int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt,
+                 void *ctx, double *loss, double *grad_norm, char *err, size_t errlen);
+
+/* ---- parameter init (rt_init.c) ------------------------------------------------------------ */
+
+uint64_t rt_splitmix64(uint64_t x);
+/* The seed-init value of element i (dense index) of the tensor `name` with normal(0, std). */
+float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double std);
+/* Fill every param per its `init` (normal, ones, zeros); mesh-independent. */
+void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed);
+/* Load every param from a safetensors file by checkpoint name (F32/F16/BF16). */
+int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t errlen);
+
+/* ---- the default training text (rt_text.c): bytes are tokens ------------------------------- */
+
+extern const char rt_default_text[];
+extern const size_t rt_default_text_len;
+
+#endif /* RT_PROG_H */

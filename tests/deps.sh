@@ -1,0 +1,27 @@
+#!/bin/sh
+# deps.sh — installs the Debian packages the build needs (as root), or says what to install.
+# Each line: a command or header that must exist, and the package that provides it.
+set -u
+need=""
+have_cmd() { command -v "$1" >/dev/null 2>&1; }
+have_hdr() { [ -e "/usr/include/$1" ] || [ -e "/usr/include/x86_64-linux-gnu/$1" ]; }
+have_cmd flex  || need="$need flex"
+have_cmd bison || need="$need bison"
+have_cmd cc    || need="$need gcc"
+# OpenBLAS for ppr: the cblas.h of one of its variants and the library
+have_blas() {
+  [ -e /usr/lib/x86_64-linux-gnu/libopenblas.so ] || return 1
+  for v in pthread openmp serial; do have_hdr "openblas-$v/cblas.h" && return 0; done
+  return 1
+}
+have_blas      || need="$need libopenblas-dev"
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
+  echo "deps: installing$need"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq $need >/dev/null || {
+    echo "deps: apt-get install$need failed" >&2; exit 1; }
+else
+  echo "deps: missing$need; install them with: sudo apt-get install$need" >&2
+  exit 1
+fi

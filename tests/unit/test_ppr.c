@@ -1,0 +1,1291 @@
+/* test_ppr.c - tests of the runtime ppr: a hand-written listing and kernels (softmax regression through a tied embedding) checked against a direct computation, every error path, and a fuzzer of the listing parser. */
+#include "rt_prog.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- the model: V tokens, H hidden, micro-batches of B rows of S tokens, M per step ---------- */
+#define V 16
+#define H 8
+#define B 2
+#define S 4
+#define M 2
+#define N (B * S) /* rows of one micro-batch */
+
+/* Everything after the hash line. Rows are r = b*S + s. x = E[tok]; h_b = x_b P (batched gemm,
+ * one batch element per row b of the micro-batch); y = h * gain; logits = y E^T (the tied head);
+ * loss = mean cross-entropy. */
+static const char *const BODY =
+    "model testlin\n"
+    "mesh tp 1 pp 1 dp 1\n"
+    "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
+    "step micro_batch 2 seq 4 microbatches 2 schedule gpipe\n"
+    "vocab 16\n"
+    "kernels k.so 0123456789abcdef\n"
+    "\n"
+    "region params  0    832\n"
+    "region grads   832  832\n"
+    "region adam_m  1664 832\n"
+    "region adam_v  2496 832\n"
+    "region slots   3328 1472 2      # two micro-batches in flight\n"
+    "region scratch 6272 1344\n"
+    "arena 7616\n"
+    "\n"
+    "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied\n"
+    "param 1 gain f32 [8] @512 init ones decay 0\n"
+    "param 2 proj.weight f32 [8,8] @576 init normal 0.3 decay 1\n"
+    "\n"
+    "buffer tokens i32 [2,4] $0 saved\n"
+    "buffer labels i32 [2,4] $64 saved\n"
+    "buffer x f32 [8,8] $128 saved\n"
+    "buffer h f32 [8,8] $384 saved\n"
+    "buffer y f32 [8,8] $640 saved\n"
+    "buffer probs f32 [8,16] $896 saved\n"
+    "buffer loss f32 [1] $1408 saved\n"
+    "buffer logits f32 [8,16] @6272\n"
+    "buffer dy f32 [8,8] @6784\n"
+    "buffer dh f32 [8,8] @7040\n"
+    "buffer dx f32 [8,8] @7296\n"
+    "buffer dl f32 [1] @7552\n"
+    "\n"
+    "block forward\n"
+    "  batch $0 $64\n"
+    "  kernel embed_fwd $0:32 @0:512 $128:256 i:8 i:8\n"
+    "  gemm N N 4 8 8 1 $128 8 32 @576 8 0 0 $384 8 32 2      # h_b = x_b P\n"
+    "  kernel gain_fwd $384:256 @512:32 $640:256 i:8 i:8 f:1\n"
+    "  gemm N T 8 16 8 1 $640 8 0 @0 8 0 0 @6272 16 0 1       # logits = y E^T\n"
+    "  kernel xent_fwd @6272:512 $64:32 $896:512 $1408:4 i:8 i:16\n"
+    "  loss $1408\n"
+    "end\n"
+    "\n"
+    "block backward\n"
+    "  seed @7552 0.5\n"
+    "  kernel xent_bwd $896:512 $64:32 @7552 @6272:512 i:8 i:16\n"
+    "  gemm T N 16 8 8 1 @6272 16 0 $640 8 0 1 @832 8 0 1     # dE += dlogits^T y\n"
+    "  gemm N N 8 8 16 1 @6272 16 0 @0 8 0 0 @6784 8 0 1      # dy = dlogits E\n"
+    "  kernel gain_bwd $384:256 @512:32 @6784:256 @7040:256 @1344:32 i:8 i:8\n"
+    "  gemm T N 8 8 4 1 $128 8 32 @7040 8 32 1 @1408 8 0 2    # dP += x_b^T dh_b\n"
+    "  gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1      # dx = dh P^T\n"
+    "  kernel embed_bwd $0:32 @7296:256 @832:512 i:8 i:8\n"
+    "end\n"
+    "\n"
+    "block optimizer\n"
+    "  grad_norm\n"
+    "  kernel adamw @0:512 @832:512 @1664:512 @2496:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw @512:32 @1344:32 @2176:32 @3008:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw @576:256 @1408:256 @2240:256 @3072:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
+    "s:clip\n"
+    "end\n"
+    "\n"
+    "schedule\n"
+    "  zero_grads\n"
+    "  F 0 0\n"
+    "  F 1 1\n"
+    "  B 0 0\n"
+    "  B 1 1\n"
+    "  OPT\n"
+    "end\n";
+
+static const char *const KERNELS =
+    "/* hand-written kernels for test_ppr */\n"
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "const char ppk_source_hash[] = \"0123456789abcdef\";\n"
+    "#define F(i) (*(float **)a[i])\n"
+    "#define CF(i) (*(const float **)a[i])\n"
+    "#define CI(i) (*(const int32_t **)a[i])\n"
+    "#define I64(i) (*(int64_t *)a[i])\n"
+    "#define S(i) (*(float *)a[i])\n"
+    "static void embed_fwd(const int32_t *tok, const float *E, float *x, int64_t n, int64_t h) {\n"
+    "  #pragma omp parallel for\n"
+    "  for (int64_t r = 0; r < n; r++) for (int64_t j = 0; j < h; j++) x[r * h + j] = E[tok[r] * h + j];\n"
+    "}\n"
+    "void embed_fwd__call(void **a) { embed_fwd(CI(0), CF(1), F(2), I64(3), I64(4)); }\n"
+    "static void gain_fwd(const float *hh, const float *g, float *y, int64_t n, int64_t h, float alpha) {\n"
+    "  #pragma omp parallel for\n"
+    "  for (int64_t r = 0; r < n; r++) for (int64_t j = 0; j < h; j++) y[r * h + j] = alpha * hh[r * h + j] * g[j];\n"
+    "}\n"
+    "void gain_fwd__call(void **a) { gain_fwd(CF(0), CF(1), F(2), I64(3), I64(4), S(5)); }\n"
+    "static void xent_fwd(const float *lg, const int32_t *lab, float *p, float *loss, int64_t n, int64_t v) {\n"
+    "  double tot = 0;\n"
+    "  for (int64_t r = 0; r < n; r++) {\n"
+    "    float mx = lg[r * v];\n"
+    "    for (int64_t k = 1; k < v; k++) mx = fmaxf(mx, lg[r * v + k]);\n"
+    "    double z = 0;\n"
+    "    for (int64_t k = 0; k < v; k++) z += exp((double)lg[r * v + k] - mx);\n"
+    "    for (int64_t k = 0; k < v; k++) p[r * v + k] = (float)(exp((double)lg[r * v + k] - mx) / z);\n"
+    "    tot += log(z) + mx - lg[r * v + lab[r]];\n"
+    "  }\n"
+    "  loss[0] = (float)(tot / n);\n"
+    "}\n"
+    "void xent_fwd__call(void **a) { xent_fwd(CF(0), CI(1), F(2), F(3), I64(4), I64(5)); }\n"
+    "static void xent_bwd(const float *p, const int32_t *lab, const float *dl, float *d, int64_t n, int64_t v) {\n"
+    "  float s = dl[0] / (float)n;\n"
+    "  for (int64_t r = 0; r < n; r++)\n"
+    "    for (int64_t k = 0; k < v; k++) d[r * v + k] = (p[r * v + k] - (k == lab[r] ? 1.0f : 0.0f)) * s;\n"
+    "}\n"
+    "void xent_bwd__call(void **a) { xent_bwd(CF(0), CI(1), CF(2), F(3), I64(4), I64(5)); }\n"
+    "static void gain_bwd(const float *hh, const float *g, const float *dy, float *dh, float *gg, int64_t n,\n"
+    "                     int64_t h) {\n"
+    "  for (int64_t j = 0; j < h; j++) {\n"
+    "    float acc = 0;\n"
+    "    for (int64_t r = 0; r < n; r++) {\n"
+    "      dh[r * h + j] = dy[r * h + j] * g[j];\n"
+    "      acc += dy[r * h + j] * hh[r * h + j];\n"
+    "    }\n"
+    "    gg[j] += acc;\n"
+    "  }\n"
+    "}\n"
+    "void gain_bwd__call(void **a) { gain_bwd(CF(0), CF(1), CF(2), F(3), F(4), I64(5), I64(6)); }\n"
+    "static void embed_bwd(const int32_t *tok, const float *dx, float *gE, int64_t n, int64_t h) {\n"
+    "  for (int64_t r = 0; r < n; r++) for (int64_t j = 0; j < h; j++) gE[tok[r] * h + j] += dx[r * h + j];\n"
+    "}\n"
+    "void embed_bwd__call(void **a) { embed_bwd(CI(0), CF(1), F(2), I64(3), I64(4)); }\n"
+    "static void adamw(float *p, const float *g, float *m, float *v, int64_t n, int64_t decay, float lr, float b1,\n"
+    "                  float b2, float eps, float wd, float bc1, float bc2, float clip) {\n"
+    "  #pragma omp parallel for\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    float gi = g[i] * clip;\n"
+    "    if (decay) p[i] *= 1.0f - lr * wd;\n"
+    "    m[i] = b1 * m[i] + (1.0f - b1) * gi;\n"
+    "    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;\n"
+    "    p[i] -= lr * (m[i] / bc1) / (sqrtf(v[i] / bc2) + eps);\n"
+    "  }\n"
+    "}\n"
+    "void adamw__call(void **a) {\n"
+    "  adamw(F(0), CF(1), F(2), F(3), I64(4), I64(5), S(6), S(7), S(8), S(9), S(10), S(11), S(12), S(13));\n"
+    "}\n";
+
+/* ---- test harness -------------------------------------------------------------------------- */
+
+static int npass, nfail;
+static char tdir[256], ppr[512];
+
+static int check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int check(int ok, const char *fmt, ...) {
+    va_list ap;
+    printf("%s: ", ok ? "PASS" : "FAIL");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    if (ok) npass++;
+    else nfail++;
+    return ok;
+}
+
+static void path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tdir, name); }
+
+static int write_bytes(const char *p, const void *b, size_t n) {
+    FILE *fp = fopen(p, "wb");
+    if (!fp) return -1;
+    size_t w = n ? fwrite(b, 1, n, fp) : 0;
+    return (fclose(fp) == 0 && w == n) ? 0 : -1;
+}
+
+static char *read_text(const char *p) {
+    FILE *fp = fopen(p, "rb");
+    if (!fp) return NULL;
+    size_t cap = 4096, len = 0;
+    char *b = malloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) b = realloc(b, cap *= 2);
+        size_t r = fread(b + len, 1, cap - len - 1, fp);
+        if (r == 0) break;
+        len += r;
+    }
+    fclose(fp);
+    b[len] = 0;
+    return b;
+}
+
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The full listing for a body: header with the body's hash. Caller frees. */
+static char *listing(const char *body) {
+    size_t n = strlen(body) + 128;
+    char *s = malloc(n);
+    snprintf(s, n, "ppr-program 1\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
+             body);
+    return s;
+}
+
+/* body with the first occurrence of `from` replaced by `to` (must occur). Caller frees. */
+static char *replace(const char *body, const char *from, const char *to) {
+    const char *at = strstr(body, from);
+    if (!at) {
+        fprintf(stderr, "test bug: '%s' not in the body\n", from);
+        exit(2);
+    }
+    size_t n = strlen(body) - strlen(from) + strlen(to) + 1;
+    char *s = malloc(n);
+    snprintf(s, n, "%.*s%s%s", (int)(at - body), body, to, at + strlen(from));
+    return s;
+}
+
+/* The listing line number of the first occurrence of text in body (3 header lines first). */
+static int line_of(const char *body, const char *text) {
+    const char *at = strstr(body, text);
+    int line = 4;
+    for (const char *q = body; q < at; q++) line += *q == '\n';
+    return line;
+}
+
+/* A program directory NAME under tdir holding rank0.prog and a link to the kernels. */
+static void make_dir(const char *name, const char *text) {
+    char d[512], p[600], so[600];
+    path(d, sizeof d, name);
+    mkdir(d, 0755);
+    snprintf(p, sizeof p, "%s/rank0.prog", d);
+    write_bytes(p, text, strlen(text));
+    snprintf(so, sizeof so, "%s/k.so", d);
+    unlink(so);
+    if (symlink("../k.so", so) != 0) perror("symlink");
+}
+
+static void make_prog(const char *name, const char *body) {
+    char *t = listing(body);
+    make_dir(name, t);
+    free(t);
+}
+
+static char out[1 << 16]; /* output of the last ppr run */
+
+/* Run ppr with args (a shell fragment); returns its exit status, 128+signal when killed. */
+static int run(const char *args) {
+    char cmd[16384], o[512];
+    path(o, sizeof o, "out.txt");
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>&1", ppr, args, o);
+    int st = system(cmd);
+    char *t = read_text(o);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    free(t);
+    if (st == -1) return -1;
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return WEXITSTATUS(st);
+}
+
+static int sane(int rc) {
+    return rc < 128 && rc != 99 && !strstr(out, "AddressSanitizer") && !strstr(out, "LeakSanitizer") &&
+           !strstr(out, "runtime error:");
+}
+
+static void show(void) {
+    char *s = out;
+    for (int k = 0; k < 8 && *s; k++) {
+        char *nl = strchr(s, '\n');
+        int n = nl ? (int)(nl - s) : (int)strlen(s);
+        printf("  | %.*s\n", n, s);
+        s = nl ? nl + 1 : s + n;
+    }
+}
+
+/* ppr must fail with exit 1, say `needle`, and not crash. */
+static void expect_fail(const char *what, const char *args, const char *needle) {
+    int rc = run(args);
+    int ok = rc == 1 && sane(rc) && strstr(out, needle) && strstr(out, "ppr: error: ");
+    if (!check(ok, "%s: exit 1 with '%s'", what, needle)) {
+        printf("  | exit %d\n", rc);
+        show();
+    }
+}
+
+static void expect_ok(const char *what, const char *args) {
+    int rc = run(args);
+    if (!check(rc == 0 && sane(rc), "%s: exit 0", what)) {
+        printf("  | exit %d\n", rc);
+        show();
+    }
+}
+
+/* ---- data, weights and the direct computation ---------------------------------------------- */
+
+typedef struct {
+    float E[V * H], g[H], P[H * H];
+} W;
+
+static uint64_t lcg = 12345;
+static double urand(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg >> 11) * 0x1p-53;
+}
+
+static void write_tokens(const char *p, const int *tok, int n, int claim) {
+    int32_t hdr[256] = {0};
+    hdr[0] = 20240520;
+    hdr[1] = 1;
+    hdr[2] = claim;
+    size_t bytes = sizeof hdr + (size_t)n * 2;
+    unsigned char *b = malloc(bytes);
+    memcpy(b, hdr, sizeof hdr);
+    for (int i = 0; i < n; i++) {
+        b[1024 + 2 * i] = (unsigned char)(tok[i] & 255);
+        b[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
+    }
+    write_bytes(p, b, bytes);
+    free(b);
+}
+
+static int write_weights(const char *p, const W *w, int with_head, const float *head) {
+    const char *names[4] = {"emb.weight", "gain", "proj.weight", "lm_head.weight"};
+    int nd[4] = {2, 1, 2, 2};
+    int64_t se[2] = {V, H}, sg[1] = {H}, sp[2] = {H, H};
+    const int64_t *shapes[4] = {se, sg, sp, se};
+    const float *data[4] = {w->E, w->g, w->P, head ? head : w->E};
+    char err[512];
+    int rc = rt_st_write(p, with_head ? 4 : 3, names, nd, shapes, data, err, sizeof err);
+    if (rc) printf("  | %s\n", err);
+    return rc;
+}
+
+static int read_weights(const char *p, W *w, int grads_ok) {
+    RtStFile *f;
+    char err[512];
+    if (rt_st_open(p, &f, err, sizeof err)) {
+        printf("  | %s\n", err);
+        return -1;
+    }
+    int rc = rt_st_count(f) != 3;
+    const char *names[3] = {"emb.weight", "gain", "proj.weight"};
+    float *dst[3] = {w->E, w->g, w->P};
+    size_t n[3] = {V * H, H, H * H};
+    for (int k = 0; k < 3 && !rc; k++) {
+        int i = rt_st_find(f, names[k]);
+        rc = i < 0 || rt_st_read_f32(f, i, dst[k], n[k], err, sizeof err);
+    }
+    (void)grads_ok;
+    rt_st_close(f);
+    return rc ? -1 : 0;
+}
+
+/* The step loss and gradients in double, straight from the definitions (no gemm). */
+static double ref_step(const W *w, const int *data, int ndata, int64_t step, double *gE, double *gg, double *gP) {
+    memset(gE, 0, sizeof(double) * V * H);
+    memset(gg, 0, sizeof(double) * H);
+    memset(gP, 0, sizeof(double) * H * H);
+    double total = 0;
+    for (int m = 0; m < M; m++) {
+        int tok[N], lab[N];
+        for (int b = 0; b < B; b++) {
+            int64_t start = ((step * M + m) * B + b) * S;
+            for (int s = 0; s < S; s++) {
+                tok[b * S + s] = data[(start + s) % ndata];
+                lab[b * S + s] = data[(start + s + 1) % ndata];
+            }
+        }
+        double x[N][H], h[N][H], y[N][H], p[N][V], dl[N][V], dh[N][H];
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < H; j++) x[r][j] = w->E[tok[r] * H + j];
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < H; j++) {
+                double a = 0;
+                for (int k = 0; k < H; k++) a += x[r][k] * w->P[k * H + j];
+                h[r][j] = a;
+                y[r][j] = a * w->g[j];
+            }
+        double loss = 0;
+        for (int r = 0; r < N; r++) {
+            double lg[V], mx = -1e300, z = 0;
+            for (int v = 0; v < V; v++) {
+                double a = 0;
+                for (int j = 0; j < H; j++) a += y[r][j] * w->E[v * H + j];
+                lg[v] = a;
+                if (a > mx) mx = a;
+            }
+            for (int v = 0; v < V; v++) z += exp(lg[v] - mx);
+            for (int v = 0; v < V; v++) p[r][v] = exp(lg[v] - mx) / z;
+            loss += log(z) + mx - lg[lab[r]];
+        }
+        total += loss / N / M;
+        for (int r = 0; r < N; r++)
+            for (int v = 0; v < V; v++) dl[r][v] = (p[r][v] - (v == lab[r])) / N / M;
+        for (int v = 0; v < V; v++)
+            for (int j = 0; j < H; j++)
+                for (int r = 0; r < N; r++) gE[v * H + j] += dl[r][v] * y[r][j];
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < H; j++) {
+                double a = 0;
+                for (int v = 0; v < V; v++) a += dl[r][v] * w->E[v * H + j];
+                gg[j] += a * h[r][j];
+                dh[r][j] = a * w->g[j];
+            }
+        for (int k = 0; k < H; k++)
+            for (int j = 0; j < H; j++)
+                for (int r = 0; r < N; r++) gP[k * H + j] += x[r][k] * dh[r][j];
+        for (int r = 0; r < N; r++)
+            for (int k = 0; k < H; k++) {
+                double a = 0;
+                for (int j = 0; j < H; j++) a += dh[r][j] * w->P[k * H + j];
+                gE[tok[r] * H + k] += a;
+            }
+    }
+    return total;
+}
+
+static double rel_err(const float *a, const double *b, int n) {
+    double d = 0, nb = 0;
+    for (int i = 0; i < n; i++) {
+        d += (a[i] - b[i]) * (a[i] - b[i]);
+        nb += b[i] * b[i];
+    }
+    return nb > 0 ? sqrt(d / nb) : sqrt(d);
+}
+
+/* The reference's own gradient against central differences (in double). */
+static double fd_check(const W *w0, const int *data, int nd) {
+    double gE[V * H], gg[H], gP[H * H], t1[V * H], t2[H], t3[H * H];
+    ref_step(w0, data, nd, 0, gE, gg, gP);
+    double worst = 0;
+    int picks[][2] = {{0, 3}, {0, 77}, {1, 2}, {1, 7}, {2, 0}, {2, 45}};
+    for (size_t k = 0; k < sizeof picks / sizeof *picks; k++) {
+        W w = *w0;
+        float *v = picks[k][0] == 0 ? w.E : picks[k][0] == 1 ? w.g : w.P;
+        int i = picks[k][1];
+        /* a float perturbation: the reference works on float weights */
+        float base = v[i], hstep = 1e-2f;
+        v[i] = base + hstep;
+        double lp = ref_step(&w, data, nd, 0, t1, t2, t3);
+        v[i] = base - hstep;
+        double lm = ref_step(&w, data, nd, 0, t1, t2, t3);
+        double fd = (lp - lm) / (2 * (double)hstep);
+        double an = picks[k][0] == 0 ? gE[i] : picks[k][0] == 1 ? gg[i] : gP[i];
+        double e = fabs(fd - an) / (fabs(an) + 1e-3);
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+/* ---- the seeded init, re-implemented from docs/stage-format.md ------------------------------ */
+
+static uint64_t sm64(uint64_t x) {
+    uint64_t z = x + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float doc_normal(uint64_t seed, const char *name, int64_t i, double std) {
+    uint64_t key = sm64(seed ^ fnv(name, strlen(name)));
+    uint64_t a = sm64(key + 2 * (uint64_t)i), b = sm64(key + 2 * (uint64_t)i + 1);
+    double u1 = (double)((a >> 11) + 1) / 9007199254740992.0, u2 = (double)(b >> 11) / 9007199254740992.0;
+    return (float)(std * sqrt(-2 * log(u1)) * cos(2 * 3.141592653589793 * u2));
+}
+
+/* ---- tests ---------------------------------------------------------------------------------- */
+
+static int data_main[37], data_cyc[320];
+
+static void test_gradients(const W *w) {
+    char wp[512], dp[512], gp[512], lp[512], args[8192];
+    path(wp, sizeof wp, "w.safetensors");
+    path(dp, sizeof dp, "data.bin");
+    path(gp, sizeof gp, "g.safetensors");
+    path(lp, sizeof lp, "log.jsonl");
+    double gE[V * H], gg[H], gP[H * H];
+    double loss = ref_step(w, data_main, 37, 0, gE, gg, gP);
+    double fd = fd_check(w, data_main, 37);
+    check(fd < 1e-3, "reference: analytic gradient vs central differences, worst rel %.2e", fd);
+
+    snprintf(args, sizeof args, "%s/main --init %s --data %s --steps 1 --save-grads %s --log %s", tdir, wp, dp, gp, lp);
+    expect_ok("gpipe (2 slots): one step with --save-grads and --log", args);
+    W g;
+    if (check(read_weights(gp, &g, 1) == 0, "--save-grads wrote emb.weight, gain, proj.weight")) {
+        double e1 = rel_err(g.E, gE, V * H), e2 = rel_err(g.g, gg, H), e3 = rel_err(g.P, gP, H * H);
+        check(e1 < 1e-5 && e2 < 1e-5 && e3 < 1e-5,
+              "gradients equal the direct computation (rel %.1e %.1e %.1e; tied E gets both uses)", e1, e2, e3);
+    }
+    double norm = 0;
+    for (int i = 0; i < V * H; i++) norm += gE[i] * gE[i];
+    for (int i = 0; i < H; i++) norm += gg[i] * gg[i];
+    for (int i = 0; i < H * H; i++) norm += gP[i] * gP[i];
+    norm = sqrt(norm);
+    char *log = read_text(lp);
+    double l = NAN, gn = NAN, lr = NAN, ms = NAN, tps = NAN;
+    int step = 0;
+    int got = log ? sscanf(log, "{\"step\":%d,\"loss\":%lf,\"grad_norm\":%lf,\"lr\":%lf,\"ms\":%lf,\"tokens_per_s\":%lf}",
+                           &step, &l, &gn, &lr, &ms, &tps)
+                  : 0;
+    check(got == 6 && step == 1 && lr == 1e-3 && ms >= 0 && tps >= 0, "--log: one JSON object with the six keys");
+    check(fabs(l - loss) < 1e-5 * loss, "loss %.7f equals the direct computation %.7f", l, loss);
+    check(fabs(gn - norm) < 1e-5 * norm, "grad_norm %.7f equals the direct computation %.7f", gn, norm);
+    free(log);
+    check(strstr(out, "step 1/1  loss ") && strstr(out, "  grad_norm ") && strstr(out, "  lr 1.00e-03  ") &&
+              strstr(out, " ms  ") && strstr(out, " tok/s\n"),
+          "stdout: 'step 1/1  loss ...  grad_norm ...  lr 1.00e-03  ... ms  ... tok/s'");
+
+    /* the same gradients with one slot (1F1B order) */
+    char *b1 = replace(BODY, "  F 0 0\n  F 1 1\n  B 0 0\n  B 1 1\n", "  F 0 0\n  B 0 0\n  F 1 0\n  B 1 0\n");
+    make_prog("oneslot", b1);
+    free(b1);
+    char gp1[512];
+    path(gp1, sizeof gp1, "g1.safetensors");
+    snprintf(args, sizeof args, "%s/oneslot --init %s --data %s --save-grads %s --quiet", tdir, wp, dp, gp1);
+    expect_ok("1f1b (1 slot): one step", args);
+    W g1;
+    if (read_weights(gp1, &g1, 1) == 0 && read_weights(gp, &g, 1) == 0)
+        check(!memcmp(&g, &g1, sizeof g), "1f1b and gpipe schedules give bit-identical gradients");
+    else
+        check(0, "1f1b gradients readable");
+    check(!strstr(out, "step 1/1"), "--quiet prints no step line");
+
+    /* two AdamW steps with clipping, against the same update in double */
+    double lrv = 0.01, b1v = 0.8, b2v = 0.9, epsv = 1e-3, wdv = 0.05, clipv = norm / 2;
+    double pe[V * H], pg[H], pp[H * H], me[V * H] = {0}, mg[H] = {0}, mp[H * H] = {0}, ve[V * H] = {0}, vg[H] = {0},
+                                         vp[H * H] = {0};
+    for (int i = 0; i < V * H; i++) pe[i] = w->E[i];
+    for (int i = 0; i < H; i++) pg[i] = w->g[i];
+    for (int i = 0; i < H * H; i++) pp[i] = w->P[i];
+    double losses[2];
+    for (int t = 1; t <= 2; t++) {
+        W cur;
+        for (int i = 0; i < V * H; i++) cur.E[i] = (float)pe[i];
+        for (int i = 0; i < H; i++) cur.g[i] = (float)pg[i];
+        for (int i = 0; i < H * H; i++) cur.P[i] = (float)pp[i];
+        losses[t - 1] = ref_step(&cur, data_main, 37, t - 1, gE, gg, gP);
+        double nrm = 0;
+        for (int i = 0; i < V * H; i++) nrm += gE[i] * gE[i];
+        for (int i = 0; i < H; i++) nrm += gg[i] * gg[i];
+        for (int i = 0; i < H * H; i++) nrm += gP[i] * gP[i];
+        nrm = sqrt(nrm);
+        double c = clipv / (nrm + 1e-6);
+        if (c > 1) c = 1;
+        double bc1 = 1 - pow(b1v, t), bc2 = 1 - pow(b2v, t);
+        double *ps[3] = {pe, pg, pp}, *gs[3] = {gE, gg, gP}, *ms_[3] = {me, mg, mp}, *vs[3] = {ve, vg, vp};
+        int ns[3] = {V * H, H, H * H}, dec[3] = {1, 0, 1};
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < ns[k]; i++) {
+                double gi = gs[k][i] * c;
+                if (dec[k]) ps[k][i] *= 1 - lrv * wdv;
+                ms_[k][i] = b1v * ms_[k][i] + (1 - b1v) * gi;
+                vs[k][i] = b2v * vs[k][i] + (1 - b2v) * gi * gi;
+                ps[k][i] -= lrv * (ms_[k][i] / bc1) / (sqrt(vs[k][i] / bc2) + epsv);
+            }
+    }
+    char sp[512];
+    path(sp, sizeof sp, "w2.safetensors");
+    snprintf(args, sizeof args,
+             "%s/main --init %s --data %s --steps 2 --lr 0.01 --beta1 0.8 --beta2 0.9 --eps 1e-3 --wd 0.05 "
+             "--clip %.9g --save %s --log %s",
+             tdir, wp, dp, clipv, sp, lp);
+    expect_ok("two AdamW steps with --clip, custom betas, eps, wd", args);
+    W u;
+    if (check(read_weights(sp, &u, 0) == 0, "--save wrote the final weights")) {
+        double e1 = rel_err(u.E, pe, V * H), e2 = rel_err(u.g, pg, H), e3 = rel_err(u.P, pp, H * H);
+        check(e1 < 1e-5 && e2 < 1e-5 && e3 < 1e-5,
+              "weights after 2 clipped AdamW steps equal the direct update (rel %.1e %.1e %.1e)", e1, e2, e3);
+    }
+    log = read_text(lp);
+    double l1 = NAN, l2 = NAN;
+    int n1 = 0, n2 = 0;
+    if (log) {
+        char *second = strchr(log, '\n');
+        sscanf(log, "{\"step\":%d,\"loss\":%lf", &n1, &l1);
+        if (second) sscanf(second + 1, "{\"step\":%d,\"loss\":%lf", &n2, &l2);
+    }
+    check(n1 == 1 && n2 == 2 && fabs(l1 - losses[0]) < 1e-5 * losses[0] && fabs(l2 - losses[1]) < 1e-5 * losses[1],
+          "step 2 reads the next data window (with wrap-around) and the updated weights: loss %.6f vs %.6f", l2,
+          losses[1]);
+    free(log);
+}
+
+static void test_training(void) {
+    char dp[512], lp[512], args[8192];
+    path(dp, sizeof dp, "cyc.bin");
+    path(lp, sizeof lp, "train.jsonl");
+    snprintf(args, sizeof args, "%s/main --seed 3 --data %s --steps 300 --lr 0.03 --log %s --quiet", tdir, dp, lp);
+    expect_ok("training 300 steps on a cyclic sequence", args);
+    char *log = read_text(lp);
+    int lines = 0;
+    double first = NAN, last = NAN;
+    for (char *q = log; q && *q;) {
+        double l;
+        if (sscanf(q, "{\"step\":%*d,\"loss\":%lf", &l) == 1) {
+            if (!lines) first = l;
+            last = l;
+            lines++;
+        }
+        char *nl = strchr(q, '\n');
+        q = nl ? nl + 1 : NULL;
+    }
+    check(lines == 300, "--log has one line per step (%d)", lines);
+    check(last < 0.25 * first, "the loss falls from %.4f to %.4f", first, last);
+    free(log);
+}
+
+static void test_seed_init(void) {
+    char sp[512], sp2[512], args[8192];
+    path(sp, sizeof sp, "seed7.safetensors");
+    path(sp2, sizeof sp2, "seed7b.safetensors");
+    snprintf(args, sizeof args, "%s/main --seed 7 --steps 0 --save %s --quiet", tdir, sp);
+    expect_ok("--seed 7 --steps 0 --save", args);
+    W w;
+    if (!check(read_weights(sp, &w, 0) == 0, "seeded weights saved")) return;
+    int same = 1;
+    for (int i = 0; i < V * H; i++) same &= w.E[i] == doc_normal(7, "emb.weight", i, 0.5);
+    for (int i = 0; i < H * H; i++) same &= w.P[i] == doc_normal(7, "proj.weight", i, 0.3);
+    for (int i = 0; i < H; i++) same &= w.g[i] == 1.0f;
+    check(same, "every element is the documented function of (seed, name, index); ones are 1");
+    double mean = 0, var = 0;
+    for (int i = 0; i < V * H; i++) mean += w.E[i] / (V * H);
+    for (int i = 0; i < V * H; i++) var += (w.E[i] - mean) * (w.E[i] - mean) / (V * H);
+    check(fabs(mean) < 0.15 && fabs(sqrt(var) - 0.5) < 0.1, "emb.weight looks like normal(0, 0.5): mean %.3f std %.3f",
+          mean, sqrt(var));
+    snprintf(args, sizeof args, "%s/main --seed 8 --steps 0 --save %s --quiet", tdir, sp2);
+    run(args);
+    W w2;
+    check(read_weights(sp2, &w2, 0) == 0 && memcmp(w.E, w2.E, sizeof w.E) != 0, "--seed 8 gives other weights");
+    snprintf(args, sizeof args, "%s/main --steps 0 --save %s --quiet", tdir, sp2);
+    run(args);
+    check(read_weights(sp2, &w2, 0) == 0 && w2.E[5] == doc_normal(1, "emb.weight", 5, 0.5), "the default seed is 1");
+}
+
+/* A safetensors file with the three params in F16 (emb, proj) and BF16 (gain), values exact in both. */
+static void test_half_init(void) {
+    char hp[512], sp[512], args[8192];
+    path(hp, sizeof hp, "half.safetensors");
+    path(sp, sizeof sp, "half_out.safetensors");
+    char hdr[512];
+    int hl = snprintf(hdr, sizeof hdr,
+                      "{\"emb.weight\":{\"dtype\":\"F16\",\"shape\":[16,8],\"data_offsets\":[0,256]},"
+                      "\"gain\":{\"dtype\":\"BF16\",\"shape\":[8],\"data_offsets\":[256,272]},"
+                      "\"proj.weight\":{\"dtype\":\"F16\",\"shape\":[8,8],\"data_offsets\":[272,400]}}");
+    while (hl % 8) hdr[hl++] = ' ';
+    unsigned char buf[8 + 512 + 400];
+    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)hl >> (8 * k));
+    memcpy(buf + 8, hdr, (size_t)hl);
+    unsigned char *d = buf + 8 + hl;
+    W want;
+    /* F16: k/64 for k in [-64, 63]: sign, exponent, mantissa built by hand */
+    for (int i = 0; i < V * H + H * H; i++) {
+        int k = (i * 37) % 128 - 64;
+        float v = (float)k / 64.0f;
+        uint16_t h = 0;
+        if (k != 0) {
+            int a = k < 0 ? -k : k, e = 0;
+            while ((a >> e) > 1) e++;                        /* a in [2^e, 2^(e+1)) */
+            uint16_t mant = (uint16_t)(((a << 10) >> e) & 0x3ff); /* a / 2^e - 1 in 10 bits */
+            h = (uint16_t)((k < 0 ? 0x8000 : 0) | ((e - 6 + 15) << 10) | mant);
+        }
+        int off = i < V * H ? 2 * i : 272 + 2 * (i - V * H);
+        d[off] = (unsigned char)(h & 255);
+        d[off + 1] = (unsigned char)(h >> 8);
+        if (i < V * H) want.E[i] = v;
+        else want.P[i - V * H] = v;
+    }
+    for (int j = 0; j < H; j++) { /* BF16: the top half of the float */
+        float v = 0.5f + 0.25f * (float)j;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        d[256 + 2 * j] = (unsigned char)((u >> 16) & 255);
+        d[256 + 2 * j + 1] = (unsigned char)(u >> 24);
+        want.g[j] = v;
+    }
+    write_bytes(hp, buf, 8 + (size_t)hl + 400);
+    snprintf(args, sizeof args, "%s/main --init %s --steps 0 --save %s --quiet", tdir, hp, sp);
+    expect_ok("--init from F16 and BF16 tensors", args);
+    W got;
+    check(read_weights(sp, &got, 0) == 0 && !memcmp(&got, &want, sizeof got), "F16/BF16 values converted exactly");
+}
+
+static void test_init_errors(const W *w) {
+    char p[512], args[8192];
+    const char *names[4] = {"emb.weight", "gain", "proj.weight", "extra.bias"};
+    int nd[4] = {2, 1, 2, 1};
+    int64_t se[2] = {V, H}, sg[1] = {H}, sp[2] = {H, H}, sbad[2] = {H, 4}, sx[1] = {3};
+    float zero[128] = {0};
+    char err[512];
+
+    /* only emb.weight: two missing, listed together */
+    path(p, sizeof p, "miss.safetensors");
+    const int64_t *sh1[1] = {se};
+    const float *d1[1] = {w->E};
+    rt_st_write(p, 1, names, nd, sh1, d1, err, sizeof err);
+    snprintf(args, sizeof args, "%s/main --init %s", tdir, p);
+    expect_fail("--init with two tensors missing", args, "miss.safetensors: 2 tensors missing: gain, proj.weight");
+
+    /* wrong shape: names the tensor and both shapes */
+    path(p, sizeof p, "shape.safetensors");
+    const int64_t *sh2[3] = {se, sg, sbad};
+    const float *d2[3] = {w->E, w->g, w->P};
+    rt_st_write(p, 3, names, nd, sh2, d2, err, sizeof err);
+    snprintf(args, sizeof args, "%s/main --init %s", tdir, p);
+    expect_fail("--init with a wrong shape", args, "tensor proj.weight has shape [8,4], the program's param 2 needs [8,8]");
+
+    /* an extra tensor */
+    path(p, sizeof p, "extra.safetensors");
+    const int64_t *sh3[4] = {se, sg, sp, sx};
+    const float *d3[4] = {w->E, w->g, w->P, zero};
+    rt_st_write(p, 4, names, nd, sh3, d3, err, sizeof err);
+    snprintf(args, sizeof args, "%s/main --init %s", tdir, p);
+    expect_fail("--init with an extra tensor", args, "1 tensor the program has no param for: extra.bias");
+
+    /* lm_head.weight: accepted when equal to the tied param, else an error */
+    path(p, sizeof p, "head_ok.safetensors");
+    write_weights(p, w, 1, NULL);
+    snprintf(args, sizeof args, "%s/main --init %s --steps 0", tdir, p);
+    expect_ok("--init with lm_head.weight equal to the tied emb.weight", args);
+    float head[V * H];
+    memcpy(head, w->E, sizeof head);
+    head[17] += 0.25f;
+    path(p, sizeof p, "head_bad.safetensors");
+    write_weights(p, w, 1, head);
+    snprintf(args, sizeof args, "%s/main --init %s --steps 0", tdir, p);
+    expect_fail("--init with lm_head.weight different from the tied param", args,
+                "tensor lm_head.weight differs from emb.weight at element 17");
+    char *b = replace(BODY, " decay 1 tied\n", " decay 1\n");
+    make_prog("untied", b);
+    free(b);
+    path(p, sizeof p, "head_ok.safetensors");
+    snprintf(args, sizeof args, "%s/untied --init %s --steps 0", tdir, p);
+    expect_fail("--init with lm_head.weight when no param is tied", args,
+                "1 tensor the program has no param for: lm_head.weight (lm_head.weight is accepted only when a param is tied)");
+
+    /* truncated safetensors */
+    char full[512];
+    path(full, sizeof full, "head_ok.safetensors");
+    char *t = NULL;
+    FILE *fp = fopen(full, "rb");
+    unsigned char buf[4096];
+    size_t n = fp ? fread(buf, 1, sizeof buf, fp) : 0;
+    if (fp) fclose(fp);
+    (void)t;
+    path(p, sizeof p, "trunc.safetensors");
+    write_bytes(p, buf, n - 100);
+    snprintf(args, sizeof args, "%s/main --init %s", tdir, p);
+    expect_fail("--init with a truncated safetensors file", args, "trunc.safetensors: ");
+    write_bytes(p, buf, 5);
+    expect_fail("--init with a 5-byte safetensors file", args, "file too small for a safetensors header");
+    path(p, sizeof p, "nonexistent.safetensors");
+    snprintf(args, sizeof args, "%s/main --init %s", tdir, p);
+    expect_fail("--init with a missing file", args, "nonexistent.safetensors: cannot open");
+}
+
+static void test_data_errors(void) {
+    char p[512], args[8192];
+    int tok[50];
+    for (int i = 0; i < 50; i++) tok[i] = i % V;
+    path(p, sizeof p, "short.bin");
+    write_tokens(p, tok, 50, 100);
+    snprintf(args, sizeof args, "%s/main --data %s", tdir, p);
+    expect_fail("--data: an llm.c file shorter than its header says", args, "short.bin: ");
+    tok[33] = 20;
+    path(p, sizeof p, "big.bin");
+    write_tokens(p, tok, 50, 50);
+    snprintf(args, sizeof args, "%s/main --data %s", tdir, p);
+    expect_fail("--data: a token id >= vocab", args, "big.bin: token id 20 is not below the model's vocab 16");
+    snprintf(args, sizeof args, "%s/main", tdir);
+    expect_fail("the built-in text's bytes exceed a vocab of 16", args,
+                "the built-in text: token id 122 is not below the model's vocab 16");
+    path(p, sizeof p, "empty.txt");
+    write_bytes(p, "", 0);
+    snprintf(args, sizeof args, "%s/main --data %s", tdir, p);
+    expect_fail("--data: an empty file", args, "empty.txt: empty token data");
+    path(p, sizeof p, "no_such_data.bin");
+    snprintf(args, sizeof args, "%s/main --data %s", tdir, p);
+    expect_fail("--data: a missing file", args, "no_such_data.bin: cannot open");
+}
+
+static void test_listing_errors(void) {
+    char args[8192];
+    /* hand edit: one byte changed, hash not updated */
+    char *t = listing(BODY);
+    char *at = strstr(t, "seed @7552 0.5");
+    at[strlen("seed @7552 0.")] = '6';
+    make_dir("edited", t);
+    free(t);
+    snprintf(args, sizeof args, "%s/edited", tdir);
+    char want[600];
+    snprintf(want, sizeof want, "%s/edited/rank0.prog: content hash mismatch: edited by hand, or written by another ppc", tdir);
+    expect_fail("an edited listing", args, want);
+
+    t = listing(BODY);
+    t[strlen("ppr-program ")] = '2';
+    make_dir("v2", t);
+    free(t);
+    snprintf(args, sizeof args, "%s/v2", tdir);
+    snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 2, this ppr reads 1", tdir);
+    expect_fail("format version 2", args, want);
+
+    struct {
+        const char *name, *from, *to, *needle_fmt;
+    } cases[] = {
+        {"oob_gemm", "@7296 8 0 1 ", "@7424 8 0 1 ", ":%d: gemm: C: @7424 + 256 bytes leaves the arena (7616 bytes)"},
+        {"oob_kernel", "$896:512 $1408:4", "$1024:512 $1408:4", ":%d: kernel xent_fwd: argument 3: $1024 + 512 bytes leaves the slot (1472 bytes)"},
+        {"oob_plain", "@7552 @6272:512", "@7616 @6272:512", ":%d: kernel xent_bwd: argument 3: @7616 + 4 bytes leaves the arena"},
+        {"oob_batch", "batch $0 $64", "batch $0 $1441", ":%d: batch: labels: '$1441': offset is not a multiple of 4"},
+        {"oob_batch2", "batch $0 $64", "batch $0 $1444", ":%d: batch: labels: $1444 + 32 bytes leaves the slot"},
+        {"unknown", "  loss $1408", "  frobnicate $1408", ":%d: unknown instruction 'frobnicate'"},
+        {"clip_early", "  grad_norm\n  kernel adamw @0:512", "  kernel adamw @0:512", ":%d: kernel adamw: argument 14: s:clip is set by grad_norm"},
+        {"slot_busy", "  F 1 1\n", "  F 1 0\n", ":%d: F 1 0: slot 0 still holds micro-batch 0"},
+        {"no_extent_param", "@576 init normal", "@580 init normal", ":%d: param proj.weight: offset 580 is not a multiple of 64"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char *b = replace(BODY, cases[k].from, cases[k].to);
+        make_prog(cases[k].name, b);
+        char needle[256];
+        snprintf(needle, sizeof needle, cases[k].needle_fmt, line_of(b, cases[k].to));
+        free(b);
+        snprintf(args, sizeof args, "%s/%s", tdir, cases[k].name);
+        expect_fail(cases[k].name, args, needle);
+    }
+
+    char *b = replace(BODY, "kernel gain_bwd", "kernel gain_bwdx");
+    make_prog("nosym", b);
+    free(b);
+    snprintf(args, sizeof args, "%s/nosym", tdir);
+    expect_fail("a kernel missing from the object", args, "k.so: no kernel gain_bwdx (symbol gain_bwdx__call) called by");
+
+    b = replace(BODY, "kernels k.so 0123456789abcdef", "kernels k.so 0123456789abcdee");
+    make_prog("khash", b);
+    free(b);
+    snprintf(args, sizeof args, "%s/khash", tdir);
+    expect_fail("a kernel object with another source hash", args,
+                "k.so: its ppk_source_hash is '0123456789abcdef', ");
+
+    b = replace(BODY, "kernels k.so", "kernels gone.so");
+    make_prog("noso", b);
+    free(b);
+    snprintf(args, sizeof args, "%s/noso", tdir);
+    expect_fail("a missing kernel object", args, "gone.so: cannot open the kernel object named by");
+
+    b = replace(BODY, "kernels k.so", "kernels junk.so");
+    make_prog("junkso", b);
+    free(b);
+    char jp[512];
+    snprintf(jp, sizeof jp, "%s/junkso/junk.so", tdir);
+    write_bytes(jp, "not an ELF file\n", 16);
+    snprintf(args, sizeof args, "%s/junkso", tdir);
+    expect_fail("a kernel object that is not a shared library", args, "junk.so: cannot load the kernel object");
+
+    b = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 2 pp 1 dp 1");
+    make_prog("tp2", b);
+    free(b);
+    snprintf(args, sizeof args, "%s/tp2", tdir);
+    expect_fail("a tensor-parallel listing", args, "mesh tp 2 pp 1 dp 1: this ppr runs single-rank programs only");
+
+    snprintf(args, sizeof args, "%s/nowhere", tdir);
+    expect_fail("a missing program directory", args, "nowhere/rank0.prog: cannot open: No such file or directory");
+}
+
+static void test_cli(void) {
+    char args[8192];
+    struct {
+        const char *args, *needle;
+    } bad[] = {
+        {"--frobnicate", "unknown option '--frobnicate'"},
+        {"", "no program directory DIR"},
+        {"--steps abc", "--steps: expected an integer"},
+        {"--steps", "--steps needs a value"},
+        {"--lr -1", "--lr: expected a number in [0, 1e+09], found '-1'"},
+        {"--beta1 1", "--beta1: expected a number in [0, 1)"},
+        {"--eps 0", "--eps: expected a number in (0, "},
+        {"--clip nan", "--clip: expected a number"},
+        {"--seed 1 --init w.safetensors", "--init and --seed exclude each other"},
+        {"--steps 0 --save-grads g.safetensors", "--save-grads needs at least one step"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        snprintf(args, sizeof args, "%s%s%s", bad[k].args[0] == 0 ? "" : tdir, bad[k].args[0] == 0 ? "" : "/main ", bad[k].args);
+        int rc = run(args);
+        int ok = rc == 1 && sane(rc) && strstr(out, bad[k].needle) && strstr(out, "usage: ppr DIR");
+        if (!check(ok, "bad flags '%s': usage and exit 1, saying '%s'", bad[k].args, bad[k].needle)) {
+            printf("  | exit %d\n", rc);
+            show();
+        }
+    }
+    snprintf(args, sizeof args, "%s/main %s/main", tdir, tdir);
+    int rc = run(args);
+    check(rc == 1 && strstr(out, "more than one DIR"), "two directories: usage and exit 1");
+    rc = run("--help");
+    check(rc == 0 && strstr(out, "usage: ppr DIR") && strstr(out, "--save-grads"), "--help: usage on stdout, exit 0");
+    rc = run("--version");
+    check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 1"), "--version");
+    char p[512];
+    path(p, sizeof p, "data.bin");
+    snprintf(args, sizeof args, "%s/main --data=%s --steps=1 --save %s/no/such/dir/w.safetensors", tdir, p, tdir);
+    expect_fail("--save into a missing directory", args, "/no/such/dir/w.safetensors");
+    snprintf(args, sizeof args, "%s/main --data %s --log %s/no/such/dir/log.jsonl", tdir, p, tdir);
+    expect_fail("--log into a missing directory", args, "log.jsonl: cannot open for writing");
+}
+
+/* ---- in-process parser checks and the fuzzer ----------------------------------------------- */
+
+static int parse_msg(const char *text, char *err, size_t errlen) {
+    RtProg *p = NULL;
+    int rc = rt_prog_parse("t.prog", text, strlen(text), &p, err, errlen);
+    rt_prog_free(p);
+    return rc;
+}
+
+static void expect_parse_error(const char *what, const char *from, const char *to, const char *needle) {
+    char *b = replace(BODY, from, to);
+    char *t = listing(b);
+    char err[2048] = "";
+    int rc = parse_msg(t, err, sizeof err);
+    char n2[512];
+    snprintf(n2, sizeof n2, needle, line_of(b, to));
+    if (!check(rc != 0 && strstr(err, n2), "parser: %s -> '%s'", what, n2)) printf("  | got: %s\n", err);
+    free(b);
+    free(t);
+}
+
+static void test_parser(void) {
+    char *t = listing(BODY);
+    char err[2048] = "";
+    RtProg *p = NULL;
+    int rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    if (check(rc == 0 && p, "parser: the hand-written listing loads [%s]", rc ? err : "ok")) {
+        check(p->nparams == 3 && p->tied == 0 && p->vocab == 16 && p->nslots == 2 && p->blk[0].n == 7 &&
+                  p->blk[1].n == 8 && p->blk[2].n == 4 && p->nentries == 6 && p->nkernels == 7 &&
+                  p->params[2].dims[1] == 8 && p->params[1].init == RT_INIT_ONES && p->params[0].std == 0.5,
+              "parser: params, blocks, kernels and schedule as written");
+    }
+    rt_prog_free(p);
+    free(t);
+
+    /* params in any order are stored by index */
+    char *b = replace(BODY,
+                      "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied\n"
+                      "param 1 gain f32 [8] @512 init ones decay 0\n",
+                      "param 1 gain f32 [8] @512 init ones decay 0\n"
+                      "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied\n");
+    t = listing(b);
+    rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    check(rc == 0 && p && !strcmp(p->params[0].name, "emb.weight") && p->tied == 0,
+          "parser: param lines in any order are stored by index");
+    rt_prog_free(p);
+    free(t);
+    free(b);
+
+    expect_parse_error("CRLF line ends", "model testlin\n", "model testlin\r\n", ":%d: carriage return");
+    expect_parse_error("header order", "mesh tp 1 pp 1 dp 1\nrank", "rank 0 stage 0 tp_rank 0 dp_rank 0\nmesh tp 1 pp 1 dp 1\nrank",
+                       ":%d: expected 'mesh tp N pp N dp N' (the header lines come in a fixed order)");
+    expect_parse_error("no vocab line", "vocab 16\n", "", ":8: expected 'vocab N'");
+    expect_parse_error("vocab 0", "vocab 16\n", "vocab 0\n", ":%d: vocab: expected an integer in [1, 2147483647], found '0'");
+    expect_parse_error("tied param whose first dim is not the vocab", "vocab 16\n", "vocab 17\n",
+                       "param emb.weight: tied, so its first dim 16 must be the vocab 17");
+    expect_parse_error("kernel file with a path", "kernels k.so", "kernels ../k.so",
+                       ":%d: kernels: '../k.so' is not a file name in the program's directory");
+    expect_parse_error("regions overlap", "region scratch 6272 1344", "region scratch 6208 1344",
+                       "regions slots (line 15) and scratch (line 16) overlap");
+    expect_parse_error("region past the arena", "arena 7616", "arena 7600", "region scratch (line 16) ends at byte 7616, past the arena (7600 bytes)");
+    expect_parse_error("grads size differs", "region grads   832  832", "region grads   832  768",
+                       "region grads (line 12) has 768 bytes, region params 832: they share one layout");
+    expect_parse_error("missing region", "region adam_v  2496 832\n", "", "region adam_v is missing (every region is given before 'arena')");
+    expect_parse_error("unaligned slot size", "region slots   3328 1472 2", "region slots   3328 1480 2",
+                       "the bytes of one slot are not a multiple of 64");
+    expect_parse_error("param outside the params region", "@576 init normal", "@640 init normal",
+                       "param proj.weight: @640 + 256 bytes is not inside the params region [0, 832)");
+    expect_parse_error("params overlap", "[8] @512 init ones", "[8] @448 init ones", "params emb.weight (line 19) and gain (line 20) overlap");
+    expect_parse_error("duplicate param index", "param 2 proj.weight", "param 1 proj.weight", "param index 1 is given twice");
+    expect_parse_error("param index gap", "param 2 proj.weight", "param 5 proj.weight", "param index 5, but there are 3 params");
+    expect_parse_error("duplicate checkpoint name", "param 2 proj.weight", "param 2 gain",
+                       ":%d: param: checkpoint name 'gain' is already param 1");
+    expect_parse_error("bf16 param", "gain f32", "gain bf16", ":%d: param gain: dtype 'bf16': this ppr runs f32 parameters only");
+    expect_parse_error("unknown init", "init ones", "init uniform", ":%d: param gain: init 'uniform' (expected normal STD, ones or zeros)");
+    expect_parse_error("two tied params", "@576 init normal 0.3 decay 1", "@576 init normal 0.3 decay 1 tied",
+                       ":%d: param proj.weight: a second tied param (emb.weight is tied)");
+    expect_parse_error("buffer out of the slot", "buffer probs f32 [8,16] $896", "buffer probs f32 [8,16] $1024",
+                       ":%d: buffer probs: $1024 + 512 bytes leaves the slot (1472 bytes)");
+    expect_parse_error("gemm leading dimension too small", "gemm N N 8 8 16 1 @6272 16", "gemm N N 8 8 16 1 @6272 15",
+                       ":%d: gemm: leading dimension of A is 15, less than its 16 columns");
+    expect_parse_error("gemm batch stride past the slot", "$128 8 32 @576 8 0 0 $384 8 32 2",
+                       "$128 8 32 @576 8 0 0 $384 8 320 2", ":%d: gemm: C: $384 + 1408 bytes leaves the slot");
+    expect_parse_error("gemm with 17 fields", "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1",
+                       "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0", ":%d: expected 18 fields, found 17");
+    expect_parse_error("gemm TA X", "gemm N T 8 16", "gemm X T 8 16", ":%d: gemm: TA is 'X' (expected N or T)");
+    expect_parse_error("$ operand in the optimizer", "kernel adamw @512:32", "kernel adamw $512:32",
+                       ":%d: kernel adamw: argument 1: '$512:32': $ operands are not allowed in the optimizer block");
+    expect_parse_error("unknown scalar", "s:lr s:beta1", "s:lrx s:beta1", ":%d: kernel adamw: argument 7: unknown runtime scalar 's:lrx'");
+    expect_parse_error("bad f: value", "f:1\n", "f:1e99\n", ":%d: kernel gain_fwd: argument 6: 'f:1e99' is not a finite float");
+    expect_parse_error("bad i: value", "i:8 i:8 f:1", "i:8x i:8 f:1", ":%d: kernel gain_fwd: argument 4: 'i:8x' is not a 64-bit integer");
+    expect_parse_error("kernel name", "kernel embed_bwd", "kernel 9embed_bwd", ":%d: kernel: '9embed_bwd' is not a C identifier");
+    expect_parse_error("batch in the optimizer", "  grad_norm\n", "  grad_norm\n  batch - -\n",
+                       "'batch' is not allowed in the optimizer block");
+    expect_parse_error("grad_norm in the forward", "  loss $1408\n", "  loss $1408\n  grad_norm\n",
+                       "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
+    expect_parse_error("no grad_norm", "block optimizer\n  grad_norm\n", "block optimizer\nend\nblock optimizer2\n",
+                       "the optimizer block has no grad_norm");
+    expect_parse_error("two forward blocks", "block backward", "block forward", ":46: a second forward block (the first is on line 36)");
+    expect_parse_error("block not ended", "  loss $1408\nend\n", "  loss $1408\n", "'block' inside block forward");
+    expect_parse_error("B before F", "  F 0 0\n  F 1 1\n  B 0 0\n", "  B 0 0\n  F 0 0\n  F 1 1\n", ":%d: B 0 0 before F 0");
+    expect_parse_error("B in the wrong slot", "  B 1 1\n", "  B 1 0\n", ":%d: B 1 0: micro-batch 1's forward did not run in slot 0");
+    expect_parse_error("OPT before every B", "  B 1 1\n  OPT\n", "  OPT\n  B 1 1\n", ":%d: OPT before every micro-batch's B ran (1 of 2)");
+    expect_parse_error("micro-batch out of range", "  F 1 1\n", "  F 2 1\n", ":%d: micro-batch: expected an integer in [0, 1], found '2'");
+    expect_parse_error("no zero_grads", "  zero_grads\n", "", "B 0 0 before zero_grads");
+    expect_parse_error("send entry", "  OPT\n", "  OPT\n  send 1\n", "'send' after OPT (OPT is the schedule's last entry)");
+    expect_parse_error("text after the schedule", "  OPT\nend\n", "  OPT\nend\nmore\n", "'more' after the schedule's end");
+    expect_parse_error("no schedule end", "  OPT\nend\n", "  OPT\n", "ends inside the schedule");
+
+    /* not a listing at all */
+    rc = parse_msg("", err, sizeof err);
+    check(rc && strstr(err, "t.prog: empty: not a ppr program listing"), "parser: empty file");
+    rc = parse_msg("\x7f" "ELF\x02\x01", err, sizeof err);
+    check(rc && strstr(err, "t.prog:1: control character 0x02"), "parser: binary garbage [%s]", err);
+    rc = parse_msg("hello world\n", err, sizeof err);
+    check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 1'"), "parser: text that is not a listing");
+}
+
+/* Every operand of a parsed program, checked element by element against the arena/slot. */
+static int brute_bounds(const RtProg *p) {
+    for (int b = 0; b < RT_NBLK; b++)
+        for (int n = 0; n < p->blk[b].n; n++) {
+            const RtInstr *in = &p->blk[b].ins[n];
+            if (in->kind == RT_I_GEMM) {
+                if ((double)in->m * in->n * (double)in->k * in->batch > 2e6) continue;
+                const RtPtr *ops[3] = {&in->p[0], &in->p[1], &in->p[2]};
+                int rows[3] = {in->ta ? in->k : in->m, in->tb ? in->n : in->k, in->m};
+                int cols[3] = {in->ta ? in->m : in->k, in->tb ? in->k : in->n, in->n};
+                int ld[3] = {in->lda, in->ldb, in->ldc};
+                int64_t st[3] = {in->sa, in->sb, in->sc};
+                for (int o = 0; o < 3; o++) {
+                    int64_t lim = ops[o]->in_slot ? p->reg[RT_REG_SLOTS].bytes : p->arena, mx = 0;
+                    for (int bb = 0; bb < in->batch; bb++)
+                        for (int i = 0; i < rows[o]; i++)
+                            for (int j = 0; j < cols[o]; j++) {
+                                int64_t e = ops[o]->off + 4 * (bb * st[o] + (int64_t)i * ld[o] + j) + 4;
+                                if (e > mx) mx = e;
+                            }
+                    if (mx > lim) return 0;
+                }
+            } else if (in->kind == RT_I_KERNEL) {
+                for (int a = 0; a < in->nargs; a++) {
+                    const RtArg *r = &in->args[a];
+                    if (r->kind != RT_A_PTR) continue;
+                    int64_t lim = r->ptr.in_slot ? p->reg[RT_REG_SLOTS].bytes : p->arena;
+                    if (r->ptr.off + (r->bytes ? r->bytes : 4) > lim) return 0;
+                }
+            } else {
+                int64_t ext = in->kind == RT_I_ZERO ? in->bytes : in->kind == RT_I_BATCH ? (int64_t)p->micro_batch * p->seq * 4 : 4;
+                for (int k = 0; k < 2; k++) {
+                    if (!in->p[k].present) continue;
+                    int64_t lim = in->p[k].in_slot ? p->reg[RT_REG_SLOTS].bytes : p->arena;
+                    if (in->p[k].off + ext > lim) return 0;
+                }
+            }
+        }
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParam *q = &p->params[i];
+        if (q->off < p->reg[RT_REG_PARAMS].base || q->off + 4 * q->numel > p->reg[RT_REG_PARAMS].base + p->reg[RT_REG_PARAMS].bytes)
+            return 0;
+    }
+    for (int e = 0; e < p->nentries; e++)
+        if (p->sched[e].kind == RT_E_F && (p->sched[e].slot >= p->nslots || p->sched[e].mb >= p->microbatches)) return 0;
+    return 1;
+}
+
+static uint64_t frng = 99;
+static unsigned rnd(unsigned n) {
+    frng = frng * 6364136223846793005ull + 1442695040888963407ull;
+    return (unsigned)((frng >> 33) % n);
+}
+
+/* One random edit of s (len *n, capacity cap). */
+static void mutate(char *s, size_t *n, size_t cap) {
+    static const char *const nums[] = {"0", "1", "-1", "63", "64", "4096", "7616", "7612", "1472", "2147483647",
+                                       "2147483648", "1099511627776", "9223372036854775807", "99999999999999999999",
+                                       "1e38", "nan", "-", "@", "$", "@7616:4", "$1472", "i:", "s:clip", "f:inf"};
+    static const char chars[] = " \n#@$:-.,[]0123456789abcdefNTFBi\t\x01\xff";
+    size_t len = *n;
+    if (len == 0) return;
+    switch (rnd(6)) {
+    case 0: s[rnd((unsigned)len)] = chars[rnd(sizeof chars - 1)]; break;
+    case 1: { /* delete a range */
+        size_t a = rnd((unsigned)len), k = 1 + rnd(20);
+        if (a + k > len) k = len - a;
+        memmove(s + a, s + a + k, len - a - k);
+        *n = len - k;
+        break;
+    }
+    case 2: case 3: { /* replace a token with a number-ish */
+        size_t a = rnd((unsigned)len);
+        while (a > 0 && s[a - 1] != ' ' && s[a - 1] != '\n') a--;
+        size_t e = a;
+        while (e < len && s[e] != ' ' && s[e] != '\n') e++;
+        const char *r = nums[rnd(sizeof nums / sizeof *nums)];
+        size_t rl = strlen(r);
+        if (len - (e - a) + rl >= cap) break;
+        memmove(s + a + rl, s + e, len - e);
+        memcpy(s + a, r, rl);
+        *n = len - (e - a) + rl;
+        break;
+    }
+    case 4: { /* duplicate a line */
+        size_t a = rnd((unsigned)len);
+        while (a > 0 && s[a - 1] != '\n') a--;
+        size_t e = a;
+        while (e < len && s[e] != '\n') e++;
+        if (e < len) e++;
+        if (len + (e - a) >= cap) break;
+        memmove(s + e + (e - a), s + e, len - e);
+        memcpy(s + e, s + a, e - a);
+        *n = len + (e - a);
+        break;
+    }
+    default: { /* delete a line */
+        size_t a = rnd((unsigned)len);
+        while (a > 0 && s[a - 1] != '\n') a--;
+        size_t e = a;
+        while (e < len && s[e] != '\n') e++;
+        if (e < len) e++;
+        memmove(s + a, s + e, len - e);
+        *n = len - (e - a);
+        break;
+    }
+    }
+}
+
+static void test_fuzz(void) {
+    char err[2048];
+    size_t blen = strlen(BODY);
+    char *full = listing(BODY);
+    size_t flen = strlen(full);
+    int ok_trunc = 0, bad_trunc = 0;
+    /* every truncation, with the original hash and rehashed */
+    for (size_t k = 0; k < flen; k++) {
+        RtProg *p = NULL;
+        int rc = rt_prog_parse("f.prog", full, k, &p, err, sizeof err);
+        if (rc == 0) bad_trunc++;
+        rt_prog_free(p);
+    }
+    for (size_t k = 0; k < blen; k++) {
+        char *b = malloc(k + 1);
+        memcpy(b, BODY, k);
+        b[k] = 0;
+        char *t = listing(b);
+        RtProg *p = NULL;
+        int rc = rt_prog_parse("f.prog", t, strlen(t), &p, err, sizeof err);
+        if (rc == 0) {
+            ok_trunc++;
+            if (!brute_bounds(p)) bad_trunc++;
+        } else if (!strstr(err, "f.prog")) {
+            bad_trunc++;
+        }
+        rt_prog_free(p);
+        free(t);
+        free(b);
+    }
+    check(bad_trunc == 0 && ok_trunc <= 2,
+          "fuzz: %zu + %zu truncations rejected with a message naming the file (%d complete ones load)", flen, blen,
+          ok_trunc);
+
+    int iters = 6000, loaded = 0, bad = 0;
+    if (getenv("TEST_PPR_FUZZ")) iters = atoi(getenv("TEST_PPR_FUZZ")); /* a longer run by hand */
+    size_t cap = blen * 2 + 256;
+    char *b = malloc(cap + 1);
+    for (int it = 0; it < iters; it++) {
+        memcpy(b, BODY, blen);
+        size_t n = blen;
+        int edits = 1 + (int)rnd(3);
+        for (int e = 0; e < edits; e++) mutate(b, &n, cap);
+        b[n] = 0;
+        RtProg *p = NULL;
+        int rc;
+        if (rnd(10) == 0) { /* raw: the hash is stale */
+            char *t = malloc(n + 64);
+            int hl = snprintf(t, n + 64, "ppr-program 1\ncompiler ppc test\nhash %016llx\n",
+                              (unsigned long long)fnv(BODY, blen));
+            memcpy(t + hl, b, n);
+            rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
+            free(t);
+        } else { /* rehashed, with embedded NULs kept (n bytes) */
+            char *t = malloc(n + 64);
+            int hl = snprintf(t, n + 64, "ppr-program 1\ncompiler ppc test\nhash %016llx\n",
+                              (unsigned long long)fnv(b, n));
+            memcpy(t + hl, b, n);
+            rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
+            free(t);
+        }
+        if (rc == 0) {
+            loaded++;
+            if (!brute_bounds(p)) {
+                bad++;
+                if (bad < 3) printf("  | out-of-bounds program loaded:\n%s\n", b);
+            }
+        } else if (!strstr(err, "f.prog")) {
+            bad++;
+            if (bad < 3) printf("  | message without the file: %s\n", err);
+        }
+        rt_prog_free(p);
+    }
+    free(b);
+    free(full);
+    check(bad == 0, "fuzz: %d mutated listings: %d load and are in bounds element by element, %d rejected by name",
+          iters, loaded, iters - loaded);
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    (void)argc;
+    const char *self = argv[0];
+    const char *slash = strrchr(self, '/');
+    if (slash) snprintf(ppr, sizeof ppr, "%.*s/ppr", (int)(slash - self), self);
+    else snprintf(ppr, sizeof ppr, "./ppr");
+    snprintf(tdir, sizeof tdir, "/tmp/test_ppr.XXXXXX");
+    if (!mkdtemp(tdir)) {
+        perror("mkdtemp");
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    struct stat st;
+    if (!check(stat(ppr, &st) == 0, "found %s", ppr)) {
+        printf("%d passed, %d failed\n", npass, nfail);
+        return 1;
+    }
+
+    /* the kernels, compiled the way ppc does it */
+    char kc[512], cmd[2048];
+    path(kc, sizeof kc, "k.c");
+    write_bytes(kc, KERNELS, strlen(KERNELS));
+    snprintf(cmd, sizeof cmd, "cc -O2 -fopenmp -shared -fPIC -o %s/k.so %s -lm", tdir, kc);
+    if (!check(system(cmd) == 0, "hand-written kernels compile: %s", cmd)) {
+        printf("%d passed, %d failed\n", npass, nfail);
+        return 1;
+    }
+    make_prog("main", BODY);
+
+    W w;
+    for (int i = 0; i < V * H; i++) w.E[i] = (float)(0.5 * (urand() * 2 - 1));
+    for (int i = 0; i < H; i++) w.g[i] = (float)(0.5 + urand());
+    for (int i = 0; i < H * H; i++) w.P[i] = (float)(0.6 * (urand() * 2 - 1));
+    for (int i = 0; i < 37; i++) data_main[i] = (int)(urand() * V);
+    for (int i = 0; i < 320; i++) data_cyc[i] = (i * 5 + 3) % V;
+    char p[512];
+    path(p, sizeof p, "w.safetensors");
+    check(write_weights(p, &w, 0, NULL) == 0, "wrote the initial weights");
+    path(p, sizeof p, "data.bin");
+    write_tokens(p, data_main, 37, 37);
+    path(p, sizeof p, "cyc.bin");
+    write_tokens(p, data_cyc, 320, 320);
+
+    test_parser();
+    test_fuzz();
+    test_gradients(&w);
+    test_training();
+    test_seed_init();
+    test_half_init();
+    test_init_errors(&w);
+    test_data_errors();
+    test_listing_errors();
+    test_cli();
+
+    if (!nfail) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
+        if (system(cmd) != 0) printf("note: could not remove %s\n", tdir);
+    } else {
+        printf("note: files kept in %s\n", tdir);
+    }
+    printf("%d passed, %d failed\n", npass, nfail);
+    return nfail ? 1 : 0;
+}
