@@ -28,11 +28,16 @@ PPC      := $(BUILD)/ppc
 # wildcard is looked at when a recipe runs, after deps.sh may have installed the package.
 BLAS_HDR  = $(firstword $(wildcard $(foreach v,pthread openmp serial,/usr/include/x86_64-linux-gnu/openblas-$(v)/cblas.h)))
 BLAS_INC  = $(if $(BLAS_HDR),-I$(patsubst %/,%,$(dir $(BLAS_HDR))))
-PPR_LIBS := -lopenblas -ldl -lm -fopenmp
-RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,runtime/rt_prog.c runtime/rt_exec.c runtime/rt_init.c runtime/rt_text.c $(RUNTIME))
+# MPI (Debian: libopenmpi-dev, openmpi-bin): the flags of Open MPI's compiler wrapper, or of
+# pkg-config's ompi-c; its headers as system headers (-isystem), so -Wall -Wextra -Werror judge
+# our code only. Recursive `=`, as for BLAS: looked at after deps.sh may have installed it.
+MPI_CFLAGS = $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/null || pkg-config --cflags ompi-c 2>/dev/null))
+MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c 2>/dev/null)
+PPR_LIBS  = -lopenblas -ldl -lm -fopenmp $(MPI_LIBS)
+RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,runtime/rt_prog.c runtime/rt_exec.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c $(RUNTIME))
 PPR      := $(BUILD)/ppr
 
-.PHONY: all deps test asan demo clean
+.PHONY: all deps test test-torch asan demo clean
 all: $(PPC) $(PPR)
 
 # ---- set-up: tools the build needs, installed with apt-get when root --------------------------
@@ -70,16 +75,16 @@ $(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def $(GEN)/parser.h
 $(PPC): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/runtime/%.o: runtime/%.c runtime/rt_io.h runtime/rt_prog.h | deps
+$(BUILD)/runtime/%.o: runtime/%.c runtime/rt_io.h runtime/rt_prog.h runtime/rt_comm.h | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(BLAS_INC) -c -o $@ $<
+	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) -c -o $@ $<
 
 $(PPR): $(BUILD)/runtime/ppr.o $(RT_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
 CUDA   ?= /usr/local/cuda
-UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures
+UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_kernels: tests/unit/test_kernels.c kernels/attention.h
@@ -93,15 +98,32 @@ $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
 	$(CC) $(CFLAGS) -DPPC_NO_CUDA -o $@ $< $(LDFLAGS)
 endif
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
-$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) runtime/rt_io.h runtime/rt_prog.h
+$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) runtime/rt_io.h runtime/rt_prog.h runtime/rt_comm.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
 $(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
 
+# per-op finite-difference gradient checks of the small models in tests/gradcheck/
+$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) runtime/rt_io.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+
+# every mesh and schedule against the one-rank run, over MPI
+$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) runtime/rt_io.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+
 test: $(PPC) $(PPR) $(UNIT)
 	@sh tests/run.sh $(BUILD) $(if $(UPDATE),--update)
+
+# the PyTorch reference, live: regenerate the fixtures with torch and compare ppr against them
+TORCH_PY ?= /usr/bin/python3
+test-torch: $(PPC) $(PPR) $(BUILD)/test_fixtures
+	@$(TORCH_PY) -c 'import torch' 2>/dev/null || { \
+	  echo "test-torch needs PyTorch for $(TORCH_PY): apt-get install python3-torch"; exit 1; }
+	rm -rf $(BUILD)/torch-fixtures
+	$(TORCH_PY) tests/reference/gen_fixtures.py --out $(BUILD)/torch-fixtures --selfcheck
+	PPC_FIXTURES=$(BUILD)/torch-fixtures $(BUILD)/test_fixtures
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 \

@@ -41,7 +41,7 @@ static int node2(Ad *ad, Op op, Shape shape, int a, int b) { return node(ad, op,
 static void contribute(Ad *ad, int t, int g, int chunk, int parts) {
   IrNode *n = N(ad, t);
   if (n->op == OP_INPUT) return;
-  if (n->op == OP_PARAM) {
+  if (n->op == OP_PARAM && chunk < 0) {
     int s = node1(ad, OP_PARAM_GRAD, n->shape, g);
     N(ad, s)->gparam = n->param;
     return;
@@ -144,6 +144,14 @@ static void vjp(Ad *ad, int i, int gy) {
     break;
   case OP_CHUNK: contribute(ad, in[0], gy, (int)n.a.index, (int)n.a.parts); break;
   case OP_TRANSPOSE_SB: contribute(ad, in[0], node1(ad, OP_TRANSPOSE_SB, sx, gy), -1, 0); break;
+  case OP_TP_COPY: /* identity forward; the gradient is summed over the TP group */
+    contribute(ad, in[0], node1(ad, OP_ALLREDUCE, sx, gy), -1, 0);
+    break;
+  case OP_TP_REDUCE: contribute(ad, in[0], gy, -1, 0); break; /* summed forward; the gradient passes */
+  case OP_ADD_BIAS:
+    contribute(ad, in[0], gy, -1, 0);
+    sink(ad, OP_BIAS_DB, in[1], 1, (int[]){gy});
+    break;
   case OP_CROSS_ENTROPY:
     g = node(ad, OP_CE_DX, sx, 3, (int[]){in[0], in[1], gy});
     N(ad, g)->fwd = i;
@@ -158,18 +166,46 @@ int ad_backward(Graph *g) {
   g->nfwd = g->nnodes;
   g->grad = xmalloc((size_t)g->nnodes * sizeof *g->grad);
   for (int i = 0; i < g->nfwd; i++) g->grad[i] = -1;
-  ad.at = g->loss;
-  g->seed = node(&ad, OP_SEED, (Shape){0, {0}}, 0, (int[]){-1});
-  N(&ad, g->seed)->layout = LAYOUT_NONE;
-  contribute(&ad, g->loss, g->seed, -1, 0);
+  /* where the backward starts: the seed d loss = 1/microbatches on the last stage, the received
+   * gradient of the sent hidden state on the others */
+  int recv_fwd = -1;
+  for (int i = 0; i < g->nfwd; i++) {
+    const IrNode *n = N(&ad, i);
+    if (n->op == OP_RECV_FORWARD) recv_fwd = i;
+    if (n->op == OP_SEND_FORWARD) {
+      ad.at = i;
+      int rb = node(&ad, OP_RECV_BACKWARD, n->shape, 0, (int[]){-1});
+      N(&ad, rb)->layout = n->layout;
+      contribute(&ad, n->in[0], rb, -1, 0);
+    }
+  }
+  if (g->loss >= 0) {
+    ad.at = g->loss;
+    g->seed = node(&ad, OP_SEED, (Shape){0, {0}}, 0, (int[]){-1});
+    N(&ad, g->seed)->layout = LAYOUT_NONE;
+    contribute(&ad, g->loss, g->seed, -1, 0);
+  }
   for (int i = g->nfwd - 1; i >= 0; i--) {
     IrNode *n = N(&ad, i);
-    if (n->op == OP_INPUT || n->op == OP_PARAM) continue;
+    if (n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_SEND_FORWARD) continue;
     ad.at = i;
     int gy = gradient_of(&ad, i);
     if (gy < 0) continue;
     g->grad[i] = gy;
-    vjp(&ad, i, gy);
+    if (n->op != OP_RECV_FORWARD) vjp(&ad, i, gy);
+  }
+  /* a parameter read through chunk: its parts' gradients side by side, into its gradient */
+  for (int i = 0; i < g->nfwd; i++)
+    if (N(&ad, i)->op == OP_PARAM && ad.contrib[i]) {
+      ad.at = i;
+      int gp = gradient_of(&ad, i);
+      int s = node1(&ad, OP_PARAM_GRAD, N(&ad, i)->shape, gp);
+      N(&ad, s)->gparam = N(&ad, i)->param;
+    }
+  /* the received leaf's gradient goes back to the previous stage */
+  if (recv_fwd >= 0 && g->grad[recv_fwd] >= 0) {
+    ad.at = recv_fwd;
+    node(&ad, OP_SEND_BACKWARD, N(&ad, recv_fwd)->shape, 1, (int[]){g->grad[recv_fwd]});
   }
   for (int i = 0; i < g->nfwd; i++)
     for (Contrib *c = ad.contrib[i], *next; c; c = next) next = c->next, free(c);

@@ -67,6 +67,12 @@ int kir_arg(Kernel *k, int n) {
   return kir_e(k, K_ARG, n, 0, 0);
 }
 
+int kir_iarg(Kernel *k, int n) {
+  if (n >= k->nargs) k->nargs = n + 1;
+  k->arg_int[n] = true;
+  return kir_e(k, K_IARG, n, 0, 0);
+}
+
 static int is_int_expr(const Kernel *k, int e) { return k->e[e].op >= K_I; }
 
 static int stmt(Kernel *k, KStmtKind kind) {
@@ -214,8 +220,9 @@ static void expr(R *r, int id) {
   const KExpr *e = &r->k->e[id];
   static const char *fn1[] = {[K_EXP] = "expf", [K_LOG] = "logf", [K_TANH] = "tanhf", [K_SQRT] = "sqrtf",
                               [K_COS] = "cosf", [K_SIN] = "sinf"};
-  static const char *bin[] = {[K_ADD] = "+", [K_SUB] = "-", [K_MUL] = "*", [K_DIV] = "/", [K_IADD] = "+",
-                              [K_IMUL] = "*", [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<"};
+  static const char *bin[] = {[K_ADD] = "+", [K_SUB] = "-", [K_MUL] = "*", [K_DIV] = "/", [K_IADD] = "+", [K_ISUB] = "-",
+                              [K_IMUL] = "*", [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<",
+                              [K_IAND] = "&&"};
   switch (e->op) {
   case K_F: {
     char buf[40];
@@ -228,7 +235,8 @@ static void expr(R *r, int id) {
   case K_ROW: EMIT("r"); break;
   case K_LD:
   case K_LDI: EMIT("%s[", r->k->bufs[e->a].name); expr(r, e->b); EMIT("]"); break;
-  case K_ARG: EMIT("s%d", e->a); break;
+  case K_ARG:
+  case K_IARG: EMIT("s%d", e->a); break;
   case K_V:
   case K_IV: EMIT("v%d", e->a); break;
   case K_TOF: EMIT("(float)("); expr(r, e->a); EMIT(")"); break;
@@ -246,7 +254,8 @@ static void expr(R *r, int id) {
     free(sub);
     break;
   }
-  case K_SEL: EMIT("("); expr(r, e->a); EMIT(" ? "); expr(r, e->b); EMIT(" : "); expr(r, e->c); EMIT(")"); break;
+  case K_SEL:
+  case K_ISEL: EMIT("("); expr(r, e->a); EMIT(" ? "); expr(r, e->b); EMIT(" : "); expr(r, e->c); EMIT(")"); break;
   case K_EXP: case K_LOG: case K_TANH: case K_SQRT: case K_COS: case K_SIN:
     EMIT("%s(", fn1[e->op]); expr(r, e->a); EMIT(")"); break;
   default:
@@ -330,7 +339,7 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
     EMIT("%s%s%s *%s %s", i ? ", " : "", b->written ? "" : "const ", b->is_int ? "int32_t" : "float", t->restrict_kw,
          b->name);
   }
-  for (int i = 0; i < k->nargs; i++) EMIT("%sfloat s%d", i || k->nbufs ? ", " : "", i);
+  for (int i = 0; i < k->nargs; i++) EMIT("%s%s s%d", i || k->nbufs ? ", " : "", k->arg_int[i] ? "int64_t" : "float", i);
   EMIT(") {\n  ");
   /* OpenMP only where there is enough work to pay for the threads */
   if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1) EMIT("%s", t->parallel);
@@ -342,7 +351,8 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
     EMIT("void %s__call(void **a) { %s(", k->name, k->name);
     for (int i = 0; i < k->nbufs; i++)
       EMIT("%s*(%s%s **)a[%d]", i ? ", " : "", k->bufs[i].written ? "" : "const ", k->bufs[i].is_int ? "int32_t" : "float", i);
-    for (int i = 0; i < k->nargs; i++) EMIT("%s*(float *)a[%d]", i || k->nbufs ? ", " : "", k->nbufs + i);
+    for (int i = 0; i < k->nargs; i++)
+      EMIT("%s*(%s *)a[%d]", i || k->nbufs ? ", " : "", k->arg_int[i] ? "int64_t" : "float", k->nbufs + i);
     EMIT("); }\n");
   }
   EMIT("\n");

@@ -24,20 +24,24 @@ static uint64_t fnv1a(const char *s, size_t n) {
 
 static const char *region_name[6] = {"params", "grads", "adam_m", "adam_v", "slots", "scratch"};
 
-static void operand(Buf *b, const Program *p, const Operand *o) {
+static void operand_x(Buf *b, const Program *p, const Operand *o, bool extent) {
   switch (o->kind) {
   case 'b': {
     const VBuf *v = &p->vb[o->vb];
     if (v->cls == BC_SLOT) OUT(b, " $%lld", (long long)(v->off + o->add));
     else OUT(b, " @%lld", (long long)(p->region_off[v->cls] + v->off + o->add));
+    if (extent) OUT(b, ":%lld", (long long)(v->bytes - o->add)); /* the bytes a kernel may touch */
     break;
   }
   case 'f': OUT(b, " f:%.9g", o->f); break;
+  case 'v': OUT(b, " i:%lld", (long long)(o->i * p->tp_rank)); break; /* this rank's first vocabulary row */
   case 'i': OUT(b, " i:%lld", (long long)o->i); break;
   case 's': OUT(b, " s:%s", o->s); break;
   default: OUT(b, " -"); break;
   }
 }
+
+static void operand(Buf *b, const Program *p, const Operand *o) { operand_x(b, p, o, false); }
 
 static void comment(Buf *b, const Program *p, const Instr *in) {
   if (in->node < 0) {
@@ -60,7 +64,7 @@ static void block(Buf *b, const Program *p, const Block *blk) {
     switch (in->kind) {
     case I_KERNEL:
       OUT(b, "kernel %s", p->kernels[in->kernel]->name);
-      for (int k = 0; k < in->nop; k++) operand(b, p, &in->op[k]);
+      for (int k = 0; k < in->nop; k++) operand_x(b, p, &in->op[k], true);
       break;
     case I_GEMM:
       OUT(b, "gemm %c %c %lld %lld %lld %g", in->ta, in->tb, (long long)in->m, (long long)in->n, (long long)in->k,
@@ -92,6 +96,18 @@ static void block(Buf *b, const Program *p, const Block *blk) {
       operand(b, p, &in->op[0]);
       break;
     case I_GRADNORM: OUT(b, "grad_norm"); break;
+    case I_ALLREDUCE:
+      OUT(b, "allreduce %s %s", in->group, in->redop);
+      operand(b, p, &in->op[0]);
+      OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_GRAD]));
+      if (in->why) OUT(b, "    # %s\n", in->why);
+      else comment(b, p, in);
+      continue;
+    case I_ALLREDUCE_TIED:
+      OUT(b, "allreduce_tied");
+      operand(b, p, &in->op[0]);
+      OUT(b, " %lld", (long long)in->bytes);
+      break;
     }
     comment(b, p, in);
   }
@@ -105,30 +121,41 @@ static const char *init_name(const IrParam *q, char *buf, size_t n) {
   return buf;
 }
 
-/* A parameter read both by an embedding and by a linear/matmul: the tied head. */
-static bool tied(const Graph *g, int param) {
-  int uses = 0;
-  for (int i = 0; i < g->nfwd; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++)
-      if (g->nodes[i].in[k] == g->params[param].node)
-        uses |= g->nodes[i].op == OP_EMBEDDING ? 1 : (g->nodes[i].op == OP_LINEAR || g->nodes[i].op == OP_MATMUL) ? 2 : 0;
-  return uses == 3;
+/* The listing body: everything after the hash line. */
+static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
+  static const char *kinds[] = {"send_fwd", "recv_fwd", "send_bwd", "recv_bwd"}; /* ORDER CommKind */
+  const StageSched *st = &s->st[stage];
+  OUT(b, "schedule %s\n  zero_grads\n", s->kind);
+  for (int i = 0; i < st->n; i++) {
+    const SchedEntry *e = &st->e[i];
+    if (e->kind == SE_F || e->kind == SE_B) {
+      OUT(b, "  %c %d %d\n", e->kind == SE_F ? 'F' : 'B', e->mb, e->slot);
+      continue;
+    }
+    OUT(b, "  comm");
+    for (int k = 0; k < e->nops; k++) OUT(b, " %s %d %d", kinds[e->ops[k].kind], e->ops[k].mb, e->ops[k].slot);
+    OUT(b, "\n");
+  }
+  OUT(b, "  OPT\nend\n");
+  (void)p;
 }
 
-/* The listing body: everything after the hash line. */
-static void listing_body(Buf *b, const Program *p, const char *so_name, uint64_t src_hash) {
+/* The pipeline neighbours: the same (dp, tp) coordinates on the previous and next stage. */
+static int rank_of(const Config *c, int dp, int pp, int tp) { return (int)((dp * c->pp + pp) * c->tp + tp); }
+
+static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const char *so_name, uint64_t src_hash) {
   const Graph *g = p->g;
   const Config *c = &g->cfg;
   char sb[96], ib[48];
+  int stage = g->stage, tp_rank = p->tp_rank, dp_rank = p->dp_rank;
   OUT(b, "model %s\n", g->model);
   OUT(b, "mesh tp %lld pp %lld dp %lld\n", (long long)c->tp, (long long)c->pp, (long long)c->dp);
-  OUT(b, "rank 0 stage 0 tp_rank 0 dp_rank 0\n");
+  OUT(b, "rank %d stage %d tp_rank %d dp_rank %d\n", rank, stage, tp_rank, dp_rank);
+  OUT(b, "peers prev %d next %d\n", stage > 0 ? rank_of(c, dp_rank, stage - 1, tp_rank) : -1,
+      stage + 1 < c->pp ? rank_of(c, dp_rank, stage + 1, tp_rank) : -1);
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch,
       (long long)c->seq, (long long)c->microbatches, c->schedule);
-  int64_t vocab = 0;
-  for (int i = 0; i < g->nfwd; i++)
-    if (g->nodes[i].op == OP_EMBEDDING) vocab = g->nodes[g->nodes[i].in[1]].shape.d[0];
-  OUT(b, "vocab %lld\n", (long long)vocab);
+  OUT(b, "vocab %lld\n", (long long)g->vocab);
   OUT(b, "kernels %s %016llx\n\n", so_name, (unsigned long long)src_hash);
   for (int r = 0; r < 6; r++) {
     OUT(b, "region %-8s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
@@ -136,14 +163,36 @@ static void listing_body(Buf *b, const Program *p, const char *so_name, uint64_t
     OUT(b, "\n");
   }
   OUT(b, "arena %lld\n\n", (long long)p->arena);
+  static const char *bnames[] = {"recv_fwd", "send_fwd", "recv_bwd", "send_bwd"};
+  for (int k = 0; k < 4; k++) {
+    if (p->bnd[k] < 0) continue;
+    const VBuf *v = &p->vb[p->bnd[k]];
+    OUT(b, "boundary %s", bnames[k]);
+    operand(b, p, &(Operand){.kind = 'b', .vb = p->bnd[k]});
+    OUT(b, " %lld %s\n", (long long)v->bytes, shape_str(&v->shape, sb, sizeof sb));
+  }
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
     if (v->cls != BC_PARAM) continue;
     const IrParam *q = &g->params[v->param];
-    OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s\n", v->param, q->name, shape_str(&q->shape, sb, sizeof sb),
+    /* replica: another rank holds the same values (a pipeline copy, a replicated tensor on TP
+     * rank > 0, a shared kv head, any data-parallel replica but the first): it counts once in
+     * the gradient norm and is saved once */
+    bool replica = q->copy || (q->shard_dim < 0 && tp_rank != 0) || (q->shard_rep > 1 && tp_rank % q->shard_rep) ||
+                   dp_rank != 0;
+    OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name, shape_str(&q->shape, sb, sizeof sb),
         (long long)(p->region_off[BC_PARAM] + v->off), init_name(q, ib, sizeof ib), q->shape.nd >= 2,
-        tied(g, v->param) ? " tied" : "");
+        q->tied ? " tied" : "", q->shared ? " shared" : "", q->copy ? " copy" : "", replica ? " replica" : "");
+    if (q->shard_dim >= 0) { /* rows [start, start+len) of dimension dim; past the dense size: padding */
+      int64_t len = q->shape.d[q->shard_dim];
+      OUT(b, " shard %d %lld %lld %lld", q->shard_dim, (long long)((tp_rank / q->shard_rep) * len), (long long)len,
+          (long long)q->dense_len);
+    }
+    OUT(b, "\n");
   }
+  /* every dense parameter of the model, so any rank can check a checkpoint's names and shapes */
+  for (int i = 0; i < p->model->nparams; i++)
+    OUT(b, "model_param %s %s\n", p->model->params[i].name, shape_str(&p->model->params[i].shape, sb, sizeof sb));
   OUT(b, "\n");
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
@@ -156,9 +205,7 @@ static void listing_body(Buf *b, const Program *p, const char *so_name, uint64_t
   block(b, p, &p->fwd);
   block(b, p, &p->bwd);
   block(b, p, &p->opt);
-  OUT(b, "schedule\n  zero_grads\n");
-  for (int m = 0; m < c->microbatches; m++) OUT(b, "  F %d 0\n  B %d 0\n", m, m);
-  OUT(b, "  OPT\nend\n");
+  schedule(b, p, s, stage);
 }
 
 /* Write through a temporary and rename: a reader never sees half a file. */
@@ -276,8 +323,9 @@ static void kernel_sources(const Program *p, Lang lang, Buf *b) {
   for (int i = 0; i < p->nk; i++) cg_render_kernel(p->kernels[i], lang, &b->s, &b->len, &b->cap);
 }
 
-int cg_write(const char *dir, const Program *p, const char *cache) {
-  char path[4200], so[4200];
+int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool kernels, const char *cache) {
+  char path[4200], so[4200], name[64];
+  int stage = p->g->stage;
   Buf c = {0}, cu = {0}, body = {0}, all = {0};
   int rc = 1;
   kernel_sources(p, LANG_C, &c);
@@ -285,17 +333,25 @@ int cg_write(const char *dir, const Program *p, const char *cache) {
   OUT(&c, "const char ppk_source_hash[] = \"%016llx\";\n", (unsigned long long)h);
   kernel_sources(p, LANG_CUDA, &cu);
   OUT(&cu, "extern \"C\" __device__ const char ppk_source_hash[] = \"%016llx\";\n", (unsigned long long)h);
-  snprintf(path, sizeof path, "%s/kernels_s0.c", dir);
-  if (write_file(path, c.s, c.len)) goto out;
-  snprintf(so, sizeof so, "%s/kernels_s0.so", dir);
-  if (compile_so(dir, path, so, &c, cache)) goto out;
-  snprintf(path, sizeof path, "%s/kernels_s0.cu", dir);
-  if (write_file(path, cu.s, cu.len)) goto out;
-  listing_body(&body, p, "kernels_s0.so", h);
+  /* all tensor-parallel (and data-parallel) ranks of a stage share its kernels */
+  snprintf(path, sizeof path, "%s/kernels_s%d.c", dir, stage);
+  snprintf(so, sizeof so, "%s/kernels_s%d.so", dir, stage);
+  snprintf(name, sizeof name, "kernels_s%d.so", stage);
+  if (kernels && dir) {
+    if (write_file(path, c.s, c.len)) goto out;
+    if (compile_so(dir, path, so, &c, cache)) goto out;
+    snprintf(path, sizeof path, "%s/kernels_s%d.cu", dir, stage);
+    if (write_file(path, cu.s, cu.len)) goto out;
+  }
+  listing_body(&body, p, s, rank, name, h);
   OUT(&all, "ppr-program 1\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
       (unsigned long long)fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);
-  snprintf(path, sizeof path, "%s/rank0.prog", dir);
+  if (!dir) { /* --emit program */
+    rc = fputs(all.s, stdout) < 0;
+    goto out;
+  }
+  snprintf(path, sizeof path, "%s/rank%d.prog", dir, rank);
   rc = write_file(path, all.s, all.len);
 out:
   free(c.s);

@@ -61,6 +61,18 @@ static Instr *instr(Ctx *c, InstrKind kind, int node) {
 
 static Operand ob(int vb, int64_t add) { return (Operand){.kind = 'b', .vb = vb, .add = add}; }
 
+/* The first vocabulary row a TP rank holds: tp_rank * rows, filled in per rank in the listing. */
+static Operand vstart(int64_t rows) { return (Operand){.kind = 'v', .i = rows}; }
+
+static void allreduce(Ctx *c, int node, int vb, int64_t bytes, const char *group, const char *op, const char *why) {
+  Instr *in = instr(c, I_ALLREDUCE, node);
+  in->op[in->nop++] = ob(vb, 0);
+  in->bytes = bytes;
+  in->group = group;
+  in->redop = op;
+  in->why = why;
+}
+
 /* The buffer holding node id's value (aliases resolved), or its parameter's. */
 static int buf_of(Ctx *c, int id) {
   int vb = c->p->node_vb[id];
@@ -117,11 +129,18 @@ static int kc_scalar(KCall *kc, Operand o) {
   return kir_arg(kc->k, n);
 }
 
+/* An int64 argument whose value may differ per rank ('v': tensor-parallel rank times o.i). */
+static int kc_iscalar(KCall *kc, Operand o) {
+  int n = kc->nscal++;
+  kc->ops[KIR_MAX_BUFS + n] = o;
+  return kir_iarg(kc->k, n);
+}
+
 /* Render, deduplicate by body, and call. */
 static void kc_emit(Ctx *c, KCall *kc) {
   Kernel *k = kc->k;
-  char base[48];
-  snprintf(base, sizeof base, "%s", k->name);
+  char base[32];
+  snprintf(base, sizeof base, "%.31s", k->name);
   snprintf(k->name, sizeof k->name, "K");
   char *body = NULL;
   size_t len = 0, cap = 0;
@@ -365,9 +384,19 @@ static void lower_embedding(Ctx *c, int id) {
   int r = kir_row(k);
   int s = kir_let(k, kir_e(k, K_IDIV, r, kir_i(k, B), 0)), b = kir_let(k, kir_e(k, K_IMOD, r, kir_i(k, B), 0));
   int tok = kir_let(k, kir_ld(k, ids, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, S), 0), s, 0)));
-  int j = kir_for(k, kir_i(k, H));
-  kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, tok, H, j)));
-  kir_end(k);
+  if (n->a.vlocal) { /* vocab-parallel: my rows of the table, zeros for the others' */
+    int v0 = kc_iscalar(&kc, vstart(n->a.vlocal));
+    int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
+    int mine = kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
+    int j = kir_for(k, kir_i(k, H));
+    kir_store(k, y, idx2(k, r, H, j), '=',
+              kir_e(k, K_SEL, mine, kir_ld(k, w, idx2(k, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)), H, j)), kir_f(k, 0)));
+    kir_end(k);
+  } else {
+    int j = kir_for(k, kir_i(k, H));
+    kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, tok, H, j)));
+    kir_end(k);
+  }
   k->work = H;
   kc_emit(c, &kc);
 }
@@ -385,7 +414,15 @@ static void lower_embedding_dw(Ctx *c, int id) {
   int p = kir_for(k, kir_i(k, S * B));
   int s = kir_e(k, K_IDIV, p, kir_i(k, B), 0), b = kir_e(k, K_IMOD, p, kir_i(k, B), 0);
   int tok = kir_let(k, kir_ld(k, ids, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, S), 0), s, 0)));
-  kir_store(k, g, idx2(k, tok, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
+  if (n->a.vlocal) { /* vocab-parallel: only my rows */
+    int v0 = kc_iscalar(&kc, vstart(n->a.vlocal));
+    int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
+    kir_if(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
+    kir_store(k, g, idx2(k, loc, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
+    kir_end(k);
+  } else {
+    kir_store(k, g, idx2(k, tok, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
+  }
   kir_end(k);
   k->work = S * B;
   kc_emit(c, &kc);
@@ -658,32 +695,90 @@ static void lower_transpose(Ctx *c, int id) {
   kc_emit(c, &kc);
 }
 
-/* cross-entropy forward: per row log-sum-exp (saved) and loss; then the mean over rows */
+/* cross-entropy forward: per row log-sum-exp (saved) and loss; then the mean over rows. With
+ * vocab-parallel logits each rank sees its columns: the row maximum, the sum of exponentials and
+ * the target logit are reduced over the TP group between three kernels; [B,S,V] is never
+ * gathered. Padded columns (past the real vocabulary) do not count. */
 static void lower_ce(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ls = &N(c, n->in[0])->shape;
-  int64_t V = ls->d[2], R = ls->d[0] * ls->d[1];
+  int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
   int rowloss = vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, false);
-  KCall kc = kc_new("cross_entropy", R, id);
-  Kernel *k = kc.k;
-  int lg = kc_node(c, &kc, n->in[0], false), lab = kc_node(c, &kc, n->in[1], false);
-  int st = kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = kc_vbuf(c, &kc, rowloss, true);
-  int r = kir_row(k);
-  int m = kir_let(k, kir_f(k, -3.0e38));
-  int j = kir_for(k, kir_i(k, V));
-  kir_set(k, m, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
-  kir_end(k);
-  int se = kir_let(k, kir_f(k, 0));
-  j = kir_for(k, kir_i(k, V));
-  kir_set(k, se, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
-  kir_end(k);
-  int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
-  kir_store(k, st, r, '=', lse);
-  int t = kir_ld(k, lab, r);
-  kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, t)), 0));
-  k->work = 3 * V;
-  kc_emit(c, &kc);
-
+  if (!VL) {
+    KCall kc = kc_new("cross_entropy", R, id);
+    Kernel *k = kc.k;
+    int lg = kc_node(c, &kc, n->in[0], false), lab = kc_node(c, &kc, n->in[1], false);
+    int st = kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = kc_vbuf(c, &kc, rowloss, true);
+    int r = kir_row(k);
+    int m = kir_let(k, kir_f(k, -3.0e38));
+    int j = kir_for(k, kir_i(k, V));
+    kir_set(k, m, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
+    kir_end(k);
+    int se = kir_let(k, kir_f(k, 0));
+    j = kir_for(k, kir_i(k, V));
+    kir_set(k, se, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
+    kir_end(k);
+    int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
+    kir_store(k, st, r, '=', lse);
+    int t = kir_ld(k, lab, r);
+    kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, t)), 0));
+    k->work = 3 * V;
+    kc_emit(c, &kc);
+  } else {
+    int mx = vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, false);
+    int sums = vbuf(c, "ce_sums", BC_SCRATCH, (Shape){2, {R, 2}}, false);
+    /* 1: my columns' maximum, then the maximum over the group */
+    KCall k1 = kc_new("ce_vp_max", R, id);
+    Kernel *k = k1.k;
+    int lg = kc_node(c, &k1, n->in[0], false), m = kc_vbuf(c, &k1, mx, true);
+    int v0 = kc_iscalar(&k1, vstart(VL));
+    int r = kir_row(k);
+    int acc = kir_let(k, kir_f(k, -3.0e38));
+    int j = kir_for(k, kir_i(k, VL));
+    kir_if(k, kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0));
+    kir_set(k, acc, 'M', kir_ld(k, lg, idx2(k, r, VL, j)));
+    kir_end(k);
+    kir_end(k);
+    kir_store(k, m, r, '=', acc);
+    k->work = VL;
+    kc_emit(c, &k1);
+    allreduce(c, id, mx, R * 4, "tp", "max", "vocab-parallel cross-entropy: the row maximum over all columns");
+    /* 2: my columns' sum of exponentials and, if the label is mine, its logit; then summed */
+    KCall k2 = kc_new("ce_vp_sums", R, id);
+    k = k2.k;
+    lg = kc_node(c, &k2, n->in[0], false);
+    int lab = kc_node(c, &k2, n->in[1], false);
+    m = kc_vbuf(c, &k2, mx, false);
+    int sm = kc_vbuf(c, &k2, sums, true);
+    v0 = kc_iscalar(&k2, vstart(VL));
+    r = kir_row(k);
+    int mr = kir_let(k, kir_ld(k, m, r));
+    int se = kir_let(k, kir_f(k, 0));
+    j = kir_for(k, kir_i(k, VL));
+    kir_if(k, kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0));
+    kir_set(k, se, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, VL, j)), mr, 0), 0, 0));
+    kir_end(k);
+    kir_end(k);
+    int loc = kir_let(k, kir_e(k, K_ISUB, kir_ld(k, lab, r), v0, 0));
+    int mine = kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, VL), 0), 0));
+    kir_store(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', se);
+    kir_store(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=',
+              kir_e(k, K_SEL, mine, kir_ld(k, lg, idx2(k, r, VL, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)))), kir_f(k, 0)));
+    k->work = 2 * VL;
+    kc_emit(c, &k2);
+    allreduce(c, id, sums, R * 8, "tp", "sum", "vocab-parallel cross-entropy: sums of exponentials and the target logit");
+    /* 3: log-sum-exp (saved for the backward) and the row's loss */
+    KCall k3 = kc_new("ce_vp_loss", R, id);
+    k = k3.k;
+    m = kc_vbuf(c, &k3, mx, false);
+    sm = kc_vbuf(c, &k3, sums, false);
+    int st = kc_vbuf(c, &k3, c->p->node_aux[id], true), rl = kc_vbuf(c, &k3, rowloss, true);
+    r = kir_row(k);
+    int lse = kir_let(k, kir_e(k, K_ADD, kir_ld(k, m, r), kir_e(k, K_LOG, kir_ld(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)), 0, 0), 0));
+    kir_store(k, st, r, '=', lse);
+    kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0));
+    kc_emit(c, &k3);
+  }
   KCall mc = kc_new("mean", 1, id);
   Kernel *mk = mc.k;
   int out = kc_node(c, &mc, id, true), src = kc_vbuf(c, &mc, rowloss, false);
@@ -710,10 +805,15 @@ static void lower_ce_dx(Ctx *c, int id) {
   int scale = kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, (double)R), 0));
   int lse = kir_let(k, kir_ld(k, st, r));
   int t = kir_let(k, kir_ld(k, lab, r));
+  /* vocab-parallel: column j is global column v0 + j; padded columns get no gradient */
+  int v0 = n->a.vlocal ? kc_iscalar(&kc, vstart(n->a.vlocal)) : kir_i(k, 0);
   int j = kir_for(k, kir_i(k, V));
+  int gj = kir_let(k, kir_e(k, K_IADD, v0, j, 0));
   int p = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), lse, 0), 0, 0);
-  int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_f(k, 1), kir_f(k, 0));
-  kir_store(k, dl, idx2(k, r, V, j), '=', kir_e(k, K_MUL, kir_e(k, K_SUB, p, oh, 0), scale, 0));
+  int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, gj, t, 0), kir_f(k, 1), kir_f(k, 0));
+  int g = kir_e(k, K_MUL, kir_e(k, K_SUB, p, oh, 0), scale, 0);
+  if (n->a.vlocal) g = kir_e(k, K_SEL, kir_e(k, K_ILT, gj, kir_i(k, n->a.vtotal), 0), g, kir_f(k, 0));
+  kir_store(k, dl, idx2(k, r, V, j), '=', g);
   kir_end(k);
   k->work = 3 * V;
   kc_emit(c, &kc);
@@ -726,6 +826,28 @@ static void lower_ce_dx(Ctx *c, int id) {
 static void lower_adamw(Ctx *c) {
   Program *p = c->p;
   c->blk = &p->opt;
+  /* a parameter with a copy on another stage (the tied embedding and head): sum the gradients */
+  for (int i = 0; i < c->g->nparams; i++) {
+    if (!c->g->params[i].shared) continue;
+    Instr *in = instr(c, I_ALLREDUCE_TIED, -1);
+    in->op[in->nop++] = ob(grad_buf(c, i), 0);
+    in->bytes = shape_numel(&c->g->params[i].shape) * 4;
+  }
+  /* gradients that are partial sums over tensor-parallel ranks */
+  for (int i = 0; i < c->g->nparams; i++) {
+    const IrParam *q = &c->g->params[i];
+    if (!q->grad_reduce) continue;
+    allreduce(c, -1, grad_buf(c, i), shape_numel(&q->shape) * 4, q->grad_reduce == 1 ? "tp" : "kvrep", "sum",
+              q->grad_reduce == 1 ? "a replicated weight applied to split heads: each rank saw its heads only"
+                                  : "a kv head replicated over ranks: each saw its own query heads");
+  }
+  /* data parallelism: every replica's gradients summed (each already carries 1/microbatches) */
+  if (c->g->cfg.dp > 1) {
+    int first = -1;
+    for (int b = 0; b < p->nvb && first < 0; b++)
+      if (p->vb[b].cls == BC_GRAD) first = b;
+    if (first >= 0) allreduce(c, -1, first, -1, "dp", "sum", "data parallelism: the replicas' gradients");
+  }
   instr(c, I_GRADNORM, -1);
   for (int i = 0; i < c->g->nparams; i++) {
     int vp = -1, vg = -1, vm = -1, vv = -1;
@@ -775,7 +897,9 @@ static bool gemm_reader(Op op) {
          op == OP_MATMUL_DW;
 }
 
-static bool is_alias(Op op) { return op == OP_SPLIT_HEADS || op == OP_MERGE_HEADS; }
+static bool is_alias(Op op) {
+  return op == OP_SPLIT_HEADS || op == OP_MERGE_HEADS || op == OP_TP_COPY || op == OP_TP_REDUCE || op == OP_ALLREDUCE;
+}
 
 static void analyse(Ctx *c) {
   const Graph *g = c->g;
@@ -820,6 +944,7 @@ static void analyse(Ctx *c) {
 static bool transpose_is_free(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   int src = n->in[0];
+  if (n->shape.nd != 3) return false; /* GEMM views cover [d0, d1, F] activations only */
   if (gemm_reader(N(c, src)->op) && N(c, src)->op != OP_LINEAR_DW && N(c, src)->op != OP_MATMUL_DW &&
       c->nusers[src] == 1 && !c->saved[src])
     return true;
@@ -856,6 +981,22 @@ static void assign_buffers(Ctx *c) {
     if (is_alias(n->op)) {
       p->node_vb[i] = p->node_vb[n->in[0]];
       c->phys[i] = c->phys[n->in[0]];
+      continue;
+    }
+    /* pipeline boundaries: received values live from their block's start, sent ones to its end */
+    if (n->op == OP_SEND_FORWARD || n->op == OP_SEND_BACKWARD) {
+      int vb = p->node_vb[n->in[0]];
+      p->node_vb[i] = vb;
+      p->vb[vb].pin_end = true;
+      p->bnd[n->op == OP_SEND_FORWARD ? 1 : 3] = vb;
+      continue;
+    }
+    if (n->op == OP_RECV_FORWARD || n->op == OP_RECV_BACKWARD) {
+      bool f = n->op == OP_RECV_FORWARD;
+      int vb = vbuf(c, f ? "recv_forward" : "recv_backward", f ? BC_SLOT : BC_SCRATCH, n->shape, false);
+      p->vb[vb].pin_start = true;
+      p->node_vb[i] = vb;
+      p->bnd[f ? 0 : 2] = vb;
       continue;
     }
     if (n->op == OP_TRANSPOSE_SB && transpose_is_free(c, i)) {
@@ -895,6 +1036,7 @@ static void lower_node(Ctx *c, int id) {
   if (c->inlined[id]) return;
   switch (n->op) {
   case OP_INPUT: case OP_PARAM: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: break;
+  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: break; /* the schedule's */
   case OP_EMBEDDING: lower_embedding(c, id); break;
   case OP_EMBEDDING_DW: lower_embedding_dw(c, id); break;
   case OP_POS_EMBEDDING: lower_pos_embedding(c, id, false); break;
@@ -923,6 +1065,29 @@ static void lower_node(Ctx *c, int id) {
     break;
   }
   case OP_PARAM_GRAD: lower_param_grad(c, id); break;
+  case OP_TP_COPY: break; /* identity forward */
+  case OP_TP_REDUCE:
+    allreduce(c, id, buf_of(c, id), shape_numel(&n->shape) * 4, "tp", "sum",
+              n->in[0] >= 0 && N(c, n->in[0])->op == OP_EMBEDDING ? "vocab-parallel embedding: rows from every rank"
+                                                                   : "row-parallel linear: partial sums");
+    break;
+  case OP_ALLREDUCE:
+    allreduce(c, id, buf_of(c, id), shape_numel(&n->shape) * 4, "tp", "sum",
+              "the input of column-parallel linears: its gradient is summed over the ranks");
+    break;
+  case OP_ADD_BIAS: {
+    int64_t Nn = last_dim(&n->shape), R = shape_numel(&n->shape) / Nn;
+    KCall kc = kc_new("add_bias", R, id);
+    Kernel *k = kc.k;
+    int y = kc_node(c, &kc, id, true), b = kc_node(c, &kc, n->in[1], false);
+    int j = kir_for(k, kir_i(k, Nn));
+    int idx = idx2(k, kir_row(k), Nn, j);
+    kir_store(k, y, idx, '=', kir_e(k, K_ADD, val(c, &kc, n->in[0], idx), kir_ld(k, b, j), 0));
+    kir_end(k);
+    k->work = Nn;
+    kc_emit(c, &kc);
+    break;
+  }
   default: diag_fatal("internal: no lowering for op %d", (int)n->op);
   }
 }
@@ -934,18 +1099,18 @@ Program *fuse_lower(const Graph *g) {
   p->bwd.name = "backward";
   p->opt.name = "optimizer";
   p->nslots = 1;
+  for (int i = 0; i < 4; i++) p->bnd[i] = -1;
   Ctx c = {.p = p, .g = g};
   analyse(&c);
   assign_buffers(&c);
   c.blk = &p->fwd;
   /* the batch: token ids and labels of this micro-batch */
-  Instr *in = instr(&c, I_BATCH, -1);
-  for (int i = 0; i < 2; i++)
-    in->op[in->nop++] = i < g->ninputs ? ob(p->node_vb[g->inputs[i].node], 0) : (Operand){.kind = '-'};
-  if (g->ninputs == 2 && g->inputs[0].use == USE_LABELS) {
-    Operand t = in->op[0];
-    in->op[0] = in->op[1];
-    in->op[1] = t;
+  if (g->ninputs) {
+    Instr *in = instr(&c, I_BATCH, -1);
+    in->nop = 2;
+    in->op[0] = in->op[1] = (Operand){.kind = '-'};
+    for (int i = 0; i < g->ninputs; i++)
+      in->op[g->inputs[i].use == USE_LABELS] = ob(p->node_vb[g->inputs[i].node], 0);
   }
   for (int i = 0; i < g->nnodes; i++) {
     c.blk = N(&c, i)->bwd ? &p->bwd : &p->fwd;

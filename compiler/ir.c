@@ -90,6 +90,7 @@ void ir_free(Graph *g) {
   free(g->params);
   free(g->nodes);
   free(g->grad);
+  free(g->bounds);
   free(g->model);
   free(g);
 }
@@ -142,7 +143,9 @@ void ir_print(FILE *f, const Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     int k = 0;
-    if (i == g->nfwd && g->seed >= 0) fprintf(f, "# backward: one vector-Jacobian rule per op, from the seed\n");
+    if (g->grad && i == g->nfwd)
+      fprintf(f, "# backward: one vector-Jacobian rule per op, from %s\n",
+              g->seed >= 0 ? "the seed" : "the gradient received from the next stage");
     if (n->op == OP_INPUT) {
       const IrInput *in = &g->inputs[n->param];
       k = snprintf(tb, sizeof tb, "input %s (%s)", in->var,

@@ -24,6 +24,7 @@ typedef struct Bind {
   int node;        /* B_TENSOR, B_PARAM, B_INPUT */
   Loc loc;         /* where it was defined */
   int depth;       /* 0: top level, 1: inside the repeated layer */
+  bool poison;     /* B_DIM: its definition failed and was reported; uses stay silent */
   struct Bind *next;
 } Bind;
 
@@ -124,6 +125,7 @@ static int eval_int(Builder *b, const Expr *e, int64_t *out) {
     Bind *x = lookup(b, e->name);
     if (!x) { err(b, e->loc, "undefined name '%s'", e->name); return 1; }
     if (x->kind != B_DIM) { err(b, e->loc, "'%s' is %s, not a dimension", e->name, kind_name(x->kind)); return 1; }
+    if (x->poison) return 1;
     *out = x->value;
     return 0;
   }
@@ -228,6 +230,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       for (int i = 0; name && i < 3; i++) ok |= !strcmp(name, schedules[i]);
       if (!ok) { err(b, v->loc, "unknown schedule (expected naive, gpipe or 1f1b)"); continue; }
       snprintf(c->schedule, sizeof c->schedule, "%s", name);
+      c->sched_loc = v->loc;
       continue;
     }
     int64_t v;
@@ -242,7 +245,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
 /* Settings come first, whatever their place in the file: every shape needs B and S. */
 static void resolve_config(Builder *b, const Ast *ast, const Options *o, Config *c) {
   *c = (Config){.tp = 1, .pp = 1, .dp = 1, .micro_batch = 1, .seq = -1, .microbatches = 1,
-                .tp_loc = NOLOC, .pp_loc = NOLOC, .dp_loc = NOLOC};
+                .tp_loc = NOLOC, .pp_loc = NOLOC, .dp_loc = NOLOC, .sched_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
   const Stmt *seen[2] = {0, 0};
   for (const Stmt *s = ast->stmts; s; s = s->next) {
@@ -262,7 +265,7 @@ static void resolve_config(Builder *b, const Ast *ast, const Options *o, Config 
   if (o->micro_batch > 0) c->micro_batch = o->micro_batch;
   if (o->seq > 0) c->seq = o->seq;
   if (o->microbatches > 0) c->microbatches = o->microbatches;
-  if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule);
+  if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule), c->sched_loc = NOLOC;
 }
 
 /* ============================================================================================
@@ -473,6 +476,7 @@ static int infer(Builder *b, Call *c) {
       return -1;
     out = (Shape){3, {cfg->seq, cfg->micro_batch, N(b, in[1])->shape.d[1]}};
     lay = LAYOUT_SB;
+    b->g->vocab = N(b, in[1])->shape.d[0];
     break;
   }
   case OP_POS_EMBEDDING: {
@@ -809,7 +813,8 @@ static char *expand_ckpt(Builder *b, const Stmt *s) {
 
 static void decl_param(Builder *b, const Stmt *s) {
   if (check_new_name(b, s->name, s->name_loc, B_PARAM)) return;
-  IrParam p = {.layer = b->layer, .var = s->name, .loc = s->name_loc, .role_loc = s->role_loc, .node = -1};
+  IrParam p = {.layer = b->layer, .var = s->name, .loc = s->name_loc, .role_loc = s->role_loc, .node = -1,
+               .shard_dim = -1, .shard_rep = 1};
   int bad = eval_shape(b, s->dims, &p.shape, p.dim_text);
   if (!s->ckpt) { err(b, s->name_loc, "parameter '%s' has no checkpoint name: add as \"...\"", s->name); bad = 1; }
   else if (!(p.name = expand_ckpt(b, s))) bad = 1;
@@ -932,10 +937,11 @@ static void layers(Builder *b, const Stmt *s) {
     Bind *lv = bind(b, s->name, B_DIM, s->name_loc);
     lv->value = l;
     int start[nouter + 1];
-    for (int i = 0; i < nouter; i++) start[i] = outer[i]->node;
+    bool poisoned = false; /* a value before the layer failed: check its body once, nothing more */
+    for (int i = 0; i < nouter; i++) start[i] = outer[i]->node, poisoned |= start[i] < 0;
     stmts(b, s->body);
     unbind_to(b, mark);
-    if (b->src->nerrors != errors_before) break;
+    if (b->src->nerrors != errors_before || poisoned) break;
     /* which outer names changed in this layer */
     int carried = 0, which = -1;
     for (int i = 0; i < nouter; i++)
@@ -990,7 +996,10 @@ static void stmts(Builder *b, const Stmt *s) {
     case S_DIM: {
       if (check_new_name(b, s->name, s->name_loc, B_DIM)) break;
       int64_t v;
-      if (eval_dim(b, s->value, &v)) break;
+      if (eval_dim(b, s->value, &v)) {
+        bind(b, s->name, B_DIM, s->name_loc)->poison = true;
+        break;
+      }
       bind(b, s->name, B_DIM, s->name_loc)->value = v;
       break;
     }
@@ -1071,6 +1080,10 @@ static void check_model(Builder *b) {
     if (g->inputs[i].use == USE_NONE) err(b, g->inputs[i].loc, "input '%s' is never used", g->inputs[i].var);
   if (g->loss < 0) err(b, end, "the model has no loss: end it with cross_entropy(logits, labels)");
   check_roles(b);
+  if (g->cfg.microbatches % g->cfg.dp)
+    err(b, g->cfg.dp_loc.first >= 0 ? g->cfg.dp_loc : end,
+        "data-parallel degree %lld does not divide the %lld micro-batches of a step: each replica runs an equal share",
+        (long long)g->cfg.dp, (long long)g->cfg.microbatches);
   if (g->cfg.pp > 1 && g->nlayers == 0)
     err(b, end, "pipeline degree %lld needs a repeated layer (for l in 0..N { ... }) to partition",
         (long long)g->cfg.pp);
@@ -1093,6 +1106,7 @@ Graph *ir_build(Src *src, const Ast *ast, const Options *opt) {
   g->src = src;
   g->loss = -1;
   g->seed = -1;
+  g->npp = 1;
   g->model = model_name_from_path(src->path);
   Builder b = {.src = src, .g = g, .layer = -1, .region = REG_PRE};
   resolve_config(&b, ast, opt, &g->cfg);

@@ -13,8 +13,9 @@ static int64_t align(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 /* Every buffer an instruction touches: its first and last use, numbered across the blocks. */
 static void lifetimes(Program *p) {
   Block *blocks[3] = {&p->fwd, &p->bwd, &p->opt};
-  int t = 0;
-  for (int b = 0; b < 3; b++)
+  int t = 0, start[3], end[3];
+  for (int b = 0; b < 3; b++) {
+    start[b] = t;
     for (int i = 0; i < blocks[b]->n; i++, t++) {
       const Instr *in = &blocks[b]->ins[i];
       for (int k = 0; k < in->nop; k++) {
@@ -24,6 +25,17 @@ static void lifetimes(Program *p) {
         v->last = t;
       }
     }
+    end[b] = t; /* one past the block's last instruction */
+  }
+  /* values the schedule receives before a block or sends after it */
+  for (int i = 0; i < p->nvb; i++) {
+    VBuf *v = &p->vb[i];
+    if (v->first < 0) continue;
+    for (int b = 0; b < 3; b++) {
+      if (v->pin_start && v->first >= start[b] && v->first < end[b]) v->first = start[b];
+      if (v->pin_end && v->last >= start[b] && v->last < end[b]) v->last = end[b];
+    }
+  }
 }
 
 static int by_size(const void *a, const void *b) {

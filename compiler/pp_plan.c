@@ -8,16 +8,96 @@
  * consecutive layers, and the boundaries of neighbouring stages are the same expression. */
 int pp_layer_start(int nlayers, int rank, int pp) { return (int)((int64_t)nlayers * rank / pp); }
 
-static int stage_of_layer(int nlayers, int pp, int layer) {
+static int stage_start(const Graph *g, int r, int pp) {
+  return g->bounds ? g->bounds[r] : pp_layer_start(g->nlayers, r, pp);
+}
+
+static int stage_of_layer(const Graph *g, int pp, int layer) {
   int r = 0;
-  while (r + 1 < pp && pp_layer_start(nlayers, r + 1, pp) <= layer) r++;
+  while (r + 1 < pp && stage_start(g, r + 1, pp) <= layer) r++;
   return r;
+}
+
+/* ============================================================================================
+ * The cost model: forward plus backward (twice the forward) of each op, in flop-equivalents:
+ * flops + 8 * bytes moved (a CPU or GPU does roughly ten flops in the time it moves a byte).
+ * ========================================================================================== */
+
+#define BYTE_WEIGHT 8.0
+
+double pp_node_cost(const Graph *g, const IrNode *n) {
+  double out = (double)shape_numel(&n->shape), flops = 0, bytes = 4 * out;
+  const Shape *x = n->nin ? &g->nodes[n->in[0]].shape : NULL;
+  switch (n->op) {
+  case OP_INPUT: case OP_PARAM: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: return 0;
+  case OP_LINEAR: case OP_MATMUL: {
+    double K = (double)x->d[x->nd - 1], R = (double)shape_numel(x) / K, Nn = (double)n->shape.d[n->shape.nd - 1];
+    flops = 2 * R * Nn * K;
+    bytes = 4 * (R * K + Nn * K + R * Nn);
+    break;
+  }
+  case OP_ATTENTION: { /* QK^T and PV over S x S scores; half of them under a causal mask */
+    double S = (double)x->d[0], B = (double)x->d[1], H = (double)x->d[2], D = (double)x->d[3];
+    flops = 4 * B * H * S * S * D * (n->a.causal ? 0.5 : 1);
+    bytes = 4 * 4 * out;
+    break;
+  }
+  case OP_EMBEDDING: case OP_POS_EMBEDDING: flops = 0; bytes = 8 * out; break;
+  case OP_CROSS_ENTROPY: flops = 5 * (double)shape_numel(x); bytes = 8 * (double)shape_numel(x); break;
+  default:
+    for (int k = 0; k < n->nin; k++) bytes += 4 * (double)shape_numel(&g->nodes[n->in[k]].shape);
+    flops = 5 * (x ? (double)shape_numel(x) : out);
+  }
+  return 3 * (flops + BYTE_WEIGHT * bytes);
+}
+
+/* Uniform: N*r//p. Balanced: contiguous boundaries minimising the costliest stage, the
+ * embedding counted on the first stage and the final norm, head and loss on the last; every
+ * stage keeps at least one layer (dynamic programming over prefixes). */
+void pp_partition(Graph *g, bool balanced) {
+  int pp = (int)g->cfg.pp, N = g->nlayers;
+  free(g->bounds);
+  g->bounds = NULL;
+  if (!balanced || N == 0 || pp <= 1) return;
+  double *layer = xcalloc((size_t)N, sizeof *layer), pre = 0, post = 0;
+  for (int i = 0; i < g->nnodes && i < (g->nfwd ? g->nfwd : g->nnodes); i++) {
+    const IrNode *n = &g->nodes[i];
+    double c = pp_node_cost(g, n);
+    if (n->region == REG_LAYER) layer[n->layer] += c;
+    else if (n->region == REG_PRE) pre += c;
+    else post += c;
+  }
+  double *prefix = xcalloc((size_t)N + 1, sizeof *prefix);
+  for (int l = 0; l < N; l++) prefix[l + 1] = prefix[l] + layer[l];
+  /* best[r][j]: the least possible slowest stage when stages 0..r-1 hold layers [0, j) */
+  double *best = xmalloc((size_t)(pp + 1) * (size_t)(N + 1) * sizeof *best);
+  int *cut = xmalloc((size_t)(pp + 1) * (size_t)(N + 1) * sizeof *cut);
+#define AT(r, j) ((size_t)(r) * (size_t)(N + 1) + (size_t)(j))
+  for (int j = 0; j <= N; j++) best[AT(0, j)] = j == 0 ? 0 : 1e300;
+  for (int r = 1; r <= pp; r++)
+    for (int j = 0; j <= N; j++) {
+      best[AT(r, j)] = 1e300;
+      cut[AT(r, j)] = -1;
+      for (int i = r - 1; i < j; i++) {
+        double stage = prefix[j] - prefix[i] + (r == 1 ? pre : 0) + (r == pp && j == N ? post : 0);
+        double worst = best[AT(r - 1, i)] > stage ? best[AT(r - 1, i)] : stage;
+        if (worst < best[AT(r, j)]) best[AT(r, j)] = worst, cut[AT(r, j)] = i;
+      }
+    }
+  g->bounds = xmalloc((size_t)(pp + 1) * sizeof *g->bounds);
+  g->bounds[pp] = N;
+  for (int r = pp, j = N; r > 0; r--) j = g->bounds[r - 1] = cut[AT(r, j)];
+#undef AT
+  free(layer);
+  free(prefix);
+  free(best);
+  free(cut);
 }
 
 /* The stage a node runs on: its layer's stage, the first stage before the layers, the last
  * after them. */
-static int stage_of_node(const Graph *g, int pp, const IrNode *n) {
-  if (n->region == REG_LAYER) return stage_of_layer(g->nlayers, pp, n->layer);
+int pp_stage_of_node(const Graph *g, int pp, const IrNode *n) {
+  if (n->region == REG_LAYER) return stage_of_layer(g, pp, n->layer);
   return n->region == REG_PRE ? 0 : pp - 1;
 }
 
@@ -53,18 +133,20 @@ Plan *pp_plan(const Graph *g) {
   p->stages = xcalloc((size_t)pp, sizeof *p->stages);
   p->param_stage_mask = xcalloc((size_t)g->nparams + 1, sizeof *p->param_stage_mask);
   for (int r = 0; r < pp; r++) {
-    p->stages[r].layer_start = pp_layer_start(g->nlayers, r, pp);
-    p->stages[r].layer_end = pp_layer_start(g->nlayers, r + 1, pp);
+    p->stages[r].layer_start = stage_start(g, r, pp);
+    p->stages[r].layer_end = stage_start(g, r + 1, pp);
   }
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
-    int r = stage_of_node(g, pp, n);
+    int r = pp_stage_of_node(g, pp, n);
     if (n->op == OP_EMBEDDING || n->op == OP_POS_EMBEDDING) p->stages[r].has_embedding = true;
     if (n->op == OP_CROSS_ENTROPY) p->stages[r].has_loss = true;
     if ((n->op == OP_RMSNORM || n->op == OP_LAYERNORM) && n->region == REG_POST) p->stages[r].has_final_norm = true;
     if ((n->op == OP_LINEAR || n->op == OP_MATMUL) && n->region == REG_POST) p->stages[r].has_head = true;
     if (n->op == OP_PARAM) continue;
+    if (i < (g->nfwd ? g->nfwd : g->nnodes)) p->stages[r].cost += pp_node_cost(g, n);
     for (int k = 0; k < n->nin; k++) {
+      if (n->in[k] < 0) continue; /* a .concat part with no gradient */
       const IrNode *src = &g->nodes[n->in[k]];
       if (src->op == OP_PARAM) p->param_stage_mask[src->param] |= 1 << r;
     }
@@ -143,7 +225,13 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
   human_bytes(hb, sizeof hb, total * 4);
   fprintf(f, "model: %d layers, %d parameter tensors, %lld parameters (%s fp32)\n", g->nlayers, g->nparams,
           (long long)total, hb);
-  fprintf(f, "partition: stage r of %d runs layers [N*r//p, N*(r+1)//p) with N=%d\n", p->pp, g->nlayers);
+  double total_cost = 0;
+  for (int r = 0; r < p->pp; r++) total_cost += p->stages[r].cost;
+  if (g->bounds)
+    fprintf(f, "partition: balanced: contiguous layers minimising the costliest stage (forward+backward flops + 8 x "
+               "bytes), N=%d\n", g->nlayers);
+  else
+    fprintf(f, "partition: stage r of %d runs layers [N*r//p, N*(r+1)//p) with N=%d\n", p->pp, g->nlayers);
   for (int r = 0; r < p->pp; r++) {
     const StageInfo *s = &p->stages[r];
     fprintf(f, "\nstage %d: ", r);
@@ -155,7 +243,7 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
     if (s->has_final_norm) fputs(", final norm", f);
     if (s->has_head) fputs(", head", f);
     if (s->has_loss) fputs(", loss", f);
-    fputc('\n', f);
+    fprintf(f, "; predicted share of the compute %.1f%%\n", total_cost > 0 ? 100 * s->cost / total_cost : 0.0);
     human_bytes(hb, sizeof hb, s->nparams * 4);
     fprintf(f, "  parameters: %lld (%s fp32)", (long long)s->nparams, hb);
     if (c->tp > 1) {

@@ -16,16 +16,17 @@ static const char usage[] =
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
     "  --schedule NAME    naive, gpipe or 1f1b\n"
+    "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt)\n"
-    "  --emit WHAT        print ast, ir, plan, c or cuda (the kernel sources) to stdout\n"
+    "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), c or cuda\n"
+    "                     (the kernel sources) to stdout\n"
     "  --help             this text\n"
     "  --version          the compiler's version\n";
 
 static void bad_usage(const char *fmt, const char *arg) {
   fputs("ppc: error: ", stderr);
   fprintf(stderr, fmt, arg);
-  fputs("\n", stderr);
-  fputs(usage, stderr);
+  fputs("\nusage: ppc MODEL.pdl [options]  ('ppc --help' lists them)\n", stderr);
   exit(1);
 }
 
@@ -33,6 +34,8 @@ typedef struct Cli {
   const char *model;
   const char *outdir;
   const char *emit;
+  const char *debug_schedule; /* hidden: corrupt the schedule to test the deadlock proof */
+  bool balanced;              /* --partition balanced */
   Options opt;
 } Cli;
 
@@ -42,7 +45,7 @@ static int64_t parse_count(const char *flag, const char *v) {
   long long n = strtoll(v, &end, 10);
   if (!*v || *end || errno || n <= 0 || n > (1 << 20)) {
     fprintf(stderr, "ppc: error: %s expects an integer between 1 and %d, got '%s'\n", flag, 1 << 20, v);
-    fputs(usage, stderr);
+    fputs("usage: ppc MODEL.pdl [options]  ('ppc --help' lists them)\n", stderr);
     exit(1);
   }
   return n;
@@ -71,19 +74,27 @@ static Cli parse_args(int argc, char **argv) {
     else if (i + 1 < argc) val = argv[i + 1];
     int k = 0;
     while (k < 6 && strcmp(counts[k], name)) k++;
-    int known = k < 6 || !strcmp(name, "-o") || !strcmp(name, "--emit") || !strcmp(name, "--schedule");
+    int known = k < 6 || !strcmp(name, "-o") || !strcmp(name, "--emit") || !strcmp(name, "--schedule") ||
+                !strcmp(name, "--debug-schedule") || !strcmp(name, "--partition");
     if (!known) bad_usage("unknown option '%s'", a);
     if (!val) bad_usage("option '%s' needs a value", name);
     if (!eq) i++;
     if (k < 6) {
       int64_t *slot[] = {&c.opt.tp, &c.opt.pp, &c.opt.dp, &c.opt.micro_batch, &c.opt.seq, &c.opt.microbatches};
       *slot[k] = parse_count(name, val);
+    } else if (!strcmp(name, "--partition")) {
+      if (strcmp(val, "uniform") && strcmp(val, "balanced"))
+        bad_usage("--partition expects uniform or balanced, got '%s'", val);
+      c.balanced = !strcmp(val, "balanced");
+    } else if (!strcmp(name, "--debug-schedule")) {
+      c.debug_schedule = val;
     } else if (!strcmp(name, "-o")) {
       if (!*val) bad_usage("-o needs a directory%s", "");
       c.outdir = val;
     } else if (!strcmp(name, "--emit")) {
-      if (strcmp(val, "ast") && strcmp(val, "ir") && strcmp(val, "plan") && strcmp(val, "c") && strcmp(val, "cuda"))
-        bad_usage("--emit expects ast, ir, plan, c or cuda, got '%s'", val);
+      if (strcmp(val, "ast") && strcmp(val, "ir") && strcmp(val, "plan") && strcmp(val, "c") && strcmp(val, "cuda") &&
+          strcmp(val, "schedule") && strcmp(val, "program"))
+        bad_usage("--emit expects ast, ir, plan, schedule, program, c or cuda, got '%s'", val);
       c.emit = val;
     } else {
       if (strcmp(val, "naive") && strcmp(val, "gpipe") && strcmp(val, "1f1b"))
@@ -95,36 +106,92 @@ static Cli parse_args(int argc, char **argv) {
   return c;
 }
 
-/* DIR: plan.txt, the program listing and the kernels; created only after everything compiled. */
-static int write_outputs(const char *dir, const Graph *g, const Plan *plan) {
-  Program *prog = fuse_lower(g); /* fuse_lower.c: kernels, GEMMs, instructions */
-  mem_plan(prog);                /* mem_plan.c: the arena */
-  if (mkdir(dir, 0777) && errno != EEXIST) {
+/* Which parameters are tied (an embedding table that is also a head) and, with pp > 1, which
+ * have a copy on another stage; the lowest stage holding one owns it. */
+static void mark_params(Graph *sg, const Graph *g, const Plan *plan) {
+  for (int i = 0; i < sg->nparams; i++) {
+    IrParam *q = &sg->params[i];
+    int gi = 0;
+    while (gi < g->nparams && strcmp(g->params[gi].name, q->name)) gi++;
+    int uses = 0;
+    for (int n = 0; n < g->nfwd; n++)
+      for (int k = 0; k < g->nodes[n].nin; k++)
+        if (g->nodes[n].in[k] == g->params[gi].node)
+          uses |= g->nodes[n].op == OP_EMBEDDING ? 1 : g->nodes[n].op == OP_LINEAR || g->nodes[n].op == OP_MATMUL ? 2 : 0;
+    int mask = plan->param_stage_mask[gi];
+    q->tied = uses == 3;
+    q->shared = (mask & (mask - 1)) != 0;
+    q->copy = q->shared && (mask & ((1 << sg->stage) - 1)) != 0;
+  }
+}
+
+/* One stage as each of its ranks runs it: split from the model, sharded over tensor parallelism,
+ * differentiated. NULL after a located error. */
+static Graph *stage_graph(const Graph *g, const Plan *plan, int r) {
+  Graph *sg = pp_split(g, r);               /* pp_split.c: the stage, its boundary nodes */
+  mark_params(sg, g, plan);
+  if (g->cfg.tp > 1) {                      /* tp_shard.c: local shapes, collectives */
+    Graph *t = tp_shard(sg);
+    ir_free(sg);
+    if (!(sg = t)) return NULL;
+  }
+  if (ad_backward(sg)) diag_fatal("internal: stage %d's backward graph does not verify", r); /* ad_backward.c */
+  return sg;
+}
+
+/* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
+ * listings (--emit program). */
+static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched) {
+  if (dir && mkdir(dir, 0777) && errno != EEXIST) {
     fprintf(stderr, "ppc: error: cannot create '%s': %s\n", dir, strerror(errno));
-    prog_free(prog);
     return 1;
   }
   char path[4096];
-  snprintf(path, sizeof path, "%s/plan.txt", dir);
-  FILE *f = fopen(path, "w");
-  if (!f) {
+  snprintf(path, sizeof path, "%s/plan.txt", dir ? dir : ".");
+  FILE *f = dir ? fopen(path, "w") : NULL;
+  if (dir && !f) {
     fprintf(stderr, "ppc: error: cannot write '%s': %s\n", path, strerror(errno));
-    prog_free(prog);
     return 1;
   }
-  pp_plan_print(f, g, plan);
-  if (fclose(f)) {
+  if (f) pp_plan_print(f, g, plan);
+  if (f && fclose(f)) {
     fprintf(stderr, "ppc: error: cannot write '%s'\n", path);
-    prog_free(prog);
     return 1;
   }
   char cache[4096] = "";
   const char *env = getenv("PPC_CACHE"), *home = getenv("HOME");
   if (env) snprintf(cache, sizeof cache, "%s", env);
   else if (home) snprintf(cache, sizeof cache, "%s/.cache/ppc", home);
-  int rc = cg_write(dir, prog, cache); /* cg_program.c: listing, C and CUDA kernels, .so */
-  prog_free(prog);
+  const Config *c = &g->cfg;
+  int rc = 0;
+  for (int r = 0; r < c->pp && !rc; r++) {
+    Graph *sg = stage_graph(g, plan, r);
+    if (!sg) return 1;
+    Program *prog = fuse_lower(sg);         /* fuse_lower.c: kernels, GEMMs, instructions */
+    prog->model = g;
+    prog->nslots = sched->st[r].nslots;
+    mem_plan(prog);                         /* mem_plan.c: the arena */
+    for (int dp = 0; dp < c->dp && !rc; dp++)
+      for (int tp = 0; tp < c->tp && !rc; tp++) {
+        int rank = (int)((dp * c->pp + r) * c->tp + tp);
+        prog->tp_rank = tp, prog->dp_rank = dp;
+        rc = cg_write(dir, prog, sched, rank, dp == 0 && tp == 0, cache); /* cg_program.c */
+      }
+    prog_free(prog);
+    ir_free(sg);
+  }
   return rc;
+}
+
+static void print_stage_irs(const Graph *g, const Plan *plan) {
+  for (int r = 0; r < g->cfg.pp; r++) {
+    Graph *sg = stage_graph(g, plan, r);
+    if (!sg) return;
+    printf("# ======== stage %d of %lld%s ========\n", r, (long long)g->cfg.pp,
+           g->cfg.tp > 1 ? ", as each tensor-parallel rank runs it" : "");
+    ir_print(stdout, sg);
+    ir_free(sg);
+  }
 }
 
 /* The pass order. Each pass reports its own errors against the source and returns NULL. */
@@ -135,6 +202,7 @@ static int compile(const Cli *cli) {
   Ast *ast = ast_parse(src);                                  /* grammar/parser.y */
   Graph *g = NULL;
   Plan *plan = NULL;
+  Sched *sched = NULL;
   if (!ast) goto out;
   if (cli->emit && !strcmp(cli->emit, "ast")) {
     ast_print(stdout, ast);
@@ -143,8 +211,22 @@ static int compile(const Cli *cli) {
   }
   if (!(g = ir_build(src, ast, &cli->opt))) goto out;        /* ir_build.c: names, shapes, roles */
   if (ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
+  pp_partition(g, cli->balanced);                             /* pp_plan.c: stage boundaries */
   plan = pp_plan(g);                                          /* pp_plan.c: layers to stages */
-  if (cli->emit && !strcmp(cli->emit, "ir")) ir_print(stdout, g);
+  /* each data-parallel replica runs its share of the micro-batches */
+  sched = sched_build((int)g->cfg.pp, (int)(g->cfg.microbatches / g->cfg.dp), g->cfg.schedule); /* sched.c */
+  if (cli->debug_schedule) sched_debug_break(sched, cli->debug_schedule);
+  if (sched_verify(sched, src, g->cfg.sched_loc)) goto out;                     /* sched.c: no rank waits forever */
+  for (int r = 0; r < g->cfg.pp && g->cfg.tp > 1; r++) { /* tensor-parallel roles must be consistent */
+    Graph *sg = stage_graph(g, plan, r);
+    if (!sg) goto out;
+    ir_free(sg);
+  }
+  if (cli->emit && !strcmp(cli->emit, "ir")) {
+    if (g->cfg.pp == 1 && g->cfg.tp == 1) ir_print(stdout, g);
+    else print_stage_irs(g, plan);
+  }
+  if (cli->emit && !strcmp(cli->emit, "schedule")) sched_print(stdout, sched);
   if (cli->emit && !strcmp(cli->emit, "plan")) pp_plan_print(stdout, g, plan);
   if (cli->emit && (!strcmp(cli->emit, "c") || !strcmp(cli->emit, "cuda"))) {
     Program *prog = fuse_lower(g);
@@ -157,10 +239,12 @@ static int compile(const Cli *cli) {
     free(text);
     prog_free(prog);
   }
-  rc = cli->outdir ? write_outputs(cli->outdir, g, plan) : 0;
+  if (cli->emit && !strcmp(cli->emit, "program")) rc = write_outputs(NULL, g, plan, sched);
+  else rc = cli->outdir ? write_outputs(cli->outdir, g, plan, sched) : 0;
   if (!cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:
+  sched_free(sched);
   pp_plan_free(plan);
   ir_free(g);
   ast_free(ast);

@@ -167,6 +167,7 @@ typedef struct IrAttrs {
   double eps, theta, scale;   /* scale 0: 1/sqrt(head_dim) */
   int64_t heads, index, parts;
   bool causal;
+  int64_t vlocal, vtotal;     /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
 } IrAttrs;
 
 typedef struct IrNode {
@@ -197,6 +198,13 @@ typedef struct IrParam {
   double std;       /* INIT_NORMAL */
   int layer;        /* global layer index; -1 outside the repeated layer */
   int node;         /* its OP_PARAM node */
+  bool tied;        /* read by an embedding and by a head: one tensor, two uses */
+  bool shared;      /* a copy lives on another pipeline stage too: gradients are summed */
+  bool copy;        /* not this tensor's owner (the lowest stage holding it owns it) */
+  int shard_dim;    /* tensor parallelism: the split dimension, -1 when replicated */
+  int64_t dense_len;/* that dimension's dense size (the local size is shape.d[shard_dim]) */
+  int shard_rep;    /* TP ranks holding the same shard (kv heads replicated when tp > kv heads); 1 */
+  int grad_reduce;  /* 0, or the group its gradient is summed over: 1 TP group, 2 ranks sharing a shard */
   Loc loc;          /* the declaration */
   Loc role_loc;
 } IrParam;
@@ -216,6 +224,7 @@ typedef struct Config {
   int64_t micro_batch, seq, microbatches;
   char schedule[16];
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
+  Loc sched_loc;
 } Config;
 
 typedef struct Graph {
@@ -231,6 +240,9 @@ typedef struct Graph {
   int nlayers;           /* the repeated layer's trip count; 0 when there is no for block */
   Loc layers_loc;        /* the for block's range */
   Config cfg;
+  int stage, npp;        /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
+  int64_t vocab;         /* rows of the token-embedding table: token ids and labels are below it */
+  int *bounds;           /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
   int nfwd;              /* nodes [0, nfwd) are the forward graph; the rest, the backward */
   int seed;              /* the backward-seed node, -1 before autodiff */
   int *grad;             /* per forward node: its (summed) gradient node, -1 if none */
@@ -258,6 +270,13 @@ typedef struct Options {
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
 
 /* ============================================================================================
+ * tp_shard.c — tensor parallelism: a stage's graph as one TP rank runs it (local shapes) with
+ * the collectives the math needs
+ * ========================================================================================== */
+
+Graph *tp_shard(const Graph *g); /* NULL after reporting a located error */
+
+/* ============================================================================================
  * ad_backward.c — compile-time autodiff: the backward graph from the forward graph and the loss
  * ========================================================================================== */
 
@@ -274,7 +293,7 @@ typedef enum KOp {
   K_ADD, K_SUB, K_MUL, K_DIV, K_MAX, K_NEG, K_EXP, K_LOG, K_TANH, K_SQRT, K_RSQRT, K_COS, K_SIN, K_POW,
   K_SEL, /* a ? b : c, a an int condition */
   /* int-valued (int64) */
-  K_I, K_ROW, K_LDI, K_IV, K_IADD, K_IMUL, K_IDIV, K_IMOD, K_IEQ, K_ILT,
+  K_I, K_ROW, K_LDI, K_IV, K_IARG, K_IADD, K_ISUB, K_IMUL, K_IDIV, K_IMOD, K_IEQ, K_ILT, K_IAND, K_ISEL,
 } KOp;
 
 typedef struct KExpr {
@@ -311,7 +330,8 @@ typedef struct Kernel {
   int64_t work;          /* rough operations per row, for the parallel threshold */
   KBuf bufs[KIR_MAX_BUFS];
   int nbufs;
-  int nargs;             /* float scalar arguments after the buffers */
+  int nargs;             /* scalar arguments after the buffers */
+  bool arg_int[16];      /* argument n is an int64 (else a float) */
   KExpr *e;
   int ne, ecap;
   KStmt *s;
@@ -332,6 +352,7 @@ int kir_i(Kernel *k, int64_t i);
 int kir_row(Kernel *k);
 int kir_ld(Kernel *k, int buf, int idx);
 int kir_arg(Kernel *k, int n);                      /* float scalar argument n */
+int kir_iarg(Kernel *k, int n);                     /* int64 scalar argument n */
 int kir_let(Kernel *k, int value);                  /* a new temporary = value; returns its read expr */
 void kir_set(Kernel *k, int var_expr, char op, int value);
 void kir_store(Kernel *k, int buf, int idx, char op, int value);
@@ -362,10 +383,14 @@ typedef struct VBuf {
   int param;       /* BC_PARAM/BC_GRAD/...: the parameter */
   int64_t off;     /* placed offset within its region (mem_plan.c) */
   int first, last; /* BC_SCRATCH: first and last instruction (global numbering) that touch it */
+  bool pin_start;  /* live from the start of the block it is first used in (a received value) */
+  bool pin_end;    /* live to the end of the block it is last used in (a value sent after it) */
   int alias;       /* -1, or the buffer whose bytes this one reuses */
 } VBuf;
 
-typedef enum InstrKind { I_KERNEL, I_GEMM, I_BATCH, I_ZERO, I_SEED, I_LOSS, I_GRADNORM } InstrKind;
+typedef enum InstrKind {
+  I_KERNEL, I_GEMM, I_BATCH, I_ZERO, I_SEED, I_LOSS, I_GRADNORM, I_ALLREDUCE_TIED, I_ALLREDUCE
+} InstrKind;
 
 typedef struct Operand {
   char kind;       /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none */
@@ -387,6 +412,8 @@ typedef struct Instr {
   double alpha, beta;
   int64_t bytes;              /* I_ZERO */
   double value;               /* I_SEED */
+  const char *group, *redop;  /* I_ALLREDUCE: tp, kvrep or dp; sum or max */
+  const char *why;            /* I_ALLREDUCE: a comment for the listing */
   int node;                   /* the IR node it implements, for the listing's comments; -1 */
 } Instr;
 
@@ -398,6 +425,7 @@ typedef struct Block {
 
 typedef struct Program {
   const Graph *g;
+  const Graph *model;         /* the whole model: its dense parameters are listed in every program */
   VBuf *vb;
   int nvb, vcap;
   Kernel **kernels;
@@ -405,7 +433,9 @@ typedef struct Program {
   Block fwd, bwd, opt;
   int64_t region_off[6], region_bytes[6]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
+  int tp_rank, dp_rank;       /* the rank whose listing is being written (cg_write) */
   int64_t arena;
+  int bnd[4];                 /* boundary buffers: recv_fwd, send_fwd, recv_bwd, send_bwd; -1 */
   int *node_vb;               /* per IR node: its buffer, -1 for none */
   int *node_aux;              /* per IR node: its saved-statistics buffer, -1 */
 } Program;
@@ -413,7 +443,48 @@ typedef struct Program {
 Program *fuse_lower(const Graph *g);
 void mem_plan(Program *p);
 void prog_free(Program *p);
-int cg_write(const char *dir, const Program *p, const char *cc_cache); /* 0 on success */
+
+/* ============================================================================================
+ * sched.c — the pipeline schedule of every rank, and its compile-time deadlock proof
+ * ========================================================================================== */
+
+typedef enum SchedKind { SE_F, SE_B, SE_COMM } SchedKind;
+typedef enum CommKind { C_SEND_FWD, C_RECV_FWD, C_SEND_BWD, C_RECV_BWD } CommKind;
+
+typedef struct CommOp {
+  CommKind kind;
+  int mb, slot;
+} CommOp;
+
+typedef struct SchedEntry {
+  SchedKind kind;
+  int mb, slot;     /* SE_F, SE_B */
+  CommOp ops[2];    /* SE_COMM: one operation, or a send and a receive issued together */
+  int nops;
+} SchedEntry;
+
+typedef struct StageSched {
+  SchedEntry *e;
+  int n, cap;
+  int nslots;
+} StageSched;
+
+typedef struct Sched {
+  int pp, M;
+  char kind[16];
+  StageSched *st;   /* per stage */
+} Sched;
+
+Sched *sched_build(int pp, int M, const char *kind);
+int sched_verify(const Sched *s, Src *src, Loc at); /* 0, or reports the ranks and entries that block */
+void sched_print(FILE *f, const Sched *s);
+void sched_entry_str(const SchedEntry *e, char *buf, size_t n);
+void sched_free(Sched *s);
+void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt on purpose */
+
+/* rankR.prog; with kernels, also the stage's kernels (C, CUDA, .so); dir NULL: the listing to
+ * stdout. 0 on success. */
+int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool kernels, const char *cc_cache);
 
 /* ============================================================================================
  * pp_plan.c — the partition of layers and parameters over pipeline stages
@@ -424,15 +495,21 @@ typedef struct StageInfo {
   bool has_embedding, has_final_norm, has_head, has_loss;
   int64_t nparams;             /* elements of the dense parameters the stage owns */
   int64_t nparams_rank;        /* elements one tensor-parallel rank of the stage holds */
+  double cost;                 /* predicted compute (pp_node_cost) */
 } StageInfo;
 
 typedef struct Plan {
   int pp;
+  bool balanced;               /* --partition balanced */
   StageInfo *stages;
   int *param_stage_mask;       /* per parameter: bit r set when stage r holds it */
 } Plan;
 
 int pp_layer_start(int nlayers, int rank, int pp); /* N*r//p */
+void pp_partition(Graph *g, bool balanced);      /* the stage boundaries: uniform or by cost */
+double pp_node_cost(const Graph *g, const IrNode *n); /* forward + backward, in flop-equivalents */
+int pp_stage_of_node(const Graph *g, int pp, const IrNode *n);
+Graph *pp_split(const Graph *g, int stage); /* stage's forward graph with its boundary nodes */
 Plan *pp_plan(const Graph *g);
 void pp_plan_print(FILE *f, const Graph *g, const Plan *p);
 void pp_plan_free(Plan *p);

@@ -1,4 +1,5 @@
-/* ppr.c - the runtime's command line: load DIR/rank0.prog, initialise, train for N steps, report, save. */
+/* ppr.c - the runtime's command line: each rank loads DIR/rankR.prog, initialises, trains for N steps over MPI, reports, saves. */
+#include "rt_comm.h"
 #include "rt_prog.h"
 
 #include <errno.h>
@@ -14,7 +15,9 @@
 static const char usage[] =
     "usage: ppr DIR [options]\n"
     "\n"
-    "Runs the program DIR/rank0.prog written by ppc (docs/stage-format.md).\n"
+    "Runs the programs written by ppc (docs/stage-format.md): rank R of the MPI world runs\n"
+    "DIR/rankR.prog. A pipeline of N ranks: mpirun -np N ppr DIR (as root add --allow-run-as-root,\n"
+    "with fewer cores than ranks --oversubscribe). Without mpirun ppr is a 1-rank world.\n"
     "\n"
     "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
@@ -31,12 +34,14 @@ static const char usage[] =
     "                              before clipping\n"
     "  --save W.safetensors        the weights after the last step\n"
     "  --log FILE.jsonl            one JSON object per step\n"
+    "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), and\n"
+    "                              the measured bubble fraction of each rank\n"
     "  --quiet                     no per-step lines on stdout\n"
     "  --help                      this text\n"
     "  --version                   ppr's version and the listing format it reads\n";
 
 typedef struct {
-    const char *dir, *init, *data, *save_grads, *save, *log;
+    const char *dir, *init, *data, *save_grads, *save, *log, *trace;
     uint64_t seed;
     int have_seed, quiet;
     int64_t steps;
@@ -44,6 +49,8 @@ typedef struct {
 } Cli;
 
 static char err[ERRLEN];
+static RtComm *comm; /* the world: MPI under mpirun, else this process alone */
+static int me, nranks;
 
 static void bad_usage(const char *fmt, ...) RT_FMT(1, 2);
 static void bad_usage(const char *fmt, ...) {
@@ -58,7 +65,7 @@ static void bad_usage(const char *fmt, ...) {
 }
 
 /* Every line of the message gets the prefix. */
-static void die(const char *msg) {
+static void print_err(const char *msg) {
     const char *p = msg;
     do {
         const char *nl = strchr(p, '\n');
@@ -66,7 +73,54 @@ static void die(const char *msg) {
         fprintf(stderr, "ppr: error: %.*s\n", n, p);
         p = nl ? nl + 1 : NULL;
     } while (p && *p);
-    exit(1);
+    fflush(stderr);
+}
+
+/* Every rank ends here together (a decision all of them made): MPI_Finalize, then exit. */
+_Noreturn static void exit_all(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    rt_comm_finalize(comm);
+    exit(code);
+}
+
+/* A failure of this rank alone: the message, then the whole job ends (MPI_Abort). */
+_Noreturn static void die(const char *msg) {
+    print_err(msg);
+    if (nranks > 1) rt_comm_abort(comm, 1);
+    exit_all(1);
+}
+
+/* A step every rank takes: rc is this rank's result, its message in err. When any rank failed,
+ * rank 0 prints each distinct message once (in rank order) and every rank exits 1. */
+static void settle(int rc) {
+    if (nranks == 1) {
+        if (rc) die(err);
+        return;
+    }
+    if (rt_comm_all_ok(comm, rc == 0)) return;
+    size_t n = rc ? strlen(err) + 1 : 0;
+    unsigned char *all = NULL;
+    size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
+    char gerr[256];
+    if (!sizes || rt_comm_gather(comm, err, n, &all, sizes, gerr, sizeof gerr)) {
+        if (me == 0) print_err(rc ? err : "a rank failed (no memory for its message)");
+        exit_all(1);
+    }
+    if (me == 0) {
+        size_t at = 0;
+        for (int r = 0; r < nranks; r++) {
+            const char *m = (const char *)all + at;
+            int seen = sizes[r] == 0;
+            for (size_t q = 0, k = 0; k < (size_t)r && !seen; q += sizes[k], k++)
+                seen = sizes[k] == sizes[r] && !memcmp(all + q, m, sizes[r]);
+            if (!seen) print_err(m);
+            at += sizes[r];
+        }
+    }
+    free(all);
+    free(sizes);
+    exit_all(1);
 }
 
 #define CHECK_IO(cond, ...)                                                                        \
@@ -136,7 +190,8 @@ static void parse_cli(int argc, char **argv, Cli *c) {
             v = NULL;
         }
         static const char *const with_value[] = {"--init", "--seed", "--data", "--steps", "--lr", "--beta1", "--beta2",
-                                                 "--eps", "--wd", "--clip", "--save-grads", "--save", "--log"};
+                                                 "--eps", "--wd", "--clip", "--save-grads", "--save", "--log",
+                                                 "--trace"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(flag, with_value[k]);
         if (!known) bad_usage("unknown option '%s'", a);
@@ -161,6 +216,7 @@ static void parse_cli(int argc, char **argv, Cli *c) {
         } else if (!strcmp(flag, "--save-grads")) c->save_grads = v;
         else if (!strcmp(flag, "--save")) c->save = v;
         else if (!strcmp(flag, "--log")) c->log = v;
+        else if (!strcmp(flag, "--trace")) c->trace = v;
         if (!*v) bad_usage("%s: empty value", flag);
     }
     if (!c->dir) bad_usage("no program directory DIR");
@@ -168,29 +224,129 @@ static void parse_cli(int argc, char **argv, Cli *c) {
     if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
 }
 
-static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, char *e, size_t elen) {
-    int n = p->nparams;
-    const char **names = calloc((size_t)n + 1, sizeof *names);
-    int *ndims = calloc((size_t)n + 1, sizeof *ndims);
-    const int64_t **shapes = calloc((size_t)n + 1, sizeof *shapes);
-    const float **data = calloc((size_t)n + 1, sizeof *data);
-    int rc;
-    if (!names || !ndims || !shapes || !data) {
-        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-    } else {
-        for (int i = 0; i < n; i++) {
-            names[i] = p->params[i].name;
-            ndims[i] = p->params[i].ndim;
-            shapes[i] = p->params[i].dims;
-            data[i] = grads ? rt_exec_grad(x, i) : rt_exec_param(x, i);
+/* ---- gathering params to rank 0 (--save, --save-grads) ----------------------------------- */
+
+/* A growing byte buffer; every field is 8-byte aligned, so the floats of a gathered block are too. */
+typedef struct {
+    unsigned char *b;
+    size_t n, cap;
+    int oom;
+} Buf;
+
+static void put(Buf *b, const void *data, size_t n) {
+    size_t padded = (n + 7) / 8 * 8;
+    if (b->oom) return;
+    if (b->n + padded > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + padded) cap *= 2;
+        unsigned char *nb = realloc(b->b, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
         }
-        rc = rt_st_write(path, n, names, ndims, shapes, data, e, elen);
+        b->b = nb;
+        b->cap = cap;
     }
-    free(names);
-    free(ndims);
-    free(shapes);
-    free(data);
-    return rc;
+    if (n) memcpy(b->b + b->n, data, n);
+    memset(b->b + b->n + n, 0, padded - n);
+    b->n += padded;
+}
+
+static void put_u64(Buf *b, uint64_t v) { put(b, &v, sizeof v); }
+
+static uint64_t get_u64(const unsigned char **q) {
+    uint64_t v;
+    memcpy(&v, *q, sizeof v);
+    *q += 8;
+    return v;
+}
+
+/* Gathers the params this rank owns (not the copies; dp_rank 0 only) on rank 0, which writes
+ * them to path: by rank, then param index. Collective; every rank returns rank 0's verdict (the
+ * message only on rank 0). */
+static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, char *e, size_t elen) {
+    Buf b = {0};
+    uint64_t count = 0;
+    if (p->dp_rank == 0)
+        for (int i = 0; i < p->nparams; i++) count += p->params[i].owned;
+    put_u64(&b, count);
+    for (int i = 0; i < p->nparams && p->dp_rank == 0; i++) {
+        const RtParam *q = &p->params[i];
+        if (!q->owned) continue;
+        put_u64(&b, strlen(q->name));
+        put(&b, q->name, strlen(q->name));
+        put_u64(&b, (uint64_t)q->ndim);
+        put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
+        put(&b, grads ? rt_exec_grad(x, i) : rt_exec_param(x, i), (size_t)q->numel * sizeof(float));
+    }
+    int rc = 0;
+    if (b.oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+    if (!rt_comm_all_ok(comm, rc == 0)) { /* some rank could not pack: no gather */
+        free(b.b);
+        if (!rc) rt_fail_at(e, elen, __FILE__, __LINE__, "another rank ran out of memory");
+        return -1;
+    }
+    unsigned char *all = NULL;
+    size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
+    if (!sizes) die("out of memory");
+    rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, e, elen);
+    free(b.b);
+    if (me == 0 && !rc) {
+        size_t total = 0, at = 0;
+        for (int r = 0; r < nranks; r++) total += get_u64(&(const unsigned char *){all + at}), at += sizes[r];
+        const char **names = calloc(total + 1, sizeof *names);
+        char **copied = calloc(total + 1, sizeof *copied);
+        int *ndims = calloc(total + 1, sizeof *ndims);
+        const int64_t **shapes = calloc(total + 1, sizeof *shapes);
+        const float **data = calloc(total + 1, sizeof *data);
+        if (!names || !copied || !ndims || !shapes || !data) {
+            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+        } else {
+            size_t k = 0;
+            at = 0;
+            for (int r = 0; r < nranks && !rc; r++) {
+                const unsigned char *q = all + at;
+                uint64_t cnt = get_u64(&q);
+                for (uint64_t j = 0; j < cnt && !rc; j++, k++) {
+                    size_t nl = (size_t)get_u64(&q);
+                    copied[k] = malloc(nl + 1);
+                    if (!copied[k]) {
+                        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+                        break;
+                    }
+                    memcpy(copied[k], q, nl);
+                    copied[k][nl] = 0;
+                    q += (nl + 7) / 8 * 8;
+                    ndims[k] = (int)get_u64(&q);
+                    shapes[k] = (const int64_t *)(const void *)q;
+                    int64_t numel = 1;
+                    for (int d = 0; d < ndims[k]; d++) numel *= shapes[k][d];
+                    q += (size_t)ndims[k] * 8;
+                    data[k] = (const float *)(const void *)q;
+                    q += ((size_t)numel * 4 + 7) / 8 * 8;
+                    names[k] = copied[k];
+                    for (size_t o = 0; o < k && !rc; o++)
+                        if (!strcmp(names[o], names[k]))
+                            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: tensor %s is owned by two ranks", path,
+                                            names[k]);
+                }
+                at += sizes[r];
+            }
+            if (!rc) rc = rt_st_write(path, (int)total, names, ndims, shapes, data, e, elen);
+        }
+        for (size_t k = 0; copied && k < total; k++) free(copied[k]);
+        free(copied);
+        free(names);
+        free(ndims);
+        free(shapes);
+        free(data);
+    }
+    free(all);
+    free(sizes);
+    int32_t verdict = rc;
+    rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
+    if (verdict && me != 0 && e && elen) e[0] = 0;
+    return verdict ? -1 : 0;
 }
 
 typedef struct {
@@ -206,81 +362,255 @@ static int save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
     return save_params(g->p, x, g->path, 1, e, elen);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    CHECK_IO(clock_gettime(CLOCK_MONOTONIC, &ts) == 0, "clock_gettime: %s", strerror(errno));
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static void json_num(FILE *fp, const char *key, double v, const char *fmt) {
     fprintf(fp, ",\"%s\":", key);
     if (isfinite(v)) fprintf(fp, fmt, v);
     else fputs("null", fp);
 }
 
+/* ---- --trace: every rank's timeline on rank 0, and the bubble ------------------------------ */
+
+static const char *event_cat(int kind) {
+    switch (kind) {
+    case RT_EV_F:
+    case RT_EV_B:
+    case RT_EV_OPT: return "compute";
+    case RT_EV_POST:
+    case RT_EV_WAIT:
+    case RT_EV_COLL: return "comm";
+    case RT_EV_HOOK: return "save";
+    case RT_EV_ZERO: return "zero_grads";
+    default: return "step";
+    }
+}
+
+/* walls/comps: this rank's per-step wall and compute times (ms). Collective. */
+static void write_trace(const RtProg *p, RtExec *x, const char *path, const double *walls, const double *comps,
+                        int64_t nsteps) {
+    int64_t nev = 0;
+    int oom = 0;
+    const RtEvent *ev = rt_exec_events(x, &nev, &oom);
+    Buf b = {0};
+    put_u64(&b, (uint64_t)p->stage);
+    put_u64(&b, (uint64_t)oom);
+    put_u64(&b, (uint64_t)nsteps);
+    put(&b, walls, (size_t)nsteps * sizeof *walls);
+    put(&b, comps, (size_t)nsteps * sizeof *comps);
+    put_u64(&b, (uint64_t)nev);
+    put(&b, ev, (size_t)nev * sizeof *ev);
+    int rc = b.oom ? rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory") : 0;
+    settle(rc);
+    unsigned char *all = NULL;
+    size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
+    if (!sizes) die("out of memory");
+    rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, err, sizeof err);
+    free(b.b);
+    FILE *fp = NULL;
+    if (me == 0 && !rc) {
+        fp = fopen(path, "w");
+        if (!fp) rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", path, strerror(errno));
+    }
+    if (me == 0 && !rc) {
+        /* the per-rank blocks: stage, oom, steps, walls, comps, events */
+        const double **w = calloc((size_t)nranks, sizeof *w), **cp = calloc((size_t)nranks, sizeof *cp);
+        int *stage = calloc((size_t)nranks, sizeof *stage);
+        int64_t total = 0, lost = 0, ns = nsteps;
+        if (!w || !cp || !stage) die("out of memory");
+        fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", fp);
+        size_t at = 0;
+        for (int r = 0; r < nranks; r++) {
+            const unsigned char *q = all + at;
+            stage[r] = (int)get_u64(&q);
+            lost += get_u64(&q) != 0;
+            int64_t n = (int64_t)get_u64(&q);
+            w[r] = (const double *)(const void *)q;
+            q += (size_t)n * 8;
+            cp[r] = (const double *)(const void *)q;
+            q += (size_t)n * 8;
+            if (n < ns) ns = n;
+            int64_t ne = (int64_t)get_u64(&q);
+            const RtEvent *e = (const RtEvent *)(const void *)q;
+            fprintf(fp,
+                    "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d (stage %d)\"}},\n"
+                    "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}},\n"
+                    "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"schedule\"}},\n"
+                    "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"steps\"}}",
+                    r, r, stage[r], r, r, r, r);
+            for (int64_t i = 0; i < ne; i++) {
+                RtEvent v;
+                memcpy(&v, e + i, sizeof v);
+                v.name[sizeof v.name - 1] = 0;
+                fprintf(fp,
+                        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+                        "\"args\":{\"step\":%d}}",
+                        v.name, event_cat(v.kind), v.ts, v.dur, r, v.kind == RT_EV_STEP ? 1 : 0, (int)v.step);
+            }
+            total += ne;
+            at += sizes[r];
+            fputs(r + 1 < nranks ? ",\n" : "\n", fp);
+        }
+        fputs("]}\n", fp);
+        if (fclose(fp) != 0)
+            rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: write failed: %s", path, strerror(errno));
+        if (!rc) {
+            printf("ppr: trace: %s: %lld events of %d rank%s%s\n", path, (long long)total, nranks, nranks > 1 ? "s" : "",
+                   lost ? " (some ranks ran out of memory: events lost)" : "");
+            printf("ppr: bubble fraction per rank, 1 - compute / step time (compute: F, B, and OPT without its "
+                   "collectives):\n");
+            printf("  %-10s", "step");
+            for (int r = 0; r < nranks; r++) {
+                char h[32];
+                snprintf(h, sizeof h, "rank %d/s%d", r, stage[r]);
+                printf(" %11s", h);
+            }
+            printf("\n");
+            for (int64_t k = 0; k < ns; k++) {
+                printf("  %-10lld", (long long)(k + 1));
+                for (int r = 0; r < nranks; r++) printf(" %11.3f", w[r][k] > 0 ? 1 - cp[r][k] / w[r][k] : 0.0);
+                printf("\n");
+            }
+            for (int from = 0; from < 2; from++) {
+                if (from == 1 && ns < 2) break;
+                printf("  %-10s", from ? "mean 2.." : "mean");
+                for (int r = 0; r < nranks; r++) {
+                    double sum = 0;
+                    for (int64_t k = from; k < ns; k++) sum += w[r][k] > 0 ? 1 - cp[r][k] / w[r][k] : 0.0;
+                    printf(" %11.3f", ns > from ? sum / (double)(ns - from) : 0.0);
+                }
+                printf("\n");
+            }
+            fflush(stdout);
+        }
+        free((void *)w);
+        free((void *)cp);
+        free(stage);
+    }
+    free(all);
+    free(sizes);
+    int32_t verdict = rc;
+    rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
+    if (verdict) {
+        if (me == 0) print_err(err);
+        exit_all(1);
+    }
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+static char *prog_path(const char *dir, int r) {
+    size_t dl = strlen(dir);
+    char *path = malloc(dl + 32);
+    CHECK_IO(path != NULL, "out of memory");
+    sprintf(path, "%s%srank%d.prog", dir, dl && dir[dl - 1] == '/' ? "" : "/", r);
+    return path;
+}
+
 int main(int argc, char **argv) {
     Cli c;
     parse_cli(argc, argv, &c);
+    /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
+     * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when
+     * the kernel object loads it; a value the user set is kept. */
+    CHECK_IO(setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0, "setenv: %s", strerror(errno));
 
-    char *path = malloc(strlen(c.dir) + 16);
-    CHECK_IO(path != NULL, "out of memory");
-    size_t dl = strlen(c.dir);
-    sprintf(path, "%s%srank0.prog", c.dir, dl && c.dir[dl - 1] == '/' ? "" : "/");
+    if (rt_comm_init(&argc, &argv, &comm, err, sizeof err)) die(err);
+    me = rt_comm_rank(comm);
+    nranks = rt_comm_size(comm);
 
+    /* the world size the programs were compiled for, before anything collective */
+    char *path0 = prog_path(c.dir, 0);
+    int tp = 0, pp = 0, dp = 0;
+    settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, err, sizeof err)); /* the same file: printed once */
+    if (tp * pp * dp != nranks) {
+        fprintf(stderr, "ppr: error: %s was compiled for %d ranks (tp %d \u00d7 pp %d \u00d7 dp %d) but mpirun started %d ranks\n",
+                c.dir, tp * pp * dp, tp, pp, dp, nranks);
+        if (!rt_comm_uses_mpi(comm))
+            fprintf(stderr, "ppr: error: (no MPI launcher: ppr ran as a 1-rank world; run: mpirun -np %d ppr %s)\n",
+                    tp * pp * dp, c.dir);
+        free(path0);
+        exit_all(1);
+    }
+    free(path0);
+
+    char *path = prog_path(c.dir, me);
     RtProg *p = NULL;
-    if (rt_prog_load(path, &p, err, sizeof err)) die(err);
-    if (p->tp * p->pp * p->dp != 1) {
-        snprintf(err, sizeof err,
-                 "%s: mesh tp %d pp %d dp %d: this ppr runs single-rank programs only (tp 1 pp 1 dp 1)", path, p->tp,
-                 p->pp, p->dp);
-        die(err);
+    int rc = rt_prog_load(path, &p, err, sizeof err);
+    if (!rc && p->rank != me) {
+        snprintf(err, sizeof err, "%s: the listing says 'rank %d': it is rank %d's program, not rank %d's", path, p->rank,
+                 p->rank, me);
+        rc = -1;
+    }
+    settle(rc);
+    int model_tied = 0;
+    if (rt_comm_setup(comm, p, c.dir, &model_tied, err, sizeof err)) {
+        if (me == 0) print_err(err); /* the same verdict on every rank */
+        exit_all(1);
     }
     RtExec *x = NULL;
-    if (rt_exec_open(p, c.dir, &x, err, sizeof err)) die(err);
+    settle(rt_exec_open(p, c.dir, &x, err, sizeof err));
+    rt_exec_set_comm(x, comm);
 
-    if (c.init) {
-        if (rt_init_load(p, x, c.init, err, sizeof err)) die(err);
-    } else {
-        rt_init_seed(p, x, c.seed);
-    }
+    if (c.init) settle(rt_init_load(p, x, c.init, model_tied, err, sizeof err));
+    else rt_init_seed(p, x, c.seed);
 
     /* the data, unless no step reads it */
     RtData *d = NULL;
     const char *data_name = c.steps == 0 ? "none (0 steps)" : c.data ? c.data : "the built-in text";
-    if (c.steps == 0) {
-    } else if (c.data) {
-        if (rt_data_open(c.data, &d, err, sizeof err)) die(err);
-    } else if (rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &d, err, sizeof err)) {
-        die(err);
-    }
-    if (d && rt_data_max_token(d) >= p->vocab) {
+    rc = 0;
+    if (c.steps > 0 && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
+    else if (c.steps > 0)
+        rc = rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &d, err, sizeof err);
+    if (!rc && d && rt_data_max_token(d) >= p->vocab) {
         snprintf(err, sizeof err, "%s: token id %d is not below the model's vocab %lld (%s)%s", data_name,
                  rt_data_max_token(d), (long long)p->vocab, path, c.data ? "" : "; pass --data");
-        die(err);
+        rc = -1;
     }
+    settle(rc);
 
     FILE *log = NULL;
-    if (c.log) {
+    rc = 0;
+    if (c.log && me == 0) {
         log = fopen(c.log, "w");
-        CHECK_IO(log != NULL, "%s: cannot open for writing: %s", c.log, strerror(errno));
+        if (!log) rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", c.log, strerror(errno));
     }
+    settle(rc);
 
-    int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches;
-    if (!c.quiet)
-        printf("ppr: %s: model %s, %d params, arena %lld bytes; data %s (%lld tokens); %lld steps of %lld tokens\n",
-               path, p->model, p->nparams, (long long)p->arena, data_name, (long long)rt_data_len(d),
-               (long long)c.steps, (long long)tokens);
+    int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches * p->dp;
+    if (!c.quiet && me == 0) {
+        if (nranks == 1)
+            printf("ppr: %s: model %s, %d params, arena %lld bytes; data %s (%lld tokens); %lld steps of %lld tokens\n",
+                   path, p->model, p->nparams, (long long)p->arena, data_name, (long long)rt_data_len(d),
+                   (long long)c.steps, (long long)tokens);
+        else
+            printf("ppr: %s: model %s, mesh tp %d pp %d dp %d (%d ranks over MPI), %d params in the model; rank 0: %d "
+                   "params, arena %lld bytes; data %s (%lld tokens); %lld steps of %lld tokens\n",
+                   c.dir, p->model, p->tp, p->pp, p->dp, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
+                   (long long)p->arena, data_name, (long long)rt_data_len(d), (long long)c.steps, (long long)tokens);
+        CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+    }
+    double *walls = NULL, *comps = NULL;
+    if (c.trace) {
+        walls = calloc((size_t)c.steps + 1, sizeof *walls);
+        comps = calloc((size_t)c.steps + 1, sizeof *comps);
+        settle(walls && comps ? 0 : rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory"));
+        rt_comm_barrier(comm); /* the common start of every rank's timeline */
+        rt_exec_trace(x, rt_now_ms());
+    }
     GradSave gs = {p, c.save_grads, 0};
     for (int64_t s = 0; s < c.steps; s++) {
-        double t0 = now_ms(), loss = 0, gnorm = 0;
-        if (rt_exec_step(x, d, s, &c.h, c.save_grads ? save_grads_hook : NULL, &gs, &loss, &gnorm, err, sizeof err))
-            die(err);
-        double ms = now_ms() - t0;
+        double t0 = rt_now_ms(), loss = 0, gnorm = 0;
+        if (rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err, sizeof err)) {
+            /* only the --save-grads hook fails, and every rank learns rank 0's verdict */
+            if (me == 0) print_err(err);
+            exit_all(1);
+        }
+        double ms = rt_now_ms() - t0;
         double tps = ms > 0 ? (double)tokens / (ms * 1e-3) : 0;
-        if (!c.quiet) {
+        if (walls) rt_exec_step_times(x, &walls[s], &comps[s]);
+        if (!c.quiet && me == 0) {
             printf("step %lld/%lld  loss %.4f  grad_norm %.4g  lr %.2e  %.1f ms  %.0f tok/s\n", (long long)(s + 1),
                    (long long)c.steps, loss, gnorm, c.h.lr, ms, tps);
-            fflush(stdout);
+            CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
         }
         if (log) {
             fprintf(log, "{\"step\":%lld", (long long)(s + 1));
@@ -292,17 +622,27 @@ int main(int argc, char **argv) {
             fputs("}\n", log);
             CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
         }
-        if (!isfinite(loss)) {
-            snprintf(err, sizeof err, "step %lld: the loss is %g; stopping (nothing saved)", (long long)(s + 1), loss);
-            die(err);
+        if (!isfinite(loss)) { /* the loss is the same on every rank: all stop here */
+            if (me == 0) {
+                snprintf(err, sizeof err, "step %lld: the loss is %g; stopping (nothing saved)", (long long)(s + 1), loss);
+                print_err(err);
+            }
+            exit_all(1);
         }
     }
     if (log) CHECK_IO(fclose(log) == 0, "%s: close failed: %s", c.log, strerror(errno));
-    if (c.save && save_params(p, x, c.save, 0, err, sizeof err)) die(err);
+    if (c.save && save_params(p, x, c.save, 0, err, sizeof err)) {
+        if (me == 0) print_err(err);
+        exit_all(1);
+    }
+    if (c.trace) write_trace(p, x, c.trace, walls, comps, c.steps);
 
+    free(walls);
+    free(comps);
     rt_data_close(d);
     rt_exec_close(x);
     rt_prog_free(p);
     free(path);
+    rt_comm_finalize(comm);
     return 0;
 }

@@ -36,7 +36,7 @@ void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed) {
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
         float *v = rt_exec_param(x, k);
-        /* A single-rank program holds whole tensors: the local index is the dense index. */
+        /* With tp 1 every rank holds whole tensors: the local index is the dense index. */
         switch (q->init) {
         case RT_INIT_NORMAL: {
             uint64_t key = tensor_key(seed, q->name);
@@ -121,14 +121,32 @@ static int finish_msg(Msg *m, char *err, size_t errlen) {
     return rc;
 }
 
-int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t errlen) {
+/* Is name one of the model's params (the model_param lines, or this rank's params without them)? */
+static int model_index(const RtProg *p, const char *name) {
+    if (p->nmodel > 0) {
+        for (int k = 0; k < p->nmodel; k++)
+            if (!strcmp(p->mparams[k].name, name)) return k;
+        return -1;
+    }
+    for (int k = 0; k < p->nparams; k++)
+        if (!strcmp(p->params[k].name, name)) return k;
+    return -1;
+}
+
+static int own_index(const RtProg *p, const char *name) {
+    for (int k = 0; k < p->nparams; k++)
+        if (!strcmp(p->params[k].name, name)) return k;
+    return -1;
+}
+
+int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, char *err, size_t errlen) {
     RtStFile *f = NULL;
     if (rt_st_open(path, &f, err, errlen)) return -1;
     Msg m = {0};
     int nt = rt_st_count(f);
-    int head = -1; /* lm_head.weight when a param is tied */
+    int head = -1; /* lm_head.weight, checked against this rank's tied param */
 
-    /* missing tensors, all in one line */
+    /* missing tensors (of this rank's params), all in one line */
     int nmiss = 0;
     for (int k = 0; k < p->nparams; k++)
         if (rt_st_find(f, p->params[k].name) < 0) nmiss++;
@@ -138,7 +156,7 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t
             if (rt_st_find(f, p->params[k].name) < 0) msg_add(&m, "%s %s", j++ ? "," : "", p->params[k].name);
         msg_add(&m, "\n");
     }
-    /* wrong shapes */
+    /* wrong shapes: this rank's params, then the rest of the model */
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
         int t = rt_st_find(f, q->name);
@@ -148,15 +166,23 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t
         shape_str(b, sizeof b, q->ndim, q->dims);
         msg_add(&m, "%s: tensor %s has shape %s, the program's param %d needs %s\n", path, q->name, a, k, b);
     }
-    /* extra tensors, all in one line */
+    for (int k = 0; k < p->nmodel; k++) {
+        const RtModelParam *q = &p->mparams[k];
+        int t = rt_st_find(f, q->name);
+        if (t < 0 || own_index(p, q->name) >= 0 || same_shape(f, t, q->ndim, q->dims)) continue;
+        char a[256], b[256];
+        file_shape(f, t, a, sizeof a);
+        shape_str(b, sizeof b, q->ndim, q->dims);
+        msg_add(&m, "%s: tensor %s has shape %s, the model's param (model_param, line %d) is %s\n", path, q->name, a,
+                q->line, b);
+    }
+    /* extra tensors (not the model's), all in one line */
     int nextra = 0;
     for (int t = 0; t < nt; t++) {
         const char *name = rt_st_name(f, t);
-        int known = 0;
-        for (int k = 0; k < p->nparams && !known; k++) known = !strcmp(p->params[k].name, name);
-        if (known) continue;
-        if (p->tied >= 0 && !strcmp(name, TIED_HEAD_NAME)) {
-            head = t;
+        if (model_index(p, name) >= 0) continue;
+        if (model_tied && !strcmp(name, TIED_HEAD_NAME)) {
+            if (p->tied >= 0) head = t;
             continue;
         }
         nextra++;
@@ -165,11 +191,10 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t
         msg_add(&m, "%s: %d tensor%s the program has no param for:", path, nextra, nextra > 1 ? "s" : "");
         for (int t = 0, j = 0; t < nt; t++) {
             const char *name = rt_st_name(f, t);
-            int known = 0;
-            for (int k = 0; k < p->nparams && !known; k++) known = !strcmp(p->params[k].name, name);
-            if (!known && t != head) msg_add(&m, "%s %s", j++ ? "," : "", name);
+            if (model_index(p, name) >= 0 || (model_tied && !strcmp(name, TIED_HEAD_NAME))) continue;
+            msg_add(&m, "%s %s", j++ ? "," : "", name);
         }
-        if (p->tied < 0 && rt_st_find(f, TIED_HEAD_NAME) >= 0)
+        if (!model_tied && rt_st_find(f, TIED_HEAD_NAME) >= 0 && model_index(p, TIED_HEAD_NAME) < 0)
             msg_add(&m, " (%s is accepted only when a param is tied)", TIED_HEAD_NAME);
         msg_add(&m, "\n");
     }

@@ -51,15 +51,28 @@ uint64_t rt_fnv1a64(const void *data, size_t n) {
 static const char *const region_names[RT_NREG] = {"params", "grads", "adam_m", "adam_v", "slots", "scratch"};
 static const char *const block_names[RT_NBLK] = {"forward", "backward", "optimizer"};
 static const char *const scalar_names[RT_NSCALAR] = {"lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2", "clip"};
+static const char *const boundary_names[RT_NBND] = {"recv_fwd", "send_fwd", "recv_bwd", "send_bwd"};
 
 const char *rt_region_name(int r) { return r >= 0 && r < RT_NREG ? region_names[r] : "?"; }
 const char *rt_block_name(int b) { return b >= 0 && b < RT_NBLK ? block_names[b] : "?"; }
 const char *rt_scalar_name(int s) { return s >= 0 && s < RT_NSCALAR ? scalar_names[s] : "?"; }
+const char *rt_boundary_name(int k) { return k >= 0 && k < RT_NBND ? boundary_names[k] : "?"; }
 
 /* ---- parser state -------------------------------------------------------------------------- */
 
-enum { SEC_HEADER, SEC_REGIONS, SEC_PARAMS, SEC_BUFFERS, SEC_BLOCKS, SEC_BLOCK, SEC_SCHEDULE, SEC_DONE };
-enum { H_VERSION, H_COMPILER, H_HASH, H_MODEL, H_MESH, H_RANK, H_STEP, H_VOCAB, H_KERNELS, H_COUNT };
+enum {
+    SEC_HEADER,
+    SEC_REGIONS,
+    SEC_BOUNDARIES,
+    SEC_PARAMS,
+    SEC_MODEL,
+    SEC_BUFFERS,
+    SEC_BLOCKS,
+    SEC_BLOCK,
+    SEC_SCHEDULE,
+    SEC_DONE
+};
+enum { H_VERSION, H_COMPILER, H_HASH, H_MODEL, H_MESH, H_RANK, H_PEERS, H_STEP, H_VOCAB, H_KERNELS, H_COUNT };
 
 static const char *const header_forms[H_COUNT] = {
     "ppr-program 1",
@@ -68,6 +81,7 @@ static const char *const header_forms[H_COUNT] = {
     "model NAME",
     "mesh tp N pp N dp N",
     "rank R stage S tp_rank T dp_rank D",
+    "peers prev P next N",
     "step micro_batch B seq S microbatches M schedule NAME",
     "vocab N",
     "kernels FILE HEX16",
@@ -85,11 +99,18 @@ typedef struct {
     RtProg *p;
     int sec, hdr;
     int reg_line[RT_NREG];
-    int cur_blk, cap_ins, cap_params, cap_kernels, cap_entries;
+    int cur_blk, cap_ins, cap_params, cap_kernels, cap_entries, cap_model;
     int grad_norm_line; /* line of the optimizer block's grad_norm, 0 if none yet */
+    int stop_at_mesh, stopped; /* rt_prog_read_mesh: the header up to `mesh` only */
     /* schedule bookkeeping */
     int *slot_holds; /* per slot: micro-batch whose backward is pending, or -1 */
-    unsigned char *fwd_done, *bwd_done;
+    int *slot_recv;  /* per slot: micro-batch whose received input (recv_fwd) waits for its F, or -1 */
+    int *slot_done;  /* per slot: micro-batch whose B ran last in it, until the slot is reused, or -1 */
+    unsigned char *fwd_done, *bwd_done, *ops_done; /* ops_done: bit k = boundary kind k sent/received */
+    int *fslot;                                    /* per micro-batch: the slot of its F */
+    int last_fb_kind, last_fb_mb;                  /* the last F or B entry (RT_E_F/RT_E_B), -1 none */
+    int need_b;                                    /* a recv_bwd into an @ buffer waits for this B, or -1 */
+    int need_b_line;
     int nzero, nopt, nbwd, schedule_line;
 } P;
 
@@ -300,7 +321,14 @@ static int header_line(P *s, size_t after) {
     RtProg *g = s->p;
     const char *form = header_forms[s->hdr];
     static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash", "model", "mesh",
-                                              "rank", "step", "vocab", "kernels"};
+                                              "rank", "peers", "step", "vocab", "kernels"};
+    if (s->hdr == H_PEERS && strcmp(s->f[0], keys[H_PEERS]) != 0) { /* the optional line */
+        if (g->pp > 1)
+            return perr(s, "expected '%s' (a pipeline-parallel program names its neighbours), found '%.60s'", form,
+                        s->f[0]);
+        s->hdr = H_STEP;
+        form = header_forms[s->hdr];
+    }
     if (strcmp(s->f[0], keys[s->hdr]) != 0) {
         if (s->hdr == H_VERSION)
             return perr(s, "not a ppr program listing: the first line must be 'ppr-program %d'", RT_PROG_VERSION);
@@ -353,6 +381,13 @@ static int header_line(P *s, size_t after) {
             want_i32(s, 4, "pp", 1, 65536, &g->pp) || want_i32(s, 6, "dp", 1, 65536, &g->dp))
             return -1;
         if ((int64_t)g->tp * g->pp * g->dp > 65536) return perr(s, "mesh: more than 65536 ranks");
+        if (s->stop_at_mesh) {
+            s->stopped = 1;
+            return 0;
+        }
+        if (g->tp != 1 || g->dp != 1)
+            return perr(s, "mesh tp %d pp %d dp %d: this ppr runs tp 1 and dp 1 only (pipeline parallelism: pp any)",
+                        g->tp, g->pp, g->dp);
         break;
     case H_RANK: {
         int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
@@ -361,6 +396,23 @@ static int header_line(P *s, size_t after) {
             want_i32(s, 3, "stage", 0, g->pp - 1, &g->stage) || want_i32(s, 5, "tp_rank", 0, g->tp - 1, &g->tp_rank) ||
             want_i32(s, 7, "dp_rank", 0, g->dp - 1, &g->dp_rank))
             return -1;
+        break;
+    }
+    case H_PEERS: {
+        int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
+        int prev, next;
+        if (want_nf(s, 5, form) || want_word(s, 1, "prev", form) || want_word(s, 3, "next", form) ||
+            want_i32(s, 2, "peers: prev", -1, nranks - 1, &prev) || want_i32(s, 4, "peers: next", -1, nranks - 1, &next))
+            return -1;
+        if (prev == g->rank || next == g->rank) return perr(s, "peers: a rank is not its own pipeline neighbour");
+        if ((g->stage == 0) != (prev < 0))
+            return perr(s, "peers: prev %d, but stage %d %s", prev, g->stage,
+                        g->stage ? "has a previous stage" : "is the first stage (prev -1)");
+        if ((g->stage == g->pp - 1) != (next < 0))
+            return perr(s, "peers: next %d, but stage %d of %d %s", next, g->stage, g->pp,
+                        g->stage == g->pp - 1 ? "is the last stage (next -1)" : "has a next stage");
+        g->prev = prev;
+        g->next = next;
         break;
     }
     case H_STEP:
@@ -452,7 +504,7 @@ static int region_line(P *s) {
                     return perr(s, "regions %s (line %d) and %s (line %d) overlap", region_names[a], s->reg_line[a],
                                 region_names[b], s->reg_line[b]);
             }
-        s->sec = SEC_PARAMS;
+        s->sec = SEC_BOUNDARIES;
         return 0;
     }
     return perr(s, "expected 'region ...' or 'arena BYTES' after the header, found '%.60s'", s->f[0]);
@@ -469,7 +521,7 @@ static int param_line(P *s) {
     int64_t idx;
     if (want_int(s, 1, "param: index", 0, INT32_MAX, &idx)) return -1;
     q->index = (int)idx;
-    if (s->nf < 10) return perr(s, "expected 'param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied]'");
+    if (s->nf < 10) return perr(s, "expected 'param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica]'");
     if (!is_name(s->f[2])) return perr(s, "param: '%.60s' is not a checkpoint name", s->f[2]);
     for (int i = 0; i < g->nparams; i++)
         if (!strcmp(g->params[i].name, s->f[2]))
@@ -486,7 +538,7 @@ static int param_line(P *s) {
         return perr(s, "param %.200s: @%lld + %lld bytes is not inside the params region [%lld, %lld)", s->f[2],
                     (long long)q->off, (long long)(q->numel * 4), (long long)pr->base, (long long)(pr->base + pr->bytes));
     int i = 6;
-    if (want_word(s, i++, "init", "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied]")) return -1;
+    if (want_word(s, i++, "init", "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica]")) return -1;
     if (!strcmp(s->f[i], "normal")) {
         q->init = RT_INIT_NORMAL;
         if (i + 1 >= s->nf || parse_double(s->f[i + 1], &q->std) || q->std < 0)
@@ -502,15 +554,26 @@ static int param_line(P *s) {
         return perr(s, "param %.200s: init '%.60s' (expected normal STD, ones or zeros)", s->f[2], s->f[i]);
     }
     int64_t d;
-    if (want_word(s, i++, "decay", "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied]") ||
+    if (want_word(s, i++, "decay", "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica]") ||
         want_int(s, i++, "param: decay", 0, 1, &d))
         return -1;
     q->decay = (int)d;
-    if (i < s->nf && !strcmp(s->f[i], "tied")) {
-        q->tied = 1;
-        i++;
+    for (; i < s->nf; i++) { /* flags, in any order, each at most once */
+        int *flag = !strcmp(s->f[i], "tied") ? &q->tied : !strcmp(s->f[i], "shared") ? &q->shared
+                  : !strcmp(s->f[i], "copy")   ? &q->copy
+                  : !strcmp(s->f[i], "replica") ? &q->replica : NULL;
+        if (!flag)
+            return perr(s, "param %.200s: unexpected '%.60s' at the end of the line (flags: tied, shared, copy, replica)",
+                        s->f[2], s->f[i]);
+        if (*flag) return perr(s, "param %.200s: flag '%s' given twice", s->f[2], s->f[i]);
+        *flag = 1;
     }
-    if (i != s->nf) return perr(s, "param %.200s: unexpected '%.60s' at the end of the line", s->f[2], s->f[i]);
+    if (q->copy && !q->shared)
+        return perr(s, "param %.200s: 'copy' without 'shared' (a copy is of a tensor another stage owns)", s->f[2]);
+    if (q->shared && g->pp == 1)
+        return perr(s, "param %.200s: shared, but the mesh has one pipeline stage (pp 1)", s->f[2]);
+    if (q->shared) g->nshared++;
+    q->owned = !q->copy && !q->replica;
     if (q->tied) {
         if (g->tied >= 0)
             return perr(s, "param %.200s: a second tied param (%.200s is tied)", s->f[2], g->params[g->tied].name);
@@ -586,6 +649,101 @@ static int buffer_line(P *s) {
         return -1;
     for (int i = 5; i < s->nf; i++)
         if (!is_name(s->f[i])) return perr(s, "buffer %.100s: flag '%.60s' is not a word", s->f[1], s->f[i]);
+    return 0;
+}
+
+/* ---- pipeline boundaries and the model's params --------------------------------------------- */
+
+/* boundary KIND OPERAND BYTES [SHAPE] */
+static int boundary_line(P *s) {
+    RtProg *g = s->p;
+    static const char *const form = "boundary recv_fwd|send_fwd|recv_bwd|send_bwd OPERAND BYTES [SHAPE]";
+    if (s->nf != 4 && s->nf != 5) return perr(s, "expected '%s'", form);
+    int k = -1;
+    for (int i = 0; i < RT_NBND; i++)
+        if (!strcmp(s->f[1], boundary_names[i])) k = i;
+    if (k < 0) return perr(s, "boundary: unknown kind '%.60s' (expected recv_fwd, send_fwd, recv_bwd or send_bwd)", s->f[1]);
+    RtBoundary *b = &g->bnd[k];
+    if (b->present) return perr(s, "boundary %s is given twice (first on line %d)", boundary_names[k], b->line);
+    char what[64];
+    snprintf(what, sizeof what, "boundary %s", boundary_names[k]);
+    if (parse_ptr(s, s->f[2], what, &b->ptr, NULL) ||
+        want_int(s, 3, "boundary: bytes", 4, (int64_t)4 * INT32_MAX, &b->bytes))
+        return -1;
+    if (b->bytes % 4) return perr(s, "%s: %lld bytes is not a whole number of floats", what, (long long)b->bytes);
+    if (k == RT_BND_RECV_FWD && !b->ptr.in_slot)
+        return perr(s, "%s: '%.60s': the received hidden state lives in the micro-batch's slot ($OFF)", what, s->f[2]);
+    if (check_extent(s, what, &b->ptr, b->bytes)) return -1;
+    b->ndim = -1;
+    if (s->nf == 5) {
+        int64_t numel;
+        if (parse_shape(s, s->f[4], &b->ndim, b->dims, &numel)) return -1;
+        if (numel * 4 != b->bytes)
+            return perr(s, "%s: shape %.60s is %lld bytes of f32, not %lld", what, s->f[4], (long long)(numel * 4),
+                        (long long)b->bytes);
+    }
+    /* which neighbour the message goes to or comes from */
+    int to_prev = k == RT_BND_RECV_FWD || k == RT_BND_SEND_BWD;
+    if ((to_prev ? g->prev : g->next) < 0)
+        return perr(s, "%s: stage %d has no %s stage (peers prev %d next %d)", what, g->stage, to_prev ? "previous" : "next",
+                    g->prev, g->next);
+    b->present = 1;
+    b->line = s->line;
+    return 0;
+}
+
+/* After the boundary lines: a stage with a previous stage receives its input and sends back its
+ * gradient; one with a next stage sends its output and receives that output's gradient. */
+static int finish_boundaries(P *s) {
+    RtProg *g = s->p;
+    for (int k = 0; k < RT_NBND; k++) {
+        int to_prev = k == RT_BND_RECV_FWD || k == RT_BND_SEND_BWD;
+        int peer = to_prev ? g->prev : g->next;
+        if (peer >= 0 && !g->bnd[k].present)
+            return perr(s, "no 'boundary %s' line before this one: stage %d has a %s stage (rank %d)", boundary_names[k],
+                        g->stage, to_prev ? "previous" : "next", peer);
+    }
+    return 0;
+}
+
+/* model_param NAME [SHAPE] */
+static int model_line(P *s) {
+    RtProg *g = s->p;
+    if (want_nf(s, 3, "model_param NAME [SHAPE]")) return -1;
+    if (!is_name(s->f[1])) return perr(s, "model_param: '%.60s' is not a checkpoint name", s->f[1]);
+    for (int i = 0; i < g->nmodel; i++)
+        if (!strcmp(g->mparams[i].name, s->f[1]))
+            return perr(s, "model_param %.200s is given twice (first on line %d)", s->f[1], g->mparams[i].line);
+    if (grow(s, (void **)&g->mparams, &s->cap_model, g->nmodel + 1, sizeof *g->mparams)) return -1;
+    RtModelParam *m = &g->mparams[g->nmodel];
+    memset(m, 0, sizeof *m);
+    int64_t numel;
+    if (parse_shape(s, s->f[2], &m->ndim, m->dims, &numel)) return -1;
+    m->line = s->line;
+    m->name = dupstr(s->f[1]);
+    S_ALLOC(m->name);
+    g->nmodel++;
+    return 0;
+}
+
+/* After the model_param lines (if any): each of this rank's params is one of them, same shape. */
+static int finish_model(P *s) {
+    RtProg *g = s->p;
+    if (g->nmodel == 0) return 0;
+    int line = s->line;
+    for (int i = 0; i < g->nparams; i++) {
+        const RtParam *q = &g->params[i];
+        const RtModelParam *m = NULL;
+        for (int j = 0; j < g->nmodel && !m; j++)
+            if (!strcmp(g->mparams[j].name, q->name)) m = &g->mparams[j];
+        s->line = q->line;
+        if (!m) return perr(s, "param %.200s is not one of the model's params (no model_param line names it)", q->name);
+        int same = m->ndim == q->ndim;
+        for (int d = 0; same && d < q->ndim; d++) same = m->dims[d] == q->dims[d];
+        if (!same && g->tp == 1)
+            return perr(s, "param %.200s: its shape differs from its model_param line (line %d)", q->name, m->line);
+    }
+    s->line = line;
     return 0;
 }
 
@@ -696,6 +854,27 @@ static int parse_kernel(P *s, RtInstr *in) {
     return 0;
 }
 
+/* At the optimizer block's end: every shared param's gradient is inside one allreduce_tied. */
+static int check_shared_sums(P *s) {
+    const RtProg *g = s->p;
+    const RtBlock *o = &g->blk[RT_BLK_OPTIMIZER];
+    int64_t shift = g->reg[RT_REG_GRADS].base - g->reg[RT_REG_PARAMS].base;
+    for (int i = 0; i < g->nparams; i++) {
+        const RtParam *q = &g->params[i];
+        if (!q->shared) continue;
+        int64_t a = q->off + shift, e = a + 4 * q->numel;
+        int covered = 0;
+        for (int n = 0; n < o->n && !covered; n++)
+            covered = o->ins[n].kind == RT_I_ALLREDUCE_TIED && o->ins[n].p[0].off <= a &&
+                      o->ins[n].p[0].off + o->ins[n].bytes >= e;
+        if (!covered)
+            return perr(s, "param %.200s (line %d) is shared, but no allreduce_tied of the optimizer block sums its "
+                           "gradient (@%lld, %lld bytes)",
+                        q->name, q->line, (long long)a, (long long)(e - a));
+    }
+    return 0;
+}
+
 static int instr_line(P *s) {
     RtProg *g = s->p;
     RtBlock *bk = &g->blk[s->cur_blk];
@@ -738,10 +917,26 @@ static int instr_line(P *s) {
         rc = only_in(s, op, 0, 1) || want_nf(s, 1, "grad_norm");
         if (!rc && s->grad_norm_line) rc = perr(s, "a second grad_norm (the first is on line %d)", s->grad_norm_line);
         if (!rc) s->grad_norm_line = s->line;
+    } else if (!strcmp(op, "allreduce_tied")) {
+        in->kind = RT_I_ALLREDUCE_TIED;
+        rc = only_in(s, op, 0, 1) || want_nf(s, 3, "allreduce_tied @OFF BYTES") ||
+             parse_ptr(s, s->f[1], "allreduce_tied", &in->p[0], NULL) ||
+             want_int(s, 2, "allreduce_tied: bytes", 4, (int64_t)4 * INT32_MAX, &in->bytes) ||
+             check_extent(s, "allreduce_tied", &in->p[0], in->bytes);
+        const RtRegion *gr = &g->reg[RT_REG_GRADS];
+        if (!rc && in->bytes % 4)
+            rc = perr(s, "allreduce_tied: %lld bytes is not a whole number of floats", (long long)in->bytes);
+        if (!rc && (in->p[0].off < gr->base || in->p[0].off + in->bytes > gr->base + gr->bytes))
+            rc = perr(s, "allreduce_tied: @%lld + %lld bytes is not inside the grads region [%lld, %lld)",
+                      (long long)in->p[0].off, (long long)in->bytes, (long long)gr->base, (long long)(gr->base + gr->bytes));
+        if (!rc && s->grad_norm_line)
+            rc = perr(s, "allreduce_tied after grad_norm (line %d): the norm needs the summed gradients", s->grad_norm_line);
+        if (!rc && !g->nshared) rc = perr(s, "allreduce_tied, but no param is marked shared");
     } else if (!strcmp(op, "block") || !strcmp(op, "schedule")) {
         return perr(s, "'%s' inside block %s (line %d): a block ends with 'end'", op, block_names[s->cur_blk], bk->line);
     } else {
-        return perr(s, "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss or grad_norm)", op);
+        return perr(s, "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, allreduce_tied or "
+                       "grad_norm)", op);
     }
     if (rc) {
         free(in->args);
@@ -753,6 +948,103 @@ static int instr_line(P *s) {
 }
 
 /* ---- schedule ------------------------------------------------------------------------------ */
+
+/* The arena bytes [*a, *e) of a comm op's buffer. */
+static void op_range(const RtProg *g, const RtCommOp *o, int64_t *a, int64_t *e) {
+    const RtBoundary *b = &g->bnd[o->kind];
+    int64_t off = b->ptr.off;
+    if (b->ptr.in_slot) off += g->reg[RT_REG_SLOTS].base + (int64_t)o->slot * g->reg[RT_REG_SLOTS].bytes;
+    *a = off;
+    *e = off + b->bytes;
+}
+
+/* One op of a comm entry, against the schedule so far (docs/stage-format.md, "The schedule"). */
+static int comm_op(P *s, const RtCommOp *o) {
+    RtProg *g = s->p;
+    int k = o->kind, m = o->mb, sl = o->slot;
+    const RtBoundary *b = &g->bnd[k];
+    const char *kn = boundary_names[k];
+    if (!b->present) return perr(s, "comm %s: this stage has no 'boundary %s' line", kn, kn);
+    if (s->ops_done[m] & (1u << k)) return perr(s, "a second %s for micro-batch %d", kn, m);
+    int fs = s->fwd_done[m] ? s->fslot[m] : -1;
+    if ((k != RT_BND_RECV_FWD) && !s->fwd_done[m]) return perr(s, "%s %d %d before F %d", kn, m, sl, m);
+    if (k != RT_BND_RECV_FWD && fs != sl)
+        return perr(s, "%s %d %d: micro-batch %d's forward ran in slot %d", kn, m, sl, m, fs);
+    switch (k) {
+    case RT_BND_RECV_FWD:
+        if (s->fwd_done[m]) return perr(s, "recv_fwd %d %d after F %d (the forward reads what it receives)", m, sl, m);
+        if (s->slot_holds[sl] >= 0)
+            return perr(s, "recv_fwd %d %d: slot %d still holds micro-batch %d (its B has not run)", m, sl, sl,
+                        s->slot_holds[sl]);
+        if (s->slot_recv[sl] >= 0)
+            return perr(s, "recv_fwd %d %d: slot %d already holds the input received for micro-batch %d", m, sl, sl,
+                        s->slot_recv[sl]);
+        s->slot_recv[sl] = m;
+        s->slot_done[sl] = -1;
+        break;
+    case RT_BND_SEND_FWD:
+        if (b->ptr.in_slot) {
+            if (s->bwd_done[m]) return perr(s, "send_fwd %d %d after B %d", m, sl, m);
+        } else if (s->last_fb_kind != RT_E_F || s->last_fb_mb != m) {
+            return perr(s, "send_fwd %d %d: its buffer is in the arena (@%lld), so it must follow F %d with no F or B "
+                           "between (blocks reuse the arena's scratch)",
+                        m, sl, (long long)b->ptr.off, m);
+        }
+        break;
+    case RT_BND_RECV_BWD:
+        if (s->bwd_done[m]) return perr(s, "recv_bwd %d %d after B %d (the backward reads what it receives)", m, sl, m);
+        if (!b->ptr.in_slot) {
+            if (s->need_b >= 0)
+                return perr(s, "recv_bwd %d %d: the gradient received for micro-batch %d (line %d) is still waiting for "
+                               "its B in the same buffer",
+                            m, sl, s->need_b, s->need_b_line);
+            s->need_b = m;
+            s->need_b_line = s->line;
+        }
+        break;
+    case RT_BND_SEND_BWD:
+        if (!s->bwd_done[m]) return perr(s, "send_bwd %d %d before B %d", m, sl, m);
+        if (b->ptr.in_slot) {
+            if (s->slot_done[sl] != m) return perr(s, "send_bwd %d %d: slot %d was reused after B %d", m, sl, sl, m);
+        } else if (s->last_fb_kind != RT_E_B || s->last_fb_mb != m) {
+            return perr(s, "send_bwd %d %d: its buffer is in the arena (@%lld), so it must follow B %d with no F or B "
+                           "between (blocks reuse the arena's scratch)",
+                        m, sl, (long long)b->ptr.off, m);
+        }
+        break;
+    }
+    s->ops_done[m] |= (unsigned char)(1u << k);
+    return 0;
+}
+
+static int comm_entry(P *s, RtEntry *e) {
+    RtProg *g = s->p;
+    static const char *const form = "comm OP MICROBATCH SLOT [OP MICROBATCH SLOT]";
+    if (s->nf != 4 && s->nf != 7) return perr(s, "expected '%s' (OP: send_fwd, recv_fwd, send_bwd, recv_bwd)", form);
+    e->kind = RT_E_COMM;
+    e->nops = (s->nf - 1) / 3;
+    for (int i = 0; i < e->nops; i++) {
+        RtCommOp *o = &e->op[i];
+        const char *t = s->f[1 + 3 * i];
+        int k = -1;
+        for (int j = 0; j < RT_NBND; j++)
+            if (!strcmp(t, boundary_names[j])) k = j;
+        if (k < 0) return perr(s, "comm: unknown op '%.60s' (expected send_fwd, recv_fwd, send_bwd or recv_bwd)", t);
+        o->kind = (RtBoundaryKind)k;
+        if (want_i32(s, 2 + 3 * i, "comm: micro-batch", 0, g->microbatches - 1, &o->mb) ||
+            want_i32(s, 3 + 3 * i, "comm: slot", 0, g->nslots - 1, &o->slot) || comm_op(s, o))
+            return -1;
+    }
+    if (e->nops == 2) { /* posted together: the two buffers must not overlap */
+        int64_t a0, e0, a1, e1;
+        op_range(g, &e->op[0], &a0, &e0);
+        op_range(g, &e->op[1], &a1, &e1);
+        if (a0 < e1 && a1 < e0)
+            return perr(s, "comm: the buffers of %s %d and %s %d overlap (they are in flight together)",
+                        boundary_names[e->op[0].kind], e->op[0].mb, boundary_names[e->op[1].kind], e->op[1].mb);
+    }
+    return 0;
+}
 
 static int schedule_entry(P *s) {
     RtProg *g = s->p;
@@ -775,32 +1067,64 @@ static int schedule_entry(P *s) {
             want_i32(s, 2, "slot", 0, g->nslots - 1, &e->slot))
             return -1;
         int m = e->mb, sl = e->slot;
+        if (s->need_b >= 0 && (fwd || s->need_b != m))
+            return perr(s, "%s %d %d: the gradient received for micro-batch %d (line %d) is in the arena, where this "
+                           "block may write: B %d must come first",
+                        op, m, sl, s->need_b, s->need_b_line, s->need_b);
         if (fwd) {
             e->kind = RT_E_F;
             if (s->fwd_done[m]) return perr(s, "a second F for micro-batch %d", m);
             if (s->slot_holds[sl] >= 0)
                 return perr(s, "F %d %d: slot %d still holds micro-batch %d (its B has not run)", m, sl, sl,
                             s->slot_holds[sl]);
+            if (g->bnd[RT_BND_RECV_FWD].present && s->slot_recv[sl] != m) {
+                if (s->ops_done[m] & (1u << RT_BND_RECV_FWD))
+                    return perr(s, "F %d %d: the input of micro-batch %d was received into another slot", m, sl, m);
+                return perr(s, "F %d %d before recv_fwd %d %d (the stage's input comes from the previous stage)", m, sl,
+                            m, sl);
+            }
+            if (s->slot_recv[sl] >= 0 && s->slot_recv[sl] != m)
+                return perr(s, "F %d %d: slot %d holds the input received for micro-batch %d", m, sl, sl, s->slot_recv[sl]);
             s->fwd_done[m] = 1;
+            s->fslot[m] = sl;
             s->slot_holds[sl] = m;
+            s->slot_recv[sl] = -1;
+            s->slot_done[sl] = -1;
         } else {
             e->kind = RT_E_B;
             if (!s->fwd_done[m]) return perr(s, "B %d %d before F %d", m, sl, m);
             if (s->bwd_done[m]) return perr(s, "a second B for micro-batch %d", m);
             if (s->slot_holds[sl] != m) return perr(s, "B %d %d: micro-batch %d's forward did not run in slot %d", m, sl, m, sl);
             if (!s->nzero) return perr(s, "B %d %d before zero_grads", m, sl);
+            if (g->bnd[RT_BND_RECV_BWD].present && !(s->ops_done[m] & (1u << RT_BND_RECV_BWD)))
+                return perr(s, "B %d %d before recv_bwd %d %d (the gradient of the stage's output comes from the next "
+                               "stage)",
+                            m, sl, m, sl);
             s->bwd_done[m] = 1;
             s->slot_holds[sl] = -1;
+            s->slot_done[sl] = m;
+            s->need_b = -1;
             s->nbwd++;
         }
+        s->last_fb_kind = e->kind;
+        s->last_fb_mb = m;
+    } else if (!strcmp(op, "comm")) {
+        if (comm_entry(s, e)) return -1;
     } else if (!strcmp(op, "OPT")) {
         if (want_nf(s, 1, "OPT")) return -1;
         if (s->nbwd != g->microbatches)
             return perr(s, "OPT before every micro-batch's B ran (%d of %d)", s->nbwd, g->microbatches);
+        for (int m = 0; m < g->microbatches; m++)
+            for (int k = 0; k < RT_NBND; k++)
+                if (g->bnd[k].present && !(s->ops_done[m] & (1u << k)))
+                    return perr(s, "OPT before %s of micro-batch %d (every micro-batch's messages come first)",
+                                boundary_names[k], m);
         e->kind = RT_E_OPT;
         s->nopt++;
     } else {
-        return perr(s, "unknown schedule entry '%.60s' (expected zero_grads, F M SLOT, B M SLOT or OPT)", op);
+        return perr(s, "unknown schedule entry '%.60s' (expected zero_grads, F M SLOT, B M SLOT, comm OP M SLOT "
+                       "[OP M SLOT] or OPT)",
+                    op);
     }
     g->nentries++;
     return 0;
@@ -810,13 +1134,25 @@ static int start_schedule(P *s) {
     RtProg *g = s->p;
     for (int b = 0; b < RT_NBLK; b++)
         if (!g->blk[b].present) return perr(s, "no %s block before the schedule (a training program has all three)", block_names[b]);
-    s->slot_holds = malloc((size_t)g->nslots * sizeof *s->slot_holds);
-    s->fwd_done = calloc((size_t)g->microbatches, 1);
-    s->bwd_done = calloc((size_t)g->microbatches, 1);
+    size_t ns = (size_t)g->nslots, nm = (size_t)g->microbatches;
+    s->slot_holds = malloc(ns * sizeof *s->slot_holds);
+    s->slot_recv = malloc(ns * sizeof *s->slot_recv);
+    s->slot_done = malloc(ns * sizeof *s->slot_done);
+    s->fwd_done = calloc(nm, 1);
+    s->bwd_done = calloc(nm, 1);
+    s->ops_done = calloc(nm, 1);
+    s->fslot = calloc(nm, sizeof *s->fslot);
     S_ALLOC(s->slot_holds);
+    S_ALLOC(s->slot_recv);
+    S_ALLOC(s->slot_done);
     S_ALLOC(s->fwd_done);
     S_ALLOC(s->bwd_done);
-    for (int i = 0; i < g->nslots; i++) s->slot_holds[i] = -1;
+    S_ALLOC(s->ops_done);
+    S_ALLOC(s->fslot);
+    for (int i = 0; i < g->nslots; i++) s->slot_holds[i] = s->slot_recv[i] = s->slot_done[i] = -1;
+    s->last_fb_kind = -1;
+    s->last_fb_mb = -1;
+    s->need_b = -1;
     s->schedule_line = s->line;
     s->sec = SEC_SCHEDULE;
     return 0;
@@ -836,14 +1172,27 @@ static int line(P *s, size_t after) {
     switch (s->sec) {
     case SEC_HEADER: return header_line(s, after);
     case SEC_REGIONS: return region_line(s);
+    case SEC_BOUNDARIES:
+        if (!strcmp(k, "boundary")) return boundary_line(s);
+        if (finish_boundaries(s)) return -1;
+        s->sec = SEC_PARAMS;
+        /* fall through */
     case SEC_PARAMS:
         if (!strcmp(k, "param")) return param_line(s);
+        if (!strcmp(k, "boundary")) return perr(s, "boundary after a param line (boundaries come first)");
         if (finish_params(s)) return -1;
+        s->sec = SEC_MODEL;
+        /* fall through */
+    case SEC_MODEL:
+        if (!strcmp(k, "model_param")) return model_line(s);
+        if (!strcmp(k, "param")) return perr(s, "param after a model_param line (params come first)");
+        if (finish_model(s)) return -1;
         s->sec = SEC_BUFFERS;
         /* fall through */
     case SEC_BUFFERS:
         if (!strcmp(k, "buffer")) return buffer_line(s);
-        if (!strcmp(k, "param")) return perr(s, "param after a buffer line (params come first)");
+        if (!strcmp(k, "param") || !strcmp(k, "model_param"))
+            return perr(s, "%s after a buffer line (params come first)", k);
         s->sec = SEC_BLOCKS;
         /* fall through */
     case SEC_BLOCKS:
@@ -862,7 +1211,8 @@ static int line(P *s, size_t after) {
             return 0;
         }
         if (!strcmp(k, "schedule")) {
-            if (want_nf(s, 1, "schedule")) return -1;
+            if (s->nf > 2 || (s->nf == 2 && !is_name(s->f[1])))
+                return perr(s, "expected 'schedule' or 'schedule NAME'");
             return start_schedule(s);
         }
         return perr(s, "expected 'block NAME' or 'schedule', found '%.60s'", k);
@@ -871,6 +1221,7 @@ static int line(P *s, size_t after) {
             if (want_nf(s, 1, "end")) return -1;
             if (s->cur_blk == RT_BLK_OPTIMIZER && !s->grad_norm_line)
                 return perr(s, "the optimizer block has no grad_norm");
+            if (s->cur_blk == RT_BLK_OPTIMIZER && check_shared_sums(s)) return -1;
             s->sec = SEC_BLOCKS;
             return 0;
         }
@@ -887,6 +1238,7 @@ static int line(P *s, size_t after) {
 
 static int at_eof(P *s) {
     RtProg *g = s->p;
+    if (s->stopped) return 0;
     switch (s->sec) {
     case SEC_HEADER:
         if (s->hdr == H_VERSION) {
@@ -914,7 +1266,7 @@ static int parse_all(P *s) {
     char *buf = NULL;
     size_t cap = 0;
     int rc = 0;
-    while (pos < len && rc == 0) {
+    while (pos < len && rc == 0 && !s->stopped) {
         s->line++;
         const char *nl = memchr(t + pos, '\n', len - pos);
         size_t end = nl ? (size_t)(nl - t) : len;
@@ -962,12 +1314,14 @@ static int parse_all(P *s) {
     return rc;
 }
 
-int rt_prog_parse(const char *path, const char *text, size_t len, RtProg **out, char *err, size_t errlen) {
+static int parse_text(const char *path, const char *text, size_t len, int stop_at_mesh, RtProg **out, char *err,
+                      size_t errlen) {
     *out = NULL;
     if (err && errlen) err[0] = 0;
     RtProg *g = calloc(1, sizeof *g);
     RT_CHECK_ALLOC(g);
     g->tied = -1;
+    g->prev = g->next = -1;
     g->path = dupstr(path);
     if (!g->path) {
         free(g);
@@ -981,10 +1335,15 @@ int rt_prog_parse(const char *path, const char *text, size_t len, RtProg **out, 
     s.err = err;
     s.errlen = errlen;
     s.p = g;
+    s.stop_at_mesh = stop_at_mesh;
     int rc = parse_all(&s);
     free(s.slot_holds);
+    free(s.slot_recv);
+    free(s.slot_done);
     free(s.fwd_done);
     free(s.bwd_done);
+    free(s.ops_done);
+    free(s.fslot);
     if (rc) {
         rt_prog_free(g);
         return -1;
@@ -993,7 +1352,11 @@ int rt_prog_parse(const char *path, const char *text, size_t len, RtProg **out, 
     return 0;
 }
 
-int rt_prog_load(const char *path, RtProg **out, char *err, size_t errlen) {
+int rt_prog_parse(const char *path, const char *text, size_t len, RtProg **out, char *err, size_t errlen) {
+    return parse_text(path, text, len, 0, out, err, errlen);
+}
+
+static int load(const char *path, int stop_at_mesh, RtProg **out, char *err, size_t errlen) {
     *out = NULL;
     FILE *fp = fopen(path, "rb");
     if (!fp) return RT_FAIL("%s: cannot open: %s", path, strerror(errno));
@@ -1026,9 +1389,21 @@ int rt_prog_load(const char *path, RtProg **out, char *err, size_t errlen) {
         free(buf);
         return RT_FAIL("%s: read %zu of %zu bytes", path, got, n);
     }
-    int rc = rt_prog_parse(path, buf, n, out, err, errlen);
+    int rc = parse_text(path, buf, n, stop_at_mesh, out, err, errlen);
     free(buf);
     return rc;
+}
+
+int rt_prog_load(const char *path, RtProg **out, char *err, size_t errlen) { return load(path, 0, out, err, errlen); }
+
+int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, size_t errlen) {
+    RtProg *g = NULL;
+    if (load(path, 1, &g, err, errlen)) return -1;
+    *tp = g->tp;
+    *pp = g->pp;
+    *dp = g->dp;
+    rt_prog_free(g);
+    return 0;
 }
 
 void rt_prog_free(RtProg *p) {
@@ -1040,6 +1415,8 @@ void rt_prog_free(RtProg *p) {
     free(p->kernels_file);
     for (int i = 0; i < p->nparams; i++) free(p->params[i].name);
     free(p->params);
+    for (int i = 0; i < p->nmodel; i++) free(p->mparams[i].name);
+    free(p->mparams);
     for (int i = 0; i < p->nkernels; i++) free(p->kernels[i]);
     free(p->kernels);
     for (int b = 0; b < RT_NBLK; b++) {

@@ -44,9 +44,20 @@ enum { RT_REG_PARAMS, RT_REG_GRADS, RT_REG_ADAM_M, RT_REG_ADAM_V, RT_REG_SLOTS, 
 enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_OPTIMIZER, RT_NBLK };
 enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
 
-typedef enum { RT_I_BATCH, RT_I_ZERO, RT_I_KERNEL, RT_I_GEMM, RT_I_SEED, RT_I_LOSS, RT_I_GRAD_NORM } RtInstrKind;
+typedef enum {
+    RT_I_BATCH,
+    RT_I_ZERO,
+    RT_I_KERNEL,
+    RT_I_GEMM,
+    RT_I_SEED,
+    RT_I_LOSS,
+    RT_I_GRAD_NORM,
+    RT_I_ALLREDUCE_TIED
+} RtInstrKind;
 typedef enum { RT_A_PTR, RT_A_F32, RT_A_I64, RT_A_SCALAR } RtArgKind;
-typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_OPT } RtEntryKind;
+typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_OPT, RT_E_COMM } RtEntryKind;
+/* Boundary kinds, also the ops of a `comm` entry. fwd: the hidden state; bwd: its gradient. */
+typedef enum { RT_BND_RECV_FWD, RT_BND_SEND_FWD, RT_BND_RECV_BWD, RT_BND_SEND_BWD, RT_NBND } RtBoundaryKind;
 typedef enum { RT_INIT_NORMAL, RT_INIT_ONES, RT_INIT_ZEROS } RtInitKind;
 
 typedef struct {
@@ -67,8 +78,8 @@ typedef struct {
 typedef struct {
     RtInstrKind kind;
     int line;
-    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss: p[0]; gemm: A, B, C */
-    int64_t bytes; /* zero */
+    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied: p[0]; gemm: A, B, C */
+    int64_t bytes; /* zero, allreduce_tied */
     float value;   /* seed */
     int kernel;    /* kernel: index into RtProg.kernels */
     int nargs;
@@ -86,9 +97,32 @@ typedef struct {
 } RtBlock;
 
 typedef struct {
+    RtBoundaryKind kind;
+    int mb, slot;
+} RtCommOp;
+
+typedef struct {
     RtEntryKind kind;
-    int mb, slot, line;
+    int mb, slot, line; /* F, B */
+    int nops;           /* comm: 1 or 2 ops, posted together, then waited for together */
+    RtCommOp op[2];
 } RtEntry;
+
+/* Where a stage's pipeline messages live: one [S,B,H] hidden state or its gradient. */
+typedef struct {
+    int present, line;
+    RtPtr ptr; /* recv_fwd: always $ (in the micro-batch's slot) */
+    int64_t bytes;
+    int ndim; /* -1 when no shape was written */
+    int64_t dims[RT_MAX_NDIM];
+} RtBoundary;
+
+/* A dense parameter of the whole model (`model_param`), held by this rank or another. */
+typedef struct {
+    char *name;
+    int ndim, line;
+    int64_t dims[RT_MAX_NDIM];
+} RtModelParam;
 
 typedef struct {
     int64_t base, bytes;
@@ -104,6 +138,10 @@ typedef struct {
     RtInitKind init;
     double std; /* RT_INIT_NORMAL */
     int decay, tied, line;
+    int shared; /* a copy of this tensor lives on another stage (a tied embedding and its head) */
+    int copy;   /* this rank is not its owner: not in grad_norm, not written by --save */
+    int replica; /* another rank holds the same values and owns them (implied by copy) */
+    int owned;   /* neither copy nor replica: in grad_norm, written by --save */
 } RtParam;
 
 typedef struct RtProg {
@@ -112,6 +150,7 @@ typedef struct RtProg {
     char kernels_hash[17];
     uint64_t hash;
     int tp, pp, dp, rank, stage, tp_rank, dp_rank;
+    int prev, next; /* the pipeline neighbours' world ranks (`peers`), -1 for none */
     int micro_batch, seq, microbatches;
     int64_t vocab;
     RtRegion reg[RT_NREG];
@@ -120,6 +159,10 @@ typedef struct RtProg {
     int nparams;
     RtParam *params;
     int tied; /* index of the tied param, or -1 */
+    int nshared; /* params marked shared */
+    RtBoundary bnd[RT_NBND];
+    int nmodel; /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
+    RtModelParam *mparams;
     int nkernels;
     char **kernels; /* distinct kernel names, in order of first use */
     RtBlock blk[RT_NBLK];
@@ -139,6 +182,10 @@ uint64_t rt_fnv1a64(const void *data, size_t n);
 const char *rt_region_name(int r);
 const char *rt_block_name(int b);
 const char *rt_scalar_name(int s);
+const char *rt_boundary_name(int k); /* recv_fwd, send_fwd, recv_bwd, send_bwd */
+/* The mesh of a listing: reads the file and checks its header up to the `mesh` line only (version,
+ * hash, order), so every rank can learn the world size from DIR/rank0.prog. */
+int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, size_t errlen);
 
 /* ---- the executor (rt_exec.c) -------------------------------------------------------------- */
 
@@ -150,18 +197,55 @@ typedef struct {
     int use_clip;
 } RtHyper;
 
-/* Called once per step just before the first OPT entry runs (or at the end of a step without
- * one): the gradients are accumulated and not yet clipped. Non-zero return aborts the step. */
+/* Called once per step in the optimizer block just before its grad_norm runs: the gradients are
+ * accumulated over the micro-batches, summed over the embedding group (allreduce_tied) and not
+ * yet clipped. Non-zero return aborts the step. Over MPI every rank calls it at the same point. */
 typedef int (*RtHook)(void *ctx, RtExec *x, char *err, size_t errlen);
+
+typedef struct RtComm RtComm; /* rt_comm.h */
+
+/* The timeline of --trace: one event per F and B block, per comm entry (posting the messages,
+ * then waiting for them), per OPT (with the collectives and the hook inside it as their own
+ * events), per zero_grads, the step itself and the step's loss sum. */
+typedef enum {
+    RT_EV_STEP,
+    RT_EV_ZERO,
+    RT_EV_F,
+    RT_EV_B,
+    RT_EV_OPT,
+    RT_EV_POST, /* a comm entry: MPI_Isend / MPI_Irecv */
+    RT_EV_WAIT, /* a comm entry: MPI_Waitall */
+    RT_EV_COLL, /* allreduce_tied, the grad_norm sum, the loss sum */
+    RT_EV_HOOK  /* --save-grads */
+} RtEventKind;
+
+typedef struct {
+    double ts, dur;     /* microseconds from the trace's start */
+    int32_t kind, step; /* RtEventKind; the step, 1-based */
+    char name[48];
+} RtEvent;
 
 /* Allocates the zeroed arena, dlopens DIR/<kernels file>, checks its ppk_source_hash and
  * resolves NAME__call for every kernel the program uses. p must outlive the executor. */
 int rt_exec_open(const RtProg *p, const char *dir, RtExec **out, char *err, size_t errlen);
 void rt_exec_close(RtExec *x); /* NULL ok */
+/* The communication of a multi-rank world (rt_comm.h); without it (NULL, the default) the
+ * program runs alone: sums are local and a comm entry is an internal error. */
+void rt_exec_set_comm(RtExec *x, RtComm *c);
+double rt_now_ms(void); /* CLOCK_MONOTONIC in milliseconds */
+/* Start recording the timeline, times relative to t0_ms (an rt_now_ms value). */
+void rt_exec_trace(RtExec *x, double t0_ms);
+/* The events so far (NULL, 0 when not tracing); *oom when an allocation failed and events were lost. */
+const RtEvent *rt_exec_events(const RtExec *x, int64_t *n, int *oom);
+/* Of the last step while tracing: its wall time and the time in compute (F, B, and OPT without
+ * its collectives), milliseconds; the --save-grads hook counts in neither. */
+void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms);
 float *rt_exec_param(RtExec *x, int i); /* the value of param i in the arena */
 float *rt_exec_grad(RtExec *x, int i);  /* its gradient accumulator */
 /* One training step: step is 0-based (it selects the data; the AdamW t is step + 1).
- * *loss = the step loss, *grad_norm = the last grad_norm instruction's norm (pre-clip). */
+ * *loss = the step loss (the sum of the last stage's loss instructions' values / microbatches,
+ * summed over the last stage's ranks of tp_rank 0 and divided by dp: the same on every rank),
+ * *grad_norm = the grad_norm instruction's norm over the world's owned params (pre-clip). */
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt,
                  void *ctx, double *loss, double *grad_norm, char *err, size_t errlen);
 
@@ -172,8 +256,12 @@ uint64_t rt_splitmix64(uint64_t x);
 float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double std);
 /* Fill every param per its `init` (normal, ones, zeros); mesh-independent. */
 void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed);
-/* Load every param from a safetensors file by checkpoint name (F32/F16/BF16). */
-int rt_init_load(const RtProg *p, RtExec *x, const char *path, char *err, size_t errlen);
+/* Load every param of this rank (copies included) from a safetensors file by checkpoint name
+ * (F32/F16/BF16). The file is checked against the whole model (the model_param lines, or this
+ * rank's params when there are none): a tensor is extra when it is not a model param (nor
+ * lm_head.weight when model_tied), and every model param in the file must have its shape.
+ * model_tied: the model has a tied embedding (some rank holds a tied param). */
+int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, char *err, size_t errlen);
 
 /* ---- the default training text (rt_text.c): bytes are tokens ------------------------------- */
 

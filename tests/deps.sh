@@ -15,6 +15,9 @@ have_blas() {
   return 1
 }
 have_blas      || need="$need libopenblas-dev"
+# MPI for ppr: Open MPI's compiler wrapper (with mpi.h) and its launcher
+have_cmd mpicc  || need="$need libopenmpi-dev"
+have_cmd mpirun || need="$need openmpi-bin"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
   echo "deps: installing$need"

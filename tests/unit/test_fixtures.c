@@ -117,7 +117,8 @@ static void compare(const char *what, const char *got_path, const char *ref_path
 
 static void fixture(const char *name, const char *model) {
   char dir[256], cmd[8192], path[1400], tmp[1024];
-  snprintf(dir, sizeof dir, "tests/fixtures/%s", name);
+  const char *root = getenv("PPC_FIXTURES") ? getenv("PPC_FIXTURES") : "tests/fixtures";
+  snprintf(dir, sizeof dir, "%s/%s", root, name);
   snprintf(path, sizeof path, "%s/expected.json", dir);
   char *exp = slurp(path);
   if (!exp) {

@@ -872,7 +872,8 @@ static void test_listing_errors(void) {
     make_prog("tp2", b);
     free(b);
     snprintf(args, sizeof args, "%s/tp2", tdir);
-    expect_fail("a tensor-parallel listing", args, "mesh tp 2 pp 1 dp 1: this ppr runs single-rank programs only");
+    snprintf(want, sizeof want, "ppr: error: %s/tp2 was compiled for 2 ranks (tp 2 \u00d7 pp 1 \u00d7 dp 1) but mpirun started 1 ranks", tdir);
+    expect_fail("a 2-rank listing run without mpirun", args, want);
 
     snprintf(args, sizeof args, "%s/nowhere", tdir);
     expect_fail("a missing program directory", args, "nowhere/rank0.prog: cannot open: No such file or directory");
@@ -918,6 +919,359 @@ static void test_cli(void) {
     expect_fail("--log into a missing directory", args, "log.jsonl: cannot open for writing");
 }
 
+/* ---- a two-stage pipeline of the same model, over MPI --------------------------------------- */
+
+/* Stage 0 holds the embedding (tied, shared: the owner) and sends x; stage 1 receives x, holds
+ * gain, proj and a copy of the embedding for the head, computes the loss and sends dx back; the
+ * two embedding gradients are summed by allreduce_tied. */
+static const char *const STAGE0 =
+    "model testlin\n"
+    "mesh tp 1 pp 2 dp 1\n"
+    "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
+    "peers prev -1 next 1\n"
+    "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
+    "vocab 16\n"
+    "kernels k.so 0123456789abcdef\n"
+    "\n"
+    "region params  0    512\n"
+    "region grads   512  512\n"
+    "region adam_m  1024 512\n"
+    "region adam_v  1536 512\n"
+    "region slots   2048 64 2\n"
+    "region scratch 2176 512\n"
+    "arena 2688\n"
+    "\n"
+    "boundary send_fwd @2176 256 [2,4,8]\n"
+    "boundary recv_bwd @2432 256 [2,4,8]\n"
+    "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied shared\n"
+    "model_param emb.weight [16,8]\n"
+    "model_param gain [8]\n"
+    "model_param proj.weight [8,8]\n"
+    "\n"
+    "buffer tokens i32 [2,4] $0 saved\n"
+    "buffer x f32 [8,8] @2176\n"
+    "buffer dx f32 [8,8] @2432\n"
+    "\n"
+    "block forward\n"
+    "  batch $0 -\n"
+    "  kernel embed_fwd $0:32 @0:512 @2176:256 i:8 i:8\n"
+    "end\n"
+    "\n"
+    "block backward\n"
+    "  kernel embed_bwd $0:32 @2432:256 @512:512 i:8 i:8\n"
+    "end\n"
+    "\n"
+    "block optimizer\n"
+    "  allreduce_tied @512 512\n"
+    "  grad_norm\n"
+    "  kernel adamw @0:512 @512:512 @1024:512 @1536:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "end\n"
+    "\n"
+    "schedule 1f1b\n"
+    "  zero_grads\n"
+    "  F 0 0\n"
+    "  comm send_fwd 0 0\n"
+    "  F 1 1\n"
+    "  comm send_fwd 1 1 recv_bwd 0 0\n"
+    "  B 0 0\n"
+    "  comm recv_bwd 1 1\n"
+    "  B 1 1\n"
+    "  OPT\n"
+    "end\n";
+
+static const char *const STAGE1 =
+    "model testlin\n"
+    "mesh tp 1 pp 2 dp 1\n"
+    "rank 1 stage 1 tp_rank 0 dp_rank 0\n"
+    "peers prev 0 next -1\n"
+    "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
+    "vocab 16\n"
+    "kernels k.so 0123456789abcdef\n"
+    "\n"
+    "region params  0    896\n"
+    "region grads   896  896\n"
+    "region adam_m  1792 896\n"
+    "region adam_v  2688 896\n"
+    "region slots   3584 1408 1\n"
+    "region scratch 4992 1344\n"
+    "arena 6336\n"
+    "\n"
+    "boundary recv_fwd $0 256 [2,4,8]\n"
+    "boundary send_bwd @6016 256 [2,4,8]\n"
+    "param 0 gain f32 [8] @0 init ones decay 0\n"
+    "param 1 proj.weight f32 [8,8] @64 init normal 0.3 decay 1\n"
+    "param 2 emb.weight f32 [16,8] @384 init normal 0.5 decay 1 tied shared copy\n"
+    "model_param emb.weight [16,8]\n"
+    "model_param gain [8]\n"
+    "model_param proj.weight [8,8]\n"
+    "\n"
+    "buffer x f32 [8,8] $0 saved\n"
+    "buffer labels i32 [2,4] $256 saved\n"
+    "buffer h f32 [8,8] $320 saved\n"
+    "buffer y f32 [8,8] $576 saved\n"
+    "buffer probs f32 [8,16] $832 saved\n"
+    "buffer loss f32 [1] $1344 saved\n"
+    "buffer logits f32 [8,16] @4992\n"
+    "buffer dy f32 [8,8] @5504\n"
+    "buffer dh f32 [8,8] @5760\n"
+    "buffer dx f32 [8,8] @6016\n"
+    "buffer dl f32 [1] @6272\n"
+    "\n"
+    "block forward\n"
+    "  batch - $256\n"
+    "  gemm N N 4 8 8 1 $0 8 32 @64 8 0 0 $320 8 32 2      # h_b = x_b P\n"
+    "  kernel gain_fwd $320:256 @0:32 $576:256 i:8 i:8 f:1\n"
+    "  gemm N T 8 16 8 1 $576 8 0 @384 8 0 0 @4992 16 0 1  # logits = y E^T\n"
+    "  kernel xent_fwd @4992:512 $256:32 $832:512 $1344:4 i:8 i:16\n"
+    "  loss $1344\n"
+    "end\n"
+    "\n"
+    "block backward\n"
+    "  seed @6272 0.5\n"
+    "  kernel xent_bwd $832:512 $256:32 @6272 @4992:512 i:8 i:16\n"
+    "  gemm T N 16 8 8 1 @4992 16 0 $576 8 0 1 @1280 8 0 1  # dE += dlogits^T y (the copy's gradient)\n"
+    "  gemm N N 8 8 16 1 @4992 16 0 @384 8 0 0 @5504 8 0 1  # dy = dlogits E\n"
+    "  kernel gain_bwd $320:256 @0:32 @5504:256 @5760:256 @896:32 i:8 i:8\n"
+    "  gemm T N 8 8 4 1 $0 8 32 @5760 8 32 1 @960 8 0 2    # dP += x_b^T dh_b\n"
+    "  gemm N T 8 8 8 1 @5760 8 0 @64 8 0 0 @6016 8 0 1    # dx = dh P^T, sent back\n"
+    "end\n"
+    "\n"
+    "block optimizer\n"
+    "  allreduce_tied @1280 512\n"
+    "  grad_norm\n"
+    "  kernel adamw @0:32 @896:32 @1792:32 @2688:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw @64:256 @960:256 @1856:256 @2752:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw @384:512 @1280:512 @2176:512 @3072:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
+    "s:clip\n"
+    "end\n"
+    "\n"
+    "schedule 1f1b\n"
+    "  zero_grads\n"
+    "  comm recv_fwd 0 0\n"
+    "  F 0 0\n"
+    "  B 0 0\n"
+    "  comm send_bwd 0 0 recv_fwd 1 0\n"
+    "  F 1 0\n"
+    "  B 1 0\n"
+    "  comm send_bwd 1 0\n"
+    "  OPT\n"
+    "end\n";
+
+#define MPIRUN "timeout 120 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 "
+
+/* A pipeline directory NAME under tdir from two bodies (NULL: no such file). */
+static void make_pipe(const char *name, const char *b0, const char *b1) {
+    char d[512], p[600], so[600];
+    path(d, sizeof d, name);
+    mkdir(d, 0755);
+    const char *bodies[2] = {b0, b1};
+    for (int r = 0; r < 2; r++) {
+        snprintf(p, sizeof p, "%s/rank%d.prog", d, r);
+        unlink(p);
+        if (!bodies[r]) continue;
+        char *t = listing(bodies[r]);
+        write_bytes(p, t, strlen(t));
+        free(t);
+    }
+    snprintf(so, sizeof so, "%s/k.so", d);
+    unlink(so);
+    if (symlink("../k.so", so) != 0) perror("symlink");
+}
+
+/* ppr under mpirun -np NP; like run(). */
+static int mpi_run(int np, const char *args) {
+    char a[16384];
+    snprintf(a, sizeof a, "%s", args);
+    char cmd[16384 + 2048], o[512];
+    path(o, sizeof o, "out.txt");
+    snprintf(cmd, sizeof cmd, MPIRUN "-np %d %s %s >%s 2>&1", np, ppr, a, o);
+    int st = system(cmd);
+    char *t = read_text(o);
+    snprintf(out, sizeof out, "%s", t ? t : "");
+    free(t);
+    if (st == -1) return -1;
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return WEXITSTATUS(st);
+}
+
+static int count_of(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *q = strstr(hay, needle); q; q = strstr(q + 1, needle)) n++;
+    return n;
+}
+
+static void expect_mpi_fail(const char *what, int np, const char *args, const char *needle) {
+    int rc = mpi_run(np, args);
+    int ok = rc != 0 && rc != 124 && sane(rc) && strstr(out, needle) && strstr(out, "ppr: error: ");
+    if (!check(ok, "mpirun -np %d: %s: fails (not by the timeout) with '%s'", np, what, needle)) {
+        printf("  | exit %d\n", rc);
+        show();
+    }
+}
+
+static void test_pipeline_mpi(const W *w) {
+    char wp[512], dp[512], gp[512], lp[512], sp[512], sp1[512], tp[512], args[8192];
+    path(wp, sizeof wp, "w.safetensors");
+    path(dp, sizeof dp, "data.bin");
+    path(gp, sizeof gp, "pg.safetensors");
+    path(lp, sizeof lp, "plog.jsonl");
+    make_pipe("pipe", STAGE0, STAGE1);
+
+    /* the gradients of one step: the direct computation, through two ranks */
+    double gE[V * H], gg[H], gP[H * H];
+    double loss = ref_step(w, data_main, 37, 0, gE, gg, gP);
+    snprintf(args, sizeof args, "%s/pipe --init %s --data %s --steps 1 --save-grads %s --log %s", tdir, wp, dp, gp, lp);
+    int rc = mpi_run(2, args);
+    if (!check(rc == 0 && sane(rc), "mpirun -np 2: a two-stage pipeline trains one step")) {
+        printf("  | exit %d\n", rc);
+        show();
+        return;
+    }
+    check(count_of(out, "step 1/1  loss ") == 1 && strstr(out, "mesh tp 1 pp 2 dp 1 (2 ranks over MPI)"),
+          "pipeline: rank 0 alone prints the banner and the step line");
+    W g;
+    if (check(read_weights(gp, &g, 1) == 0, "pipeline --save-grads: the owners' params, once each (no copy)")) {
+        double e1 = rel_err(g.E, gE, V * H), e2 = rel_err(g.g, gg, H), e3 = rel_err(g.P, gP, H * H);
+        check(e1 < 1e-5 && e2 < 1e-5 && e3 < 1e-5,
+              "pipeline gradients equal the direct computation (rel %.1e %.1e %.1e; emb.weight summed over the two "
+              "stages by allreduce_tied)",
+              e1, e2, e3);
+    }
+    double norm = 0;
+    for (int i = 0; i < V * H; i++) norm += gE[i] * gE[i];
+    for (int i = 0; i < H; i++) norm += gg[i] * gg[i];
+    for (int i = 0; i < H * H; i++) norm += gP[i] * gP[i];
+    norm = sqrt(norm);
+    char *log = read_text(lp);
+    double l = NAN, gn = NAN;
+    int step = 0;
+    int got = log ? sscanf(log, "{\"step\":%d,\"loss\":%lf,\"grad_norm\":%lf", &step, &l, &gn) : 0;
+    check(got == 3 && fabs(l - loss) < 1e-5 * loss && fabs(gn - norm) < 1e-5 * norm,
+          "pipeline loss %.7f and grad_norm %.7f (the copy counted once) equal the direct computation", l, gn);
+    free(log);
+
+    /* three clipped AdamW steps: the same weights as the one-rank program */
+    path(sp, sizeof sp, "pw.safetensors");
+    path(sp1, sizeof sp1, "pw1.safetensors");
+    path(tp, sizeof tp, "trace.json");
+    snprintf(args, sizeof args, "%s/pipe --init %s --data %s --steps 3 --lr 0.01 --clip 0.5 --save %s --trace %s --quiet",
+             tdir, wp, dp, sp, tp);
+    rc = mpi_run(2, args);
+    check(rc == 0 && sane(rc), "mpirun -np 2: three clipped steps with --save and --trace");
+    check(strstr(out, "bubble fraction per rank") && strstr(out, "rank 1/s1") && strstr(out, "mean "),
+          "--trace prints the bubble fraction of every rank");
+    char *tr = read_text(tp);
+    check(tr && strstr(tr, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[") &&
+              strstr(tr, "\"args\":{\"name\":\"rank 1 (stage 1)\"}") && strstr(tr, "\"name\":\"F 1\",\"cat\":\"compute\",\"ph\":\"X\"") &&
+              strstr(tr, "\"name\":\"send_bwd 0 + recv_fwd 1: wait\"") && strstr(tr, "\"name\":\"allreduce_tied\"") &&
+              strstr(tr, "\"pid\":1,\"tid\":0") && tr[strlen(tr) - 2] == '}',
+          "--trace writes Chrome trace events: both ranks, F/B, comm post/wait, allreduce_tied");
+    free(tr);
+    snprintf(args, sizeof args, "%s/main --init %s --data %s --steps 3 --lr 0.01 --clip 0.5 --save %s --quiet", tdir, wp,
+             dp, sp1);
+    expect_ok("the one-rank program, three clipped steps", args);
+    W a, b;
+    if (check(read_weights(sp, &a, 0) == 0 && read_weights(sp1, &b, 0) == 0, "both --save files readable")) {
+        double e = 0, n = 0;
+        for (int i = 0; i < V * H; i++) e += (a.E[i] - b.E[i]) * (a.E[i] - b.E[i]), n += b.E[i] * b.E[i];
+        for (int i = 0; i < H; i++) e += (a.g[i] - b.g[i]) * (a.g[i] - b.g[i]), n += b.g[i] * b.g[i];
+        for (int i = 0; i < H * H; i++) e += (a.P[i] - b.P[i]) * (a.P[i] - b.P[i]), n += b.P[i] * b.P[i];
+        check(sqrt(e / n) < 1e-6, "pipeline weights after 3 steps equal the one-rank run's (rel %.1e)", sqrt(e / n));
+    }
+    /* the one-rank program under mpirun -np 1: the same run */
+    path(sp, sizeof sp, "np1.safetensors");
+    snprintf(args, sizeof args, "%s/main --init %s --data %s --steps 3 --lr 0.01 --clip 0.5 --save %s --quiet", tdir, wp,
+             dp, sp);
+    rc = mpi_run(1, args);
+    if (check(rc == 0 && sane(rc), "mpirun -np 1 runs a one-rank program") && read_weights(sp, &a, 0) == 0)
+        check(!memcmp(&a, &b, sizeof a), "mpirun -np 1 and a plain run give bit-identical weights");
+
+    /* --init of a pipeline: the whole model is checked on every rank, each loads its own */
+    char p[512];
+    const char *names[4] = {"emb.weight", "gain", "proj.weight", "extra.bias"};
+    int nd[4] = {2, 1, 2, 1};
+    int64_t se[2] = {V, H}, sg[1] = {H}, spp[2] = {H, H}, sx[1] = {3}, sbad[2] = {H, 4};
+    float zero[8] = {0};
+    char err[512];
+    path(p, sizeof p, "pextra.safetensors");
+    const int64_t *sh[4] = {se, sg, spp, sx};
+    const float *dd[4] = {w->E, w->g, w->P, zero};
+    rt_st_write(p, 4, names, nd, sh, dd, err, sizeof err);
+    snprintf(args, sizeof args, "%s/pipe --init %s --steps 0", tdir, p);
+    expect_mpi_fail("--init with an extra tensor", 2, args, "1 tensor the program has no param for: extra.bias");
+    check(count_of(out, "extra.bias") == 1, "the same message of two ranks is printed once");
+    path(p, sizeof p, "pmiss.safetensors");
+    const int64_t *sh2[2] = {se, sg};
+    rt_st_write(p, 2, names, nd, sh2, dd, err, sizeof err);
+    snprintf(args, sizeof args, "%s/pipe --init %s --steps 0", tdir, p);
+    expect_mpi_fail("--init without stage 1's proj.weight", 2, args, "pmiss.safetensors: 1 tensor missing: proj.weight");
+    path(p, sizeof p, "pshape.safetensors");
+    const int64_t *sh3[3] = {se, sg, sbad};
+    rt_st_write(p, 3, names, nd, sh3, dd, err, sizeof err);
+    snprintf(args, sizeof args, "%s/pipe --init %s --steps 0", tdir, p);
+    expect_mpi_fail("--init with a wrong shape of another stage's tensor", 2, args,
+                    "tensor proj.weight has shape [8,4]");
+    path(p, sizeof p, "head_ok.safetensors");
+    snprintf(args, sizeof args, "%s/pipe --init %s --steps 0", tdir, p);
+    rc = mpi_run(2, args);
+    check(rc == 0 && sane(rc), "pipeline --init with lm_head.weight equal to the tied embedding");
+
+    /* a launch that does not fit the listings */
+    snprintf(args, sizeof args, "%s/pipe --steps 1", tdir);
+    char want[1024];
+    snprintf(want, sizeof want, "ppr: error: %s/pipe was compiled for 2 ranks (tp 1 \u00d7 pp 2 \u00d7 dp 1) but mpirun started 3 ranks",
+             tdir);
+    expect_mpi_fail("3 ranks for a 2-rank pipeline", 3, args, want);
+    check(count_of(out, "was compiled for 2 ranks") == 3, "every rank says so");
+    snprintf(want, sizeof want, "ppr: error: %s/pipe was compiled for 2 ranks (tp 1 \u00d7 pp 2 \u00d7 dp 1) but mpirun started 1 ranks",
+             tdir);
+    expect_fail("a 2-rank pipeline without mpirun", args, want);
+
+    make_pipe("pipe_half", STAGE0, NULL);
+    snprintf(args, sizeof args, "%s/pipe_half --steps 1", tdir);
+    expect_mpi_fail("rank1.prog missing", 2, args, "pipe_half/rank1.prog: cannot open: No such file or directory");
+
+    make_pipe("pipe_same", STAGE0, STAGE0);
+    snprintf(args, sizeof args, "%s/pipe_same --steps 1", tdir);
+    expect_mpi_fail("rank 0's listing as rank1.prog", 2, args,
+                    "pipe_same/rank1.prog: the listing says 'rank 0': it is rank 0's program, not rank 1's");
+
+    char *b1 = replace(STAGE1, "boundary recv_fwd $0 256 [2,4,8]", "boundary recv_fwd $0 128");
+    make_pipe("pipe_bytes", STAGE0, b1);
+    free(b1);
+    snprintf(args, sizeof args, "%s/pipe_bytes --steps 1", tdir);
+    expect_mpi_fail("neighbours that disagree on the hidden state's size", 2, args,
+                    "rank0.prog sends a 256-byte hidden state to");
+
+    char *b0 = replace(STAGE0, "model_param proj.weight [8,8]\n", "model_param proj.weight [8,8]\nmodel_param extra.w [4]\n");
+    b1 = replace(STAGE1, "model_param proj.weight [8,8]\n", "model_param proj.weight [8,8]\nmodel_param extra.w [4]\n");
+    make_pipe("pipe_owner", b0, b1);
+    free(b0);
+    free(b1);
+    snprintf(args, sizeof args, "%s/pipe_owner --steps 1", tdir);
+    expect_mpi_fail("a model_param no rank owns", 2, args, "model_param extra.w: no rank owns it");
+
+    /* each waits for the other: stage 0 for a gradient, stage 1 for the next input */
+    b0 = replace(STAGE0, "  F 1 1\n  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n",
+                 "  F 1 1\n  comm recv_bwd 0 0\n  comm send_fwd 1 1\n  B 0 0\n");
+    b1 = replace(STAGE1, "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n", "  B 0 0\n  comm recv_fwd 1 0\n  comm send_bwd 0 0\n");
+    make_pipe("pipe_deadlock", b0, b1);
+    free(b0);
+    free(b1);
+    snprintf(args, sizeof args, "%s/pipe_deadlock --steps 1", tdir);
+    expect_mpi_fail("schedules that would deadlock", 2, args, "the schedules' messages cannot all complete");
+    check(strstr(out, "pipe_deadlock/rank0.prog:51: rank 0 waits in 'comm recv_bwd 0 0'") &&
+              strstr(out, "pipe_deadlock/rank1.prog:73: rank 1 waits in 'comm recv_fwd 1 0'"),
+          "the deadlock message names where each rank waits");
+
+    b0 = replace(STAGE0, "model_param gain [8]\n", "model_param gain [9]\n");
+    make_pipe("pipe_model", b0, STAGE1);
+    free(b0);
+    snprintf(args, sizeof args, "%s/pipe_model --steps 1", tdir);
+    expect_mpi_fail("model_param lines that differ between ranks", 2, args,
+                    "rank1.prog: its model_param lines differ from");
+}
+
 /* ---- in-process parser checks and the fuzzer ----------------------------------------------- */
 
 static int parse_msg(const char *text, char *err, size_t errlen) {
@@ -927,8 +1281,9 @@ static int parse_msg(const char *text, char *err, size_t errlen) {
     return rc;
 }
 
-static void expect_parse_error(const char *what, const char *from, const char *to, const char *needle) {
-    char *b = replace(BODY, from, to);
+static void expect_parse_error_in(const char *body, const char *what, const char *from, const char *to,
+                                  const char *needle) {
+    char *b = replace(body, from, to);
     char *t = listing(b);
     char err[2048] = "";
     int rc = parse_msg(t, err, sizeof err);
@@ -937,6 +1292,126 @@ static void expect_parse_error(const char *what, const char *from, const char *t
     if (!check(rc != 0 && strstr(err, n2), "parser: %s -> '%s'", what, n2)) printf("  | got: %s\n", err);
     free(b);
     free(t);
+}
+
+static void expect_parse_error(const char *what, const char *from, const char *to, const char *needle) {
+    expect_parse_error_in(BODY, what, from, to, needle);
+}
+
+/* The listing rules of pipeline programs: boundaries, flags, model params, comm entries. */
+static void test_pipeline_parser(void) {
+    char err[2048] = "";
+    const char *bodies[2] = {STAGE0, STAGE1};
+    for (int r = 0; r < 2; r++) {
+        char *t = listing(bodies[r]);
+        RtProg *p = NULL;
+        int rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+        if (check(rc == 0 && p, "parser: pipeline stage %d loads [%s]", r, rc ? err : "ok")) {
+            int ok = p->nmodel == 3 && p->prev == (r ? 0 : -1) && p->next == (r ? -1 : 1) && p->nshared == 1 &&
+                     p->nentries == 9;
+            if (r == 0)
+                ok = ok && p->bnd[RT_BND_SEND_FWD].present && p->bnd[RT_BND_RECV_BWD].present &&
+                     !p->bnd[RT_BND_RECV_FWD].present && p->bnd[RT_BND_SEND_FWD].bytes == 256 &&
+                     p->sched[4].kind == RT_E_COMM && p->sched[4].nops == 2 && p->sched[4].op[1].kind == RT_BND_RECV_BWD &&
+                     p->params[0].shared && !p->params[0].copy;
+            else
+                ok = ok && p->bnd[RT_BND_RECV_FWD].ptr.in_slot && p->params[2].copy && p->params[2].tied &&
+                     p->tied == 2 && p->blk[RT_BLK_OPTIMIZER].ins[0].kind == RT_I_ALLREDUCE_TIED;
+            check(ok, "parser: stage %d: peers, boundaries, flags, model params and comm entries as written", r);
+        }
+        rt_prog_free(p);
+        free(t);
+    }
+    const char *S0 = STAGE0, *S1 = STAGE1;
+    /* boundaries */
+    expect_parse_error_in(S0, "a boundary toward no stage", "boundary recv_bwd @2432 256 [2,4,8]\n",
+                          "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_fwd $0 64\n",
+                          ":22: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
+    expect_parse_error_in(S0, "a missing boundary", "boundary recv_bwd @2432 256 [2,4,8]\n", "",
+                          ":21: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
+    expect_parse_error_in(S1, "recv_fwd in the arena", "boundary recv_fwd $0 256", "boundary recv_fwd @0 256",
+                          ":%d: boundary recv_fwd: '@0': the received hidden state lives in the micro-batch's slot ($OFF)");
+    expect_parse_error_in(S0, "a boundary shape of other bytes", "@2176 256 [2,4,8]", "@2176 256 [2,4,9]",
+                          ":%d: boundary send_fwd: shape [2,4,9] is 288 bytes of f32, not 256");
+    expect_parse_error_in(S0, "a boundary leaving the arena", "@2432 256 [2,4,8]", "@2436 256 [2,4,8]",
+                          ":%d: boundary recv_bwd: @2436 + 256 bytes leaves the arena (2688 bytes)");
+    expect_parse_error_in(S0, "a boundary given twice", "boundary recv_bwd @2432 256 [2,4,8]\n",
+                          "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_bwd @2432 256\n",
+                          ":22: boundary recv_bwd is given twice (first on line 21)");
+    expect_parse_error_in(S0, "a boundary after the params", "model_param emb.weight [16,8]\n",
+                          "boundary send_bwd @0 4\nmodel_param emb.weight [16,8]\n",
+                          ":%d: boundary after a param line (boundaries come first)");
+    expect_parse_error_in(S0, "peers prev on the first stage", "peers prev -1 next 1", "peers prev 1 next -1",
+                          ":%d: peers: prev 1, but stage 0 is the first stage (prev -1)");
+    /* flags and model params */
+    expect_parse_error_in(S1, "copy without shared", "tied shared copy", "tied copy",
+                          ":%d: param emb.weight: 'copy' without 'shared'");
+    expect_parse_error_in(S1, "a flag twice", "tied shared copy", "tied shared shared",
+                          ":%d: param emb.weight: flag 'shared' given twice");
+    expect_parse_error_in(S1, "an unknown flag", "tied shared copy", "tied shared mine",
+                          ":%d: param emb.weight: unexpected 'mine' at the end of the line (flags: tied, shared, copy, replica)");
+    expect_parse_error("shared with one stage", " decay 1 tied\n", " decay 1 tied shared\n",
+                       ":%d: param emb.weight: shared, but the mesh has one pipeline stage (pp 1)");
+    expect_parse_error_in(S1, "a param not among the model params", "model_param gain [8]\n", "",
+                          "t.prog:22: param gain is not one of the model's params");
+    expect_parse_error_in(S1, "a param of another shape than its model_param", "model_param gain [8]",
+                          "model_param gain [4]", "param gain: its shape differs from its model_param line");
+    expect_parse_error_in(S1, "a model_param twice", "model_param gain [8]\n", "model_param gain [8]\nmodel_param gain [8]\n",
+                          ":27: model_param gain is given twice (first on line 26)");
+    expect_parse_error_in(S1, "a param after the model params", "model_param proj.weight [8,8]\n",
+                          "model_param proj.weight [8,8]\nparam 3 z f32 [1] @832 init ones decay 0\n",
+                          ":28: param after a model_param line (params come first)");
+    /* allreduce_tied */
+    expect_parse_error_in(S1, "allreduce_tied after grad_norm", "  allreduce_tied @1280 512\n  grad_norm\n",
+                          "  grad_norm\n  allreduce_tied @1280 512\n",
+                          ":62: allreduce_tied after grad_norm (line 61): the norm needs the summed gradients");
+    expect_parse_error_in(S1, "no allreduce_tied for a shared param", "  allreduce_tied @1280 512\n", "",
+                          "param emb.weight (line 24) is shared, but no allreduce_tied of the optimizer block sums its "
+                          "gradient (@1280, 512 bytes)");
+    expect_parse_error_in(S1, "allreduce_tied outside the grads", "allreduce_tied @1280 512", "allreduce_tied @384 512",
+                          ":%d: allreduce_tied: @384 + 512 bytes is not inside the grads region [896, 1792)");
+    expect_parse_error_in(S1, "allreduce_tied in the backward block", "  seed @6272 0.5\n",
+                          "  seed @6272 0.5\n  allreduce_tied @1280 512\n",
+                          "'allreduce_tied' is not allowed in the backward block (only in the optimizer block)");
+    expect_parse_error("allreduce_tied without a shared param", "  grad_norm\n", "  allreduce_tied @832 512\n  grad_norm\n",
+                       ":%d: allreduce_tied, but no param is marked shared");
+    /* comm entries */
+    expect_parse_error("comm in a one-stage program", "  F 1 1\n", "  F 1 1\n  comm send_fwd 1 1\n",
+                       ":68: comm send_fwd: this stage has no 'boundary send_fwd' line");
+    expect_parse_error_in(S0, "an unknown comm op", "  comm send_fwd 0 0\n", "  comm send 0 0\n",
+                          ":%d: comm: unknown op 'send' (expected send_fwd, recv_fwd, send_bwd or recv_bwd)");
+    expect_parse_error_in(S0, "comm with 3 fields", "  comm send_fwd 0 0\n", "  comm send_fwd 0\n",
+                          ":%d: expected 'comm OP MICROBATCH SLOT [OP MICROBATCH SLOT]'");
+    expect_parse_error_in(S0, "send_fwd before its F", "  F 0 0\n  comm send_fwd 0 0\n", "  comm send_fwd 0 0\n  F 0 0\n",
+                          ":%d: send_fwd 0 0 before F 0");
+    expect_parse_error_in(S0, "send_fwd from the arena after another F", "  F 0 0\n  comm send_fwd 0 0\n  F 1 1\n",
+                          "  F 0 0\n  F 1 1\n  comm send_fwd 0 0\n",
+                          ":50: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F or B between");
+    expect_parse_error_in(S0, "send_fwd in another slot", "  comm send_fwd 0 0\n", "  comm send_fwd 0 1\n",
+                          ":%d: send_fwd 0 1: micro-batch 0's forward ran in slot 0");
+    expect_parse_error_in(S0, "a second send_fwd", "  comm recv_bwd 1 1\n", "  comm recv_bwd 1 1 send_fwd 1 1\n",
+                          ":%d: a second send_fwd for micro-batch 1");
+    expect_parse_error_in(S0, "B before its recv_bwd", "  comm recv_bwd 1 1\n", "",
+                          ":53: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
+    expect_parse_error_in(S0, "an F while a received gradient waits in the arena", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n",
+                          "  comm send_fwd 1 1 recv_bwd 0 0\n  F 0 0\n",
+                          ":52: F 0 0: the gradient received for micro-batch 0 (line 51) is in the arena, where this block may write");
+    expect_parse_error_in(S0, "two received gradients in one arena buffer", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n  comm recv_bwd 1 1\n",
+                          "  comm send_fwd 1 1 recv_bwd 0 0\n  comm recv_bwd 1 1\n  B 0 0\n",
+                          ":52: recv_bwd 1 1: the gradient received for micro-batch 0 (line 51) is still waiting");
+    expect_parse_error_in(S0, "OPT before every message", "  comm send_fwd 1 1 recv_bwd 0 0\n", "  comm recv_bwd 0 0\n",
+                          ":55: OPT before send_fwd of micro-batch 1");
+    expect_parse_error_in(S1, "F before its recv_fwd", "  comm recv_fwd 0 0\n  F 0 0\n", "  F 0 0\n  comm recv_fwd 0 0\n",
+                          ":%d: F 0 0 before recv_fwd 0 0 (the stage's input comes from the previous stage)");
+    expect_parse_error_in(S1, "recv_fwd into a busy slot", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
+                          "  comm recv_fwd 1 0\n  B 0 0\n  comm send_bwd 0 0\n",
+                          ":%d: recv_fwd 1 0: slot 0 still holds micro-batch 0 (its B has not run)");
+    expect_parse_error_in(S1, "send_bwd before its B", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
+                          "  comm send_bwd 0 0\n  B 0 0\n  comm recv_fwd 1 0\n", ":%d: send_bwd 0 0 before B 0");
+    expect_parse_error_in(S1, "two buffers of one comm entry overlap", "boundary send_bwd @6016 256", "boundary send_bwd @3584 256",
+                          ":73: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
+    expect_parse_error_in(S1, "comm after OPT", "  OPT\n", "  OPT\n  comm send_bwd 1 0\n",
+                          "'comm' after OPT (OPT is the schedule's last entry)");
 }
 
 static void test_parser(void) {
@@ -967,6 +1442,29 @@ static void test_parser(void) {
     free(t);
     free(b);
 
+    /* what ppc writes for a single-rank program: a peers line and the schedule's name */
+    b = replace(BODY, "rank 0 stage 0 tp_rank 0 dp_rank 0\n", "rank 0 stage 0 tp_rank 0 dp_rank 0\npeers prev -1 next -1\n");
+    char *b2 = replace(b, "schedule\n", "schedule gpipe\n");
+    t = listing(b2);
+    rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    check(rc == 0 && p && p->nentries == 6, "parser: 'peers prev -1 next -1' and 'schedule gpipe' load [%s]", rc ? err : "ok");
+    rt_prog_free(p);
+    free(t);
+    free(b);
+    free(b2);
+    expect_parse_error("a peers line naming the rank itself", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
+                       "rank 0 stage 0 tp_rank 0 dp_rank 0\npeers prev -1 next 0\n",
+                       ":7: peers: a rank is not its own pipeline neighbour");
+    expect_parse_error("a peers line out of range", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
+                       "rank 0 stage 0 tp_rank 0 dp_rank 0\npeers prev -2 next -1\n",
+                       ":7: peers: prev: expected an integer in [-1, 0], found '-2'");
+    expect_parse_error("a tensor-parallel mesh", "mesh tp 1 pp 1 dp 1", "mesh tp 2 pp 1 dp 1",
+                       ":%d: mesh tp 2 pp 1 dp 1: this ppr runs tp 1 and dp 1 only (pipeline parallelism: pp any)");
+    expect_parse_error("a data-parallel mesh", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 1 dp 2",
+                       ":%d: mesh tp 1 pp 1 dp 2: this ppr runs tp 1 and dp 1 only");
+    expect_parse_error("a pipeline mesh without a peers line", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 2 dp 1",
+                       ":7: expected 'peers prev P next N' (a pipeline-parallel program names its neighbours), found 'step'");
+    expect_parse_error("schedule with two words", "schedule\n", "schedule a b\n", ":%d: expected 'schedule' or 'schedule NAME'");
     expect_parse_error("CRLF line ends", "model testlin\n", "model testlin\r\n", ":%d: carriage return");
     expect_parse_error("header order", "mesh tp 1 pp 1 dp 1\nrank", "rank 0 stage 0 tp_rank 0 dp_rank 0\nmesh tp 1 pp 1 dp 1\nrank",
                        ":%d: expected 'mesh tp N pp N dp N' (the header lines come in a fixed order)");
@@ -1066,7 +1564,9 @@ static int brute_bounds(const RtProg *p) {
                     if (r->ptr.off + (r->bytes ? r->bytes : 4) > lim) return 0;
                 }
             } else {
-                int64_t ext = in->kind == RT_I_ZERO ? in->bytes : in->kind == RT_I_BATCH ? (int64_t)p->micro_batch * p->seq * 4 : 4;
+                int64_t ext = in->kind == RT_I_ZERO || in->kind == RT_I_ALLREDUCE_TIED ? in->bytes
+                              : in->kind == RT_I_BATCH ? (int64_t)p->micro_batch * p->seq * 4
+                                                       : 4;
                 for (int k = 0; k < 2; k++) {
                     if (!in->p[k].present) continue;
                     int64_t lim = in->p[k].in_slot ? p->reg[RT_REG_SLOTS].bytes : p->arena;
@@ -1079,8 +1579,19 @@ static int brute_bounds(const RtProg *p) {
         if (q->off < p->reg[RT_REG_PARAMS].base || q->off + 4 * q->numel > p->reg[RT_REG_PARAMS].base + p->reg[RT_REG_PARAMS].bytes)
             return 0;
     }
-    for (int e = 0; e < p->nentries; e++)
-        if (p->sched[e].kind == RT_E_F && (p->sched[e].slot >= p->nslots || p->sched[e].mb >= p->microbatches)) return 0;
+    for (int e = 0; e < p->nentries; e++) {
+        const RtEntry *en = &p->sched[e];
+        if ((en->kind == RT_E_F || en->kind == RT_E_B) && (en->slot >= p->nslots || en->mb >= p->microbatches)) return 0;
+        for (int o = 0; en->kind == RT_E_COMM && o < en->nops; o++)
+            if (en->op[o].slot >= p->nslots || en->op[o].mb >= p->microbatches || !p->bnd[en->op[o].kind].present)
+                return 0;
+    }
+    for (int k = 0; k < RT_NBND; k++) {
+        const RtBoundary *b = &p->bnd[k];
+        if (!b->present) continue;
+        int64_t lim = b->ptr.in_slot ? p->reg[RT_REG_SLOTS].bytes : p->arena;
+        if (b->ptr.off + b->bytes > lim || b->bytes % 4) return 0;
+    }
     return 1;
 }
 
@@ -1145,6 +1656,8 @@ static void mutate(char *s, size_t *n, size_t cap) {
     }
 }
 
+static void fuzz_body(const char *what, const char *body, int iters);
+
 static void test_fuzz(void) {
     char err[2048];
     size_t blen = strlen(BODY);
@@ -1179,12 +1692,23 @@ static void test_fuzz(void) {
           "fuzz: %zu + %zu truncations rejected with a message naming the file (%d complete ones load)", flen, blen,
           ok_trunc);
 
-    int iters = 6000, loaded = 0, bad = 0;
+    free(full);
+    int iters = 6000;
     if (getenv("TEST_PPR_FUZZ")) iters = atoi(getenv("TEST_PPR_FUZZ")); /* a longer run by hand */
+    fuzz_body("the one-rank listing", BODY, iters);
+    fuzz_body("pipeline stage 0", STAGE0, iters / 2);
+    fuzz_body("pipeline stage 1", STAGE1, iters / 2);
+}
+
+/* iters random edits of body: each mutated listing loads in bounds or is rejected by name. */
+static void fuzz_body(const char *what, const char *body, int iters) {
+    char err[2048];
+    size_t blen = strlen(body);
+    int loaded = 0, bad = 0;
     size_t cap = blen * 2 + 256;
     char *b = malloc(cap + 1);
     for (int it = 0; it < iters; it++) {
-        memcpy(b, BODY, blen);
+        memcpy(b, body, blen);
         size_t n = blen;
         int edits = 1 + (int)rnd(3);
         for (int e = 0; e < edits; e++) mutate(b, &n, cap);
@@ -1194,7 +1718,7 @@ static void test_fuzz(void) {
         if (rnd(10) == 0) { /* raw: the hash is stale */
             char *t = malloc(n + 64);
             int hl = snprintf(t, n + 64, "ppr-program 1\ncompiler ppc test\nhash %016llx\n",
-                              (unsigned long long)fnv(BODY, blen));
+                              (unsigned long long)fnv(body, blen));
             memcpy(t + hl, b, n);
             rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
             free(t);
@@ -1219,9 +1743,8 @@ static void test_fuzz(void) {
         rt_prog_free(p);
     }
     free(b);
-    free(full);
-    check(bad == 0, "fuzz: %d mutated listings: %d load and are in bounds element by element, %d rejected by name",
-          iters, loaded, iters - loaded);
+    check(bad == 0, "fuzz: %d mutated listings of %s: %d load and are in bounds element by element, %d rejected by name",
+          iters, what, loaded, iters - loaded);
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -1279,6 +1802,8 @@ int main(int argc, char **argv) {
     test_data_errors();
     test_listing_errors();
     test_cli();
+    test_pipeline_mpi(&w);
+    test_pipeline_parser();
 
     if (!nfail) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);

@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""Benchmark: one full training step of ppr against PyTorch eager, on the same weights and data.
+
+    /usr/bin/python3 bench/bench.py [--warmup 5] [--steps 20] [--rounds 1] [--models tiny,minimind256]
+
+Run it through bench/run.sh, which builds ppc/ppr and sets the thread environment. This is a
+benchmark, not a test: `make test` never runs it.
+
+For each model:
+  1. weights from the reference code (tests/reference/models.py init_params, fixed seed), written
+     once to DIR/<model>/weights.safetensors; random tokens (llm.c token file) long enough that
+     no step wraps around;
+  2. ppc MODEL.pdl -o DIR/<model>/prog, then ppr --init weights --data tokens --steps W+N --clip 1
+     --log ppr.jsonl; ppr's own per-step "ms" of steps W+1..W+N;
+  3. PyTorch eager on the same weights and batches, in a child process (libgomp reads its
+     environment when it loads): per step, time.perf_counter around zero_grad, forward + loss +
+     backward per micro-batch, clip_grad_norm_(1.0), AdamW.step. Twice: with the environment as
+     it is, and with OMP_WAIT_POLICY=PASSIVE, the policy ppr sets for itself when the variable is
+     unset (runtime/ppr.c); once if OMP_WAIT_POLICY is set;
+  4. checks that the first step's losses agree to 1e-4 relative, and prints one row per model.
+With --rounds R, steps 2 and 3 are repeated R times, alternating ppr and torch, and the timed
+steps of all rounds are pooled (on a machine shared with other work, load that comes and goes
+then hits both sides alike).
+
+Both sides run the same step: forward and backward of every micro-batch (gradients accumulated,
+the loss a mean over the step's tokens), the global gradient norm, clipping to 1.0, AdamW
+(lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the matrices only). The PyTorch batches
+are sliced out of the token tensor before the timed loop (ppr's timed step includes copying its
+batch, a few microseconds).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+
+import torch  # noqa: E402
+
+import models  # noqa: E402
+import safetensors_io  # noqa: E402
+from gen_fixtures import get_batch, make_tokens, write_tokens  # noqa: E402
+
+# The configurations: (pdl file, reference config). They must match the .pdl files.
+MODELS = {
+    "tiny": {
+        "pdl": "examples/tiny.pdl",
+        "config": {"vocab": 256, "hidden": 64, "layers": 4, "heads": 4, "kv_heads": 2,
+                   "head_dim": 16, "ffn": 128, "eps": 1e-6, "theta": 1e6},
+        "step": {"micro_batch": 2, "seq": 16, "microbatches": 2},
+    },
+    "minimind256": {
+        "pdl": "bench/minimind256.pdl",
+        "config": {"vocab": 6400, "hidden": 256, "layers": 4, "heads": 4, "kv_heads": 2,
+                   "head_dim": 64, "ffn": 704, "eps": 1e-6, "theta": 1e6},
+        "step": {"micro_batch": 8, "seq": 128, "microbatches": 1},
+    },
+}
+HP = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": 0.1, "clip": 1.0}
+WEIGHT_SEED = 1234
+TOKEN_SEED = 5678
+LOSS_RTOL = 1e-4
+
+
+def write_weights(path, P, names):
+    from array import array
+    tensors = []
+    for n in names:
+        a = array("f")
+        a.frombytes(P[n].detach().contiguous().numpy().tobytes())
+        tensors.append((n, list(P[n].shape), a))
+    safetensors_io.write(path, tensors, {"format": "pt", "kind": "bench weights"})
+
+
+def how(rc):
+    return "killed by signal %d" % -rc if rc < 0 else "exit %d" % rc
+
+
+def run_ppr(build, work, spec, weights, tokens, nsteps):
+    prog = os.path.join(work, "prog")
+    r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"]), "-o", prog],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    if r.returncode != 0:
+        sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
+    log = os.path.join(work, "ppr.jsonl")
+    cmd = [os.path.join(build, "ppr"), prog, "--init", weights, "--data", tokens, "--steps", str(nsteps),
+           "--lr", str(HP["lr"]), "--beta1", str(HP["beta1"]), "--beta2", str(HP["beta2"]),
+           "--eps", str(HP["eps"]), "--wd", str(HP["wd"]), "--clip", str(HP["clip"]), "--log", log, "--quiet"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    if r.returncode != 0:
+        sys.exit("bench: ppr failed (%s):\n%s" % (how(r.returncode), r.stdout))
+    if r.stdout.strip():
+        sys.stderr.write(r.stdout)  # e.g. the PPR_PROFILE summary
+    with open(log) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [row["loss"] for row in rows], [row["ms"] for row in rows]
+
+
+def run_torch(spec, P0, names, toks, nsteps):
+    cfg = spec["config"]
+    B, S, M = spec["step"]["micro_batch"], spec["step"]["seq"], spec["step"]["microbatches"]
+    P = {n: torch.nn.Parameter(P0[n].detach().clone()) for n in names}
+    params = [P[n] for n in names]
+    opt = torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": HP["wd"]},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
+    batches = [[get_batch(toks, s, m, B, S, M) for m in range(M)] for s in range(nsteps)]
+    losses, ms = [], []
+    for s in range(nsteps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        total = 0.0
+        for x, y in batches[s]:
+            lm = models.cross_entropy(models.forward("minimind", P, cfg, x), y) / M
+            lm.backward()
+            total += lm.item()
+        torch.nn.utils.clip_grad_norm_(params, HP["clip"])
+        opt.step()
+        ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(total)
+    return losses, ms
+
+
+def read_tokens(path):
+    from array import array
+    with open(path, "rb") as f:
+        raw = f.read()
+    head = array("i")
+    head.frombytes(raw[:1024])
+    toks = array("H")
+    toks.frombytes(raw[1024:1024 + 2 * head[2]])
+    if sys.byteorder != "little":
+        head.byteswap()
+        toks.byteswap()
+    return torch.tensor(toks.tolist(), dtype=torch.int64)
+
+
+def torch_child(name, nsteps, work):
+    """--torch-child: the PyTorch side of one model, on the weights and tokens the parent wrote to
+    work/; writes {"loss": [...], "ms": [...]} to work/torch.json."""
+    spec = MODELS[name]
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    st, _ = safetensors_io.read(os.path.join(work, "weights.safetensors"))
+    names = [n for n, _, _ in models.param_specs("minimind", spec["config"])]
+    P0 = {n: torch.frombuffer(bytearray(st[n][1].tobytes()), dtype=torch.float32).reshape(st[n][0]) for n in names}
+    toks = read_tokens(os.path.join(work, "tokens.bin"))
+    losses, ms = run_torch(spec, P0, names, toks, nsteps)
+    with open(os.path.join(work, "torch.json"), "w") as f:
+        json.dump({"loss": losses, "ms": ms, "threads": torch.get_num_threads()}, f)
+
+
+def run_torch_child(name, nsteps, work, extra_env):
+    out = os.path.join(work, "torch.json")
+    env = dict(os.environ, **extra_env)
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-child", name, "--steps", str(nsteps),
+                    "--warmup", "0", "--work", work], env=env, check=True)
+    with open(out) as f:
+        r = json.load(f)
+    return r["loss"], r["ms"]
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate ppr and torch runs this many times, pooling the steps")
+    ap.add_argument("--models", default="tiny,minimind256")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench"))
+    ap.add_argument("--torch-child", metavar="MODEL", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_child:
+        torch_child(a.torch_child, a.steps, a.work)
+        return 0
+
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if not threads or threads != os.environ.get("OPENBLAS_NUM_THREADS"):
+        sys.exit("bench: set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to the same count (bench/run.sh does)")
+    nthreads = int(threads)
+    torch.set_num_threads(nthreads)
+    nsteps = a.warmup + a.steps
+    print("threads: OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s, torch.set_num_threads(%d) (torch %s)"
+          % (threads, os.environ["OPENBLAS_NUM_THREADS"], nthreads, torch.__version__))
+    for v in ("OPENBLAS_CORETYPE", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND"):
+        print("%s: %s" % (v, os.environ[v] if v in os.environ else "not set"))
+    print("steps: %d warm-up + %d timed per run, %d round(s), medians of the timed; load average before: %s"
+          % (a.warmup, a.steps, a.rounds, loadavg()))
+
+    # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is, and with the wait
+    # policy ppr gives itself (runtime/ppr.c sets OMP_WAIT_POLICY=PASSIVE when it is unset).
+    if "OMP_WAIT_POLICY" in os.environ:
+        variants = [("OMP_WAIT_POLICY=%s" % os.environ["OMP_WAIT_POLICY"], {})]
+    else:
+        variants = [("OMP_WAIT_POLICY unset", {}), ("OMP_WAIT_POLICY=PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"})]
+    rows, ok = [], True
+    for name in a.models.split(","):
+        spec = MODELS[name]
+        cfg = spec["config"]
+        B, S, M = spec["step"]["micro_batch"], spec["step"]["seq"], spec["step"]["microbatches"]
+        work = os.path.join(a.work, name)
+        os.makedirs(work, exist_ok=True)
+        names = [n for n, _, _ in models.param_specs("minimind", cfg)]
+        P0 = models.init_params("minimind", cfg, WEIGHT_SEED)
+        weights = os.path.join(work, "weights.safetensors")
+        write_weights(weights, P0, names)
+        toks = make_tokens(cfg["vocab"], nsteps * M * B * S + 1, TOKEN_SEED)  # no wrap-around
+        tokens = os.path.join(work, "tokens.bin")
+        write_tokens(tokens, toks)
+
+        nparams = sum(P0[n].numel() for n in names)
+        print("%s: %d params, %d tokens/step" % (name, nparams, B * S * M))
+        pm, tm = [], [[] for _ in variants]
+        for r in range(a.rounds):
+            pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
+            pm += ms[a.warmup:]
+            for v, (label, extra) in enumerate(variants):
+                tl, ms = run_torch_child(name, nsteps, work, extra)
+                tm[v] += ms[a.warmup:]
+                if r == 0:
+                    rel0 = abs(pl[0] - tl[0]) / abs(tl[0])
+                    relmax = max(abs(p - t) / abs(t) for p, t in zip(pl, tl))
+                    good = rel0 <= LOSS_RTOL
+                    ok &= good
+                    print("  step-1 loss ppr %.7f torch (%s) %.7f: rel %.1e %s; max rel over %d steps %.1e"
+                          % (pl[0], label, tl[0], rel0, "OK" if good else "MISMATCH (> 1e-4)", nsteps, relmax))
+        pmed = statistics.median(pm)
+        print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("ppr", pmed, min(pm), max(pm)))
+        meds = []
+        for v, (label, _) in enumerate(variants):
+            meds.append(statistics.median(tm[v]))
+            print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("torch, " + label, meds[-1], min(tm[v]), max(tm[v])))
+        rows.append((name, pmed, meds))
+
+    print("load average after: %s" % loadavg())
+    print()
+    head = "| model | threads | ppr ms/step |"
+    for label, _ in variants:
+        head += " torch ms/step (%s) | torch/ppr |" % label
+    print(head)
+    print("|---|---|---|" + "---|---|" * len(variants))
+    for name, pmed, meds in rows:
+        line = "| %s | %d | %.2f |" % (name, nthreads, pmed)
+        for tmed in meds:
+            line += " %.2f | %.2f |" % (tmed, tmed / pmed)
+        print(line)
+    print("(torch/ppr > 1: ppr is faster; medians of %d x %d timed steps, each run after %d warm-up steps)"
+          % (a.rounds, a.steps, a.warmup))
+    if not ok:
+        print("LOSS MISMATCH: the two sides do not compute the same step (see above)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+/* tp_shard.c — tensor parallelism (Megatron style) from the parameters' roles: one stage's
+ * forward graph rewritten as one TP rank runs it. Every TP rank of a stage runs the same graph
+ * on its own shard; what differs per rank (which rows of a table, which kv head) is decided when
+ * the listing is written. Values are replicated, split (features or heads) or partial sums:
+ *   column-parallel linear   x replicated -> .tp_copy(x) (gradient summed) -> output split
+ *   row-parallel linear      x split -> partial -> .tp_reduce (summed) -> replicated (+ bias)
+ *   vocab-parallel table     its rows of the table, zeros elsewhere -> .tp_reduce
+ *   vocab-parallel logits    split over the vocabulary; cross_entropy reduces max/sum/target
+ * Heads follow the split features; kv heads fewer than tp are replicated over tp/kv ranks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ppc.h"
+
+typedef enum Sh { SH_REPL, SH_SPLIT } Sh;
+
+typedef struct T {
+  const Graph *g;
+  Graph *s;
+  int tp;
+  int *map;        /* old node -> new node */
+  Sh *sh;          /* per new node */
+  int *copy_of;    /* per new node: its .tp_copy, -1 */
+  int *kvrep;      /* per old param: TP ranks sharing its shard (kv heads < tp), 0 if none */
+  bool bad;
+} T;
+
+static const IrNode *O(const T *t, int id) { return &t->g->nodes[id]; }
+static IrNode *Nn(T *t, int id) { return &t->s->nodes[id]; }
+
+static void grow(T *t) {
+  int n = t->s->nnodes;
+  t->sh = xrealloc(t->sh, (size_t)(n + 1) * sizeof *t->sh);
+  t->copy_of = xrealloc(t->copy_of, (size_t)(n + 1) * sizeof *t->copy_of);
+  t->sh[n - 1] = SH_REPL;
+  t->copy_of[n - 1] = -1;
+}
+
+/* A new node like old node i (attributes, layer, location) with new inputs and shape. */
+static int clone(T *t, int i, int nin, const int *in, Shape shape, Sh sh) {
+  int id = ir_add_node(t->s, O(t, i)->op, O(t, i)->loc);
+  IrNode *n = Nn(t, id);
+  *n = *O(t, i);
+  n->nin = nin;
+  for (int k = 0; k < nin; k++) n->in[k] = in[k];
+  n->shape = shape;
+  grow(t);
+  t->sh[id] = sh;
+  return id;
+}
+
+/* A node the pass inserts after `like`, in its layer. */
+static int insert(T *t, Op op, int in, int like_old) {
+  int id = ir_add(t->s, op, 1, (int[]){in}, Nn(t, in)->shape);
+  IrNode *n = Nn(t, id), *src = Nn(t, in);
+  n->layout = src->layout;
+  n->layer = O(t, like_old)->layer;
+  n->region = O(t, like_old)->region;
+  n->loc = O(t, like_old)->loc;
+  grow(t);
+  t->sh[id] = t->sh[in];
+  return id;
+}
+
+static void fail(T *t, Loc at, const char *msg) {
+  diag_error(t->g->src, at, "%s", msg);
+  t->bad = true;
+}
+
+/* .tp_copy(x): one per value, shared by all its column-parallel readers, so the gradients of
+ * q, k and v (or gate and up) are summed once, then reduced once. */
+static int tp_copy(T *t, int x, int like_old) {
+  if (t->copy_of[x] < 0) {
+    int c = insert(t, OP_TP_COPY, x, like_old);
+    t->copy_of[x] = c;
+  }
+  return t->copy_of[x];
+}
+
+/* The dimension a parameter's role splits and the local shape, from its first reader. */
+static void param(T *t, int old) {
+  const IrNode *pn = O(t, old);
+  const IrParam *q = &t->g->params[pn->param];
+  Graph *s = t->s;
+  if (s->nparams == s->pcap) {
+    s->pcap = s->pcap ? 2 * s->pcap : 32;
+    s->params = xrealloc(s->params, (size_t)s->pcap * sizeof *s->params);
+  }
+  IrParam *c = &s->params[s->nparams];
+  *c = *q;
+  c->name = xstrdup(q->name);
+  for (int d = 0; d < IR_MAX_DIMS; d++) c->dim_text[d] = q->dim_text[d] ? xstrdup(q->dim_text[d]) : NULL;
+  c->shard_dim = -1;
+  c->shard_rep = 1;
+  c->grad_reduce = 0;
+  int dim = -1;
+  if (q->role != ROLE_REPLICATED) {
+    dim = 0;
+    if (q->shape.nd == 2)
+      for (int i = 0; i < t->g->nnodes; i++) {
+        const IrNode *u = O(t, i);
+        if (u->nin >= 2 && u->in[1] == old && (u->op == OP_LINEAR || u->op == OP_MATMUL)) {
+          bool mm = u->op == OP_MATMUL;
+          dim = q->role == ROLE_ROW ? (mm ? 0 : 1) : (mm ? 1 : 0);
+          break;
+        }
+      }
+  }
+  if (dim >= 0) {
+    int64_t dense = q->shape.d[dim];
+    int64_t local = q->role == ROLE_VOCAB ? (dense + t->tp - 1) / t->tp : dense / t->tp;
+    if (t->kvrep[pn->param]) { /* one kv head per rank, shared by kvrep ranks */
+      int64_t heads = t->tp / t->kvrep[pn->param];
+      local = dense / heads;
+      c->shard_rep = t->kvrep[pn->param];
+      c->grad_reduce = 2;
+    }
+    c->shard_dim = dim;
+    c->dense_len = dense;
+    c->shape.d[dim] = local;
+  }
+  int id = ir_add_node(s, OP_PARAM, pn->loc);
+  *Nn(t, id) = *pn;
+  Nn(t, id)->shape = c->shape;
+  Nn(t, id)->param = s->nparams;
+  c->node = id;
+  s->nparams++;
+  grow(t);
+  t->sh[id] = dim >= 0 ? SH_SPLIT : SH_REPL;
+  t->map[old] = id;
+}
+
+/* kv heads fewer than tp: the projections feeding those heads are replicated per head. */
+static void find_kv_replication(T *t) {
+  for (int i = 0; i < t->g->nnodes; i++) {
+    const IrNode *n = O(t, i);
+    if (n->op != OP_SPLIT_HEADS || n->a.heads >= t->tp) continue;
+    const IrNode *lin = O(t, n->in[0]);
+    if (lin->op != OP_LINEAR && lin->op != OP_MATMUL) continue;
+    const IrNode *w = O(t, lin->in[1]);
+    if (w->op == OP_PARAM && t->g->params[w->param].role == ROLE_COLUMN && t->tp % n->a.heads == 0)
+      t->kvrep[w->param] = (int)(t->tp / n->a.heads);
+  }
+}
+
+static Shape with_last(Shape s, int64_t v) {
+  s.d[s.nd - 1] = v;
+  return s;
+}
+
+static void node(T *t, int i) {
+  const IrNode *n = O(t, i);
+  int in[6] = {-1, -1, -1, -1, -1, -1};
+  for (int k = 0; k < n->nin; k++) in[k] = t->map[n->in[k]];
+  Sh s0 = n->nin ? t->sh[in[0]] : SH_REPL;
+  Shape x = n->nin ? Nn(t, in[0])->shape : n->shape;
+  int id;
+  switch (n->op) {
+  case OP_INPUT:
+  case OP_RECV_FORWARD:
+    id = ir_add_node(t->s, n->op, n->loc);
+    *Nn(t, id) = *n;
+    grow(t);
+    if (n->op == OP_INPUT) {
+      Nn(t, id)->param = t->s->ninputs;
+      t->s->inputs[t->s->ninputs] = t->g->inputs[n->param];
+      t->s->inputs[t->s->ninputs++].node = id;
+    }
+    t->map[i] = id;
+    return;
+  case OP_EMBEDDING: {
+    const IrParam *q = &t->s->params[Nn(t, in[1])->param];
+    id = clone(t, i, 2, in, n->shape, SH_REPL);
+    if (q->shard_dim == 0) { /* vocab-parallel: my rows, zeros elsewhere, then summed */
+      Nn(t, id)->a.vlocal = q->shape.d[0];
+      Nn(t, id)->a.vtotal = q->dense_len;
+      id = insert(t, OP_TP_REDUCE, id, i);
+    }
+    break;
+  }
+  case OP_LINEAR:
+  case OP_MATMUL: {
+    const IrParam *q = &t->s->params[Nn(t, in[1])->param];
+    bool lin = n->op == OP_LINEAR;
+    int64_t nout = Nn(t, in[1])->shape.d[lin ? 0 : 1];
+    if (q->role == ROLE_ROW) {
+      if (s0 != SH_SPLIT) {
+        fail(t, n->loc, "a row-parallel linear needs an input split over its features (the output of a "
+                        "column-parallel linear); this one is replicated");
+        return;
+      }
+      id = clone(t, i, 2, in, with_last(x, nout), SH_REPL); /* partial sums */
+      id = insert(t, OP_TP_REDUCE, id, i);
+      if (n->nin == 3) { /* the bias once, after the reduction */
+        int b = ir_add(t->s, OP_ADD_BIAS, 2, (int[]){id, in[2]}, Nn(t, id)->shape);
+        Nn(t, b)->layout = Nn(t, id)->layout;
+        Nn(t, b)->layer = n->layer, Nn(t, b)->region = n->region, Nn(t, b)->loc = n->loc;
+        grow(t);
+        id = b;
+      }
+    } else if (q->role == ROLE_COLUMN || q->role == ROLE_VOCAB) {
+      if (s0 != SH_REPL) {
+        fail(t, n->loc, "a column-parallel linear needs a replicated input; this one is split by tensor parallelism");
+        return;
+      }
+      if (n->nin == 3 && t->s->params[Nn(t, in[2])->param].shard_dim < 0) {
+        fail(t, n->loc, "the bias of a column-parallel linear is split with its outputs: declare it 'tp column'");
+        return;
+      }
+      in[0] = tp_copy(t, in[0], i);
+      id = clone(t, i, n->nin, in, with_last(x, nout), SH_SPLIT);
+    } else {
+      if (s0 != SH_REPL) {
+        fail(t, n->loc, "a replicated linear needs a replicated input; this one is split by tensor parallelism: "
+                        "make the weight row-parallel ('tp row')");
+        return;
+      }
+      id = clone(t, i, n->nin, in, with_last(x, nout), SH_REPL);
+    }
+    break;
+  }
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+    if (s0 == SH_SPLIT && x.nd != 4) {
+      fail(t, n->loc, "this norm runs over features split by tensor parallelism; normalise a replicated value");
+      return;
+    }
+    id = clone(t, i, n->nin, in, x, s0);
+    /* per-head norm weights on split heads: each rank sees its heads only, so the gradient is
+     * a partial sum: reduced over the TP group before the optimizer */
+    if (s0 == SH_SPLIT)
+      for (int k = 1; k < n->nin; k++) t->s->params[Nn(t, in[k])->param].grad_reduce = 1;
+    break;
+  case OP_SPLIT_HEADS: {
+    int64_t D = n->shape.d[3];
+    id = clone(t, i, 1, in, (Shape){4, {x.d[0], x.d[1], x.d[2] / D, D}}, s0);
+    Nn(t, id)->a.heads = x.d[2] / D;
+    break;
+  }
+  case OP_MERGE_HEADS: id = clone(t, i, 1, in, (Shape){3, {x.d[0], x.d[1], x.d[2] * x.d[3]}}, s0); break;
+  case OP_ATTENTION:
+    for (int k = 1; k < 3; k++)
+      if (t->sh[in[k]] != s0) {
+        fail(t, n->loc, "query, key and value must all be split over heads, or all replicated");
+        return;
+      }
+    id = clone(t, i, 3, in, x, s0);
+    break;
+  case OP_ADD:
+  case OP_MUL:
+    if (t->sh[in[1]] != s0) {
+      fail(t, n->loc, "one operand is split by tensor parallelism and the other is not");
+      return;
+    }
+    id = clone(t, i, 2, in, x, s0);
+    break;
+  case OP_CHUNK:
+    if (s0 == SH_SPLIT) {
+      fail(t, n->loc, "chunk of a value split by tensor parallelism is not supported: keep the fused projection "
+                      "replicated");
+      return;
+    }
+    id = clone(t, i, 1, in, with_last(x, x.d[x.nd - 1] / n->a.parts), s0);
+    break;
+  case OP_TRANSPOSE_SB: {
+    Shape y = x;
+    y.d[0] = x.d[1], y.d[1] = x.d[0];
+    id = clone(t, i, 1, in, y, s0);
+    break;
+  }
+  case OP_CROSS_ENTROPY:
+    id = clone(t, i, 2, in, n->shape, SH_REPL);
+    if (s0 == SH_SPLIT) { /* vocab-parallel: the head's weight is the (tied) vocab table */
+      Nn(t, id)->a.vlocal = x.d[2];
+      Nn(t, id)->a.vtotal = t->g->vocab;
+    }
+    break;
+  case OP_SEND_FORWARD:
+    if (s0 != SH_REPL) {
+      fail(t, n->loc, "the hidden state sent to the next stage must be replicated over tensor parallelism");
+      return;
+    }
+    id = clone(t, i, 1, in, x, SH_REPL);
+    break;
+  default: /* rope, silu, gelu, pos_embedding: shape and sharding of the input */
+    id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0);
+    break;
+  }
+  if (i == t->g->loss) t->s->loss = id;
+  t->map[i] = id;
+}
+
+Graph *tp_shard(const Graph *g) {
+  T t = {.g = g, .tp = (int)g->cfg.tp};
+  Graph *s = xcalloc(1, sizeof *s);
+  t.s = s;
+  s->src = g->src;
+  s->model = xstrdup(g->model);
+  s->cfg = g->cfg;
+  s->nlayers = g->nlayers;
+  s->layers_loc = g->layers_loc;
+  s->vocab = g->vocab;
+  s->loss = s->seed = -1;
+  s->stage = g->stage;
+  s->npp = g->npp;
+  if (g->bounds) {
+    s->bounds = xmalloc((size_t)(g->cfg.pp + 1) * sizeof *s->bounds);
+    memcpy(s->bounds, g->bounds, (size_t)(g->cfg.pp + 1) * sizeof *s->bounds);
+  }
+  t.map = xmalloc((size_t)g->nnodes * sizeof *t.map);
+  t.kvrep = xcalloc((size_t)g->nparams + 1, sizeof *t.kvrep);
+  find_kv_replication(&t);
+  for (int i = 0; i < g->nnodes && !t.bad; i++) {
+    if (g->nodes[i].op == OP_PARAM) param(&t, i);
+    else node(&t, i);
+  }
+  free(t.map);
+  free(t.kvrep);
+  free(t.sh);
+  free(t.copy_of);
+  if (t.bad || ir_verify(s)) {
+    ir_free(s);
+    return NULL;
+  }
+  return s;
+}

@@ -1,0 +1,670 @@
+/* rt_comm.c - ppr over MPI: start-up, the checks that the ranks' listings make one pipeline, the communicators, point-to-point and collective calls. */
+#if defined(__SANITIZE_ADDRESS__)
+#define _GNU_SOURCE /* dl_iterate_phdr, for pin_libraries */
+#endif
+#include "rt_comm.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK ((size_t)1 << 30) /* the most bytes of one MPI message of a gather or broadcast */
+#define MAX_REQ 4
+
+struct RtComm {
+    int mpi; /* MPI_Init_thread ran */
+    int rank, size;
+    MPI_Comm world;            /* a duplicate of MPI_COMM_WORLD: the pipeline's messages */
+    MPI_Comm aux;              /* another: checks, sums, gathers, broadcasts */
+    MPI_Comm pp, tp, dp, emb;  /* from rt_comm_setup; MPI_COMM_NULL when absent */
+    MPI_Request req[MAX_REQ];
+    int nreq;
+};
+
+/* ---- errors -------------------------------------------------------------------------------- */
+
+_Noreturn static void mpi_fail(int rc, const char *call, const char *file, int line) {
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0, rank = -1;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error code %d", rc);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "ppr: error: rank %d: MPI: %s failed: %s [%s:%d]\n", rank, call, s, file, line);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* Every MPI call goes through this: on failure, the call, MPI's message and where, then MPI_Abort. */
+#define MPI_CHECK(call)                                                                            \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) mpi_fail(rc_, #call, __FILE__, __LINE__);                          \
+    } while (0)
+
+_Noreturn static void internal(const char *what, const char *file, int line) {
+    int started = 0, ended = 0;
+    fprintf(stderr, "ppr: error: internal: %s [%s:%d]\n", what, file, line);
+    fflush(stderr);
+    MPI_Initialized(&started);
+    MPI_Finalized(&ended);
+    if (started && !ended) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* ---- start and end ------------------------------------------------------------------------- */
+
+static int launched(void) {
+    const char *f = getenv("PPR_MPI");
+    if (f && !strcmp(f, "1")) return 1;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+int rt_comm_init(int *argc, char ***argv, RtComm **out, char *err, size_t errlen) {
+    *out = NULL;
+    RtComm *c = calloc(1, sizeof *c);
+    RT_CHECK_ALLOC(c);
+    c->size = 1;
+    c->world = c->aux = c->pp = c->tp = c->dp = c->emb = MPI_COMM_NULL;
+    if (launched()) {
+        int provided = 0;
+        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS) {
+            free(c);
+            return RT_FAIL("MPI_Init_thread failed (error code %d)", rc);
+        }
+        c->mpi = 1;
+        /* errors come back to MPI_CHECK (and its message) instead of aborting inside MPI;
+         * communicators made from this one inherit it */
+        MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+        MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->world));
+        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->aux));
+    }
+    *out = c;
+    return 0;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <dlfcn.h>
+#include <link.h>
+/* Under AddressSanitizer only. MPI_Finalize unloads Open MPI's plugins and PMIx; LeakSanitizer
+ * reports at exit, and can then not name the library of a leak inside them, so the suppressions
+ * by library (tests/lsan-mpi.supp) would not match. Keep every loaded library mapped. */
+#define MAX_PIN 1024
+static int pin_collect(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    const char **names = data;
+    int n = 0;
+    while (n < MAX_PIN && names[n]) n++;
+    if (n < MAX_PIN - 1 && info->dlpi_name && info->dlpi_name[0]) names[n] = info->dlpi_name;
+    return 0;
+}
+static void pin_libraries(void) {
+    static const char *names[MAX_PIN];
+    dl_iterate_phdr(pin_collect, names); /* no dlopen while the loader's list is locked */
+    for (int i = 0; i < MAX_PIN && names[i]; i++) (void)dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
+}
+#else
+static void pin_libraries(void) {}
+#endif
+
+static void comm_free(MPI_Comm *m) {
+    if (*m != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(m));
+}
+
+void rt_comm_finalize(RtComm *c) {
+    if (!c) return;
+    if (c->mpi) {
+        comm_free(&c->emb);
+        comm_free(&c->dp);
+        comm_free(&c->tp);
+        comm_free(&c->pp);
+        comm_free(&c->aux);
+        comm_free(&c->world);
+        pin_libraries();
+        MPI_CHECK(MPI_Finalize());
+    }
+    free(c);
+}
+
+_Noreturn void rt_comm_abort(RtComm *c, int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (c && c->mpi) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+int rt_comm_rank(const RtComm *c) { return c ? c->rank : 0; }
+int rt_comm_size(const RtComm *c) { return c ? c->size : 1; }
+int rt_comm_uses_mpi(const RtComm *c) { return c && c->mpi; }
+
+/* ---- collectives --------------------------------------------------------------------------- */
+
+int rt_comm_all_ok(RtComm *c, int ok) {
+    int v = ok ? 1 : 0, r = v;
+    if (c && c->mpi) MPI_CHECK(MPI_Allreduce(&v, &r, 1, MPI_INT, MPI_MIN, c->aux));
+    return r;
+}
+
+void rt_comm_barrier(RtComm *c) {
+    if (c && c->mpi) MPI_CHECK(MPI_Barrier(c->aux));
+}
+
+void rt_comm_allgather(RtComm *c, const void *mine, void *all, size_t bytes) {
+    if (!c || !c->mpi) {
+        memmove(all, mine, bytes);
+        return;
+    }
+    if (bytes > (size_t)INT32_MAX) internal("allgather of more than 2 GiB per rank", __FILE__, __LINE__);
+    MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->aux));
+}
+
+double rt_comm_sum(RtComm *c, double v) {
+    if (!c || !c->mpi || c->size == 1) return v;
+    double *all = malloc((size_t)c->size * sizeof *all);
+    if (!all) internal("out of memory", __FILE__, __LINE__);
+    rt_comm_allgather(c, &v, all, sizeof v);
+    double s = 0;
+    for (int r = 0; r < c->size; r++) s += all[r];
+    free(all);
+    return s;
+}
+
+void rt_comm_bcast(RtComm *c, void *buf, size_t bytes, int root) {
+    if (!c || !c->mpi) return;
+    for (size_t off = 0; off < bytes; off += CHUNK) {
+        size_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+        MPI_CHECK(MPI_Bcast((unsigned char *)buf + off, (int)n, MPI_BYTE, root, c->aux));
+    }
+}
+
+int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, size_t *sizes, char *err,
+                   size_t errlen) {
+    *all = NULL;
+    if (!c || !c->mpi || c->size == 1) {
+        sizes[0] = n;
+        *all = malloc(n ? n : 1);
+        RT_CHECK_ALLOC(*all);
+        if (n) memcpy(*all, mine, n);
+        return 0;
+    }
+    uint64_t mine_n = n, *ns = NULL;
+    if (c->rank == 0) {
+        ns = malloc((size_t)c->size * sizeof *ns);
+        if (!ns) internal("out of memory", __FILE__, __LINE__);
+    }
+    MPI_CHECK(MPI_Gather(&mine_n, 1, MPI_UINT64_T, ns, 1, MPI_UINT64_T, 0, c->aux));
+    if (c->rank != 0) {
+        for (size_t off = 0; off < n; off += CHUNK) {
+            size_t k = n - off < CHUNK ? n - off : CHUNK;
+            MPI_CHECK(MPI_Send((const unsigned char *)mine + off, (int)k, MPI_BYTE, 0, 1, c->aux));
+        }
+        return 0;
+    }
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        sizes[r] = (size_t)ns[r];
+        total += (size_t)ns[r];
+    }
+    unsigned char *b = malloc(total ? total : 1), *sink = NULL;
+    if (!b) sink = malloc(CHUNK); /* still receive everything, so no rank waits forever */
+    if (!b && !sink) internal("out of memory", __FILE__, __LINE__);
+    size_t at = 0;
+    if (b && n) memcpy(b, mine, n);
+    at += n;
+    for (int r = 1; r < c->size; r++) {
+        for (size_t off = 0; off < sizes[r]; off += CHUNK) {
+            size_t k = sizes[r] - off < CHUNK ? sizes[r] - off : CHUNK;
+            MPI_CHECK(MPI_Recv(b ? b + at + off : sink, (int)k, MPI_BYTE, r, 1, c->aux, MPI_STATUS_IGNORE));
+        }
+        at += sizes[r];
+    }
+    free(ns);
+    free(sink);
+    if (!b) return RT_FAIL("out of memory gathering %zu bytes on rank 0", total);
+    *all = b;
+    return 0;
+}
+
+/* ---- point to point and the embedding group ------------------------------------------------ */
+
+void rt_comm_p2p_post(RtComm *c, int n, const RtP2p *ops) {
+    if (!c || !c->mpi) internal("a pipeline message in a one-rank world", __FILE__, __LINE__);
+    if (c->nreq + n > MAX_REQ) internal("too many messages in flight", __FILE__, __LINE__);
+    for (int i = 0; i < n; i++) {
+        const RtP2p *o = &ops[i];
+        if (o->count > INT32_MAX) internal("a message of more than 2^31 floats", __FILE__, __LINE__);
+        MPI_Request *rq = &c->req[c->nreq++];
+        if (o->send) MPI_CHECK(MPI_Isend(o->buf, (int)o->count, MPI_FLOAT, o->peer, o->tag, c->world, rq));
+        else MPI_CHECK(MPI_Irecv(o->buf, (int)o->count, MPI_FLOAT, o->peer, o->tag, c->world, rq));
+    }
+}
+
+void rt_comm_p2p_wait(RtComm *c) {
+    if (!c || !c->nreq) return;
+    MPI_CHECK(MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE));
+    c->nreq = 0;
+}
+
+void rt_comm_allreduce_emb(RtComm *c, float *buf, int64_t count) {
+    if (!c || c->emb == MPI_COMM_NULL) internal("allreduce_tied without an embedding group", __FILE__, __LINE__);
+    if (count > INT32_MAX) internal("allreduce_tied of more than 2^31 floats", __FILE__, __LINE__);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->emb));
+}
+
+/* ---- set-up: the listings of all ranks make one pipeline ----------------------------------- */
+
+/* What each rank tells the others about its listing. Fixed-size fields: every rank runs the
+ * same binary, so the layout (padding included, zeroed) is the same. */
+typedef struct {
+    int32_t rank, stage, tp_rank, dp_rank, tp, pp, dp, prev, next;
+    int32_t micro_batch, seq, microbatches, tied, shared, nallreduce, nmodel;
+    int64_t vocab, allreduce_bytes;
+    int64_t bnd[RT_NBND]; /* bytes; -1: no such boundary */
+    uint64_t model_hash, model_params_hash;
+} Info;
+
+typedef struct {
+    char *err;
+    size_t errlen, used;
+    int n;
+} Msgs;
+
+static void add(Msgs *m, const char *fmt, ...) RT_FMT(2, 3);
+static void add(Msgs *m, const char *fmt, ...) {
+    m->n++;
+    if (!m->err || m->used + 1 >= m->errlen) return;
+    if (m->used) m->err[m->used++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(m->err + m->used, m->errlen - m->used, fmt, ap);
+    va_end(ap);
+    if (k > 0) m->used += (size_t)k;
+    if (m->used >= m->errlen) m->used = m->errlen - 1;
+    m->err[m->used] = 0;
+}
+
+static void prog_path(char *buf, size_t n, const char *dir, int r) {
+    size_t dl = strlen(dir);
+    snprintf(buf, n, "%s%srank%d.prog", dir, dl && dir[dl - 1] == '/' ? "" : "/", r);
+}
+
+static uint64_t fnv_more(uint64_t h, const void *data, size_t n) {
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void fill_info(const RtProg *p, Info *in) {
+    memset(in, 0, sizeof *in);
+    in->rank = p->rank;
+    in->stage = p->stage;
+    in->tp_rank = p->tp_rank;
+    in->dp_rank = p->dp_rank;
+    in->tp = p->tp;
+    in->pp = p->pp;
+    in->dp = p->dp;
+    in->prev = p->prev;
+    in->next = p->next;
+    in->micro_batch = p->micro_batch;
+    in->seq = p->seq;
+    in->microbatches = p->microbatches;
+    in->tied = p->tied >= 0;
+    in->shared = p->nshared > 0;
+    in->nmodel = p->nmodel;
+    in->vocab = p->vocab;
+    for (int k = 0; k < RT_NBND; k++) in->bnd[k] = p->bnd[k].present ? p->bnd[k].bytes : -1;
+    const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
+    for (int i = 0; i < o->n; i++)
+        if (o->ins[i].kind == RT_I_ALLREDUCE_TIED) {
+            in->nallreduce++;
+            in->allreduce_bytes += o->ins[i].bytes;
+        }
+    in->model_hash = rt_fnv1a64(p->model, strlen(p->model));
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < p->nmodel; i++) {
+        const RtModelParam *m = &p->mparams[i];
+        h = fnv_more(h, m->name, strlen(m->name) + 1);
+        h = fnv_more(h, &m->ndim, sizeof m->ndim);
+        h = fnv_more(h, m->dims, (size_t)m->ndim * sizeof *m->dims);
+    }
+    in->model_params_hash = h;
+}
+
+/* The rank at (stage, tp_rank, dp_rank), or -1. */
+static int rank_at(const Info *all, int n, int stage, int tp_rank, int dp_rank) {
+    for (int r = 0; r < n; r++)
+        if (all[r].stage == stage && all[r].tp_rank == tp_rank && all[r].dp_rank == dp_rank) return r;
+    return -1;
+}
+
+static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
+    char a[1024], b[1024];
+    const Info *z = &all[0];
+    prog_path(b, sizeof b, dir, 0);
+    for (int r = 0; r < n && m->n < 8; r++) {
+        const Info *x = &all[r];
+        prog_path(a, sizeof a, dir, r);
+        if (x->rank != r) add(m, "%s: the listing is rank %d's ('rank %d'), not rank %d's", a, x->rank, x->rank, r);
+        if (x->tp != z->tp || x->pp != z->pp || x->dp != z->dp)
+            add(m, "%s: mesh tp %d pp %d dp %d, but %s has tp %d pp %d dp %d: the listings come from different ppc runs",
+                a, x->tp, x->pp, x->dp, b, z->tp, z->pp, z->dp);
+        if (x->micro_batch != z->micro_batch || x->seq != z->seq || x->microbatches != z->microbatches)
+            add(m, "%s: step micro_batch %d seq %d microbatches %d, but %s has micro_batch %d seq %d microbatches %d", a,
+                x->micro_batch, x->seq, x->microbatches, b, z->micro_batch, z->seq, z->microbatches);
+        if (x->vocab != z->vocab || x->model_hash != z->model_hash)
+            add(m, "%s: another model or vocab than %s: the listings come from different ppc runs", a, b);
+        if (x->nmodel != z->nmodel || x->model_params_hash != z->model_params_hash)
+            add(m, "%s: its model_param lines differ from %s's: the listings come from different ppc runs", a, b);
+    }
+    if (m->n) return;
+    for (int r = 0; r < n && m->n < 8; r++) {
+        const Info *x = &all[r];
+        prog_path(a, sizeof a, dir, r);
+        int o = rank_at(all, r, x->stage, x->tp_rank, x->dp_rank);
+        if (o >= 0) {
+            prog_path(b, sizeof b, dir, o);
+            add(m, "%s: stage %d tp_rank %d dp_rank %d is also %s's place in the mesh", a, x->stage, x->tp_rank,
+                x->dp_rank, b);
+            continue;
+        }
+        int want_prev = x->stage > 0 ? rank_at(all, n, x->stage - 1, x->tp_rank, x->dp_rank) : -1;
+        int want_next = x->stage + 1 < x->pp ? rank_at(all, n, x->stage + 1, x->tp_rank, x->dp_rank) : -1;
+        /* a neighbour missing from the world shows up as a duplicate place of another rank */
+        if (x->prev != want_prev || x->next != want_next)
+            add(m, "%s: peers prev %d next %d, but the ranks of stages %d and %d (tp_rank %d, dp_rank %d) are %d and %d",
+                a, x->prev, x->next, x->stage - 1, x->stage + 1, x->tp_rank, x->dp_rank, want_prev, want_next);
+    }
+    if (m->n) return;
+    static const char *const fwd = "hidden state", *const bwd = "hidden-state gradient";
+    for (int r = 0; r < n && m->n < 8; r++) {
+        const Info *x = &all[r];
+        if (x->next < 0) continue;
+        const Info *y = &all[x->next];
+        prog_path(a, sizeof a, dir, r);
+        prog_path(b, sizeof b, dir, x->next);
+        if (x->bnd[RT_BND_SEND_FWD] != y->bnd[RT_BND_RECV_FWD])
+            add(m, "%s sends a %lld-byte %s to %s (boundary send_fwd), which receives %lld bytes (boundary recv_fwd)", a,
+                (long long)x->bnd[RT_BND_SEND_FWD], fwd, b, (long long)y->bnd[RT_BND_RECV_FWD]);
+        if (x->bnd[RT_BND_RECV_BWD] != y->bnd[RT_BND_SEND_BWD])
+            add(m, "%s receives a %lld-byte %s from %s (boundary recv_bwd), which sends %lld bytes (boundary send_bwd)",
+                a, (long long)x->bnd[RT_BND_RECV_BWD], bwd, b, (long long)y->bnd[RT_BND_SEND_BWD]);
+    }
+    /* the embedding groups: ranks with a shared param and the same (tp_rank, dp_rank) */
+    for (int r = 0; r < n && m->n < 8; r++) {
+        const Info *x = &all[r];
+        if (!x->shared) continue;
+        int first = -1, members = 0;
+        for (int q = 0; q < n; q++)
+            if (all[q].shared && all[q].tp_rank == x->tp_rank && all[q].dp_rank == x->dp_rank) {
+                if (first < 0) first = q;
+                members++;
+            }
+        prog_path(a, sizeof a, dir, r);
+        if (members < 2) {
+            add(m, "%s: a param is marked shared, but no other rank (tp_rank %d, dp_rank %d) holds a shared param", a,
+                x->tp_rank, x->dp_rank);
+            continue;
+        }
+        const Info *f = &all[first];
+        if (x->nallreduce != f->nallreduce || x->allreduce_bytes != f->allreduce_bytes) {
+            prog_path(b, sizeof b, dir, first);
+            add(m, "%s: %d allreduce_tied of %lld bytes in all, but %s (same embedding group) has %d of %lld", a,
+                x->nallreduce, (long long)x->allreduce_bytes, b, f->nallreduce, (long long)f->allreduce_bytes);
+        }
+    }
+}
+
+/* Rank 0 checks that every model_param is owned (held, not as a copy or replica) by exactly one rank of
+ * dp_rank 0. blocks: each rank's owned names, '\n'-terminated. */
+static void check_owners(const RtProg *p, const unsigned char *blocks, const size_t *sizes, int n, const char *dir,
+                         Msgs *m) {
+    char a[1024], b[1024];
+    for (int i = 0; i < p->nmodel && m->n < 8; i++) {
+        const char *name = p->mparams[i].name;
+        size_t nl = strlen(name);
+        int owner = -1, count = 0, second = -1;
+        size_t at = 0;
+        for (int r = 0; r < n; r++) {
+            const char *s = (const char *)blocks + at, *end = s + sizes[r];
+            while (s < end) {
+                const char *e = memchr(s, '\n', (size_t)(end - s));
+                if (!e) break;
+                if ((size_t)(e - s) == nl && !memcmp(s, name, nl)) {
+                    if (count++ == 0) owner = r;
+                    else if (second < 0) second = r;
+                }
+                s = e + 1;
+            }
+            at += sizes[r];
+        }
+        if (count == 0) {
+            add(m, "model_param %s: no rank owns it (held by none, or only as a copy or replica)", name);
+        } else if (count > 1) {
+            prog_path(a, sizeof a, dir, owner);
+            prog_path(b, sizeof b, dir, second);
+            add(m, "model_param %s: owned by %s and %s (all but one must mark it copy or replica)", name, a, b);
+        }
+    }
+}
+
+/* Rank 0's messages (m), to every rank: afterwards every rank has the same m. Collective. */
+static void verdict(RtComm *c, Msgs *m) {
+    uint64_t mlen = rt_comm_rank(c) == 0 && m->n ? m->used + 1 : 0;
+    rt_comm_bcast(c, &mlen, sizeof mlen, 0);
+    if (!mlen) return;
+    char *text = malloc((size_t)mlen);
+    if (!text) internal("out of memory", __FILE__, __LINE__);
+    if (rt_comm_rank(c) == 0) memcpy(text, m->err, (size_t)mlen);
+    rt_comm_bcast(c, text, (size_t)mlen, 0);
+    if (rt_comm_rank(c) != 0) {
+        m->n = 0;
+        m->used = 0;
+        add(m, "%s", text);
+    }
+    if (!m->n) m->n = 1;
+    free(text);
+}
+
+/* The comm entries of a schedule as int32: count, then per entry: line, nops, (kind, mb, slot)... */
+static size_t pack_schedule(const RtProg *p, int32_t **out) {
+    size_t n = 1;
+    for (int e = 0; e < p->nentries; e++)
+        if (p->sched[e].kind == RT_E_COMM) n += 2 + 3 * (size_t)p->sched[e].nops;
+    int32_t *v = malloc(n * sizeof *v), *q = v + 1;
+    if (!v) internal("out of memory", __FILE__, __LINE__);
+    v[0] = 0;
+    for (int e = 0; e < p->nentries; e++) {
+        const RtEntry *en = &p->sched[e];
+        if (en->kind != RT_E_COMM) continue;
+        v[0]++;
+        *q++ = en->line;
+        *q++ = en->nops;
+        for (int i = 0; i < en->nops; i++) {
+            *q++ = (int32_t)en->op[i].kind;
+            *q++ = en->op[i].mb;
+            *q++ = en->op[i].slot;
+        }
+    }
+    *out = v;
+    return n * sizeof *v;
+}
+
+typedef struct {
+    int line, nops;
+    int send[2], peer[2], tag[2], kind[2], mb[2], slot[2];
+} SimEntry;
+
+static void entry_text(const SimEntry *e, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "comm");
+    for (int i = 0; i < e->nops && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, " %s %d %d", rt_boundary_name(e->kind[i]), e->mb[i], e->slot[i]);
+}
+
+/* Rank 0: runs every rank's comm entries against each other, as if every message were a
+ * rendezvous (a send completes only once its receive is posted, and the other way round; an
+ * entry completes when all its ops have): every message must find its partner, and the ranks
+ * must all get to their last entry. */
+static void check_schedules(const Info *all, const unsigned char *blocks, const size_t *sizes, int n, const char *dir,
+                            Msgs *m) {
+    SimEntry **ent = calloc((size_t)n, sizeof *ent);
+    int *ne = calloc((size_t)n, sizeof *ne), *pc = calloc((size_t)n, sizeof *pc);
+    unsigned char(*done)[2] = calloc((size_t)n, sizeof *done);
+    if (!ent || !ne || !pc || !done) internal("out of memory", __FILE__, __LINE__);
+    size_t at = 0;
+    for (int r = 0; r < n; r++) {
+        const int32_t *v = (const int32_t *)(const void *)(blocks + at);
+        at += sizes[r];
+        ne[r] = v[0];
+        ent[r] = calloc((size_t)(ne[r] ? ne[r] : 1), sizeof **ent);
+        if (!ent[r]) internal("out of memory", __FILE__, __LINE__);
+        const int32_t *q = v + 1;
+        for (int e = 0; e < ne[r]; e++) {
+            SimEntry *x = &ent[r][e];
+            x->line = *q++;
+            x->nops = *q++;
+            for (int i = 0; i < x->nops; i++) {
+                int k = *q++, fwd = k == RT_BND_RECV_FWD || k == RT_BND_SEND_FWD;
+                x->kind[i] = k;
+                x->mb[i] = *q++;
+                x->slot[i] = *q++;
+                x->send[i] = k == RT_BND_SEND_FWD || k == RT_BND_SEND_BWD;
+                x->peer[i] = k == RT_BND_SEND_FWD || k == RT_BND_RECV_BWD ? all[r].next : all[r].prev;
+                x->tag[i] = 2 * x->mb[i] + (fwd ? 0 : 1);
+            }
+        }
+    }
+    for (;;) {
+        int progress = 0, finished = 1;
+        for (int r = 0; r < n; r++) {
+            if (pc[r] >= ne[r]) continue;
+            finished = 0;
+            SimEntry *x = &ent[r][pc[r]];
+            for (int i = 0; i < x->nops; i++) {
+                int q = x->peer[i];
+                if (done[r][i] || q < 0 || q >= n || pc[q] >= ne[q]) continue;
+                SimEntry *y = &ent[q][pc[q]];
+                for (int j = 0; j < y->nops; j++)
+                    if (!done[q][j] && y->peer[j] == r && y->tag[j] == x->tag[i] && y->send[j] != x->send[i]) {
+                        done[r][i] = done[q][j] = 1;
+                        progress = 1;
+                        break;
+                    }
+            }
+        }
+        for (int r = 0; r < n; r++) {
+            if (pc[r] >= ne[r]) continue;
+            SimEntry *x = &ent[r][pc[r]];
+            int all_done = 1;
+            for (int i = 0; i < x->nops; i++) all_done &= done[r][i];
+            if (all_done) {
+                pc[r]++;
+                done[r][0] = done[r][1] = 0;
+                progress = 1;
+            }
+        }
+        if (finished) break;
+        if (!progress) {
+            add(m, "the schedules' messages cannot all complete (each rank waits for a message its neighbour "
+                   "does not post at that point, or never posts):");
+            for (int r = 0; r < n && m->n < 9; r++) {
+                if (pc[r] >= ne[r]) continue;
+                char a[1024], t[160];
+                prog_path(a, sizeof a, dir, r);
+                entry_text(&ent[r][pc[r]], t, sizeof t);
+                add(m, "  %s:%d: rank %d waits in '%s'", a, ent[r][pc[r]].line, r, t);
+            }
+            break;
+        }
+    }
+    for (int r = 0; r < n; r++) free(ent[r]);
+    free(ent);
+    free(ne);
+    free(pc);
+    free(done);
+}
+
+int rt_comm_setup(RtComm *c, const RtProg *p, const char *dir, int *model_tied, char *err, size_t errlen) {
+    int n = rt_comm_size(c);
+    if (err && errlen) err[0] = 0;
+    Msgs m = {err, errlen, 0, 0};
+    Info mine, *all = malloc((size_t)n * sizeof *all);
+    if (!all) internal("out of memory", __FILE__, __LINE__);
+    fill_info(p, &mine);
+    rt_comm_allgather(c, &mine, all, sizeof mine);
+    check_infos(all, n, dir, &m);
+    *model_tied = 0;
+    for (int r = 0; r < n; r++) *model_tied |= all[r].tied;
+
+    /* message tags 2*MB + 0|1 must fit the MPI library's tag range */
+    if (!m.n && c && c->mpi) {
+        int *ub = NULL, flag = 0;
+        MPI_CHECK(MPI_Comm_get_attr(c->world, MPI_TAG_UB, &ub, &flag));
+        if (flag && ub && 2 * (int64_t)p->microbatches + 1 > *ub)
+            add(&m, "%d micro-batches need message tags up to %lld; this MPI library allows %d", p->microbatches,
+                2 * (long long)p->microbatches + 1, *ub);
+    }
+
+    /* ownership of the model's params (on rank 0, which has the model_param list all share) */
+    if (!m.n && p->nmodel > 0) {
+        size_t len = 1;
+        for (int i = 0; i < p->nparams; i++) len += strlen(p->params[i].name) + 1;
+        char *names = malloc(len), *q = names;
+        if (!names) internal("out of memory", __FILE__, __LINE__);
+        if (p->dp_rank == 0)
+            for (int i = 0; i < p->nparams; i++)
+                if (p->params[i].owned) q += sprintf(q, "%s\n", p->params[i].name);
+        unsigned char *blocks = NULL;
+        size_t *sizes = calloc((size_t)n, sizeof *sizes);
+        if (!sizes) internal("out of memory", __FILE__, __LINE__);
+        char gerr[256] = "";
+        int grc = rt_comm_gather(c, names, (size_t)(q - names), &blocks, sizes, gerr, sizeof gerr);
+        if (rt_comm_rank(c) == 0) {
+            if (grc) add(&m, "%s", gerr);
+            else check_owners(p, blocks, sizes, n, dir, &m);
+        }
+        verdict(c, &m);
+        free(blocks);
+        free(sizes);
+        free(names);
+    }
+    /* the pipeline's messages: every one matched, in an order that cannot deadlock */
+    if (!m.n) {
+        int32_t *sched = NULL;
+        size_t len = pack_schedule(p, &sched);
+        unsigned char *blocks = NULL;
+        size_t *sizes = calloc((size_t)n, sizeof *sizes);
+        if (!sizes) internal("out of memory", __FILE__, __LINE__);
+        char gerr[256] = "";
+        int grc = rt_comm_gather(c, sched, len, &blocks, sizes, gerr, sizeof gerr);
+        if (rt_comm_rank(c) == 0) {
+            if (grc) add(&m, "%s", gerr);
+            else check_schedules(all, blocks, sizes, n, dir, &m);
+        }
+        verdict(c, &m);
+        free(blocks);
+        free(sizes);
+        free(sched);
+    }
+    free(all);
+    if (m.n) return -1;
+
+    if (c && c->mpi) {
+        int tp = p->tp, pp = p->pp;
+        MPI_CHECK(MPI_Comm_split(c->world, p->dp_rank * tp + p->tp_rank, p->stage, &c->pp));
+        MPI_CHECK(MPI_Comm_split(c->world, p->dp_rank * pp + p->stage, p->tp_rank, &c->tp));
+        MPI_CHECK(MPI_Comm_split(c->world, p->stage * tp + p->tp_rank, p->dp_rank, &c->dp));
+        MPI_CHECK(MPI_Comm_split(c->world, p->nshared > 0 ? p->dp_rank * tp + p->tp_rank : MPI_UNDEFINED, p->stage,
+                                 &c->emb));
+    }
+    return 0;
+}

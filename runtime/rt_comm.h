@@ -1,0 +1,70 @@
+/* rt_comm.h - ppr's communication (rt_comm.c): MPI when a launcher started the process, else a one-rank world without MPI. */
+#ifndef RT_COMM_H
+#define RT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_prog.h"
+
+/*
+ * Every function takes the RtComm of rt_comm_init; a NULL RtComm is a one-rank world (rank 0 of
+ * 1, no MPI). Only rt_comm.c includes <mpi.h>. A failing MPI call is not returned: it prints
+ * "ppr: error: MPI: CALL failed: MPI_Error_string [file:line]" on stderr and calls MPI_Abort.
+ */
+typedef struct RtComm RtComm;
+
+/* Starts MPI (MPI_Init_thread, funneled) when the process was started by a launcher (mpirun:
+ * the environment holds OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK or PMI_SIZE) or PPR_MPI=1 is
+ * set; otherwise the world is this one process and MPI is never initialised (*out is still a
+ * valid RtComm). Returns non-zero only when the MPI library refuses to start. */
+int rt_comm_init(int *argc, char ***argv, RtComm **out, char *err, size_t errlen);
+void rt_comm_finalize(RtComm *c);                    /* MPI_Finalize when started; frees c */
+_Noreturn void rt_comm_abort(RtComm *c, int code);   /* MPI_Abort when started, else exit */
+int rt_comm_rank(const RtComm *c);                   /* world rank */
+int rt_comm_size(const RtComm *c);                   /* world size */
+int rt_comm_uses_mpi(const RtComm *c);
+
+/* ---- collectives over the world (every rank calls them, in the same order) ---------------- */
+
+int rt_comm_all_ok(RtComm *c, int ok); /* 1 when ok is non-zero on every rank */
+void rt_comm_barrier(RtComm *c);
+/* The sum of v over the world, added in rank order on every rank: the same bits everywhere. */
+double rt_comm_sum(RtComm *c, double v);
+void rt_comm_allgather(RtComm *c, const void *mine, void *all, size_t bytes); /* all: size * bytes */
+void rt_comm_bcast(RtComm *c, void *buf, size_t bytes, int root);
+/* Gathers a block of bytes from every rank on rank 0: there *all (malloc'd; free it) holds the
+ * blocks in rank order and sizes[r] (sizes has world-size entries) their lengths. Elsewhere *all
+ * is NULL and sizes is not touched. Returns non-zero (on rank 0 only) when out of memory; the
+ * transfers happen anyway, so no rank waits forever. */
+int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, size_t *sizes, char *err,
+                   size_t errlen);
+
+/* ---- the program's communicators ----------------------------------------------------------- */
+
+/* Checks, on every rank at once, that the world's listings make one pipeline: one rank per
+ * (stage, tp_rank, dp_rank), the same mesh, step, vocab, model and model_param list, each rank's
+ * peers the neighbouring stages' ranks, the boundary sizes of neighbours equal, every shared
+ * param in a group of two or more with equal allreduce_tied sizes, every model_param owned by
+ * exactly one rank of dp_rank 0. Then builds the communicators from the coordinates
+ * (MPI_Comm_split): the pipeline, tensor- and data-parallel groups and the embedding group (the
+ * ranks holding a shared param with the same tp and dp coordinates). Collective; on failure every
+ * rank returns -1 with the same message. dir names the listings in messages. *model_tied: some
+ * rank's program has a tied param. */
+int rt_comm_setup(RtComm *c, const RtProg *p, const char *dir, int *model_tied, char *err, size_t errlen);
+
+/* The pipeline's point-to-point messages: post them all (MPI_Isend / MPI_Irecv on the world
+ * communicator, peer = a world rank), then wait for all of them (MPI_Waitall). */
+typedef struct {
+    int send; /* 1: MPI_Isend, 0: MPI_Irecv */
+    int peer, tag;
+    void *buf;
+    int64_t count; /* floats */
+} RtP2p;
+void rt_comm_p2p_post(RtComm *c, int n, const RtP2p *ops); /* n <= 4 */
+void rt_comm_p2p_wait(RtComm *c);
+
+/* MPI_Allreduce SUM in place over the embedding group (allreduce_tied). */
+void rt_comm_allreduce_emb(RtComm *c, float *buf, int64_t count);
+
+#endif /* RT_COMM_H */
