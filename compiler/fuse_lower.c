@@ -68,7 +68,7 @@ static void allreduce(Ctx *c, int node, int vb, int64_t bytes, const char *group
   Instr *in = instr(c, I_ALLREDUCE, node);
   in->op[in->nop++] = ob(vb, 0);
   in->bytes = bytes;
-  in->group = group;
+  snprintf(in->group, sizeof in->group, "%s", group);
   in->redop = op;
   in->why = why;
 }
@@ -837,7 +837,9 @@ static void lower_adamw(Ctx *c) {
   for (int i = 0; i < c->g->nparams; i++) {
     const IrParam *q = &c->g->params[i];
     if (!q->grad_reduce) continue;
-    allreduce(c, -1, grad_buf(c, i), shape_numel(&q->shape) * 4, q->grad_reduce == 1 ? "tp" : "kvrep", "sum",
+    char group[16];
+    snprintf(group, sizeof group, q->grad_reduce == 1 ? "tp" : "tp/%d", q->shard_rep);
+    allreduce(c, -1, grad_buf(c, i), shape_numel(&q->shape) * 4, group, "sum",
               q->grad_reduce == 1 ? "a replicated weight applied to split heads: each rank saw its heads only"
                                   : "a kv head replicated over ranks: each saw its own query heads");
   }

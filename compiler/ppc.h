@@ -412,7 +412,8 @@ typedef struct Instr {
   double alpha, beta;
   int64_t bytes;              /* I_ZERO */
   double value;               /* I_SEED */
-  const char *group, *redop;  /* I_ALLREDUCE: tp, kvrep or dp; sum or max */
+  char group[16];             /* I_ALLREDUCE: tp, tp/R (runs of R TP ranks sharing a shard), dp */
+  const char *redop;          /* I_ALLREDUCE: sum or max */
   const char *why;            /* I_ALLREDUCE: a comment for the listing */
   int node;                   /* the IR node it implements, for the listing's comments; -1 */
 } Instr;
