@@ -197,7 +197,7 @@ def main():
     nsteps = a.warmup + a.steps
     print("threads: OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s, torch.set_num_threads(%d) (torch %s)"
           % (threads, os.environ["OPENBLAS_NUM_THREADS"], nthreads, torch.__version__))
-    for v in ("OPENBLAS_CORETYPE", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND"):
+    for v in ("OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND"):
         print("%s: %s" % (v, os.environ[v] if v in os.environ else "not set"))
     print("steps: %d warm-up + %d timed per run, %d round(s), medians of the timed; load average before: %s"
           % (a.warmup, a.steps, a.rounds, loadavg()))

@@ -32,10 +32,16 @@
 PPK_FN float ppk_attn_nan(void) { return PPK_NEG_INF * 0.0f; }
 
 /* Dot product of two length-D float vectors. */
+/* Eight independent partial sums (lanes d mod 8), added in a fixed order: the compiler can keep
+ * them in one vector register instead of one serial chain of D dependent adds, and the result
+ * does not depend on the thread count or the target. */
 PPK_FN float ppk_attn_dot(const float *PPK_RESTRICT a, const float *PPK_RESTRICT b, int64_t D) {
-    float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
-    return s;
+    float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8)
+        for (int k = 0; k < 8; k++) p[k] += a[d + k] * b[d + k];
+    for (int k = 0; k < 8 && d + k < D; k++) p[k] += a[d + k] * b[d + k];
+    return ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
 }
 
 /*
