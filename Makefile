@@ -4,7 +4,7 @@
 #   make test          unit and golden tests; last line "N passed, M failed"
 #   make test UPDATE=1 rewrite the golden files (review the diff)
 #   make asan          the tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make demo          the main job: compile minimind with --tp 2 --pp 4 and show the plan
+#   make demo          the main job: compile tiny.pdl for a mesh, train it over MPI
 
 BUILD  ?= build
 CC     ?= gcc
@@ -84,7 +84,7 @@ $(PPR): $(BUILD)/runtime/ppr.o $(RT_OBJ)
 
 # ---- tests ------------------------------------------------------------------------------------
 CUDA   ?= /usr/local/cuda
-UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck
+UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
 $(BUILD)/test_kernels: tests/unit/test_kernels.c kernels/attention.h
@@ -113,6 +113,10 @@ $(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) runtime/rt_io.h
 $(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
 
+# tensor and data parallelism: the allreduce (run by itself under mpirun), shards, start-up checks
+$(BUILD)/test_tp: tests/unit/test_tp.c $(RT_OBJ) runtime/rt_io.h runtime/rt_prog.h runtime/rt_comm.h
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -o $@ tests/unit/test_tp.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+
 test: $(PPC) $(PPR) $(UNIT)
 	@sh tests/run.sh $(BUILD) $(if $(UPDATE),--update)
 
@@ -129,8 +133,14 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
-demo: $(PPC)
-	$(PPC) examples/minimind.pdl --tp 2 --pp 4 --emit plan
+# the main job: compile tiny.pdl for a mesh and train it over MPI on the CPU on the built-in text
+DEMO_MESH  ?= --tp 2 --pp 2
+DEMO_RANKS ?= 4
+DEMO_STEPS ?= 300
+MPIRUN     ?= mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1
+demo: $(PPC) $(PPR)
+	$(PPC) examples/tiny.pdl $(DEMO_MESH) --microbatches 4 -o $(BUILD)/demo
+	$(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo --steps $(DEMO_STEPS) --lr 3e-3 --clip 1
 
 clean:
 	rm -rf build build-asan

@@ -42,8 +42,9 @@ static void contribute(Ad *ad, int t, int g, int chunk, int parts) {
   IrNode *n = N(ad, t);
   if (n->op == OP_INPUT) return;
   if (n->op == OP_PARAM && chunk < 0) {
-    int s = node1(ad, OP_PARAM_GRAD, n->shape, g);
-    N(ad, s)->gparam = n->param;
+    int param = n->param;
+    int s = node1(ad, OP_PARAM_GRAD, n->shape, g); /* may move the nodes: n is stale after it */
+    N(ad, s)->gparam = param;
     return;
   }
   /* a gradient has the layout of the value it is the gradient of (transpose_sb flips it) */
@@ -170,13 +171,13 @@ int ad_backward(Graph *g) {
    * gradient of the sent hidden state on the others */
   int recv_fwd = -1;
   for (int i = 0; i < g->nfwd; i++) {
-    const IrNode *n = N(&ad, i);
-    if (n->op == OP_RECV_FORWARD) recv_fwd = i;
-    if (n->op == OP_SEND_FORWARD) {
+    IrNode n = *N(&ad, i); /* a copy: adding nodes may move the array */
+    if (n.op == OP_RECV_FORWARD) recv_fwd = i;
+    if (n.op == OP_SEND_FORWARD) {
       ad.at = i;
-      int rb = node(&ad, OP_RECV_BACKWARD, n->shape, 0, (int[]){-1});
-      N(&ad, rb)->layout = n->layout;
-      contribute(&ad, n->in[0], rb, -1, 0);
+      int rb = node(&ad, OP_RECV_BACKWARD, n.shape, 0, (int[]){-1});
+      N(&ad, rb)->layout = n.layout;
+      contribute(&ad, n.in[0], rb, -1, 0);
     }
   }
   if (g->loss >= 0) {
@@ -192,7 +193,7 @@ int ad_backward(Graph *g) {
     int gy = gradient_of(&ad, i);
     if (gy < 0) continue;
     g->grad[i] = gy;
-    if (n->op != OP_RECV_FORWARD) vjp(&ad, i, gy);
+    if (N(&ad, i)->op != OP_RECV_FORWARD) vjp(&ad, i, gy); /* gradient_of may have moved the nodes */
   }
   /* a parameter read through chunk: its parts' gradients side by side, into its gradient */
   for (int i = 0; i < g->nfwd; i++)

@@ -282,7 +282,14 @@ static void node(T *t, int i) {
     }
     id = clone(t, i, 1, in, x, SH_REPL);
     break;
-  default: /* rope, silu, gelu, pos_embedding: shape and sharding of the input */
+  case OP_POS_EMBEDDING:
+    if (s0 == SH_SPLIT) {
+      fail(t, n->loc, "a position-embedding table is replicated over tensor parallelism: drop its 'tp' role");
+      return;
+    }
+    id = clone(t, i, 1, in, n->shape, SH_REPL);
+    break;
+  default: /* rope, silu, gelu: shape and sharding of the input */
     id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0);
     break;
   }

@@ -16,8 +16,9 @@ static const char usage[] =
     "usage: ppr DIR [options]\n"
     "\n"
     "Runs the programs written by ppc (docs/stage-format.md): rank R of the MPI world runs\n"
-    "DIR/rankR.prog. A pipeline of N ranks: mpirun -np N ppr DIR (as root add --allow-run-as-root,\n"
-    "with fewer cores than ranks --oversubscribe). Without mpirun ppr is a 1-rank world.\n"
+    "DIR/rankR.prog. A mesh of N = tp*pp*dp ranks: mpirun -np N ppr DIR (as root add\n"
+    "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
+    "1-rank world.\n"
     "\n"
     "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
@@ -261,9 +262,22 @@ static uint64_t get_u64(const unsigned char **q) {
     return v;
 }
 
-/* Gathers the params this rank owns (not the copies; dp_rank 0 only) on rank 0, which writes
- * them to path: by rank, then param index. Collective; every rank returns rank 0's verdict (the
- * message only on rank 0). */
+/* One tensor of the file rank 0 writes: a whole param as gathered, or a dense tensor assembled
+ * from the shards of several ranks. */
+typedef struct {
+    char *name;
+    int ndim, sharded, dim;
+    int64_t shape[RT_MAX_NDIM];
+    const float *data;  /* a whole param: inside the gathered blocks */
+    float *dense;       /* sharded: the assembled tensor (malloc'd) */
+    unsigned char *got; /* sharded: per dense row along dim, how many shards brought it */
+} OutTensor;
+
+/* Gathers the params this rank owns (not the copies and replicas; dp_rank 0 only) on rank 0, which
+ * writes them to path: by rank, then param index. The shards of a sharded param (`shard` in the
+ * listing) are put together into the dense tensor (padding rows dropped), written under its name
+ * where its first shard comes. Collective; every rank returns rank 0's verdict (the message only
+ * on rank 0). */
 static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, char *e, size_t elen) {
     Buf b = {0};
     uint64_t count = 0;
@@ -277,6 +291,8 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
         put(&b, q->name, strlen(q->name));
         put_u64(&b, (uint64_t)q->ndim);
         put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
+        int64_t shard[4] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense};
+        put(&b, shard, sizeof shard);
         put(&b, grads ? rt_exec_grad(x, i) : rt_exec_param(x, i), (size_t)q->numel * sizeof(float));
     }
     int rc = 0;
@@ -292,54 +308,104 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
     rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, e, elen);
     free(b.b);
     if (me == 0 && !rc) {
-        size_t total = 0, at = 0;
+        size_t total = 0, at = 0, nout = 0;
         for (int r = 0; r < nranks; r++) total += get_u64(&(const unsigned char *){all + at}), at += sizes[r];
-        const char **names = calloc(total + 1, sizeof *names);
-        char **copied = calloc(total + 1, sizeof *copied);
-        int *ndims = calloc(total + 1, sizeof *ndims);
-        const int64_t **shapes = calloc(total + 1, sizeof *shapes);
-        const float **data = calloc(total + 1, sizeof *data);
-        if (!names || !copied || !ndims || !shapes || !data) {
-            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-        } else {
-            size_t k = 0;
-            at = 0;
-            for (int r = 0; r < nranks && !rc; r++) {
-                const unsigned char *q = all + at;
-                uint64_t cnt = get_u64(&q);
-                for (uint64_t j = 0; j < cnt && !rc; j++, k++) {
-                    size_t nl = (size_t)get_u64(&q);
-                    copied[k] = malloc(nl + 1);
-                    if (!copied[k]) {
+        OutTensor *ot = calloc(total + 1, sizeof *ot);
+        if (!ot) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+        at = 0;
+        for (int r = 0; r < nranks && !rc; r++) {
+            const unsigned char *q = all + at;
+            uint64_t cnt = get_u64(&q);
+            for (uint64_t j = 0; j < cnt && !rc; j++) {
+                size_t nl = (size_t)get_u64(&q);
+                const char *name = (const char *)q;
+                q += (nl + 7) / 8 * 8;
+                int ndim = (int)get_u64(&q);
+                int64_t dims[RT_MAX_NDIM];
+                memcpy(dims, q, (size_t)ndim * 8);
+                q += (size_t)ndim * 8;
+                int64_t sh[4];
+                memcpy(sh, q, sizeof sh);
+                q += sizeof sh;
+                const float *data = (const float *)(const void *)q;
+                int64_t numel = 1;
+                for (int d = 0; d < ndim; d++) numel *= dims[d];
+                q += ((size_t)numel * 4 + 7) / 8 * 8;
+                OutTensor *t = NULL;
+                for (size_t o = 0; o < nout && !t; o++)
+                    if (strlen(ot[o].name) == nl && !memcmp(ot[o].name, name, nl)) t = &ot[o];
+                if (t && (!t->sharded || !sh[0] || t->dim != (int)sh[1] || t->shape[t->dim] != sh[3])) {
+                    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: tensor %s is owned by two ranks", path, t->name);
+                    break;
+                }
+                if (!t) { /* a new tensor of the file */
+                    t = &ot[nout++];
+                    t->name = malloc(nl + 1);
+                    if (!t->name) {
                         rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
                         break;
                     }
-                    memcpy(copied[k], q, nl);
-                    copied[k][nl] = 0;
-                    q += (nl + 7) / 8 * 8;
-                    ndims[k] = (int)get_u64(&q);
-                    shapes[k] = (const int64_t *)(const void *)q;
-                    int64_t numel = 1;
-                    for (int d = 0; d < ndims[k]; d++) numel *= shapes[k][d];
-                    q += (size_t)ndims[k] * 8;
-                    data[k] = (const float *)(const void *)q;
-                    q += ((size_t)numel * 4 + 7) / 8 * 8;
-                    names[k] = copied[k];
-                    for (size_t o = 0; o < k && !rc; o++)
-                        if (!strcmp(names[o], names[k]))
-                            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: tensor %s is owned by two ranks", path,
-                                            names[k]);
+                    memcpy(t->name, name, nl);
+                    t->name[nl] = 0;
+                    t->ndim = ndim;
+                    memcpy(t->shape, dims, sizeof dims);
+                    t->data = data;
+                    if (sh[0]) {
+                        t->sharded = 1;
+                        t->dim = (int)sh[1];
+                        t->shape[t->dim] = sh[3];
+                        t->dense = calloc((size_t)(numel / dims[t->dim] * sh[3]) + 1, sizeof *t->dense);
+                        t->got = calloc((size_t)sh[3], 1);
+                        if (!t->dense || !t->got) {
+                            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+                            break;
+                        }
+                        t->data = t->dense;
+                    }
                 }
-                at += sizes[r];
+                if (!t->sharded) continue;
+                /* place the shard: local row k of block o is dense row start + k; rows at or past
+                 * the dense count are padding */
+                int64_t len = dims[t->dim], start = sh[2], dense = sh[3], outer = 1, inner = 1;
+                for (int d = 0; d < t->dim; d++) outer *= dims[d];
+                for (int d = t->dim + 1; d < ndim; d++) inner *= dims[d];
+                int64_t real = dense - start < len ? dense - start : len;
+                for (int64_t k = 0; k < real; k++) t->got[start + k] += t->got[start + k] < 255;
+                for (int64_t o = 0; o < outer; o++)
+                    memcpy(t->dense + (o * dense + start) * inner, data + o * len * inner,
+                           (size_t)(real * inner) * sizeof(float));
             }
-            if (!rc) rc = rt_st_write(path, (int)total, names, ndims, shapes, data, e, elen);
+            at += sizes[r];
         }
-        for (size_t k = 0; copied && k < total; k++) free(copied[k]);
-        free(copied);
-        free(names);
-        free(ndims);
-        free(shapes);
-        free(data);
+        for (size_t o = 0; o < nout && !rc; o++)
+            for (int64_t k = 0; ot[o].sharded && k < ot[o].shape[ot[o].dim] && !rc; k++)
+                if (ot[o].got[k] != 1)
+                    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: row %lld of dim %d of tensor %s is in %d shards",
+                                    path, (long long)k, ot[o].dim, ot[o].name, ot[o].got[k]);
+        if (!rc) {
+            const char **names = calloc(nout + 1, sizeof *names);
+            int *ndims = calloc(nout + 1, sizeof *ndims);
+            const int64_t **shapes = calloc(nout + 1, sizeof *shapes);
+            const float **data = calloc(nout + 1, sizeof *data);
+            if (!names || !ndims || !shapes || !data) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+            for (size_t o = 0; o < nout && !rc; o++) {
+                names[o] = ot[o].name;
+                ndims[o] = ot[o].ndim;
+                shapes[o] = ot[o].shape;
+                data[o] = ot[o].data;
+            }
+            if (!rc) rc = rt_st_write(path, (int)nout, names, ndims, shapes, data, e, elen);
+            free(names);
+            free(ndims);
+            free(shapes);
+            free(data);
+        }
+        for (size_t o = 0; ot && o < nout; o++) {
+            free(ot[o].name);
+            free(ot[o].dense);
+            free(ot[o].got);
+        }
+        free(ot);
     }
     free(all);
     free(sizes);
@@ -575,7 +641,7 @@ int main(int argc, char **argv) {
     }
     settle(rc);
 
-    int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches * p->dp;
+    int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches; /* M: the step's, over all replicas */
     if (!c.quiet && me == 0) {
         if (nranks == 1)
             printf("ppr: %s: model %s, %d params, arena %lld bytes; data %s (%lld tokens); %lld steps of %lld tokens\n",

@@ -19,8 +19,15 @@ struct RtComm {
     MPI_Comm world;            /* a duplicate of MPI_COMM_WORLD: the pipeline's messages */
     MPI_Comm aux;              /* another: checks, sums, gathers, broadcasts */
     MPI_Comm pp, tp, dp, emb;  /* from rt_comm_setup; MPI_COMM_NULL when absent */
+    int nsub;                  /* the tp/R groups some rank's listing uses, one communicator per R */
+    int *sub_r;
+    MPI_Comm *sub;
     MPI_Request req[MAX_REQ];
     int nreq;
+    float *red;                /* allreduce scratch: red_cap floats */
+    size_t red_cap;
+    int *ints;                 /* allreduce counts and displacements: 4 * ints_cap */
+    int ints_cap;
 };
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -121,6 +128,7 @@ static void comm_free(MPI_Comm *m) {
 void rt_comm_finalize(RtComm *c) {
     if (!c) return;
     if (c->mpi) {
+        for (int i = 0; i < c->nsub; i++) comm_free(&c->sub[i]);
         comm_free(&c->emb);
         comm_free(&c->dp);
         comm_free(&c->tp);
@@ -130,6 +138,10 @@ void rt_comm_finalize(RtComm *c) {
         pin_libraries();
         MPI_CHECK(MPI_Finalize());
     }
+    free(c->sub);
+    free(c->sub_r);
+    free(c->red);
+    free(c->ints);
     free(c);
 }
 
@@ -252,10 +264,93 @@ void rt_comm_p2p_wait(RtComm *c) {
     c->nreq = 0;
 }
 
+/* ---- deterministic allreduce ----------------------------------------------------------------- */
+
+static float *red_scratch(RtComm *c, size_t n) {
+    if (n > c->red_cap) {
+        free(c->red);
+        c->red = malloc(n * sizeof *c->red);
+        if (!c->red) internal("out of memory", __FILE__, __LINE__);
+        c->red_cap = n;
+    }
+    return c->red;
+}
+
+/* dst[i] = src[0][i] op src[1][i] op ... op src[n-1][i], left to right (src[q] = all + q * stride) */
+static void reduce_rows(float *dst, const float *all, int64_t stride, int n, int64_t len, int op) {
+    for (int64_t i = 0; i < len; i++) {
+        float v = all[i];
+        for (int q = 1; q < n; q++) {
+            float w = all[q * stride + i];
+            if (op == RT_OP_MAX) v = w > v ? w : v;
+            else v = v + w;
+        }
+        dst[i] = v;
+    }
+}
+
+/* The totals of small buffers: every member gathers all of them (MPI_Allgather) and reduces them
+ * itself. Larger ones: member q reduces elements [count·q/n, count·(q+1)/n) of every member
+ * (MPI_Alltoallv), then every member gets every part (MPI_Allgatherv). Either way each element is
+ * reduced in the group's rank order, and every member ends with the same bits (MPI_Allreduce does
+ * not promise either). */
+#define SMALL_REDUCE ((int64_t)1 << 16) /* floats gathered from all members at most */
+#define SEGMENT ((int64_t)1 << 24)      /* floats reduced at a time (64 MiB): bounds the scratch */
+static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf, int64_t count);
+static void det_allreduce(RtComm *c, MPI_Comm g, int op, float *buf, int64_t count) {
+    int n = 1, me = 0;
+    MPI_CHECK(MPI_Comm_size(g, &n));
+    MPI_CHECK(MPI_Comm_rank(g, &me));
+    if (n == 1 || count == 0) return;
+    for (int64_t off = 0; off < count; off += SEGMENT)
+        reduce_part(c, g, n, me, op, buf + off, count - off < SEGMENT ? count - off : SEGMENT);
+}
+
+static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf, int64_t count) {
+    if (count * n <= SMALL_REDUCE) {
+        float *all = red_scratch(c, (size_t)(count * n));
+        MPI_CHECK(MPI_Allgather(buf, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT, g));
+        reduce_rows(buf, all, count, n, count, op);
+        return;
+    }
+    if (n > c->ints_cap) {
+        free(c->ints);
+        c->ints = malloc((size_t)n * 4 * sizeof *c->ints);
+        if (!c->ints) internal("out of memory", __FILE__, __LINE__);
+        c->ints_cap = n;
+    }
+    int *counts = c->ints, *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
+    for (int q = 0; q < n; q++) {
+        int64_t a = count * q / n, e = count * (q + 1) / n;
+        displs[q] = (int)a;
+        counts[q] = (int)(e - a);
+    }
+    int len = counts[me];
+    for (int q = 0; q < n; q++) {
+        rcounts[q] = len;
+        rdispls[q] = q * len; /* <= count */
+    }
+    float *parts = red_scratch(c, (size_t)len * (size_t)n + 1);
+    MPI_CHECK(MPI_Alltoallv(buf, counts, displs, MPI_FLOAT, parts, rcounts, rdispls, MPI_FLOAT, g));
+    reduce_rows(buf + displs[me], parts, len, n, len, op);
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, g));
+}
+
 void rt_comm_allreduce_emb(RtComm *c, float *buf, int64_t count) {
     if (!c || c->emb == MPI_COMM_NULL) internal("allreduce_tied without an embedding group", __FILE__, __LINE__);
-    if (count > INT32_MAX) internal("allreduce_tied of more than 2^31 floats", __FILE__, __LINE__);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->emb));
+    det_allreduce(c, c->emb, RT_OP_SUM, buf, count);
+}
+
+void rt_comm_allreduce(RtComm *c, int group, int sub, int op, float *buf, int64_t count) {
+    if (!c || !c->mpi) return; /* a one-rank world: every group is this rank alone */
+    MPI_Comm g = MPI_COMM_NULL;
+    if (group == RT_G_TP) g = c->tp;
+    else if (group == RT_G_DP) g = c->dp;
+    else
+        for (int i = 0; i < c->nsub; i++)
+            if (c->sub_r[i] == sub) g = c->sub[i];
+    if (g == MPI_COMM_NULL) internal("an allreduce without its group", __FILE__, __LINE__);
+    det_allreduce(c, g, op, buf, count);
 }
 
 /* ---- set-up: the listings of all ranks make one pipeline ----------------------------------- */
@@ -268,6 +363,7 @@ typedef struct {
     int64_t vocab, allreduce_bytes;
     int64_t bnd[RT_NBND]; /* bytes; -1: no such boundary */
     uint64_t model_hash, model_params_hash;
+    uint64_t tp_hash, dp_hash; /* the schedule and the tp (dp) collectives in each block, in order */
 } Info;
 
 typedef struct {
@@ -338,6 +434,30 @@ static void fill_info(const RtProg *p, Info *in) {
         h = fnv_more(h, m->dims, (size_t)m->ndim * sizeof *m->dims);
     }
     in->model_params_hash = h;
+    /* what the members of a TP (DP) group must run alike: the schedule's entries, and the group's
+     * collectives of each block (group, op, size) in order */
+    uint64_t sh = 0xcbf29ce484222325ull;
+    for (int e = 0; e < p->nentries; e++) {
+        const RtEntry *en = &p->sched[e];
+        int32_t v[3 + 6] = {(int32_t)en->kind, en->mb, en->nops};
+        for (int i = 0; i < en->nops; i++) {
+            v[3 + 3 * i] = (int32_t)en->op[i].kind;
+            v[4 + 3 * i] = en->op[i].mb;
+            v[5 + 3 * i] = en->op[i].slot;
+        }
+        sh = fnv_more(sh, v, sizeof v);
+    }
+    uint64_t th = sh, dh = sh;
+    for (int b = 0; b < RT_NBLK; b++)
+        for (int i = 0; i < p->blk[b].n; i++) {
+            const RtInstr *x = &p->blk[b].ins[i];
+            if (x->kind != RT_I_ALLREDUCE) continue;
+            int64_t v[5] = {b, x->group, x->sub, x->op, x->bytes};
+            if (x->group == RT_G_DP) dh = fnv_more(dh, v, sizeof v);
+            else th = fnv_more(th, v, sizeof v);
+        }
+    in->tp_hash = th;
+    in->dp_hash = dh;
 }
 
 /* The rank at (stage, tp_rank, dp_rank), or -1. */
@@ -399,6 +519,27 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
             add(m, "%s receives a %lld-byte %s from %s (boundary recv_bwd), which sends %lld bytes (boundary send_bwd)",
                 a, (long long)x->bnd[RT_BND_RECV_BWD], bwd, b, (long long)y->bnd[RT_BND_SEND_BWD]);
     }
+    /* the TP and DP groups run the same schedule and the same collectives */
+    for (int r = 0; r < n && m->n < 8; r++) {
+        const Info *x = &all[r];
+        prog_path(a, sizeof a, dir, r);
+        for (int q = 0; q < r; q++) {
+            if (all[q].dp_rank == x->dp_rank && all[q].stage == x->stage && all[q].tp_hash != x->tp_hash) {
+                prog_path(b, sizeof b, dir, q);
+                add(m, "%s: its schedule or its 'allreduce tp' instructions differ from %s's (the same TP group, "
+                       "stage %d dp_rank %d): every member must run the same collectives in the same order",
+                    a, b, x->stage, x->dp_rank);
+                break;
+            }
+            if (all[q].stage == x->stage && all[q].tp_rank == x->tp_rank && all[q].dp_hash != x->dp_hash) {
+                prog_path(b, sizeof b, dir, q);
+                add(m, "%s: its schedule or its 'allreduce dp' instructions differ from %s's (the same DP group, "
+                       "stage %d tp_rank %d): every member must run the same collectives in the same order",
+                    a, b, x->stage, x->tp_rank);
+                break;
+            }
+        }
+    }
     /* the embedding groups: ranks with a shared param and the same (tp_rank, dp_rank) */
     for (int r = 0; r < n && m->n < 8; r++) {
         const Info *x = &all[r];
@@ -424,24 +565,46 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
     }
 }
 
-/* Rank 0 checks that every model_param is owned (held, not as a copy or replica) by exactly one rank of
- * dp_rank 0. blocks: each rank's owned names, '\n'-terminated. */
+/* One owned tensor or shard, as a rank tells rank 0: "NAME DIM START LEN DENSE\n" (DIM -1: whole). */
+typedef struct {
+    int rank, dim;
+    long long start, len, dense;
+} Piece;
+
+static int cmp_piece(const void *a, const void *b) {
+    const Piece *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start ? 1 : x->rank - y->rank;
+}
+
+/* Rank 0 checks that every model_param is owned (held, not as a copy or replica) by ranks of
+ * dp_rank 0 exactly once: a whole tensor by one rank, or shards along one dim whose rows (padding
+ * left out) tile the dense dim, each row owned once. blocks: each rank's owned pieces. */
 static void check_owners(const RtProg *p, const unsigned char *blocks, const size_t *sizes, int n, const char *dir,
                          Msgs *m) {
     char a[1024], b[1024];
+    Piece *pc = NULL;
+    int cap = 0;
     for (int i = 0; i < p->nmodel && m->n < 8; i++) {
         const char *name = p->mparams[i].name;
         size_t nl = strlen(name);
-        int owner = -1, count = 0, second = -1;
+        int count = 0, whole = 0;
         size_t at = 0;
         for (int r = 0; r < n; r++) {
             const char *s = (const char *)blocks + at, *end = s + sizes[r];
             while (s < end) {
                 const char *e = memchr(s, '\n', (size_t)(end - s));
                 if (!e) break;
-                if ((size_t)(e - s) == nl && !memcmp(s, name, nl)) {
-                    if (count++ == 0) owner = r;
-                    else if (second < 0) second = r;
+                if ((size_t)(e - s) > nl && !memcmp(s, name, nl) && s[nl] == ' ') {
+                    Piece x = {r, -1, 0, 0, 0};
+                    if (sscanf(s + nl, " %d %lld %lld %lld", &x.dim, &x.start, &x.len, &x.dense) != 4)
+                        internal("a malformed ownership record", __FILE__, __LINE__);
+                    if (count == cap) {
+                        cap = cap ? 2 * cap : 16;
+                        pc = realloc(pc, (size_t)cap * sizeof *pc);
+                        if (!pc) internal("out of memory", __FILE__, __LINE__);
+                    }
+                    pc[count++] = x;
+                    whole += x.dim < 0;
                 }
                 s = e + 1;
             }
@@ -449,12 +612,44 @@ static void check_owners(const RtProg *p, const unsigned char *blocks, const siz
         }
         if (count == 0) {
             add(m, "model_param %s: no rank owns it (held by none, or only as a copy or replica)", name);
-        } else if (count > 1) {
-            prog_path(a, sizeof a, dir, owner);
+            continue;
+        }
+        if (whole && count > 1) {
+            int o = pc[0].rank, second = pc[1].rank;
+            prog_path(a, sizeof a, dir, o);
             prog_path(b, sizeof b, dir, second);
             add(m, "model_param %s: owned by %s and %s (all but one must mark it copy or replica)", name, a, b);
+            continue;
         }
+        if (whole) continue;
+        qsort(pc, (size_t)count, sizeof *pc, cmp_piece);
+        long long next = 0;
+        for (int k = 0; k < count && m->n < 8; k++) {
+            const Piece *x = &pc[k];
+            prog_path(a, sizeof a, dir, x->rank);
+            if (x->dim != pc[0].dim || x->dense != pc[0].dense) {
+                prog_path(b, sizeof b, dir, pc[0].rank);
+                add(m, "model_param %s: %s shards it along dim %d of %lld rows, %s along dim %d of %lld", name, a, x->dim,
+                    x->dense, b, pc[0].dim, pc[0].dense);
+                break;
+            }
+            long long end = x->start + x->len < x->dense ? x->start + x->len : x->dense;
+            if (x->start > next) {
+                add(m, "model_param %s: no rank owns rows [%lld, %lld) of dim %d (held by none, or only as a replica)",
+                    name, next, x->start, x->dim);
+            } else if (x->start < next) {
+                prog_path(b, sizeof b, dir, pc[k - 1].rank);
+                add(m, "model_param %s: rows [%lld, %lld) of dim %d are owned by %s and %s (all but one must mark "
+                       "their shard replica)",
+                    name, x->start, next < end ? next : end, x->dim, b, a);
+            }
+            if (end > next) next = end;
+        }
+        if (next < pc[0].dense && m->n < 8)
+            add(m, "model_param %s: no rank owns rows [%lld, %lld) of dim %d (held by none, or only as a replica)", name,
+                next, pc[0].dense, pc[0].dim);
     }
+    free(pc);
 }
 
 /* Rank 0's messages (m), to every rank: afterwards every rank has the same m. Collective. */
@@ -609,20 +804,26 @@ int rt_comm_setup(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
     if (!m.n && c && c->mpi) {
         int *ub = NULL, flag = 0;
         MPI_CHECK(MPI_Comm_get_attr(c->world, MPI_TAG_UB, &ub, &flag));
-        if (flag && ub && 2 * (int64_t)p->microbatches + 1 > *ub)
-            add(&m, "%d micro-batches need message tags up to %lld; this MPI library allows %d", p->microbatches,
-                2 * (long long)p->microbatches + 1, *ub);
+        if (flag && ub && 2 * (int64_t)p->local_microbatches + 1 > *ub)
+            add(&m, "%d micro-batches need message tags up to %lld; this MPI library allows %d", p->local_microbatches,
+                2 * (long long)p->local_microbatches + 1, *ub);
     }
 
     /* ownership of the model's params (on rank 0, which has the model_param list all share) */
     if (!m.n && p->nmodel > 0) {
         size_t len = 1;
-        for (int i = 0; i < p->nparams; i++) len += strlen(p->params[i].name) + 1;
+        for (int i = 0; i < p->nparams; i++) len += strlen(p->params[i].name) + 80;
         char *names = malloc(len), *q = names;
         if (!names) internal("out of memory", __FILE__, __LINE__);
         if (p->dp_rank == 0)
-            for (int i = 0; i < p->nparams; i++)
-                if (p->params[i].owned) q += sprintf(q, "%s\n", p->params[i].name);
+            for (int i = 0; i < p->nparams; i++) {
+                const RtParam *x = &p->params[i];
+                if (!x->owned) continue;
+                if (x->sharded)
+                    q += sprintf(q, "%s %d %lld %lld %lld\n", x->name, x->shard_dim, (long long)x->shard_start,
+                                 (long long)x->dims[x->shard_dim], (long long)x->shard_dense);
+                else q += sprintf(q, "%s -1 0 0 0\n", x->name);
+            }
         unsigned char *blocks = NULL;
         size_t *sizes = calloc((size_t)n, sizeof *sizes);
         if (!sizes) internal("out of memory", __FILE__, __LINE__);
@@ -665,6 +866,33 @@ int rt_comm_setup(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
         MPI_CHECK(MPI_Comm_split(c->world, p->stage * tp + p->tp_rank, p->dp_rank, &c->dp));
         MPI_CHECK(MPI_Comm_split(c->world, p->nshared > 0 ? p->dp_rank * tp + p->tp_rank : MPI_UNDEFINED, p->stage,
                                  &c->emb));
+        /* the tp/R groups any rank uses (every rank takes part in each split: they are collective) */
+        int ndiv = 0;
+        for (int r = 1; r <= tp; r++) ndiv += tp % r == 0;
+        int *div = calloc((size_t)ndiv, sizeof *div), *used = calloc((size_t)ndiv, sizeof *used),
+            *any = calloc((size_t)ndiv, sizeof *any);
+        c->sub_r = calloc((size_t)ndiv, sizeof *c->sub_r);
+        c->sub = calloc((size_t)ndiv, sizeof *c->sub);
+        if (!div || !used || !any || !c->sub_r || !c->sub) internal("out of memory", __FILE__, __LINE__);
+        for (int r = 1, k = 0; r <= tp; r++)
+            if (tp % r == 0) div[k++] = r;
+        for (int b = 0; b < RT_NBLK; b++)
+            for (int i = 0; i < p->blk[b].n; i++) {
+                const RtInstr *x = &p->blk[b].ins[i];
+                if (x->kind != RT_I_ALLREDUCE || x->group != RT_G_TP_SUB) continue;
+                for (int k = 0; k < ndiv; k++) used[k] |= div[k] == x->sub;
+            }
+        MPI_CHECK(MPI_Allreduce(used, any, ndiv, MPI_INT, MPI_MAX, c->world));
+        for (int k = 0; k < ndiv; k++) {
+            if (!any[k]) continue;
+            int r = div[k], group = (p->dp_rank * pp + p->stage) * (tp / r) + p->tp_rank / r;
+            c->sub_r[c->nsub] = r;
+            MPI_CHECK(MPI_Comm_split(c->world, group, p->tp_rank, &c->sub[c->nsub]));
+            c->nsub++;
+        }
+        free(div);
+        free(used);
+        free(any);
     }
     return 0;
 }

@@ -42,15 +42,17 @@ int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, s
 
 /* ---- the program's communicators ----------------------------------------------------------- */
 
-/* Checks, on every rank at once, that the world's listings make one pipeline: one rank per
+/* Checks, on every rank at once, that the world's listings make one mesh: one rank per
  * (stage, tp_rank, dp_rank), the same mesh, step, vocab, model and model_param list, each rank's
- * peers the neighbouring stages' ranks, the boundary sizes of neighbours equal, every shared
- * param in a group of two or more with equal allreduce_tied sizes, every model_param owned by
- * exactly one rank of dp_rank 0. Then builds the communicators from the coordinates
- * (MPI_Comm_split): the pipeline, tensor- and data-parallel groups and the embedding group (the
- * ranks holding a shared param with the same tp and dp coordinates). Collective; on failure every
- * rank returns -1 with the same message. dir names the listings in messages. *model_tied: some
- * rank's program has a tied param. */
+ * peers the neighbouring stages' ranks, the boundary sizes of neighbours equal, the same schedule
+ * and tp collectives in every TP group and the same dp collectives in every DP group, every shared
+ * param in a group of two or more with equal allreduce_tied sizes, every model_param owned exactly
+ * once by the ranks of dp_rank 0 (whole by one rank, or its dense rows by shards). Then builds the
+ * communicators from the coordinates (MPI_Comm_split): the pipeline, tensor-parallel (and its
+ * tp/R runs that any listing uses) and data-parallel groups and the embedding group (the ranks
+ * holding a shared param with the same tp and dp coordinates). Collective; on failure every rank
+ * returns -1 with the same message. dir names the listings in messages. *model_tied: some rank's
+ * program has a tied param. */
 int rt_comm_setup(RtComm *c, const RtProg *p, const char *dir, int *model_tied, char *err, size_t errlen);
 
 /* The pipeline's point-to-point messages: post them all (MPI_Isend / MPI_Irecv on the world
@@ -64,7 +66,12 @@ typedef struct {
 void rt_comm_p2p_post(RtComm *c, int n, const RtP2p *ops); /* n <= 4 */
 void rt_comm_p2p_wait(RtComm *c);
 
-/* MPI_Allreduce SUM in place over the embedding group (allreduce_tied). */
+/* SUM in place over the embedding group (allreduce_tied). */
 void rt_comm_allreduce_emb(RtComm *c, float *buf, int64_t count);
+/* `allreduce GROUP OP`: in place over the TP group (RT_G_TP), the runs of sub consecutive TP ranks
+ * (RT_G_TP_SUB) or the DP group (RT_G_DP); op RT_OP_SUM or RT_OP_MAX. Deterministic: every element
+ * is reduced in the group's rank order, once, and every member gets the same bits. A group of one
+ * (or a one-rank world) leaves buf as it is. */
+void rt_comm_allreduce(RtComm *c, int group, int sub, int op, float *buf, int64_t count);
 
 #endif /* RT_COMM_H */

@@ -185,6 +185,7 @@ static const char *prof_kind_name(int k) {
     case RT_I_LOSS: return "loss";
     case RT_I_GRAD_NORM: return "grad_norm";
     case RT_I_ALLREDUCE_TIED: return "allreduce_tied";
+    case RT_I_ALLREDUCE: return "allreduce";
     default: return "other";
     }
 }
@@ -427,9 +428,9 @@ static int run_block(Step *s, int b, int mb, int slot) {
         const RtInstr *in = &bk->ins[n];
         double t0 = s->prof ? prof_now() : 0;
         switch (in->kind) {
-        case RT_I_BATCH:
-            rt_data_batch(s->d, s->step, mb, g->microbatches, g->micro_batch, g->seq,
-                          in->p[0].present ? (int32_t *)at(s, &in->p[0], slot) : NULL,
+        case RT_I_BATCH: /* local micro-batch mb of replica d is the step's d * (M / dp) + mb */
+            rt_data_batch(s->d, s->step, g->dp_rank * g->local_microbatches + mb, g->microbatches, g->micro_batch,
+                          g->seq, in->p[0].present ? (int32_t *)at(s, &in->p[0], slot) : NULL,
                           in->p[1].present ? (int32_t *)at(s, &in->p[1], slot) : NULL);
             break;
         case RT_I_ZERO: memset(at(s, &in->p[0], slot), 0, (size_t)in->bytes); break;
@@ -473,6 +474,20 @@ static int run_block(Step *s, int b, int mb, int slot) {
                 double c1 = rt_now_ms();
                 s->coll_ms += c1 - c0;
                 trace_add(s->x, RT_EV_COLL, s->step, c0, c1, "allreduce_tied");
+            }
+            break;
+        }
+        case RT_I_ALLREDUCE: {
+            double c0 = s->x->tr.on ? rt_now_ms() : 0;
+            rt_comm_allreduce(s->x->comm, in->group, in->sub, in->op, (float *)at(s, &in->p[0], slot), in->bytes / 4);
+            if (s->x->tr.on) {
+                double c1 = rt_now_ms();
+                if (b == RT_BLK_OPTIMIZER) s->coll_ms += c1 - c0;
+                const char *op = in->op == RT_OP_MAX ? "max" : "sum";
+                if (in->group == RT_G_TP_SUB)
+                    trace_add(s->x, RT_EV_COLL, s->step, c0, c1, "allreduce tp/%d %s", in->sub, op);
+                else
+                    trace_add(s->x, RT_EV_COLL, s->step, c0, c1, "allreduce %s %s", in->group == RT_G_DP ? "dp" : "tp", op);
             }
             break;
         }
@@ -606,10 +621,11 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     }
     /* without an OPT entry (a program always has one) the hook still sees the gradients */
     if (s.hook && s.hook(ctx, x, err, errlen)) return -1;
-    /* the loss: the last stage's, summed over its tp_rank 0 ranks, over dp; the same everywhere */
+    /* the loss: the last stage's, summed over its tp_rank 0 ranks of every replica (each loss value
+     * is divided by the global M already); the same everywhere */
     double t0 = tr ? rt_now_ms() : 0;
     double mine = g->stage == g->pp - 1 && g->tp_rank == 0 ? s.loss : 0.0;
-    s.loss = rt_comm_sum(x->comm, mine) / g->dp;
+    s.loss = rt_comm_sum(x->comm, mine);
     if (tr) {
         double t1 = rt_now_ms();
         if (rt_comm_size(x->comm) > 1) trace_add(x, RT_EV_COLL, step, t0, t1, "loss sum");

@@ -32,23 +32,76 @@ float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double st
     return normal_at(tensor_key(seed, name), i, std);
 }
 
+/* A shard as blocks: `outer` blocks of `len` rows of `inner` elements; local row r of block o is
+ * dense row start + r of it (dense rows `dense` per block). A whole tensor is one block. */
+typedef struct {
+    int64_t outer, len, inner, start, dense;
+} Shard;
+
+static Shard shard_of(const RtParam *q) {
+    Shard h = {1, q->numel, 1, 0, q->numel};
+    if (!q->sharded) return h;
+    h.len = q->dims[q->shard_dim];
+    for (int d = 0; d < q->shard_dim; d++) h.outer *= q->dims[d];
+    for (int d = q->shard_dim + 1; d < q->ndim; d++) h.inner *= q->dims[d];
+    h.start = q->shard_start;
+    h.dense = q->shard_dense;
+    return h;
+}
+
+/* Rows of the shard inside the dense tensor (the rest is padding). */
+static int64_t real_rows(const Shard *h) {
+    int64_t n = h->dense - h->start;
+    return n < h->len ? n : h->len;
+}
+
 void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed) {
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
         float *v = rt_exec_param(x, k);
-        /* With tp 1 every rank holds whole tensors: the local index is the dense index. */
-        switch (q->init) {
-        case RT_INIT_NORMAL: {
-            uint64_t key = tensor_key(seed, q->name);
-            for (int64_t i = 0; i < q->numel; i++) v[i] = normal_at(key, i, q->std);
-            break;
-        }
-        case RT_INIT_ONES:
-            for (int64_t i = 0; i < q->numel; i++) v[i] = 1.0f;
-            break;
-        case RT_INIT_ZEROS: memset(v, 0, (size_t)q->numel * sizeof *v); break;
-        }
+        /* every local element takes the value of its element of the dense tensor: dense row
+         * start + r of block o; padding rows (at or past the dense rows) are 0 */
+        Shard h = shard_of(q);
+        int64_t real = real_rows(&h);
+        memset(v, 0, (size_t)q->numel * sizeof *v);
+        uint64_t key = tensor_key(seed, q->name);
+        for (int64_t o = 0; o < h.outer; o++)
+            for (int64_t r = 0; r < real; r++) {
+                float *row = v + (o * h.len + r) * h.inner;
+                int64_t di = (o * h.dense + h.start + r) * h.inner;
+                switch (q->init) {
+                case RT_INIT_NORMAL:
+                    for (int64_t j = 0; j < h.inner; j++) row[j] = normal_at(key, di + j, q->std);
+                    break;
+                case RT_INIT_ONES:
+                    for (int64_t j = 0; j < h.inner; j++) row[j] = 1.0f;
+                    break;
+                case RT_INIT_ZEROS: break;
+                }
+            }
     }
+}
+
+/* Read param q's values (its shard of the dense tensor t, padding rows 0) into dst. */
+static int read_param(const RtStFile *f, int t, const RtParam *q, float *dst, char *err, size_t errlen) {
+    if (!q->sharded) return rt_st_read_f32(f, t, dst, (size_t)q->numel, err, errlen);
+    int64_t start[RT_MAX_NDIM] = {0}, len[RT_MAX_NDIM];
+    memcpy(len, q->dims, sizeof len);
+    Shard h = shard_of(q);
+    int64_t real = real_rows(&h);
+    start[q->shard_dim] = q->shard_start;
+    len[q->shard_dim] = real;
+    memset(dst, 0, (size_t)q->numel * sizeof *dst);
+    if (real == h.len) return rt_st_read_f32_slice(f, t, start, len, dst, (size_t)q->numel, err, errlen);
+    /* padding rows: read the real rows, then spread them over the blocks */
+    size_t n = (size_t)(h.outer * real * h.inner);
+    float *tmp = malloc(n ? n * sizeof *tmp : 1);
+    RT_CHECK_ALLOC(tmp);
+    int rc = rt_st_read_f32_slice(f, t, start, len, tmp, n, err, errlen);
+    for (int64_t o = 0; o < h.outer && !rc; o++)
+        memcpy(dst + o * h.len * h.inner, tmp + o * real * h.inner, (size_t)(real * h.inner) * sizeof *dst);
+    free(tmp);
+    return rc;
 }
 
 /* ---- loading a checkpoint ------------------------------------------------------------------ */
@@ -160,11 +213,12 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
         int t = rt_st_find(f, q->name);
-        if (t < 0 || same_shape(f, t, q->ndim, q->dims)) continue;
+        if (t < 0 || same_shape(f, t, q->ndim, q->dense_dims)) continue;
         char a[256], b[256];
         file_shape(f, t, a, sizeof a);
-        shape_str(b, sizeof b, q->ndim, q->dims);
-        msg_add(&m, "%s: tensor %s has shape %s, the program's param %d needs %s\n", path, q->name, a, k, b);
+        shape_str(b, sizeof b, q->ndim, q->dense_dims);
+        msg_add(&m, "%s: tensor %s has shape %s, the program's param %d needs %s%s\n", path, q->name, a, k, b,
+                q->sharded ? " (the dense tensor; this rank holds a shard of it)" : "");
     }
     for (int k = 0; k < p->nmodel; k++) {
         const RtModelParam *q = &p->mparams[k];
@@ -200,10 +254,10 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
     }
     if (head >= 0) {
         const RtParam *q = &p->params[p->tied];
-        if (!same_shape(f, head, q->ndim, q->dims)) {
+        if (!same_shape(f, head, q->ndim, q->dense_dims)) {
             char a[256], b[256];
             file_shape(f, head, a, sizeof a);
-            shape_str(b, sizeof b, q->ndim, q->dims);
+            shape_str(b, sizeof b, q->ndim, q->dense_dims);
             msg_add(&m, "%s: tensor %s has shape %s, but the head is tied to %s %s\n", path, TIED_HEAD_NAME, a, q->name, b);
             head = -1;
         }
@@ -214,7 +268,7 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
     }
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
-        if (rt_st_read_f32(f, rt_st_find(f, q->name), rt_exec_param(x, k), (size_t)q->numel, err, errlen)) {
+        if (read_param(f, rt_st_find(f, q->name), q, rt_exec_param(x, k), err, errlen)) {
             rt_st_close(f);
             return -1;
         }
@@ -228,14 +282,18 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
             rt_st_close(f);
             return RT_FAIL("out of memory");
         }
-        rc = rt_st_read_f32(f, head, h, (size_t)q->numel, err, errlen);
+        rc = read_param(f, head, q, h, err, errlen); /* the same slice as the embedding's */
+        Shard sh = shard_of(q);
         for (int64_t i = 0; i < q->numel && !rc; i++) {
             if (h[i] == e[i] || (isnan(h[i]) && isnan(e[i]))) continue;
+            /* the element's dense index, for the message */
+            int64_t o = i / (sh.len * sh.inner), r = i / sh.inner % sh.len, j = i % sh.inner;
+            long long di = (long long)((o * sh.dense + sh.start + r) * sh.inner + j);
             if (err && errlen)
                 snprintf(err, errlen,
                      "%s: tensor %s differs from %s at element %lld (%.9g vs %.9g): the head is tied to the embedding, "
                      "so a checkpoint may hold %s only as a copy of it",
-                     path, TIED_HEAD_NAME, q->name, (long long)i, (double)h[i], (double)e[i], TIED_HEAD_NAME);
+                     path, TIED_HEAD_NAME, q->name, di, (double)h[i], (double)e[i], TIED_HEAD_NAME);
             rc = -1;
         }
         free(h);

@@ -385,9 +385,6 @@ static int header_line(P *s, size_t after) {
             s->stopped = 1;
             return 0;
         }
-        if (g->tp != 1 || g->dp != 1)
-            return perr(s, "mesh tp %d pp %d dp %d: this ppr runs tp 1 and dp 1 only (pipeline parallelism: pp any)",
-                        g->tp, g->pp, g->dp);
         break;
     case H_RANK: {
         int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
@@ -424,6 +421,11 @@ static int header_line(P *s, size_t after) {
             return -1;
         if ((int64_t)g->micro_batch * g->seq > ((int64_t)1 << 30))
             return perr(s, "step: micro_batch * seq is more than 2^30 tokens");
+        if (g->microbatches % g->dp)
+            return perr(s, "step: microbatches %d is not a multiple of dp %d (each data-parallel replica runs M/dp "
+                           "of the step's micro-batches)",
+                        g->microbatches, g->dp);
+        g->local_microbatches = g->microbatches / g->dp;
         if (!is_name(s->f[8])) return perr(s, "step: schedule '%.60s' is not a name", s->f[8]);
         g->schedule_name = dupstr(s->f[8]);
         S_ALLOC(g->schedule_name);
@@ -512,6 +514,44 @@ static int region_line(P *s) {
 
 /* ---- params and buffers -------------------------------------------------------------------- */
 
+#define PARAM_FORM                                                                                 \
+    "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica] [shard DIM START LEN DENSE]"
+
+/* `shard DIM START LEN DENSE` at field i of a param line: the dense tensor is the local one with
+ * dims[DIM] = DENSE; this rank holds rows [START, START + LEN) along DIM, those at or past DENSE
+ * padding. LEN is the local dims[DIM]; the shard starts inside the dense tensor. */
+static int shard_clause(P *s, RtParam *q, int i) {
+    static const char *const form = "shard DIM START LEN DENSE";
+    const char *name = s->f[2];
+    if (q->sharded) return perr(s, "param %.200s: flag 'shard' given twice", name);
+    if (i + 4 >= s->nf) return perr(s, "param %.200s: '%s' needs 4 integers", name, form);
+    int64_t dim, start, len, dense;
+    if (want_int(s, i + 1, "shard: DIM", 0, RT_MAX_NDIM - 1, &dim) ||
+        want_int(s, i + 2, "shard: START", 0, RT_MAX_OFFSET, &start) ||
+        want_int(s, i + 3, "shard: LEN", 1, RT_MAX_OFFSET, &len) ||
+        want_int(s, i + 4, "shard: DENSE", 1, RT_MAX_OFFSET, &dense))
+        return -1;
+    if (dim >= q->ndim)
+        return perr(s, "param %.200s: shard DIM %lld, but the param has %d dims", name, (long long)dim, q->ndim);
+    if (len != q->dims[dim])
+        return perr(s, "param %.200s: shard LEN %lld is not the param's dim %lld (%lld)", name, (long long)len,
+                    (long long)dim, (long long)q->dims[dim]);
+    if (start >= dense)
+        return perr(s, "param %.200s: shard START %lld is not inside the dense dim %lld of %lld rows", name,
+                    (long long)start, (long long)dim, (long long)dense);
+    int64_t numel = q->numel / len;
+    if (numel > RT_MAX_OFFSET / dense)
+        return perr(s, "param %.200s: the dense tensor has more than 2^40 elements", name);
+    q->sharded = 1;
+    q->shard_dim = (int)dim;
+    q->shard_start = start;
+    q->shard_dense = dense;
+    memcpy(q->dense_dims, q->dims, sizeof q->dims);
+    q->dense_dims[dim] = dense;
+    q->dense_numel = numel * dense;
+    return 0;
+}
+
 static int param_line(P *s) {
     RtProg *g = s->p;
     if (grow(s, (void **)&g->params, &s->cap_params, g->nparams + 1, sizeof *g->params)) return -1;
@@ -521,7 +561,7 @@ static int param_line(P *s) {
     int64_t idx;
     if (want_int(s, 1, "param: index", 0, INT32_MAX, &idx)) return -1;
     q->index = (int)idx;
-    if (s->nf < 10) return perr(s, "expected 'param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica]'");
+    if (s->nf < 10) return perr(s, "expected '%s'", PARAM_FORM);
     if (!is_name(s->f[2])) return perr(s, "param: '%.60s' is not a checkpoint name", s->f[2]);
     for (int i = 0; i < g->nparams; i++)
         if (!strcmp(g->params[i].name, s->f[2]))
@@ -538,7 +578,7 @@ static int param_line(P *s) {
         return perr(s, "param %.200s: @%lld + %lld bytes is not inside the params region [%lld, %lld)", s->f[2],
                     (long long)q->off, (long long)(q->numel * 4), (long long)pr->base, (long long)(pr->base + pr->bytes));
     int i = 6;
-    if (want_word(s, i++, "init", "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica]")) return -1;
+    if (want_word(s, i++, "init", PARAM_FORM)) return -1;
     if (!strcmp(s->f[i], "normal")) {
         q->init = RT_INIT_NORMAL;
         if (i + 1 >= s->nf || parse_double(s->f[i + 1], &q->std) || q->std < 0)
@@ -554,19 +594,29 @@ static int param_line(P *s) {
         return perr(s, "param %.200s: init '%.60s' (expected normal STD, ones or zeros)", s->f[2], s->f[i]);
     }
     int64_t d;
-    if (want_word(s, i++, "decay", "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica]") ||
+    if (want_word(s, i++, "decay", PARAM_FORM) ||
         want_int(s, i++, "param: decay", 0, 1, &d))
         return -1;
     q->decay = (int)d;
     for (; i < s->nf; i++) { /* flags, in any order, each at most once */
+        if (!strcmp(s->f[i], "shard")) {
+            if (shard_clause(s, q, i)) return -1;
+            i += 4;
+            continue;
+        }
         int *flag = !strcmp(s->f[i], "tied") ? &q->tied : !strcmp(s->f[i], "shared") ? &q->shared
                   : !strcmp(s->f[i], "copy")   ? &q->copy
                   : !strcmp(s->f[i], "replica") ? &q->replica : NULL;
         if (!flag)
-            return perr(s, "param %.200s: unexpected '%.60s' at the end of the line (flags: tied, shared, copy, replica)",
+            return perr(s, "param %.200s: unexpected '%.60s' at the end of the line (flags: tied, shared, copy, replica, "
+                           "shard DIM START LEN DENSE)",
                         s->f[2], s->f[i]);
         if (*flag) return perr(s, "param %.200s: flag '%s' given twice", s->f[2], s->f[i]);
         *flag = 1;
+    }
+    if (!q->sharded) {
+        memcpy(q->dense_dims, q->dims, sizeof q->dims);
+        q->dense_numel = q->numel;
     }
     if (q->copy && !q->shared)
         return perr(s, "param %.200s: 'copy' without 'shared' (a copy is of a tensor another stage owns)", s->f[2]);
@@ -578,9 +628,9 @@ static int param_line(P *s) {
         if (g->tied >= 0)
             return perr(s, "param %.200s: a second tied param (%.200s is tied)", s->f[2], g->params[g->tied].name);
         if (q->ndim != 2) return perr(s, "param %.200s: a tied param is a [vocab, hidden] matrix", s->f[2]);
-        if (g->tp == 1 && q->dims[0] != g->vocab)
+        if (q->dense_dims[0] != g->vocab)
             return perr(s, "param %.200s: tied, so its first dim %lld must be the vocab %lld", s->f[2],
-                        (long long)q->dims[0], (long long)g->vocab);
+                        (long long)q->dense_dims[0], (long long)g->vocab);
         g->tied = g->nparams;
     }
     q->name = dupstr(s->f[2]);
@@ -739,9 +789,10 @@ static int finish_model(P *s) {
         s->line = q->line;
         if (!m) return perr(s, "param %.200s is not one of the model's params (no model_param line names it)", q->name);
         int same = m->ndim == q->ndim;
-        for (int d = 0; same && d < q->ndim; d++) same = m->dims[d] == q->dims[d];
-        if (!same && g->tp == 1)
-            return perr(s, "param %.200s: its shape differs from its model_param line (line %d)", q->name, m->line);
+        for (int d = 0; same && d < q->ndim; d++) same = m->dims[d] == q->dense_dims[d];
+        if (!same)
+            return perr(s, "param %.200s: its %sshape differs from its model_param line (line %d)", q->name,
+                        q->sharded ? "dense " : "", m->line);
     }
     s->line = line;
     return 0;
@@ -875,6 +926,67 @@ static int check_shared_sums(P *s) {
     return 0;
 }
 
+/* allreduce tp|tp/R|dp sum|max OPERAND BYTES */
+static int parse_allreduce(P *s, RtInstr *in) {
+    const RtProg *g = s->p;
+    static const char *const form = "allreduce tp|tp/R|dp sum|max OPERAND BYTES";
+    if (want_nf(s, 5, form)) return -1;
+    const char *gr = s->f[1];
+    if (!strcmp(gr, "tp")) {
+        in->group = RT_G_TP;
+    } else if (!strcmp(gr, "dp")) {
+        in->group = RT_G_DP;
+    } else if (!strncmp(gr, "tp/", 3)) {
+        int64_t r;
+        if (parse_int(gr + 3, 1, 65536, &r))
+            return perr(s, "allreduce: group '%.60s': R in tp/R is not an integer in [1, 65536]", gr);
+        if (g->tp % r)
+            return perr(s, "allreduce: group tp/%lld: %lld does not divide tp %d", (long long)r, (long long)r, g->tp);
+        in->group = RT_G_TP_SUB;
+        in->sub = (int)r;
+    } else {
+        return perr(s, "allreduce: unknown group '%.60s' (expected tp, tp/R or dp)", gr);
+    }
+    if (!strcmp(s->f[2], "sum")) in->op = RT_OP_SUM;
+    else if (!strcmp(s->f[2], "max")) in->op = RT_OP_MAX;
+    else return perr(s, "allreduce: unknown op '%.60s' (expected sum or max)", s->f[2]);
+    if (parse_ptr(s, s->f[3], "allreduce", &in->p[0], NULL) ||
+        want_int(s, 4, "allreduce: bytes", 4, (int64_t)4 * INT32_MAX, &in->bytes))
+        return -1;
+    if (in->bytes % 4) return perr(s, "allreduce: %lld bytes is not a whole number of floats", (long long)in->bytes);
+    if (check_extent(s, "allreduce", &in->p[0], in->bytes)) return -1;
+    const RtRegion *grr = &g->reg[RT_REG_GRADS];
+    if (s->cur_blk == RT_BLK_OPTIMIZER && s->grad_norm_line && !in->p[0].in_slot && in->p[0].off < grr->base + grr->bytes &&
+        grr->base < in->p[0].off + in->bytes)
+        return perr(s, "allreduce of gradients after grad_norm (line %d): the norm needs the summed gradients",
+                    s->grad_norm_line);
+    return 0;
+}
+
+/* At the optimizer block's end, with dp > 1: every param's gradient is inside one `allreduce dp
+ * sum` (before grad_norm), or the replicas would drift apart. */
+static int check_dp_sums(P *s) {
+    const RtProg *g = s->p;
+    if (g->dp == 1) return 0;
+    const RtBlock *o = &g->blk[RT_BLK_OPTIMIZER];
+    int64_t shift = g->reg[RT_REG_GRADS].base - g->reg[RT_REG_PARAMS].base;
+    for (int i = 0; i < g->nparams; i++) {
+        const RtParam *q = &g->params[i];
+        int64_t a = q->off + shift, e = a + 4 * q->numel;
+        int covered = 0;
+        for (int n = 0; n < o->n && !covered; n++) {
+            const RtInstr *x = &o->ins[n];
+            covered = x->kind == RT_I_ALLREDUCE && x->group == RT_G_DP && x->op == RT_OP_SUM && x->p[0].off <= a &&
+                      x->p[0].off + x->bytes >= e;
+        }
+        if (!covered)
+            return perr(s, "param %.200s (line %d): dp %d, but no 'allreduce dp sum' of the optimizer block sums its "
+                           "gradient (@%lld, %lld bytes) over the replicas",
+                        q->name, q->line, g->dp, (long long)a, (long long)(e - a));
+    }
+    return 0;
+}
+
 static int instr_line(P *s) {
     RtProg *g = s->p;
     RtBlock *bk = &g->blk[s->cur_blk];
@@ -932,11 +1044,14 @@ static int instr_line(P *s) {
         if (!rc && s->grad_norm_line)
             rc = perr(s, "allreduce_tied after grad_norm (line %d): the norm needs the summed gradients", s->grad_norm_line);
         if (!rc && !g->nshared) rc = perr(s, "allreduce_tied, but no param is marked shared");
+    } else if (!strcmp(op, "allreduce")) {
+        in->kind = RT_I_ALLREDUCE;
+        rc = parse_allreduce(s, in);
     } else if (!strcmp(op, "block") || !strcmp(op, "schedule")) {
         return perr(s, "'%s' inside block %s (line %d): a block ends with 'end'", op, block_names[s->cur_blk], bk->line);
     } else {
-        return perr(s, "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, allreduce_tied or "
-                       "grad_norm)", op);
+        return perr(s, "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, allreduce, "
+                       "allreduce_tied or grad_norm)", op);
     }
     if (rc) {
         free(in->args);
@@ -1031,7 +1146,7 @@ static int comm_entry(P *s, RtEntry *e) {
             if (!strcmp(t, boundary_names[j])) k = j;
         if (k < 0) return perr(s, "comm: unknown op '%.60s' (expected send_fwd, recv_fwd, send_bwd or recv_bwd)", t);
         o->kind = (RtBoundaryKind)k;
-        if (want_i32(s, 2 + 3 * i, "comm: micro-batch", 0, g->microbatches - 1, &o->mb) ||
+        if (want_i32(s, 2 + 3 * i, "comm: micro-batch", 0, g->local_microbatches - 1, &o->mb) ||
             want_i32(s, 3 + 3 * i, "comm: slot", 0, g->nslots - 1, &o->slot) || comm_op(s, o))
             return -1;
     }
@@ -1063,7 +1178,7 @@ static int schedule_entry(P *s) {
     } else if (!strcmp(op, "F") || !strcmp(op, "B")) {
         int fwd = op[0] == 'F';
         const char *form = fwd ? "F MICROBATCH SLOT" : "B MICROBATCH SLOT";
-        if (want_nf(s, 3, form) || want_i32(s, 1, "micro-batch", 0, g->microbatches - 1, &e->mb) ||
+        if (want_nf(s, 3, form) || want_i32(s, 1, "micro-batch", 0, g->local_microbatches - 1, &e->mb) ||
             want_i32(s, 2, "slot", 0, g->nslots - 1, &e->slot))
             return -1;
         int m = e->mb, sl = e->slot;
@@ -1112,9 +1227,9 @@ static int schedule_entry(P *s) {
         if (comm_entry(s, e)) return -1;
     } else if (!strcmp(op, "OPT")) {
         if (want_nf(s, 1, "OPT")) return -1;
-        if (s->nbwd != g->microbatches)
-            return perr(s, "OPT before every micro-batch's B ran (%d of %d)", s->nbwd, g->microbatches);
-        for (int m = 0; m < g->microbatches; m++)
+        if (s->nbwd != g->local_microbatches)
+            return perr(s, "OPT before every micro-batch's B ran (%d of %d)", s->nbwd, g->local_microbatches);
+        for (int m = 0; m < g->local_microbatches; m++)
             for (int k = 0; k < RT_NBND; k++)
                 if (g->bnd[k].present && !(s->ops_done[m] & (1u << k)))
                     return perr(s, "OPT before %s of micro-batch %d (every micro-batch's messages come first)",
@@ -1134,7 +1249,7 @@ static int start_schedule(P *s) {
     RtProg *g = s->p;
     for (int b = 0; b < RT_NBLK; b++)
         if (!g->blk[b].present) return perr(s, "no %s block before the schedule (a training program has all three)", block_names[b]);
-    size_t ns = (size_t)g->nslots, nm = (size_t)g->microbatches;
+    size_t ns = (size_t)g->nslots, nm = (size_t)g->local_microbatches;
     s->slot_holds = malloc(ns * sizeof *s->slot_holds);
     s->slot_recv = malloc(ns * sizeof *s->slot_recv);
     s->slot_done = malloc(ns * sizeof *s->slot_done);
@@ -1221,7 +1336,7 @@ static int line(P *s, size_t after) {
             if (want_nf(s, 1, "end")) return -1;
             if (s->cur_blk == RT_BLK_OPTIMIZER && !s->grad_norm_line)
                 return perr(s, "the optimizer block has no grad_norm");
-            if (s->cur_blk == RT_BLK_OPTIMIZER && check_shared_sums(s)) return -1;
+            if (s->cur_blk == RT_BLK_OPTIMIZER && (check_shared_sums(s) || check_dp_sums(s))) return -1;
             s->sec = SEC_BLOCKS;
             return 0;
         }

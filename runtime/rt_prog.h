@@ -52,8 +52,12 @@ typedef enum {
     RT_I_SEED,
     RT_I_LOSS,
     RT_I_GRAD_NORM,
-    RT_I_ALLREDUCE_TIED
+    RT_I_ALLREDUCE_TIED,
+    RT_I_ALLREDUCE
 } RtInstrKind;
+/* The group of an `allreduce`: the TP group, runs of R consecutive TP ranks (tp/R), or the DP group. */
+typedef enum { RT_G_TP, RT_G_TP_SUB, RT_G_DP } RtGroup;
+typedef enum { RT_OP_SUM, RT_OP_MAX } RtReduceOp;
 typedef enum { RT_A_PTR, RT_A_F32, RT_A_I64, RT_A_SCALAR } RtArgKind;
 typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_OPT, RT_E_COMM } RtEntryKind;
 /* Boundary kinds, also the ops of a `comm` entry. fwd: the hidden state; bwd: its gradient. */
@@ -78,8 +82,11 @@ typedef struct {
 typedef struct {
     RtInstrKind kind;
     int line;
-    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied: p[0]; gemm: A, B, C */
-    int64_t bytes; /* zero, allreduce_tied */
+    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C */
+    int64_t bytes; /* zero, allreduce_tied, allreduce */
+    int group;     /* allreduce: RtGroup */
+    int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
+    int op;        /* allreduce: RtReduceOp */
     float value;   /* seed */
     int kernel;    /* kernel: index into RtProg.kernels */
     int nargs;
@@ -142,6 +149,11 @@ typedef struct {
     int copy;   /* this rank is not its owner: not in grad_norm, not written by --save */
     int replica; /* another rank holds the same values and owns them (implied by copy) */
     int owned;   /* neither copy nor replica: in grad_norm, written by --save */
+    /* `shard DIM START LEN DENSE`: the local tensor is the dense one (dims with dims[DIM] = DENSE)
+     * restricted along DIM to [START, START + LEN); rows at or past DENSE are zero padding */
+    int sharded, shard_dim;
+    int64_t shard_start, shard_dense;            /* LEN is dims[shard_dim] */
+    int64_t dense_dims[RT_MAX_NDIM], dense_numel; /* the dense tensor (== dims, numel when not sharded) */
 } RtParam;
 
 typedef struct RtProg {
@@ -151,7 +163,8 @@ typedef struct RtProg {
     uint64_t hash;
     int tp, pp, dp, rank, stage, tp_rank, dp_rank;
     int prev, next; /* the pipeline neighbours' world ranks (`peers`), -1 for none */
-    int micro_batch, seq, microbatches;
+    int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
+    int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
     int64_t vocab;
     RtRegion reg[RT_NREG];
     int nslots;
@@ -243,8 +256,8 @@ void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms);
 float *rt_exec_param(RtExec *x, int i); /* the value of param i in the arena */
 float *rt_exec_grad(RtExec *x, int i);  /* its gradient accumulator */
 /* One training step: step is 0-based (it selects the data; the AdamW t is step + 1).
- * *loss = the step loss (the sum of the last stage's loss instructions' values / microbatches,
- * summed over the last stage's ranks of tp_rank 0 and divided by dp: the same on every rank),
+ * *loss = the step loss (the sum of the last stage's loss instructions' values / microbatches (the
+ * global M), summed over the last stage's ranks of tp_rank 0 of every replica: the same on every rank),
  * *grad_norm = the grad_norm instruction's norm over the world's owned params (pre-clip). */
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt,
                  void *ctx, double *loss, double *grad_norm, char *err, size_t errlen);
@@ -254,12 +267,14 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
 uint64_t rt_splitmix64(uint64_t x);
 /* The seed-init value of element i (dense index) of the tensor `name` with normal(0, std). */
 float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double std);
-/* Fill every param per its `init` (normal, ones, zeros); mesh-independent. */
+/* Fill every param per its `init` (normal, ones, zeros); mesh-independent: a shard's element takes
+ * the value of its element of the dense tensor, padding rows are 0. */
 void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed);
 /* Load every param of this rank (copies included) from a safetensors file by checkpoint name
- * (F32/F16/BF16). The file is checked against the whole model (the model_param lines, or this
- * rank's params when there are none): a tensor is extra when it is not a model param (nor
- * lm_head.weight when model_tied), and every model param in the file must have its shape.
+ * (F32/F16/BF16); a sharded param reads its slice of the dense tensor (padding rows 0). The file
+ * is checked against the whole model (the model_param lines, or this rank's params when there are
+ * none): a tensor is extra when it is not a model param (nor lm_head.weight when model_tied), and
+ * every model param in the file must have its (dense) shape.
  * model_tied: the model has a tied embedding (some rank holds a tied param). */
 int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, char *err, size_t errlen);
 

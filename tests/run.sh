@@ -20,7 +20,8 @@ fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # fast_unwind_on_malloc=0: whole allocation stacks through Open MPI (built without frame pointers),
-# so that tests/lsan-mpi.supp can name its libraries; the suppressions name Open MPI's only.
+# so that tests/lsan-mpi.supp can name its libraries; the suppressions name Open MPI's (and one
+# allocation of AddressSanitizer's own thread start) only.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:exitcode=99:fast_unwind_on_malloc=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(pwd)/tests/lsan-mpi.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=99}

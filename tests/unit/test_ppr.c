@@ -1349,7 +1349,8 @@ static void test_pipeline_parser(void) {
     expect_parse_error_in(S1, "a flag twice", "tied shared copy", "tied shared shared",
                           ":%d: param emb.weight: flag 'shared' given twice");
     expect_parse_error_in(S1, "an unknown flag", "tied shared copy", "tied shared mine",
-                          ":%d: param emb.weight: unexpected 'mine' at the end of the line (flags: tied, shared, copy, replica)");
+                          ":%d: param emb.weight: unexpected 'mine' at the end of the line (flags: tied, shared, copy, replica, "
+                          "shard DIM START LEN DENSE)");
     expect_parse_error("shared with one stage", " decay 1 tied\n", " decay 1 tied shared\n",
                        ":%d: param emb.weight: shared, but the mesh has one pipeline stage (pp 1)");
     expect_parse_error_in(S1, "a param not among the model params", "model_param gain [8]\n", "",
@@ -1414,6 +1415,110 @@ static void test_pipeline_parser(void) {
                           "'comm' after OPT (OPT is the schedule's last entry)");
 }
 
+/* Tensor- and data-parallel listings: shard clauses, allreduce, the local micro-batches. BODY as
+ * rank 0 of tp 2: the table split by rows (vocab 16 over 2 ranks), proj by columns of its dim 1. */
+static char *tp_body(void) {
+    char *a = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 2 pp 1 dp 1");
+    char *b = replace(a, "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied\n",
+                      "param 0 emb.weight f32 [8,8] @0 init normal 0.5 decay 1 tied shard 0 0 8 16\n");
+    free(a);
+    a = replace(b, "param 2 proj.weight f32 [8,8] @576 init normal 0.3 decay 1\n",
+                "param 2 proj.weight f32 [8,4] @576 init normal 0.3 decay 1 shard 1 4 4 8\n"
+                "model_param emb.weight [16,8]\nmodel_param gain [8]\nmodel_param proj.weight [8,8]\n");
+    free(b);
+    b = replace(a, "  loss $1408\n", "  allreduce tp max $1408 4\n  allreduce tp/2 sum @6272 512\n  loss $1408\n");
+    free(a);
+    a = replace(b, "  kernel embed_bwd", "  allreduce tp/1 sum @7296 256    # a comment\n  kernel embed_bwd");
+    free(b);
+    b = replace(a, "block optimizer\n  grad_norm\n", "block optimizer\n  allreduce tp sum @1344 32\n  grad_norm\n");
+    free(a);
+    return b;
+}
+
+static void test_tp_parser(void) {
+    char err[2048] = "";
+    char *tb = tp_body(), *t = listing(tb);
+    RtProg *p = NULL;
+    int rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    if (check(rc == 0 && p, "parser: a tensor-parallel listing loads [%s]", rc ? err : "ok")) {
+        const RtParam *e = &p->params[0], *g = &p->params[1], *q = &p->params[2];
+        const RtBlock *f = &p->blk[RT_BLK_FORWARD], *bk = &p->blk[RT_BLK_BACKWARD], *o = &p->blk[RT_BLK_OPTIMIZER];
+        check(p->tp == 2 && e->sharded && e->shard_dim == 0 && e->shard_start == 0 && e->shard_dense == 16 &&
+                  e->dims[0] == 8 && e->dense_dims[0] == 16 && e->dense_dims[1] == 8 && e->dense_numel == 128 &&
+                  e->numel == 64 && !g->sharded && g->dense_numel == 8 && q->sharded && q->shard_dim == 1 &&
+                  q->shard_start == 4 && q->dense_dims[0] == 8 && q->dense_dims[1] == 8 && p->tied == 0,
+              "parser: shard clauses: the local and the dense shapes");
+        check(f->ins[6].kind == RT_I_ALLREDUCE && f->ins[6].group == RT_G_TP && f->ins[6].op == RT_OP_MAX &&
+                  f->ins[6].p[0].in_slot && f->ins[6].bytes == 4 && f->ins[7].group == RT_G_TP_SUB && f->ins[7].sub == 2 &&
+                  f->ins[7].op == RT_OP_SUM && bk->ins[7].kind == RT_I_ALLREDUCE && bk->ins[7].sub == 1 &&
+                  o->ins[0].kind == RT_I_ALLREDUCE && o->ins[0].p[0].off == 1344 && o->ins[0].bytes == 32,
+              "parser: allreduce tp, tp/R, sum and max, in every block");
+    }
+    rt_prog_free(p);
+    free(t);
+    /* shard clauses */
+    expect_parse_error_in(tb, "shard DIM past the dims", "tied shard 0 0 8 16", "tied shard 2 0 8 16",
+                          ":%d: param emb.weight: shard DIM 2, but the param has 2 dims");
+    expect_parse_error_in(tb, "shard LEN other than the local dim", "tied shard 0 0 8 16", "tied shard 0 0 7 16",
+                          ":%d: param emb.weight: shard LEN 7 is not the param's dim 0 (8)");
+    expect_parse_error_in(tb, "shard START past the dense rows", "tied shard 0 0 8 16", "tied shard 0 16 8 16",
+                          ":%d: param emb.weight: shard START 16 is not inside the dense dim 0 of 16 rows");
+    expect_parse_error_in(tb, "shard with 3 integers", "tied shard 0 0 8 16", "tied shard 0 0 8",
+                          ":%d: param emb.weight: 'shard DIM START LEN DENSE' needs 4 integers");
+    expect_parse_error_in(tb, "shard START not an integer", "tied shard 0 0 8 16", "tied shard 0 x 8 16",
+                          ":%d: shard: START: expected an integer in [0, 1099511627776], found 'x'");
+    expect_parse_error_in(tb, "shard twice", "tied shard 0 0 8 16", "shard 0 0 8 16 tied shard 0 0 8 16",
+                          ":%d: param emb.weight: flag 'shard' given twice");
+    expect_parse_error_in(tb, "a tied table whose dense rows are not the vocab", "tied shard 0 0 8 16",
+                          "tied shard 0 0 8 12", ":%d: param emb.weight: tied, so its first dim 12 must be the vocab 16");
+    expect_parse_error_in(tb, "a dense shape other than the model_param's", "model_param proj.weight [8,8]",
+                          "model_param proj.weight [8,6]",
+                          "t.prog:21: param proj.weight: its dense shape differs from its model_param line (line 24)");
+    /* allreduce */
+    expect_parse_error_in(tb, "allreduce tp/R with R not dividing tp", "allreduce tp/2 sum", "allreduce tp/3 sum",
+                          ":%d: allreduce: group tp/3: 3 does not divide tp 2");
+    expect_parse_error_in(tb, "allreduce tp/0", "allreduce tp/2 sum", "allreduce tp/0 sum",
+                          ":%d: allreduce: group 'tp/0': R in tp/R is not an integer in [1, 65536]");
+    expect_parse_error_in(tb, "allreduce over an unknown group", "allreduce tp/2 sum", "allreduce pp sum",
+                          ":%d: allreduce: unknown group 'pp' (expected tp, tp/R or dp)");
+    expect_parse_error_in(tb, "allreduce with an unknown op", "allreduce tp max", "allreduce tp min",
+                          ":%d: allreduce: unknown op 'min' (expected sum or max)");
+    expect_parse_error_in(tb, "allreduce of part of a float", "allreduce tp/2 sum @6272 512", "allreduce tp/2 sum @6272 510",
+                          ":%d: allreduce: 510 bytes is not a whole number of floats");
+    expect_parse_error_in(tb, "allreduce leaving the arena", "allreduce tp/2 sum @6272 512", "allreduce tp/2 sum @7552 512",
+                          ":%d: allreduce: @7552 + 512 bytes leaves the arena (7616 bytes)");
+    expect_parse_error_in(tb, "allreduce leaving the slot", "allreduce tp max $1408 4", "allreduce tp max $1408 68",
+                          ":%d: allreduce: $1408 + 68 bytes leaves the slot (1472 bytes)");
+    expect_parse_error_in(tb, "allreduce with 4 fields", "allreduce tp max $1408 4", "allreduce tp max $1408",
+                          ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES')");
+    expect_parse_error_in(tb, "allreduce of gradients after grad_norm", "  allreduce tp sum @1344 32\n  grad_norm\n",
+                          "  grad_norm\n  allreduce tp sum @1344 32\n",
+                          ":65: allreduce of gradients after grad_norm (line 64): the norm needs the summed gradients");
+    free(tb);
+
+    /* data parallelism: microbatches is the step's M, each replica's schedule runs M/dp of them */
+    char *a = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 1 dp 2");
+    char *b = replace(a, "block optimizer\n  grad_norm\n", "block optimizer\n  allreduce dp sum @832 832\n  grad_norm\n");
+    free(a);
+    char *db = replace(b, "  F 0 0\n  F 1 1\n  B 0 0\n  B 1 1\n", "  F 0 0\n  B 0 0\n");
+    free(b);
+    t = listing(db);
+    rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    check(rc == 0 && p && p->dp == 2 && p->microbatches == 2 && p->local_microbatches == 1 && p->nentries == 4,
+          "parser: a data-parallel listing: microbatches 2 in all, 1 in this replica's schedule [%s]", rc ? err : "ok");
+    rt_prog_free(p);
+    free(t);
+    expect_parse_error_in(db, "a schedule running the step's M micro-batches in one replica", "  F 0 0\n  B 0 0\n",
+                          "  F 0 0\n  B 0 0\n  F 1 1\n", ":69: micro-batch: expected an integer in [0, 0], found '1'");
+    expect_parse_error_in(db, "microbatches not a multiple of dp", "microbatches 2", "microbatches 3",
+                          ":%d: step: microbatches 3 is not a multiple of dp 2");
+    expect_parse_error_in(db, "allreduce dp over part of the gradients", "allreduce dp sum @832 832",
+                          "allreduce dp sum @832 512",
+                          "param gain (line 20): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
+                          "(@1344, 32 bytes) over the replicas");
+    free(db);
+}
+
 static void test_parser(void) {
     char *t = listing(BODY);
     char err[2048] = "";
@@ -1458,10 +1563,10 @@ static void test_parser(void) {
     expect_parse_error("a peers line out of range", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
                        "rank 0 stage 0 tp_rank 0 dp_rank 0\npeers prev -2 next -1\n",
                        ":7: peers: prev: expected an integer in [-1, 0], found '-2'");
-    expect_parse_error("a tensor-parallel mesh", "mesh tp 1 pp 1 dp 1", "mesh tp 2 pp 1 dp 1",
-                       ":%d: mesh tp 2 pp 1 dp 1: this ppr runs tp 1 and dp 1 only (pipeline parallelism: pp any)");
-    expect_parse_error("a data-parallel mesh", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 1 dp 2",
-                       ":%d: mesh tp 1 pp 1 dp 2: this ppr runs tp 1 and dp 1 only");
+    expect_parse_error("a data-parallel mesh whose replicas' gradients are never summed", "mesh tp 1 pp 1 dp 1",
+                       "mesh tp 1 pp 1 dp 2",
+                       "param emb.weight (line 19): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
+                       "gradient (@832, 512 bytes) over the replicas");
     expect_parse_error("a pipeline mesh without a peers line", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 2 dp 1",
                        ":7: expected 'peers prev P next N' (a pipeline-parallel program names its neighbours), found 'step'");
     expect_parse_error("schedule with two words", "schedule\n", "schedule a b\n", ":%d: expected 'schedule' or 'schedule NAME'");
@@ -1793,6 +1898,7 @@ int main(int argc, char **argv) {
     write_tokens(p, data_cyc, 320, 320);
 
     test_parser();
+    test_tp_parser();
     test_fuzz();
     test_gradients(&w);
     test_training();
