@@ -229,15 +229,22 @@ static int compile(const Cli *cli) {
   if (cli->emit && !strcmp(cli->emit, "schedule")) sched_print(stdout, sched);
   if (cli->emit && !strcmp(cli->emit, "plan")) pp_plan_print(stdout, g, plan);
   if (cli->emit && (!strcmp(cli->emit, "c") || !strcmp(cli->emit, "cuda"))) {
-    Program *prog = fuse_lower(g);
-    char *text = NULL;
-    size_t len = 0, cap = 0;
     Lang lang = !strcmp(cli->emit, "c") ? LANG_C : LANG_CUDA;
-    cg_render_prelude(lang, &text, &len, &cap);
-    for (int i = 0; i < prog->nk; i++) cg_render_kernel(prog->kernels[i], lang, &text, &len, &cap);
-    fputs(text, stdout);
-    free(text);
-    prog_free(prog);
+    for (int r = 0; r < g->cfg.pp; r++) { /* each stage's kernels, as its ranks compile them */
+      Graph *sg = stage_graph(g, plan, r);
+      if (!sg) goto out;
+      Program *prog = fuse_lower(sg);
+      char *text = NULL;
+      size_t len = 0, cap = 0;
+      if (g->cfg.pp > 1) cg_append(&text, &len, &cap, "/* ======== stage %d of %lld: kernels_s%d ======== */\n", r,
+                                   (long long)g->cfg.pp, r);
+      cg_render_prelude(lang, &text, &len, &cap);
+      for (int i = 0; i < prog->nk; i++) cg_render_kernel(prog->kernels[i], lang, &text, &len, &cap);
+      fputs(text, stdout);
+      free(text);
+      prog_free(prog);
+      ir_free(sg);
+    }
   }
   if (cli->emit && !strcmp(cli->emit, "program")) rc = write_outputs(NULL, g, plan, sched);
   else rc = cli->outdir ? write_outputs(cli->outdir, g, plan, sched) : 0;

@@ -1,6 +1,6 @@
-/* test_nvrtc.c — renders the CUDA kernels of every example (ppc --emit cuda, dense and sharded
- * meshes) and compiles each with NVRTC for sm_90; an error prints the log and the offending
- * source lines. Without a CUDA toolkit it says so and counts the cases as skipped. */
+/* test_nvrtc.c — compiles every stage's generated CUDA kernels (the kernels_sN.cu that ppc -o
+ * writes) of every example, dense and on sharded meshes, with NVRTC for sm_90; an error prints
+ * the log and the offending source lines. Without a CUDA toolkit it says so and skips. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,11 @@ static const char *const cases[][2] = {
     {"examples/minimind.pdl", ""},
     {"examples/gpt2.pdl", ""},
     {"tests/models/tiny_gpt2.pdl", ""},
+    {"examples/tiny.pdl", "--tp 2 --pp 2"},
+    {"examples/minimind.pdl", "--tp 2 --pp 4"},
+    {"examples/minimind.pdl", "--tp 8"},      /* kv heads replicated */
+    {"tests/models/tiny_pad.pdl", "--tp 4"},  /* a padded vocabulary */
+    {"examples/gpt2.pdl", "--tp 2 --pp 3"},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -35,7 +40,7 @@ int main(void) {
     }                                                                                      \
   } while (0)
 
-static char *slurp_command(const char *cmd) {
+__attribute__((unused)) static char *slurp_command(const char *cmd) {
   FILE *p = popen(cmd, "r");
   if (!p) return NULL;
   size_t cap = 1 << 16, len = 0;
@@ -92,26 +97,52 @@ static int compile(const char *name, const char *src) {
   return bad;
 }
 
-int main(void) {
+static char *slurp_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
   int pass = 0, fail = 0;
-  const char *ppc = getenv("PPC") ? getenv("PPC") : "build/ppc";
+  char bin[512] = "build";
+  const char *slash = strrchr(argv[0], '/');
+  if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
   for (int i = 0; i < NCASES; i++) {
-    char cmd[1024], name[512];
-    snprintf(cmd, sizeof cmd, "%s %s %s --emit cuda", ppc, cases[i][0], cases[i][1]);
-    snprintf(name, sizeof name, "%s %s", cases[i][0], cases[i][1]);
-    char *src = slurp_command(cmd);
-    if (!src) {
-      printf("FAIL nvrtc %s: '%s' failed\n", name, cmd);
+    char cmd[8192], name[1024], dir[1024];
+    snprintf(dir, sizeof dir, "%s/nvrtc/case%d", bin, i);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/.. && %s/ppc %s %s -o %s > /dev/null", dir, dir, bin,
+             cases[i][0], cases[i][1], dir);
+    if (system(cmd) != 0) {
+      printf("FAIL nvrtc %s %s: '%s' failed\n", cases[i][0], cases[i][1], cmd);
       fail++;
       continue;
     }
-    if (compile(name, src)) {
-      printf("FAIL nvrtc %s\n", name);
-      fail++;
-    } else {
-      pass++;
+    for (int st = 0;; st++) {
+      char path[1200];
+      snprintf(path, sizeof path, "%s/kernels_s%d.cu", dir, st);
+      char *src = slurp_file(path);
+      if (!src) {
+        if (st == 0) printf("FAIL nvrtc %s %s: no %s\n", cases[i][0], cases[i][1], path), fail++;
+        break;
+      }
+      snprintf(name, sizeof name, "%s %s stage %d", cases[i][0], cases[i][1], st);
+      if (compile(name, src)) {
+        printf("FAIL nvrtc %s\n", name);
+        fail++;
+      } else {
+        pass++;
+      }
+      free(src);
     }
-    free(src);
   }
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
