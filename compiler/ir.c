@@ -37,6 +37,23 @@ int ir_add_node(Graph *g, Op op, Loc loc) {
   return g->nnodes++;
 }
 
+int ir_copy_param(Graph *dst, const IrParam *q, const IrNode *like) {
+  if (dst->nparams == dst->pcap) {
+    dst->pcap = dst->pcap ? 2 * dst->pcap : 32;
+    dst->params = xrealloc(dst->params, (size_t)dst->pcap * sizeof *dst->params);
+  }
+  int pi = dst->nparams++;
+  IrParam *c = &dst->params[pi];
+  *c = *q;
+  c->name = xstrdup(q->name);
+  for (int d = 0; d < IR_MAX_DIMS; d++) c->dim_text[d] = q->dim_text[d] ? xstrdup(q->dim_text[d]) : NULL;
+  int id = ir_add_node(dst, OP_PARAM, like->loc);
+  dst->nodes[id] = *like;
+  dst->nodes[id].param = pi;
+  dst->params[pi].node = id;
+  return pi;
+}
+
 int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape) {
   int id = ir_add_node(g, op, NOLOC);
   IrNode *n = &g->nodes[id];

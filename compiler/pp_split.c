@@ -37,21 +37,8 @@ Graph *pp_split(const Graph *g, int stage) {
       int src = n->in[k];
       const IrNode *sn = &g->nodes[src];
       if (map[src] < 0 && sn->op == OP_PARAM) {
-        const IrParam *q = &g->params[sn->param];
-        if (s->nparams == s->pcap) {
-          s->pcap = s->pcap ? 2 * s->pcap : 32;
-          s->params = xrealloc(s->params, (size_t)s->pcap * sizeof *s->params);
-        }
-        IrParam *c = &s->params[s->nparams];
-        *c = *q;
-        c->name = xstrdup(q->name);
-        for (int d = 0; d < IR_MAX_DIMS; d++) c->dim_text[d] = q->dim_text[d] ? xstrdup(q->dim_text[d]) : NULL;
-        int id = ir_add_node(s, OP_PARAM, sn->loc);
-        s->nodes[id] = *sn;
-        s->nodes[id].param = s->nparams;
-        c->node = id;
-        s->nparams++;
-        map[src] = id;
+        int pi = ir_copy_param(s, &g->params[sn->param], sn); /* may move s->params */
+        map[src] = s->params[pi].node;
       } else if (map[src] < 0 && sn->op == OP_INPUT) {
         int id = ir_add_node(s, OP_INPUT, sn->loc);
         s->nodes[id] = *sn;

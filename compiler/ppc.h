@@ -250,6 +250,8 @@ typedef struct Graph {
 
 int ir_add_node(Graph *g, Op op, Loc loc);
 int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape); /* a node made by a pass */
+/* Append a copy of parameter q (strings duplicated) with a PARAM node like `like`; its index. */
+int ir_copy_param(Graph *dst, const IrParam *q, const IrNode *like);
 int64_t shape_numel(const Shape *s);
 int shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s, char *buf, size_t n); /* "[16,2,64]" */

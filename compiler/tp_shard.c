@@ -82,14 +82,9 @@ static void param(T *t, int old) {
   const IrNode *pn = O(t, old);
   const IrParam *q = &t->g->params[pn->param];
   Graph *s = t->s;
-  if (s->nparams == s->pcap) {
-    s->pcap = s->pcap ? 2 * s->pcap : 32;
-    s->params = xrealloc(s->params, (size_t)s->pcap * sizeof *s->params);
-  }
-  IrParam *c = &s->params[s->nparams];
-  *c = *q;
-  c->name = xstrdup(q->name);
-  for (int d = 0; d < IR_MAX_DIMS; d++) c->dim_text[d] = q->dim_text[d] ? xstrdup(q->dim_text[d]) : NULL;
+  int pi = ir_copy_param(s, q, pn); /* may move s->params */
+  IrParam *c = &s->params[pi];
+  grow(t);
   c->shard_dim = -1;
   c->shard_rep = 1;
   c->grad_reduce = 0;
@@ -119,15 +114,9 @@ static void param(T *t, int old) {
     c->dense_len = dense;
     c->shape.d[dim] = local;
   }
-  int id = ir_add_node(s, OP_PARAM, pn->loc);
-  *Nn(t, id) = *pn;
-  Nn(t, id)->shape = c->shape;
-  Nn(t, id)->param = s->nparams;
-  c->node = id;
-  s->nparams++;
-  grow(t);
-  t->sh[id] = dim >= 0 ? SH_SPLIT : SH_REPL;
-  t->map[old] = id;
+  Nn(t, c->node)->shape = c->shape;
+  t->sh[c->node] = dim >= 0 ? SH_SPLIT : SH_REPL;
+  t->map[old] = c->node;
 }
 
 /* kv heads fewer than tp: the projections feeding those heads are replicated per head. */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
+
 #include "rt_io.h"
 
 static int pass, fail;
@@ -57,19 +59,6 @@ static double json_at(const char *text, const char *key, int i) {
     if (!(p = strchr(p, ','))) return NAN;
     else p++;
   return strtod(p, NULL);
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  s[n] = 0;
-  fclose(f);
-  return s;
 }
 
 /* Every tensor of ref must be in got with the same shape and ‖got−ref‖/‖ref‖ < tol. */

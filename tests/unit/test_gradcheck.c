@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
+
 #include "rt_io.h"
 
 /* One model of tests/gradcheck/ and the step h of its differences (the loss is a float32 sum:
@@ -175,19 +177,6 @@ static int read_grads(const char *path, const Prog *pg, double *g) {
   free(tmp);
   rt_st_close(f);
   return rc;
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  s[n] = 0;
-  fclose(f);
-  return s;
 }
 
 static int sh(const char *cmd) {

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
+
 #ifndef PPC_NO_CUDA
 #include <nvrtc.h>
 #endif
@@ -97,19 +99,6 @@ static int compile(const char *name, const char *src) {
   return bad;
 }
 
-static char *slurp_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 int main(int argc, char **argv) {
   (void)argc;
   int pass = 0, fail = 0;
@@ -129,7 +118,7 @@ int main(int argc, char **argv) {
     for (int st = 0;; st++) {
       char path[1200];
       snprintf(path, sizeof path, "%s/kernels_s%d.cu", dir, st);
-      char *src = slurp_file(path);
+      char *src = slurp(path);
       if (!src) {
         if (st == 0) printf("FAIL nvrtc %s %s: no %s\n", cases[i][0], cases[i][1], path), fail++;
         break;

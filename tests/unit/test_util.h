@@ -1,0 +1,22 @@
+/* test_util.h — small helpers shared by the unit-test programs (each is its own executable). */
+#ifndef TEST_UTIL_H
+#define TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The whole file as a NUL-terminated string, or NULL. */
+static inline char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+  if (n < 0 || fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+#endif
