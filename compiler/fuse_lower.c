@@ -579,11 +579,12 @@ static void lower_rope(Ctx *c, int id) {
   bool inv = n->op == OP_ROPE_DX;
   const Shape *sh = &n->shape;
   int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2], D = sh->d[3], half = D / 2;
-  KCall kc = kc_new(inv ? "rope_dx" : "rope", S * B * H, id);
+  /* one row per position s: the angle's cosine and sine are computed once per (s, j) and used
+   * for all B*H heads at that position */
+  KCall kc = kc_new(inv ? "rope_dx" : "rope", S, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true);
-  int r = kir_row(k);
-  int s = kir_let(k, kir_e(k, K_IDIV, r, kir_i(k, B * H), 0));
+  int s = kir_row(k);
   int j = kir_for(k, kir_i(k, half));
   /* inv_freq = 1 / theta^(2j/D), angle = s * inv_freq, in float32 as the reference */
   int fr = kir_e(k, K_DIV, kir_f(k, 1),
@@ -592,7 +593,9 @@ static void lower_rope(Ctx *c, int id) {
                  0);
   int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, s, 0, 0), fr, 0));
   int co = kir_let(k, kir_e(k, K_COS, ang, 0, 0)), si = kir_let(k, kir_e(k, K_SIN, ang, 0, 0));
-  int i0 = kir_let(k, idx2(k, r, D, j)), i1 = kir_let(k, kir_e(k, K_IADD, i0, kir_i(k, half), 0));
+  int bh = kir_for(k, kir_i(k, B * H));
+  int row = kir_e(k, K_IADD, kir_e(k, K_IMUL, s, kir_i(k, B * H), 0), bh, 0);
+  int i0 = kir_let(k, idx2(k, row, D, j)), i1 = kir_let(k, kir_e(k, K_IADD, i0, kir_i(k, half), 0));
   int a = kir_let(k, val(c, &kc, n->in[0], i0)), b = kir_let(k, val(c, &kc, n->in[0], i1));
   if (!inv) {
     kir_store(k, y, i0, '=', kir_e(k, K_SUB, kir_e(k, K_MUL, a, co, 0), kir_e(k, K_MUL, b, si, 0), 0));
@@ -602,7 +605,8 @@ static void lower_rope(Ctx *c, int id) {
     kir_store(k, y, i1, '=', kir_e(k, K_SUB, kir_e(k, K_MUL, b, co, 0), kir_e(k, K_MUL, a, si, 0), 0));
   }
   kir_end(k);
-  k->work = 8 * half;
+  kir_end(k);
+  k->work = half * (40 + 6 * B * H);
   kc_emit(c, &kc);
 }
 
