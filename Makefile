@@ -33,8 +33,13 @@ BLAS_INC  = $(if $(BLAS_HDR),-I$(patsubst %/,%,$(dir $(BLAS_HDR))))
 # our code only. Recursive `=`, as for BLAS: looked at after deps.sh may have installed it.
 MPI_CFLAGS = $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/null || pkg-config --cflags ompi-c 2>/dev/null))
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c 2>/dev/null)
-PPR_LIBS  = -lopenblas -ldl -lm -fopenmp $(MPI_LIBS)
-RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,runtime/rt_prog.c runtime/rt_exec.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c $(RUNTIME))
+# OpenCL (Debian: ocl-icd-opencl-dev, opencl-headers; the CPU's driver pocl-opencl-icd) and
+# CLBlast (libclblast-dev) for the opencl device.
+PPR_LIBS  = -lopenblas -lclblast -lOpenCL -ldl -lm -fopenmp $(MPI_LIBS)
+RT_SRC   := runtime/rt_prog.c runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
+            runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c runtime/rt_dev_opencl.c $(RUNTIME)
+RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
+RT_HDR   := $(wildcard runtime/*.h)
 PPR      := $(BUILD)/ppr
 
 .PHONY: all deps test test-torch asan demo clean
@@ -52,13 +57,13 @@ $(GEN)/lexer.c: grammar/lexer.l $(GEN)/parser.h | deps
 	@mkdir -p $(GEN)
 	flex -o $@ $<
 
-# kernels/*.h, pasted into every generated kernel source: embedded in ppc as strings
+# kernels/prelude_LANG.h, pasted before every generated kernel source: embedded in ppc as the
+# strings ppk_prelude_LANG
 $(GEN)/kernels_embed.c: $(TEMPLATES) Makefile
 	@mkdir -p $(GEN)
-	@{ echo '/* generated from the kernel templates in kernels/ */'; echo 'const char *const ppk_templates[] = {'; \
-	  for f in $(TEMPLATES); do echo "/* $$f */"; \
-	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; echo ','; done; \
-	  echo '0};'; } > $@
+	@{ echo '/* generated from the kernel preludes in kernels/ */'; \
+	  for f in $(TEMPLATES); do n=$$(basename $$f .h); echo "const char ppk_$$n[] ="; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; echo ';'; done; } > $@
 $(GEN)/kernels_embed.o: $(GEN)/kernels_embed.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -75,7 +80,7 @@ $(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def $(GEN)/parser.h
 $(PPC): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/runtime/%.o: runtime/%.c runtime/rt_io.h runtime/rt_prog.h runtime/rt_comm.h | deps
+$(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) -c -o $@ $<
 
@@ -87,8 +92,9 @@ CUDA   ?= /usr/local/cuda
 UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
-$(BUILD)/test_kernels: tests/unit/test_kernels.c kernels/attention.h
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(LDFLAGS) $(LDLIBS)
+# every generated kernel and GEMM on the cpu and the opencl device, compared
+$(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 # NVRTC compiles every generated CUDA kernel for sm_90; without a toolkit the test says it skipped
 ifneq ($(wildcard $(CUDA)/include/nvrtc.h),)
 $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
@@ -98,7 +104,7 @@ $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
 	$(CC) $(CFLAGS) -DPPC_NO_CUDA -o $@ $< $(LDFLAGS)
 endif
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
-$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) runtime/rt_io.h runtime/rt_prog.h runtime/rt_comm.h
+$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
@@ -114,7 +120,7 @@ $(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
 
 # tensor and data parallelism: the allreduce (run by itself under mpirun), shards, start-up checks
-$(BUILD)/test_tp: tests/unit/test_tp.c $(RT_OBJ) runtime/rt_io.h runtime/rt_prog.h runtime/rt_comm.h
+$(BUILD)/test_tp: tests/unit/test_tp.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -o $@ tests/unit/test_tp.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
 test: $(PPC) $(PPR) $(UNIT)

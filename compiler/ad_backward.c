@@ -127,7 +127,7 @@ static void vjp(Ad *ad, int i, int gy) {
   case OP_ATTENTION: {
     static const Op ops[3] = {OP_ATTENTION_DQ, OP_ATTENTION_DK, OP_ATTENTION_DV};
     for (int k = 0; k < 3; k++) {
-      g = node(ad, ops[k], N(ad, in[k])->shape, 5, (int[]){in[0], in[1], in[2], i, gy});
+      g = node(ad, ops[k], N(ad, in[k])->shape, 4, (int[]){in[0], in[1], in[2], gy});
       N(ad, g)->fwd = i;
       contribute(ad, in[k], g, -1, 0);
     }

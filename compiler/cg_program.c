@@ -1,5 +1,6 @@
-/* cg_program.c — writes a stage: the program listing ppr executes, the kernels rendered to C and
- * CUDA, and the C kernels compiled to a shared object (cached by a hash of source + command). */
+/* cg_program.c — writes a stage: the program listing ppr executes, the kernels rendered to C,
+ * OpenCL C and CUDA C, and the C kernels compiled to a shared object (cached by a hash of source +
+ * command). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ static void comment(Buf *b, const Program *p, const Instr *in) {
   if (n->layer >= 0) OUT(b, " L%d", n->layer);
   if (n->var && !n->bwd) OUT(b, " %s", n->var);
   if (n->gparam >= 0) OUT(b, " -> grad %s", p->g->params[n->gparam].name);
+  if (in->why && in->kind != I_ALLREDUCE) OUT(b, ": %s", in->why);
   OUT(b, "\n");
 }
 
@@ -62,10 +64,13 @@ static void block(Buf *b, const Program *p, const Block *blk) {
     const Instr *in = &blk->ins[i];
     OUT(b, "  ");
     switch (in->kind) {
-    case I_KERNEL:
-      OUT(b, "kernel %s", p->kernels[in->kernel]->name);
-      for (int k = 0; k < in->nop; k++) operand_x(b, p, &in->op[k], true);
+    case I_KERNEL: {
+      const Kernel *k = p->kernels[in->kernel];
+      KGeom g = kir_geom(k);
+      OUT(b, "kernel %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
+      for (int a = 0; a < in->nop; a++) operand_x(b, p, &in->op[a], true);
       break;
+    }
     case I_GEMM:
       OUT(b, "gemm %c %c %lld %lld %lld %g", in->ta, in->tb, (long long)in->m, (long long)in->n, (long long)in->k,
           in->alpha);
@@ -95,7 +100,13 @@ static void block(Buf *b, const Program *p, const Block *blk) {
       OUT(b, "loss");
       operand(b, p, &in->op[0]);
       break;
-    case I_GRADNORM: OUT(b, "grad_norm"); break;
+    case I_GRADNORM: {
+      const Kernel *k = p->kernels[in->kernel];
+      KGeom g = kir_geom(k);
+      OUT(b, "grad_norm %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
+      operand_x(b, p, &in->op[0], true);
+      break;
+    }
     case I_ALLREDUCE:
       OUT(b, "allreduce %s %s", in->group, in->redop);
       operand(b, p, &in->op[0]);
@@ -143,7 +154,7 @@ static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
 /* The pipeline neighbours: the same (dp, tp) coordinates on the previous and next stage. */
 static int rank_of(const Config *c, int dp, int pp, int tp) { return (int)((dp * c->pp + pp) * c->tp + tp); }
 
-static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const char *so_name, uint64_t src_hash) {
+static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const char *kernels_name, uint64_t src_hash) {
   const Graph *g = p->g;
   const Config *c = &g->cfg;
   char sb[96], ib[48];
@@ -156,7 +167,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch,
       (long long)c->seq, (long long)c->microbatches, c->schedule);
   OUT(b, "vocab %lld\n", (long long)g->vocab);
-  OUT(b, "kernels %s %016llx\n\n", so_name, (unsigned long long)src_hash);
+  OUT(b, "kernels %s %016llx\n\n", kernels_name, (unsigned long long)src_hash);
   for (int r = 0; r < 6; r++) {
     OUT(b, "region %-8s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
@@ -318,33 +329,42 @@ static int compile_so(const char *dir, const char *csrc_path, const char *so_pat
   return 0;
 }
 
-static void kernel_sources(const Program *p, Lang lang, Buf *b) {
-  cg_render_prelude(lang, &b->s, &b->len, &b->cap);
-  for (int i = 0; i < p->nk; i++) cg_render_kernel(p->kernels[i], lang, &b->s, &b->len, &b->cap);
+void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap) {
+  cg_render_prelude(lang, out, len, cap);
+  for (int i = 0; i < p->nk; i++) cg_render_kernel(p->kernels[i], lang, out, len, cap);
 }
 
+static void kernel_sources(const Program *p, Lang lang, Buf *b) { cg_kernel_source(p, lang, &b->s, &b->len, &b->cap); }
+
+/* Every stage's kernels in each language, next to its listings: kernels_sN.c (compiled to
+ * kernels_sN.so), kernels_sN.cl and kernels_sN.cu. Each carries the hash of the C source, which
+ * the listing's `kernels` line names: the C and CUDA as a symbol, the OpenCL C as its first line. */
 int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool kernels, const char *cache) {
   char path[4200], so[4200], name[64];
   int stage = p->g->stage;
-  Buf c = {0}, cu = {0}, body = {0}, all = {0};
+  Buf c = {0}, cl = {0}, cu = {0}, body = {0}, all = {0};
   int rc = 1;
   kernel_sources(p, LANG_C, &c);
   uint64_t h = fnv1a(c.s, c.len);
   OUT(&c, "const char ppk_source_hash[] = \"%016llx\";\n", (unsigned long long)h);
+  OUT(&cl, "/* ppk_source_hash %016llx */\n", (unsigned long long)h);
+  kernel_sources(p, LANG_OPENCL, &cl);
   kernel_sources(p, LANG_CUDA, &cu);
   OUT(&cu, "extern \"C\" __device__ const char ppk_source_hash[] = \"%016llx\";\n", (unsigned long long)h);
   /* all tensor-parallel (and data-parallel) ranks of a stage share its kernels */
-  snprintf(path, sizeof path, "%s/kernels_s%d.c", dir, stage);
-  snprintf(so, sizeof so, "%s/kernels_s%d.so", dir, stage);
-  snprintf(name, sizeof name, "kernels_s%d.so", stage);
+  snprintf(name, sizeof name, "kernels_s%d", stage);
   if (kernels && dir) {
+    snprintf(path, sizeof path, "%s/%s.c", dir, name);
+    snprintf(so, sizeof so, "%s/%s.so", dir, name);
     if (write_file(path, c.s, c.len)) goto out;
     if (compile_so(dir, path, so, &c, cache)) goto out;
-    snprintf(path, sizeof path, "%s/kernels_s%d.cu", dir, stage);
+    snprintf(path, sizeof path, "%s/%s.cl", dir, name);
+    if (write_file(path, cl.s, cl.len)) goto out;
+    snprintf(path, sizeof path, "%s/%s.cu", dir, name);
     if (write_file(path, cu.s, cu.len)) goto out;
   }
   listing_body(&body, p, s, rank, name, h);
-  OUT(&all, "ppr-program 1\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
+  OUT(&all, "ppr-program 2\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
       (unsigned long long)fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);
   if (!dir) { /* --emit program */
@@ -355,6 +375,7 @@ int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool k
   rc = write_file(path, all.s, all.len);
 out:
   free(c.s);
+  free(cl.s);
   free(cu.s);
   free(body.s);
   free(all.s);

@@ -17,6 +17,7 @@ typedef struct Ctx {
   bool *saved;     /* per forward node: read by the backward */
   bool *inlined;   /* per node: computed inside its consumer's kernel, no buffer */
   Layout *phys;    /* per node: the physical order of its buffer's two leading axes */
+  bool *att_done;  /* per attention node: its backward is lowered */
   char **bodies;   /* rendered kernel bodies, for deduplication */
 } Ctx;
 
@@ -99,8 +100,15 @@ typedef struct KCall {
   int node;
 } KCall;
 
-static KCall kc_new(const char *name, int64_t rows, int node) {
-  KCall kc = {.k = kir_new(name, rows), .node = node};
+/* A kernel with a row per thread: n elements (or columns), 256 threads per block. */
+static KCall kc_flat(const char *name, int64_t n, int node) {
+  KCall kc = {.k = kir_new(name, KM_FLAT, n, 256), .node = node};
+  return kc;
+}
+
+/* A kernel with a row per block: the block's threads share the row's width. */
+static KCall kc_block(const char *name, int64_t rows, int64_t width, int node) {
+  KCall kc = {.k = kir_new(name, KM_BLOCK, rows, kir_block_for(width)), .node = node};
   return kc;
 }
 
@@ -136,38 +144,39 @@ static int kc_iscalar(KCall *kc, Operand o) {
   return kir_iarg(kc->k, n);
 }
 
-/* Render, deduplicate by body, and call. */
-static void kc_emit(Ctx *c, KCall *kc) {
-  Kernel *k = kc->k;
+/* Render and deduplicate by body: the program's index of the kernel. */
+static int kc_register(Ctx *c, Kernel *k) {
   char base[32];
   snprintf(base, sizeof base, "%.31s", k->name);
   snprintf(k->name, sizeof k->name, "K");
   char *body = NULL;
   size_t len = 0, cap = 0;
-  cg_render_kernel(k, LANG_C, &body, &len, &cap);
+  cg_render_kernel(k, LANG_C, &body, &len, &cap); /* its header names the geometry too */
   Program *p = c->p;
-  int found = -1;
-  for (int i = 0; i < p->nk && found < 0; i++)
+  for (int i = 0; i < p->nk; i++)
     if (!strcmp(c->bodies[i], body) && !strncmp(p->kernels[i]->name + strcspn(p->kernels[i]->name, "_") + 1, base,
-                                                 strlen(base)))
-      found = i;
-  if (found < 0) {
-    if (p->nk == p->kcap) {
-      p->kcap = p->kcap ? 2 * p->kcap : 64;
-      p->kernels = xrealloc(p->kernels, (size_t)p->kcap * sizeof *p->kernels);
-      c->bodies = xrealloc(c->bodies, (size_t)p->kcap * sizeof *c->bodies);
+                                                 strlen(base))) {
+      free(body);
+      kir_free(k);
+      return i;
     }
-    snprintf(k->name, sizeof k->name, "k%d_%s", p->nk, base);
-    c->bodies[p->nk] = body;
-    p->kernels[p->nk++] = k;
-    found = p->nk - 1;
-  } else {
-    free(body);
-    kir_free(k);
+  if (p->nk == p->kcap) {
+    p->kcap = p->kcap ? 2 * p->kcap : 64;
+    p->kernels = xrealloc(p->kernels, (size_t)p->kcap * sizeof *p->kernels);
+    c->bodies = xrealloc(c->bodies, (size_t)p->kcap * sizeof *c->bodies);
   }
+  snprintf(k->name, sizeof k->name, "k%d_%s", p->nk, base);
+  c->bodies[p->nk] = body;
+  p->kernels[p->nk++] = k;
+  return p->nk - 1;
+}
+
+/* Register the kernel and call it. */
+static void kc_emit(Ctx *c, KCall *kc) {
+  int found = kc_register(c, kc->k);
   Instr *in = instr(c, I_KERNEL, kc->node);
   in->kernel = found;
-  const Kernel *kk = p->kernels[found];
+  const Kernel *kk = c->p->kernels[found];
   for (int i = 0; i < kk->nbufs; i++) in->op[in->nop++] = kc->ops[i];
   for (int i = 0; i < kc->nscal; i++) in->op[in->nop++] = kc->ops[KIR_MAX_BUFS + i];
 }
@@ -307,15 +316,11 @@ static void lower_gemm(Ctx *c, int id) {
       Y = (View){.vb = buf_of(c, id), .rows_per_batch_ld = fo ? Nn : d1 * Nn, .stride = fo ? d0 * Nn : Nn};
     }
     gemm(c, id, 'N', lin ? 'T' : 'N', M, Nn, K, X, W, Y, 0, batch);
-    if (n->nin == 3) { /* bias, broadcast over rows */
-      KCall kc = kc_new("bias_add", R, id);
+    if (n->nin == 3) { /* bias, broadcast over rows: element r takes bias r mod N */
+      KCall kc = kc_flat("bias_add", R * Nn, id);
       Kernel *k = kc.k;
       int y = kc_node(c, &kc, id, true), b = kc_node(c, &kc, n->in[2], false);
-      int j = kir_for(k, kir_i(k, Nn));
-      int idx = kir_e(k, K_IADD, kir_e(k, K_IMUL, kir_row(k), kir_i(k, Nn), 0), j, 0);
-      kir_store(k, y, idx, '+', kir_ld(k, b, j));
-      kir_end(k);
-      k->work = Nn;
+      kir_store(k, y, kir_row(k), '+', kir_ld(k, b, kir_e(k, K_IMOD, kir_row(k), kir_i(k, Nn), 0)));
       kc_emit(c, &kc);
     }
     break;
@@ -360,7 +365,7 @@ static int64_t last_dim(const Shape *s) { return s->nd ? s->d[s->nd - 1] : 1; }
 /* A plain elementwise node (not fused into a consumer): out[r] = f(inputs[r]). */
 static void lower_elementwise(Ctx *c, int id) {
   const char *name = ir_ops[N(c, id)->op].name;
-  KCall kc = kc_new(name + (name[0] == '.'), shape_numel(&N(c, id)->shape), id);
+  KCall kc = kc_flat(name + (name[0] == '.'), shape_numel(&N(c, id)->shape), id);
   int out = kc_node(c, &kc, id, true);
   int v = elem_expr(c, &kc, id, kir_row(kc.k));
   kir_store(kc.k, out, kir_row(kc.k), '=', v);
@@ -369,7 +374,7 @@ static void lower_elementwise(Ctx *c, int id) {
 
 static void lower_param_grad(Ctx *c, int id) {
   const IrNode *n = N(c, id);
-  KCall kc = kc_new("param_grad", shape_numel(&n->shape), id);
+  KCall kc = kc_flat("param_grad", shape_numel(&n->shape), id);
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true);
   kir_store(kc.k, g, kir_row(kc.k), '+', val(c, &kc, n->in[0], kir_row(kc.k)));
   kc_emit(c, &kc);
@@ -378,7 +383,7 @@ static void lower_param_grad(Ctx *c, int id) {
 static void lower_embedding(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   int64_t S = n->shape.d[0], B = n->shape.d[1], H = n->shape.d[2];
-  KCall kc = kc_new("embedding", S * B, id);
+  KCall kc = kc_block("embedding", S * B, H, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true), ids = kc_node(c, &kc, n->in[0], false), w = kc_node(c, &kc, n->in[1], false);
   int r = kir_row(k);
@@ -388,12 +393,12 @@ static void lower_embedding(Ctx *c, int id) {
     int v0 = kc_iscalar(&kc, vstart(n->a.vlocal));
     int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
     int mine = kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
-    int j = kir_for(k, kir_i(k, H));
+    int j = kir_tfor(k, kir_i(k, H));
     kir_store(k, y, idx2(k, r, H, j), '=',
               kir_e(k, K_SEL, mine, kir_ld(k, w, idx2(k, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)), H, j)), kir_f(k, 0)));
     kir_end(k);
   } else {
-    int j = kir_for(k, kir_i(k, H));
+    int j = kir_tfor(k, kir_i(k, H));
     kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, tok, H, j)));
     kir_end(k);
   }
@@ -406,7 +411,7 @@ static void lower_embedding_dw(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *dy = &N(c, n->in[1])->shape;
   int64_t S = dy->d[0], B = dy->d[1], H = dy->d[2];
-  KCall kc = kc_new("embedding_dw", H, id);
+  KCall kc = kc_flat("embedding_dw", H, id);
   Kernel *k = kc.k;
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true), ids = kc_node(c, &kc, n->in[0], false),
       d = kc_node(c, &kc, n->in[1], false);
@@ -432,35 +437,36 @@ static void lower_pos_embedding(Ctx *c, int id, bool grad) {
   const IrNode *n = N(c, id);
   const Shape *sh = grad ? &N(c, n->in[0])->shape : &n->shape;
   int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2];
-  KCall kc = kc_new(grad ? "pos_embedding_dw" : "pos_embedding", grad ? S : S * B, id);
+  KCall kc = kc_block(grad ? "pos_embedding_dw" : "pos_embedding", grad ? S : S * B, H, id);
   Kernel *k = kc.k;
   int r = kir_row(k);
   if (!grad) {
     int y = kc_node(c, &kc, id, true), w = kc_node(c, &kc, n->in[0], false);
     int s = kir_let(k, kir_e(k, K_IDIV, r, kir_i(k, B), 0));
-    int j = kir_for(k, kir_i(k, H));
+    int j = kir_tfor(k, kir_i(k, H));
     kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, s, H, j)));
     kir_end(k);
     k->work = H;
-  } else {
+  } else { /* row s: dW[s, j] += sum over b of dy[s, b, j], the b in order */
     int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true), d = kc_node(c, &kc, n->in[0], false);
+    int j = kir_tfor(k, kir_i(k, H));
+    int acc = kir_let(k, kir_f(k, 0));
     int b = kir_for(k, kir_i(k, B));
-    int row = kir_let(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, B), 0), b, 0));
-    int j = kir_for(k, kir_i(k, H));
-    kir_store(k, g, idx2(k, r, H, j), '+', kir_ld(k, d, idx2(k, row, H, j)));
+    kir_set(k, acc, '+', kir_ld(k, d, idx2(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, B), 0), b, 0), H, j)));
     kir_end(k);
+    kir_store(k, g, idx2(k, r, H, j), '+', acc);
     kir_end(k);
     k->work = B * H;
   }
   kc_emit(c, &kc);
 }
 
-/* rmsnorm / layernorm forward: rows of D; saves rstd (and the mean) per row. */
+/* rmsnorm / layernorm forward: a row of D per block; saves rstd (and the mean) per row. */
 static void lower_norm(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM;
   int64_t D = last_dim(&n->shape), R = shape_numel(&n->shape) / D;
-  KCall kc = kc_new(rms ? "rmsnorm" : "layernorm", R, id);
+  KCall kc = kc_block(rms ? "rmsnorm" : "layernorm", R, D, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true), w = kc_node(c, &kc, n->in[1], false);
   int st = kc_vbuf(c, &kc, c->p->node_aux[id], true);
@@ -468,24 +474,20 @@ static void lower_norm(Ctx *c, int id) {
   int r = kir_row(k);
   int mean = kir_f(k, 0);
   if (!rms) {
-    int sum = kir_let(k, kir_f(k, 0));
-    int j = kir_for(k, kir_i(k, D));
-    kir_set(k, sum, '+', val(c, &kc, n->in[0], idx2(k, r, D, j)));
-    kir_end(k);
+    int j = kir_reduce(k, kir_i(k, D));
+    int sum = kir_reduce_end(k, '+', val(c, &kc, n->in[0], idx2(k, r, D, j)));
     mean = kir_let(k, kir_e(k, K_DIV, sum, kir_f(k, (double)D), 0));
   }
-  int ss = kir_let(k, kir_f(k, 0));
-  int j = kir_for(k, kir_i(k, D));
+  int j = kir_reduce(k, kir_i(k, D));
   int xv = kir_let(k, kir_e(k, K_SUB, val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0));
-  kir_set(k, ss, '+', kir_e(k, K_MUL, xv, xv, 0));
-  kir_end(k);
+  int ss = kir_reduce_end(k, '+', kir_e(k, K_MUL, xv, xv, 0));
   int rstd = kir_let(k, kir_e(k, K_RSQRT, kir_e(k, K_ADD, kir_e(k, K_DIV, ss, kir_f(k, (double)D), 0), kir_f(k, n->a.eps), 0), 0, 0));
   if (rms) kir_store(k, st, r, '=', rstd);
   else {
     kir_store(k, st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', mean);
     kir_store(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=', rstd);
   }
-  j = kir_for(k, kir_i(k, D));
+  j = kir_tfor(k, kir_i(k, D));
   int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0), rstd, 0);
   int out = kir_e(k, K_MUL, xh, kir_ld(k, w, j), 0);
   if (!rms) out = kir_e(k, K_ADD, out, kir_ld(k, bb, j), 0);
@@ -495,12 +497,12 @@ static void lower_norm(Ctx *c, int id) {
   kc_emit(c, &kc);
 }
 
-/* rmsnorm_dx / layernorm_dx: rows of D from dy, x, w and the saved statistics. */
+/* rmsnorm_dx / layernorm_dx: a row of D per block, from dy, x, w and the saved statistics. */
 static void lower_norm_dx(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM_DX;
   int64_t D = last_dim(&n->shape), R = shape_numel(&n->shape) / D;
-  KCall kc = kc_new(rms ? "rmsnorm_dx" : "layernorm_dx", R, id);
+  KCall kc = kc_block(rms ? "rmsnorm_dx" : "layernorm_dx", R, D, id);
   Kernel *k = kc.k;
   int dx = kc_node(c, &kc, id, true), x = kc_node(c, &kc, n->in[1], false), w = kc_node(c, &kc, n->in[2], false);
   int st = kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
@@ -512,16 +514,18 @@ static void lower_norm_dx(Ctx *c, int id) {
     rstd = kir_let(k, kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)));
   }
   /* g = dy*w, xhat = (x - mean) * rstd; sums of g*xhat (and g) over the row */
-  int sgx = kir_let(k, kir_f(k, 0)), sg = kir_let(k, kir_f(k, 0));
-  int j = kir_for(k, kir_i(k, D));
+  int j = kir_reduce(k, kir_i(k, D));
   int gv = kir_let(k, kir_e(k, K_MUL, val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0));
   int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, r, D, j)), mean, 0), rstd, 0);
-  kir_set(k, sgx, '+', kir_e(k, K_MUL, gv, xh, 0));
-  if (!rms) kir_set(k, sg, '+', gv);
-  kir_end(k);
+  int sgx = kir_reduce_end(k, '+', kir_e(k, K_MUL, gv, xh, 0));
   int mgx = kir_let(k, kir_e(k, K_DIV, sgx, kir_f(k, (double)D), 0));
-  int mg = kir_let(k, kir_e(k, K_DIV, sg, kir_f(k, (double)D), 0));
-  j = kir_for(k, kir_i(k, D));
+  int mg = kir_f(k, 0);
+  if (!rms) {
+    j = kir_reduce(k, kir_i(k, D));
+    int sg = kir_reduce_end(k, '+', kir_e(k, K_MUL, val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0));
+    mg = kir_let(k, kir_e(k, K_DIV, sg, kir_f(k, (double)D), 0));
+  }
+  j = kir_tfor(k, kir_i(k, D));
   int gv2 = kir_e(k, K_MUL, val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0);
   int xh2 = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, r, D, j)), mean, 0), rstd, 0);
   /* rms: rstd (g - xhat mean(g xhat)); layer: rstd (g - mean(g) - xhat mean(g xhat)) */
@@ -539,7 +543,7 @@ static void lower_norm_dw(Ctx *c, int id) {
   bool rms = n->op == OP_RMSNORM_DW;
   const Shape *xs = &N(c, n->in[1])->shape;
   int64_t D = last_dim(xs), R = shape_numel(xs) / D;
-  KCall kc = kc_new(rms ? "rmsnorm_dw" : "layernorm_dw", D, id);
+  KCall kc = kc_flat(rms ? "rmsnorm_dw" : "layernorm_dw", D, id);
   Kernel *k = kc.k;
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true), x = kc_node(c, &kc, n->in[1], false);
   int st = kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
@@ -561,7 +565,7 @@ static void lower_bias_db(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ds = &N(c, n->in[0])->shape;
   int64_t Nn = last_dim(ds), R = shape_numel(ds) / Nn;
-  KCall kc = kc_new("bias_db", Nn, id);
+  KCall kc = kc_flat("bias_db", Nn, id);
   Kernel *k = kc.k;
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true);
   int acc = kir_let(k, kir_f(k, 0));
@@ -581,11 +585,11 @@ static void lower_rope(Ctx *c, int id) {
   int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2], D = sh->d[3], half = D / 2;
   /* one row per position s: the angle's cosine and sine are computed once per (s, j) and used
    * for all B*H heads at that position */
-  KCall kc = kc_new(inv ? "rope_dx" : "rope", S, id);
+  KCall kc = kc_block(inv ? "rope_dx" : "rope", S, half, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true);
   int s = kir_row(k);
-  int j = kir_for(k, kir_i(k, half));
+  int j = kir_tfor(k, kir_i(k, half));
   /* inv_freq = 1 / theta^(2j/D), angle = s * inv_freq, in float32 as the reference */
   int fr = kir_e(k, K_DIV, kir_f(k, 1),
                  kir_e(k, K_POW, kir_f(k, n->a.theta),
@@ -610,54 +614,137 @@ static void lower_rope(Ctx *c, int id) {
   kc_emit(c, &kc);
 }
 
-/* attention and its gradients: the hand-written row functions of kernels/attention.h */
+/* ============================================================================================
+ * Attention as GEMMs (as llm.c's cuBLAS path): the scores of each (batch, query head) are an
+ * S x S matrix, QK^T and PV strided batched GEMMs over the [S,B,H,D] activations, the softmax a
+ * kernel between them. Grouped-query heads by strides: query head h = g*R + r reads kv head g, so
+ * for each r < R one GEMM covers the B*HK pairs (b, g), stepping R heads in q and one in k, v.
+ * ========================================================================================== */
+
+/* An attention operand: a buffer, its first element for r = 0, the elements added per r, the
+ * leading dimension and the elements between batches (b, g). */
+typedef struct AttOp {
+  int vb;
+  int64_t at, per_r, ld, stride;
+} AttOp;
+
+/* q-shaped [S,B,HQ,D] (q, o, do, dq), kv-shaped [S,B,HK,D] (k, v, dk, dv), scores [B*HQ,S,S] */
+static AttOp att_q(int vb, int64_t B, int64_t HQ, int64_t D, int64_t R) { return (AttOp){vb, 0, D, B * HQ * D, R * D}; }
+static AttOp att_kv(int vb, int64_t B, int64_t HK, int64_t D) { return (AttOp){vb, 0, 0, B * HK * D, D}; }
+static AttOp att_s(int vb, int64_t S, int64_t R) { return (AttOp){vb, 0, S * S, S, R * S * S}; }
+
+static View att_view(AttOp o, int r) { return (View){.vb = o.vb, .rows_per_batch_ld = o.ld, .base = 4 * (o.at + r * o.per_r), .stride = o.stride}; }
+
+/* C = alpha op(A) op(B) for each r < R, batched over the B*HK pairs; acc: C is kv-shaped and the
+ * R query heads of a group add into it in order (the first overwrites). */
+static void att_gemm(Ctx *c, int node, int64_t R, int64_t batch, char ta, char tb, int64_t m, int64_t n, int64_t k,
+                     double alpha, AttOp A, AttOp B, AttOp C, bool acc, const char *why) {
+  for (int r = 0; r < R; r++) {
+    gemm(c, node, ta, tb, m, n, k, att_view(A, r), att_view(B, r), att_view(C, r), acc && r > 0 ? 1 : 0, batch);
+    c->blk->ins[c->blk->n - 1].alpha = alpha;
+    c->blk->ins[c->blk->n - 1].why = why;
+  }
+}
+
+/* Row r = (b*HQ + h)*S + i of the scores: query position i sees keys [0, i] when causal. */
+static int att_keys(Kernel *k, int64_t S, bool causal) {
+  int i = kir_e(k, K_IMOD, kir_row(k), kir_i(k, S), 0);
+  return kir_let(k, causal ? kir_e(k, K_IADD, i, kir_i(k, 1), 0) : kir_i(k, S));
+}
+
 static void lower_attention(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   int fwd = n->op == OP_ATTENTION ? id : n->fwd;
   const IrNode *f = N(c, fwd);
-  const Shape *q = &N(c, f->in[0])->shape, *kv = &N(c, f->in[1])->shape;
-  int64_t S = q->d[0], B = q->d[1], HQ = q->d[2], HK = kv->d[2], D = q->d[3];
-  static const char *fns[] = {"ppk_attention_fwd_row", "ppk_attention_dq_row", "ppk_attention_dk_row", "ppk_attention_dv_row"};
-  static const char *names[] = {"attention", "attention_dq", "attention_dk", "attention_dv"};
-  int which = n->op == OP_ATTENTION ? 0 : n->op == OP_ATTENTION_DQ ? 1 : n->op == OP_ATTENTION_DK ? 2 : 3;
-  int64_t rows = B * (which <= 1 ? HQ : HK) * S;
-  KCall kc = kc_new(names[which], rows, id);
-  Kernel *k = kc.k;
-  /* the saved statistics: lse [B,HQ,S], then delta [B,HQ,S] written by the dq pass */
-  int aux = c->p->node_aux[fwd];
-  int args[16], na = 0;
-  int bq = kc_node(c, &kc, f->in[0], false), bk = kc_node(c, &kc, f->in[1], false), bv = kc_node(c, &kc, f->in[2], false);
-  args[na++] = -1 - bq, args[na++] = -1 - bk, args[na++] = -1 - bv;
-  int lse = kc_vbuf_at(c, &kc, aux, 0, which == 0);
-  int64_t delta_at = B * HQ * S * 4;
-  if (which == 0) {
-    args[na++] = -1 - kc_node(c, &kc, id, true);
-    args[na++] = -1 - lse;
-  } else {
-    args[na++] = -1 - kc_node(c, &kc, fwd, false);      /* o */
-    args[na++] = -1 - lse;
-    args[na++] = -1 - kc_node(c, &kc, n->in[4], false); /* dout */
-    if (which == 2) args[na++] = -1 - kc_vbuf_at(c, &kc, aux, delta_at, false);
-    args[na++] = -1 - kc_node(c, &kc, id, true);        /* dq, dk or dv */
-    if (which == 1) args[na++] = -1 - kc_vbuf_at(c, &kc, aux, delta_at, true);
+  const Shape *qs = &N(c, f->in[0])->shape, *kvs = &N(c, f->in[1])->shape;
+  int64_t S = qs->d[0], B = qs->d[1], HQ = qs->d[2], HK = kvs->d[2], D = qs->d[3], R = HQ / HK, batch = B * HK;
+  bool causal = f->a.causal;
+  AttOp q = att_q(buf_of(c, f->in[0]), B, HQ, D, R), kk = att_kv(buf_of(c, f->in[1]), B, HK, D),
+        v = att_kv(buf_of(c, f->in[2]), B, HK, D);
+  int lse = c->p->node_aux[fwd]; /* [B,HQ,S]: the log-sum-exp of each query's scores */
+  Shape ss = {3, {B * HQ, S, S}};
+  if (n->op == OP_ATTENTION) {
+    AttOp p = att_s(vbuf(c, "scores", BC_SCRATCH, ss, false), S, R);
+    att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
+    /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
+    KCall kc = kc_block("attention_softmax", B * HQ * S, S, id);
+    Kernel *k = kc.k;
+    int P = kc_vbuf(c, &kc, p.vb, true), L = kc_vbuf(c, &kc, lse, true);
+    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int j = kir_reduce(k, nk);
+    int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, S, j)));
+    j = kir_reduce(k, nk);
+    int l = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0));
+    kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
+    int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), l, 0));
+    j = kir_tfor(k, kir_i(k, S));
+    int e = kir_e(k, K_MUL, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0), inv, 0);
+    kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    kir_end(k);
+    k->work = 4 * S;
+    kc_emit(c, &kc);
+    att_gemm(c, id, R, batch, 'N', 'N', S, D, S, 1, p, v, att_q(buf_of(c, id), B, HQ, D, R), false, "O = P V");
+    return;
   }
-  int64_t dims[5] = {S, B, HQ, HK, D};
-  for (int i = 0; i < 5; i++) args[na++] = kir_i(k, dims[i]);
-  args[na++] = kir_f(k, f->a.scale);
-  args[na++] = kir_i(k, f->a.causal ? 1 : 0);
-  kir_call(k, fns[which], na, args);
-  k->work = S * D * 4;
-  kc_emit(c, &kc);
+  /* the backward: all three gradients at the first of the three nodes */
+  if (c->att_done[fwd]) return;
+  c->att_done[fwd] = true;
+  int gq = -1, gk = -1, gv = -1;
+  for (int i = id; i < c->g->nnodes; i++)
+    if (N(c, i)->fwd == fwd) {
+      if (N(c, i)->op == OP_ATTENTION_DQ) gq = i;
+      if (N(c, i)->op == OP_ATTENTION_DK) gk = i;
+      if (N(c, i)->op == OP_ATTENTION_DV) gv = i;
+    }
+  if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
+  AttOp dout = att_q(buf_of(c, n->in[3]), B, HQ, D, R);
+  AttOp p = att_s(vbuf(c, "probs", BC_SCRATCH, ss, false), S, R), dp = att_s(vbuf(c, "dscores", BC_SCRATCH, ss, false), S, R);
+  att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
+  {
+    /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
+    KCall kc = kc_block("attention_probs", B * HQ * S, S, id);
+    Kernel *k = kc.k;
+    int P = kc_vbuf(c, &kc, p.vb, true), L = kc_vbuf(c, &kc, lse, false);
+    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int l = kir_let(k, kir_ld(k, L, r));
+    int j = kir_tfor(k, kir_i(k, S));
+    int e = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), l, 0), 0, 0);
+    kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    kir_end(k);
+    k->work = 2 * S;
+    kc_emit(c, &kc);
+  }
+  att_gemm(c, id, R, batch, 'N', 'T', S, S, D, 1, dout, v, dp, false, "dP = dO V^T");
+  att_gemm(c, id, R, batch, 'T', 'N', S, D, S, 1, p, dout, att_kv(buf_of(c, gv), B, HK, D), true, "dV = P^T dO");
+  {
+    /* dS = scale P (dP - delta), delta = the row's sum of P dP (= dO . O) */
+    KCall kc = kc_block("attention_dscores", B * HQ * S, S, id);
+    Kernel *k = kc.k;
+    int P = kc_vbuf(c, &kc, p.vb, false), G = kc_vbuf(c, &kc, dp.vb, true);
+    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int j = kir_reduce(k, nk);
+    int delta = kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), kir_ld(k, G, idx2(k, r, S, j)), 0));
+    j = kir_tfor(k, kir_i(k, S));
+    int pv = kir_let(k, kir_ld(k, P, idx2(k, r, S, j)));
+    int ds = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, f->a.scale), pv, 0),
+                   kir_e(k, K_SUB, kir_ld(k, G, idx2(k, r, S, j)), delta, 0), 0);
+    kir_store(k, G, idx2(k, r, S, j), '=', ds);
+    kir_end(k);
+    k->work = 3 * S;
+    kc_emit(c, &kc);
+  }
+  att_gemm(c, id, R, batch, 'N', 'N', S, D, S, 1, dp, kk, att_q(buf_of(c, gq), B, HQ, D, R), false, "dQ = dS K");
+  att_gemm(c, id, R, batch, 'T', 'N', S, D, S, 1, dp, q, att_kv(buf_of(c, gk), B, HK, D), true, "dK = dS^T Q");
 }
 
 static void lower_chunk(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   int64_t w = last_dim(&n->shape), R = shape_numel(&n->shape) / w, P = n->a.parts, I = n->a.index;
-  KCall kc = kc_new("chunk", R, id);
+  KCall kc = kc_block("chunk", R, w, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true);
   int r = kir_row(k);
-  int j = kir_for(k, kir_i(k, w));
+  int j = kir_tfor(k, kir_i(k, w));
   int src = kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, P * w), 0), kir_e(k, K_IADD, kir_i(k, I * w), j, 0), 0);
   kir_store(k, y, idx2(k, r, w, j), '=', val(c, &kc, n->in[0], src));
   kir_end(k);
@@ -668,12 +755,12 @@ static void lower_chunk(Ctx *c, int id) {
 static void lower_concat(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   int64_t P = n->a.parts, w = last_dim(&n->shape) / P, R = shape_numel(&n->shape) / (w * P);
-  KCall kc = kc_new("concat", R, id);
+  KCall kc = kc_block("concat", R, w, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true);
   int r = kir_row(k);
   for (int part = 0; part < P; part++) {
-    int j = kir_for(k, kir_i(k, w));
+    int j = kir_tfor(k, kir_i(k, w));
     int dst = kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, P * w), 0), kir_e(k, K_IADD, kir_i(k, part * w), j, 0), 0);
     kir_store(k, y, dst, '=', n->in[part] < 0 ? kir_f(k, 0) : val(c, &kc, n->in[part], idx2(k, r, w, j)));
     kir_end(k);
@@ -686,42 +773,38 @@ static void lower_transpose(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *out = &n->shape; /* [d1, d0, F...] from [d0, d1, F...] */
   int64_t A = out->d[0], Bd = out->d[1], F = shape_numel(out) / (A * Bd);
-  KCall kc = kc_new("transpose_sb", A * Bd, id);
+  KCall kc = kc_block("transpose_sb", A * Bd, F, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true), x = kc_node(c, &kc, n->in[0], false);
   int r = kir_row(k);
   int a = kir_e(k, K_IDIV, r, kir_i(k, Bd), 0), b = kir_e(k, K_IMOD, r, kir_i(k, Bd), 0);
   int src = kir_let(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, A), 0), a, 0));
-  int j = kir_for(k, kir_i(k, F));
+  int j = kir_tfor(k, kir_i(k, F));
   kir_store(k, y, idx2(k, r, F, j), '=', kir_ld(k, x, idx2(k, src, F, j)));
   kir_end(k);
   k->work = F;
   kc_emit(c, &kc);
 }
 
-/* cross-entropy forward: per row log-sum-exp (saved) and loss; then the mean over rows. With
- * vocab-parallel logits each rank sees its columns: the row maximum, the sum of exponentials and
- * the target logit are reduced over the TP group between three kernels; [B,S,V] is never
- * gathered. Padded columns (past the real vocabulary) do not count. */
+/* cross-entropy forward: per row (a block each) the log-sum-exp (saved) and the loss; then the
+ * mean over rows. With vocab-parallel logits each rank sees its columns: the row maximum, the
+ * sum of exponentials and the target logit are reduced over the TP group between three kernels;
+ * [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not count. */
 static void lower_ce(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ls = &N(c, n->in[0])->shape;
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
   int rowloss = vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, false);
   if (!VL) {
-    KCall kc = kc_new("cross_entropy", R, id);
+    KCall kc = kc_block("cross_entropy", R, V, id);
     Kernel *k = kc.k;
     int lg = kc_node(c, &kc, n->in[0], false), lab = kc_node(c, &kc, n->in[1], false);
     int st = kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = kc_vbuf(c, &kc, rowloss, true);
     int r = kir_row(k);
-    int m = kir_let(k, kir_f(k, -3.0e38));
-    int j = kir_for(k, kir_i(k, V));
-    kir_set(k, m, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
-    kir_end(k);
-    int se = kir_let(k, kir_f(k, 0));
-    j = kir_for(k, kir_i(k, V));
-    kir_set(k, se, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
-    kir_end(k);
+    int j = kir_reduce(k, kir_i(k, V));
+    int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
+    j = kir_reduce(k, kir_i(k, V));
+    int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
     int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
     kir_store(k, st, r, '=', lse);
     int t = kir_ld(k, lab, r);
@@ -732,23 +815,20 @@ static void lower_ce(Ctx *c, int id) {
     int mx = vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, false);
     int sums = vbuf(c, "ce_sums", BC_SCRATCH, (Shape){2, {R, 2}}, false);
     /* 1: my columns' maximum, then the maximum over the group */
-    KCall k1 = kc_new("ce_vp_max", R, id);
+    KCall k1 = kc_block("ce_vp_max", R, VL, id);
     Kernel *k = k1.k;
     int lg = kc_node(c, &k1, n->in[0], false), m = kc_vbuf(c, &k1, mx, true);
     int v0 = kc_iscalar(&k1, vstart(VL));
     int r = kir_row(k);
-    int acc = kir_let(k, kir_f(k, -3.0e38));
-    int j = kir_for(k, kir_i(k, VL));
-    kir_if(k, kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0));
-    kir_set(k, acc, 'M', kir_ld(k, lg, idx2(k, r, VL, j)));
-    kir_end(k);
-    kir_end(k);
+    int j = kir_reduce(k, kir_i(k, VL));
+    int real = kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0);
+    int acc = kir_reduce_end(k, 'M', kir_e(k, K_SEL, real, kir_ld(k, lg, idx2(k, r, VL, j)), kir_f(k, -3.0e38)));
     kir_store(k, m, r, '=', acc);
     k->work = VL;
     kc_emit(c, &k1);
     allreduce(c, id, mx, R * 4, "tp", "max", "vocab-parallel cross-entropy: the row maximum over all columns");
     /* 2: my columns' sum of exponentials and, if the label is mine, its logit; then summed */
-    KCall k2 = kc_new("ce_vp_sums", R, id);
+    KCall k2 = kc_block("ce_vp_sums", R, VL, id);
     k = k2.k;
     lg = kc_node(c, &k2, n->in[0], false);
     int lab = kc_node(c, &k2, n->in[1], false);
@@ -757,12 +837,10 @@ static void lower_ce(Ctx *c, int id) {
     v0 = kc_iscalar(&k2, vstart(VL));
     r = kir_row(k);
     int mr = kir_let(k, kir_ld(k, m, r));
-    int se = kir_let(k, kir_f(k, 0));
-    j = kir_for(k, kir_i(k, VL));
-    kir_if(k, kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0));
-    kir_set(k, se, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, VL, j)), mr, 0), 0, 0));
-    kir_end(k);
-    kir_end(k);
+    j = kir_reduce(k, kir_i(k, VL));
+    real = kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0);
+    int se = kir_reduce_end(
+        k, '+', kir_e(k, K_SEL, real, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, VL, j)), mr, 0), 0, 0), kir_f(k, 0)));
     int loc = kir_let(k, kir_e(k, K_ISUB, kir_ld(k, lab, r), v0, 0));
     int mine = kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, VL), 0), 0));
     kir_store(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', se);
@@ -771,8 +849,8 @@ static void lower_ce(Ctx *c, int id) {
     k->work = 2 * VL;
     kc_emit(c, &k2);
     allreduce(c, id, sums, R * 8, "tp", "sum", "vocab-parallel cross-entropy: sums of exponentials and the target logit");
-    /* 3: log-sum-exp (saved for the backward) and the row's loss */
-    KCall k3 = kc_new("ce_vp_loss", R, id);
+    /* 3: log-sum-exp (saved for the backward) and the row's loss, a row per thread */
+    KCall k3 = kc_flat("ce_vp_loss", R, id);
     k = k3.k;
     m = kc_vbuf(c, &k3, mx, false);
     sm = kc_vbuf(c, &k3, sums, false);
@@ -783,14 +861,14 @@ static void lower_ce(Ctx *c, int id) {
     kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0));
     kc_emit(c, &k3);
   }
-  KCall mc = kc_new("mean", 1, id);
+  /* the mean over the rows: one block */
+  KCall mc = kc_block("mean", 1, R, id);
   Kernel *mk = mc.k;
   int out = kc_node(c, &mc, id, true), src = kc_vbuf(c, &mc, rowloss, false);
-  int acc = kir_let(mk, kir_f(mk, 0));
-  int i = kir_for(mk, kir_i(mk, R));
-  kir_set(mk, acc, '+', kir_ld(mk, src, i));
-  kir_end(mk);
+  int i = kir_reduce(mk, kir_i(mk, R));
+  int acc = kir_reduce_end(mk, '+', kir_ld(mk, src, i));
   kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, (double)R), 0));
+  mk->work = R;
   kc_emit(c, &mc);
   Instr *in = instr(c, I_LOSS, id);
   in->op[in->nop++] = ob(buf_of(c, id), 0);
@@ -801,7 +879,7 @@ static void lower_ce_dx(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ls = &n->shape;
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1];
-  KCall kc = kc_new("cross_entropy_dx", R, id);
+  KCall kc = kc_block("cross_entropy_dx", R, V, id);
   Kernel *k = kc.k;
   int dl = kc_node(c, &kc, id, true), lg = kc_node(c, &kc, n->in[0], false), lab = kc_node(c, &kc, n->in[1], false),
       seed = kc_node(c, &kc, n->in[2], false), st = kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
@@ -811,7 +889,7 @@ static void lower_ce_dx(Ctx *c, int id) {
   int t = kir_let(k, kir_ld(k, lab, r));
   /* vocab-parallel: column j is global column v0 + j; padded columns get no gradient */
   int v0 = n->a.vlocal ? kc_iscalar(&kc, vstart(n->a.vlocal)) : kir_i(k, 0);
-  int j = kir_for(k, kir_i(k, V));
+  int j = kir_tfor(k, kir_i(k, V));
   int gj = kir_let(k, kir_e(k, K_IADD, v0, j, 0));
   int p = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), lse, 0), 0, 0);
   int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, gj, t, 0), kir_f(k, 1), kir_f(k, 0));
@@ -826,6 +904,29 @@ static void lower_ce_dx(Ctx *c, int id) {
 /* ============================================================================================
  * The optimizer: AdamW per parameter, weight decay on parameters of rank >= 2
  * ========================================================================================== */
+
+/* The gradient norm: the sum of squares of each parameter's gradient the rank owns, by a kernel
+ * of NORM_BLOCKS blocks, each the sum over its contiguous part of the gradient, into NORM_BLOCKS
+ * partials per parameter; ppr launches it for the owned parameters and adds the partials in
+ * double, in parameter order (grad_norm in the listing). */
+#define NORM_BLOCKS 64
+static void grad_norm(Ctx *c) {
+  Kernel *k = kir_new("sumsq", KM_BLOCK, NORM_BLOCKS, 256);
+  int x = kir_buf(k, "p0", false, false), out = kir_buf(k, "p1", false, true);
+  int n = kir_iarg(k, 0);
+  int part = kir_let(k, kir_e(k, K_IDIV, kir_e(k, K_IADD, n, kir_i(k, NORM_BLOCKS - 1), 0), kir_i(k, NORM_BLOCKS), 0));
+  int start = kir_let(k, kir_e(k, K_IMUL, kir_row(k), part, 0));
+  int left = kir_let(k, kir_e(k, K_ISUB, n, start, 0));
+  int j = kir_reduce(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, part, 0), left, part));
+  int v = kir_let(k, kir_ld(k, x, kir_e(k, K_IADD, start, j, 0)));
+  int sum = kir_reduce_end(k, '+', kir_e(k, K_MUL, v, v, 0));
+  kir_store(k, out, kir_row(k), '=', sum);
+  k->work = 1 << 20;
+  Instr *in = instr(c, I_GRADNORM, -1);
+  in->kernel = kc_register(c, k);
+  int partials = vbuf(c, "norm_partials", BC_SCRATCH, (Shape){2, {c->g->nparams, NORM_BLOCKS}}, false);
+  in->op[in->nop++] = ob(partials, 0);
+}
 
 static void lower_adamw(Ctx *c) {
   Program *p = c->p;
@@ -854,7 +955,7 @@ static void lower_adamw(Ctx *c) {
       if (p->vb[b].cls == BC_GRAD) first = b;
     if (first >= 0) allreduce(c, -1, first, -1, "dp", "sum", "data parallelism: the replicas' gradients");
   }
-  instr(c, I_GRADNORM, -1);
+  grad_norm(c);
   for (int i = 0; i < c->g->nparams; i++) {
     int vp = -1, vg = -1, vm = -1, vv = -1;
     for (int b = 0; b < p->nvb; b++)
@@ -865,7 +966,7 @@ static void lower_adamw(Ctx *c) {
         if (p->vb[b].cls == BC_ADAM_V) vv = b;
       }
     const IrParam *q = &c->g->params[i];
-    KCall kc = kc_new("adamw", shape_numel(&q->shape), -1);
+    KCall kc = kc_flat("adamw", shape_numel(&q->shape), -1);
     Kernel *k = kc.k;
     int P = kc_vbuf(c, &kc, vp, true), G = kc_vbuf(c, &kc, vg, false), M = kc_vbuf(c, &kc, vm, true),
         V = kc_vbuf(c, &kc, vv, true);
@@ -915,6 +1016,7 @@ static void analyse(Ctx *c) {
   c->saved = xcalloc((size_t)nn, sizeof(bool));
   c->inlined = xcalloc((size_t)nn, sizeof(bool));
   c->phys = xcalloc((size_t)nn, sizeof(Layout));
+  c->att_done = xcalloc((size_t)nn, sizeof(bool));
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
     for (int k = 0; k < n->nin; k++) {
@@ -1025,7 +1127,7 @@ static void assign_buffers(Ctx *c) {
       const Shape *ls = &N(c, n->in[0])->shape;
       aux = (Shape){1, {ls->d[0] * ls->d[1]}};
     }
-    if (n->op == OP_ATTENTION) aux = (Shape){1, {2 * n->shape.d[0] * n->shape.d[1] * n->shape.d[2]}};
+    if (n->op == OP_ATTENTION) aux = (Shape){1, {n->shape.d[0] * n->shape.d[1] * n->shape.d[2]}}; /* lse [B,HQ,S] */
     if (aux.nd) {
       snprintf(name, sizeof name, "stats%d", i);
       p->node_aux[i] = vbuf(c, name, c->saved[i] ? BC_SLOT : BC_SCRATCH, aux, false);
@@ -1083,14 +1185,11 @@ static void lower_node(Ctx *c, int id) {
     break;
   case OP_ADD_BIAS: {
     int64_t Nn = last_dim(&n->shape), R = shape_numel(&n->shape) / Nn;
-    KCall kc = kc_new("add_bias", R, id);
+    KCall kc = kc_flat("add_bias", R * Nn, id); /* element r takes bias r mod N */
     Kernel *k = kc.k;
     int y = kc_node(c, &kc, id, true), b = kc_node(c, &kc, n->in[1], false);
-    int j = kir_for(k, kir_i(k, Nn));
-    int idx = idx2(k, kir_row(k), Nn, j);
-    kir_store(k, y, idx, '=', kir_e(k, K_ADD, val(c, &kc, n->in[0], idx), kir_ld(k, b, j), 0));
-    kir_end(k);
-    k->work = Nn;
+    int r = kir_row(k);
+    kir_store(k, y, r, '=', kir_e(k, K_ADD, val(c, &kc, n->in[0], r), kir_ld(k, b, kir_e(k, K_IMOD, r, kir_i(k, Nn), 0)), 0));
     kc_emit(c, &kc);
     break;
   }
@@ -1130,6 +1229,7 @@ Program *fuse_lower(const Graph *g) {
   free(c.saved);
   free(c.inlined);
   free(c.phys);
+  free(c.att_done);
   return p;
 }
 

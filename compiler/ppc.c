@@ -18,8 +18,8 @@ static const char usage[] =
     "  --schedule NAME    naive, gpipe or 1f1b\n"
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt)\n"
-    "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), c or cuda\n"
-    "                     (the kernel sources) to stdout\n"
+    "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), or the\n"
+    "                     kernel sources in c, opencl or cuda, to stdout\n"
     "  --help             this text\n"
     "  --version          the compiler's version\n";
 
@@ -92,9 +92,9 @@ static Cli parse_args(int argc, char **argv) {
       if (!*val) bad_usage("-o needs a directory%s", "");
       c.outdir = val;
     } else if (!strcmp(name, "--emit")) {
-      if (strcmp(val, "ast") && strcmp(val, "ir") && strcmp(val, "plan") && strcmp(val, "c") && strcmp(val, "cuda") &&
-          strcmp(val, "schedule") && strcmp(val, "program"))
-        bad_usage("--emit expects ast, ir, plan, schedule, program, c or cuda, got '%s'", val);
+      if (strcmp(val, "ast") && strcmp(val, "ir") && strcmp(val, "plan") && strcmp(val, "c") && strcmp(val, "opencl") &&
+          strcmp(val, "cuda") && strcmp(val, "schedule") && strcmp(val, "program"))
+        bad_usage("--emit expects ast, ir, plan, schedule, program, c, opencl or cuda, got '%s'", val);
       c.emit = val;
     } else {
       if (strcmp(val, "naive") && strcmp(val, "gpipe") && strcmp(val, "1f1b"))
@@ -228,8 +228,8 @@ static int compile(const Cli *cli) {
   }
   if (cli->emit && !strcmp(cli->emit, "schedule")) sched_print(stdout, sched);
   if (cli->emit && !strcmp(cli->emit, "plan")) pp_plan_print(stdout, g, plan);
-  if (cli->emit && (!strcmp(cli->emit, "c") || !strcmp(cli->emit, "cuda"))) {
-    Lang lang = !strcmp(cli->emit, "c") ? LANG_C : LANG_CUDA;
+  if (cli->emit && (!strcmp(cli->emit, "c") || !strcmp(cli->emit, "opencl") || !strcmp(cli->emit, "cuda"))) {
+    Lang lang = !strcmp(cli->emit, "c") ? LANG_C : !strcmp(cli->emit, "opencl") ? LANG_OPENCL : LANG_CUDA;
     for (int r = 0; r < g->cfg.pp; r++) { /* each stage's kernels, as its ranks compile them */
       Graph *sg = stage_graph(g, plan, r);
       if (!sg) goto out;
@@ -238,8 +238,7 @@ static int compile(const Cli *cli) {
       size_t len = 0, cap = 0;
       if (g->cfg.pp > 1) cg_append(&text, &len, &cap, "/* ======== stage %d of %lld: kernels_s%d ======== */\n", r,
                                    (long long)g->cfg.pp, r);
-      cg_render_prelude(lang, &text, &len, &cap);
-      for (int i = 0; i < prog->nk; i++) cg_render_kernel(prog->kernels[i], lang, &text, &len, &cap);
+      cg_kernel_source(prog, lang, &text, &len, &cap);
       fputs(text, stdout);
       free(text);
       prog_free(prog);

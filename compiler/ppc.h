@@ -285,8 +285,11 @@ Graph *tp_shard(const Graph *g); /* NULL after reporting a located error */
 int ad_backward(Graph *g); /* appends the backward nodes; 0 on success */
 
 /* ============================================================================================
- * cg_kir.c — the kernel IR: a kernel is a parallel loop over rows whose body is a small tree of
- * statements (inner loops, scalar temporaries, reductions, loads and stores) over expressions
+ * cg_kir.c — the kernel IR: a kernel is a grid of blocks of threads. A flat kernel gives each
+ * thread one row (an element); a block kernel gives each block one row, whose threads share the
+ * row's loops (KS_TFOR) and reductions (KS_REDUCE). The statements are a small tree (loops,
+ * scalar temporaries, reductions, loads and stores) over expressions; one renderer prints it as C,
+ * OpenCL C or CUDA C, differing by a language table.
  * ========================================================================================== */
 
 typedef enum KOp {
@@ -305,18 +308,23 @@ typedef struct KExpr {
   int64_t i;    /* K_I */
 } KExpr;
 
-typedef enum KStmtKind { KS_FOR, KS_LET, KS_SET, KS_STORE, KS_IF, KS_CALL } KStmtKind;
+/* KS_FOR: a loop every thread runs whole. KS_TFOR (block kernels): a loop whose iterations the
+ * block's threads share (thread t takes t, t+T, ...). KS_REDUCE (block kernels): the sum or
+ * maximum over j in [0, extent) of a value, computed as the GPU does it: thread t folds
+ * j = t, t+T, ... in order, then a tree over the T partials (t += t + s for s = T/2 .. 1); every
+ * thread gets the result. The order is fixed by T alone, so the result is deterministic. */
+typedef enum KStmtKind { KS_FOR, KS_TFOR, KS_REDUCE, KS_LET, KS_SET, KS_STORE, KS_IF } KStmtKind;
 
 typedef struct KStmt {
   KStmtKind kind;
-  int var;       /* KS_FOR: the loop variable; KS_LET/KS_SET: the temporary */
-  int a, b;      /* KS_FOR: extent a; KS_LET/KS_SET: value a; KS_STORE: index a, value b; KS_IF: cond a */
+  int var;       /* KS_FOR/KS_TFOR: the loop variable; KS_LET/KS_SET: the temporary; KS_REDUCE: the result */
+  int lv;        /* KS_REDUCE: the loop variable */
+  int a, b;      /* loops: extent a; KS_LET/KS_SET: value a; KS_STORE: index a, value b; KS_IF: cond a;
+                  * KS_REDUCE: extent a, the folded value b (read after the body) */
   int buf;       /* KS_STORE: the buffer */
-  char op;       /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum */
-  int body;      /* KS_FOR, KS_IF: first statement inside, -1 if none */
+  char op;       /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum; KS_REDUCE: '+' or 'M' */
+  int body;      /* loops, KS_IF, KS_REDUCE: first statement inside, -1 if none */
   int next;      /* the next statement in the same list, -1 at the end */
-  const char *fn;/* KS_CALL: a template row function from kernels/; args in cargs */
-  int cargs[16], ncargs; /* KS_CALL: expressions; buffers are passed as (-1 - buffer index) */
 } KStmt;
 
 typedef struct KBuf {
@@ -325,11 +333,20 @@ typedef struct KBuf {
   bool written;
 } KBuf;
 
+typedef enum KMode {
+  KM_FLAT,  /* one row per thread: rows are elements (or columns) */
+  KM_BLOCK, /* one row per block: its threads share the row's KS_TFOR loops and KS_REDUCEs */
+} KMode;
+
 #define KIR_MAX_BUFS 12
+#define KIR_MAX_BLOCK 1024 /* threads per block: a power of two up to this */
+#define KIR_MAX_GRID 65536 /* blocks launched at most; grid-stride loops cover any more rows */
 typedef struct Kernel {
   char name[48];
-  int64_t rows;          /* the parallel loop's trip count */
-  int64_t work;          /* rough operations per row, for the parallel threshold */
+  KMode mode;
+  int64_t rows;          /* the rows the grid covers */
+  int block;             /* threads per block T, a power of two */
+  int64_t work;          /* rough operations per row, for the C renderer's parallel threshold */
   KBuf bufs[KIR_MAX_BUFS];
   int nbufs;
   int nargs;             /* scalar arguments after the buffers */
@@ -343,10 +360,20 @@ typedef struct Kernel {
   bool var_int[64];
   int open[8], nopen;    /* statement lists being appended to (builder state) */
   int tail[8];
+  bool reduces;          /* has a KS_REDUCE: needs T floats of local (shared) memory */
 } Kernel;
 
-Kernel *kir_new(const char *name, int64_t rows);
+/* The launch geometry of a kernel: blocks, threads per block, local (shared) memory bytes. */
+typedef struct KGeom {
+  int64_t grid;
+  int block;
+  int64_t local;
+} KGeom;
+
+Kernel *kir_new(const char *name, KMode mode, int64_t rows, int block);
 void kir_free(Kernel *k);
+KGeom kir_geom(const Kernel *k);
+int kir_block_for(int64_t width);                   /* threads for a row of width: 32..256, a power of two */
 int kir_buf(Kernel *k, const char *name, bool is_int, bool written);
 int kir_e(Kernel *k, KOp op, int a, int b, int c);  /* an expression node */
 int kir_f(Kernel *k, double f);
@@ -359,14 +386,18 @@ int kir_let(Kernel *k, int value);                  /* a new temporary = value; 
 void kir_set(Kernel *k, int var_expr, char op, int value);
 void kir_store(Kernel *k, int buf, int idx, char op, int value);
 int kir_for(Kernel *k, int extent);                 /* opens a loop; returns the loop variable's expr */
+int kir_tfor(Kernel *k, int extent);                /* opens a loop shared by the block's threads */
+int kir_reduce(Kernel *k, int extent);              /* opens a reduction's body; returns its loop variable */
+int kir_reduce_end(Kernel *k, char op, int value);  /* closes it; returns the result (a temporary) */
 void kir_if(Kernel *k, int cond);                   /* opens a conditional */
 void kir_end(Kernel *k);                            /* closes the innermost loop or conditional */
-void kir_call(Kernel *k, const char *fn, int nargs, const int *args);
 
-typedef enum Lang { LANG_C, LANG_CUDA } Lang;
+/* ORDER Lang: the language tables of cg_kir.c */
+typedef enum Lang { LANG_C, LANG_OPENCL, LANG_CUDA } Lang;
 /* Render one kernel; the text is appended to *out (a growing NUL-terminated buffer). */
 void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_t *cap);
 void cg_render_prelude(Lang lang, char **out, size_t *len, size_t *cap);
+const char *cg_lang_name(Lang lang); /* "c", "opencl", "cuda": the --emit word */
 void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ============================================================================================
@@ -416,7 +447,7 @@ typedef struct Instr {
   double value;               /* I_SEED */
   char group[16];             /* I_ALLREDUCE: tp, tp/R (runs of R TP ranks sharing a shard), dp */
   const char *redop;          /* I_ALLREDUCE: sum or max */
-  const char *why;            /* I_ALLREDUCE: a comment for the listing */
+  const char *why;            /* a comment for the listing (a string constant), or NULL */
   int node;                   /* the IR node it implements, for the listing's comments; -1 */
 } Instr;
 
@@ -488,6 +519,8 @@ void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt 
 /* rankR.prog; with kernels, also the stage's kernels (C, CUDA, .so); dir NULL: the listing to
  * stdout. 0 on success. */
 int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool kernels, const char *cc_cache);
+/* A stage's kernels in one language: the prelude, then every kernel. */
+void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap);
 
 /* ============================================================================================
  * pp_plan.c — the partition of layers and parameters over pipeline stages

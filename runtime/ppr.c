@@ -1,5 +1,7 @@
 /* ppr.c - the runtime's command line: each rank loads DIR/rankR.prog, initialises, trains for N steps over MPI, reports, saves. */
 #include "rt_comm.h"
+#include "rt_dev.h"
+#include "rt_mesh.h"
 #include "rt_prog.h"
 
 #include <errno.h>
@@ -20,6 +22,8 @@ static const char usage[] =
     "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
     "1-rank world.\n"
     "\n"
+    "  --device D                  where the program runs: cpu (the default; also PPR_DEVICE),\n"
+    "                              opencl, opencl:N (the N-th OpenCL device), cuda, cuda:N\n"
     "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
     "  --data FILE                 training tokens: an llm.c token file, or text whose bytes are\n"
@@ -42,7 +46,7 @@ static const char usage[] =
     "  --version                   ppr's version and the listing format it reads\n";
 
 typedef struct {
-    const char *dir, *init, *data, *save_grads, *save, *log, *trace;
+    const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
     uint64_t seed;
     int have_seed, quiet;
     int64_t steps;
@@ -51,6 +55,7 @@ typedef struct {
 
 static char err[ERRLEN];
 static RtComm *comm; /* the world: MPI under mpirun, else this process alone */
+static RtDev *dev;   /* this rank's device (--device) */
 static int me, nranks;
 
 static void bad_usage(const char *fmt, ...) RT_FMT(1, 2);
@@ -81,6 +86,8 @@ static void print_err(const char *msg) {
 _Noreturn static void exit_all(int code) {
     fflush(stdout);
     fflush(stderr);
+    rt_dev_close(dev); /* its queue drained and its objects released before the libraries unload */
+    dev = NULL;
     rt_comm_finalize(comm);
     exit(code);
 }
@@ -192,7 +199,7 @@ static void parse_cli(int argc, char **argv, Cli *c) {
         }
         static const char *const with_value[] = {"--init", "--seed", "--data", "--steps", "--lr", "--beta1", "--beta2",
                                                  "--eps", "--wd", "--clip", "--save-grads", "--save", "--log",
-                                                 "--trace"};
+                                                 "--trace", "--device"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(flag, with_value[k]);
         if (!known) bad_usage("unknown option '%s'", a);
@@ -218,9 +225,16 @@ static void parse_cli(int argc, char **argv, Cli *c) {
         else if (!strcmp(flag, "--save")) c->save = v;
         else if (!strcmp(flag, "--log")) c->log = v;
         else if (!strcmp(flag, "--trace")) c->trace = v;
+        else if (!strcmp(flag, "--device")) c->device = v;
         if (!*v) bad_usage("%s: empty value", flag);
     }
     if (!c->dir) bad_usage("no program directory DIR");
+    if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
+    RtDevKind kind;
+    int index;
+    if (rt_dev_parse(c->device, &kind, &index))
+        bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
+                  getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
     if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
     if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
 }
@@ -281,10 +295,16 @@ typedef struct {
 static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, char *e, size_t elen) {
     Buf b = {0};
     uint64_t count = 0;
+    int64_t most = 1;
     if (p->dp_rank == 0)
-        for (int i = 0; i < p->nparams; i++) count += p->params[i].owned;
+        for (int i = 0; i < p->nparams; i++) {
+            count += p->params[i].owned;
+            if (p->params[i].owned && p->params[i].numel > most) most = p->params[i].numel;
+        }
+    float *host = malloc((size_t)most * sizeof *host);
+    int rc = host ? 0 : rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
     put_u64(&b, count);
-    for (int i = 0; i < p->nparams && p->dp_rank == 0; i++) {
+    for (int i = 0; i < p->nparams && p->dp_rank == 0 && !rc; i++) {
         const RtParam *q = &p->params[i];
         if (!q->owned) continue;
         put_u64(&b, strlen(q->name));
@@ -293,10 +313,11 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
         put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
         int64_t shard[4] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense};
         put(&b, shard, sizeof shard);
-        put(&b, grads ? rt_exec_grad(x, i) : rt_exec_param(x, i), (size_t)q->numel * sizeof(float));
+        rc = rt_exec_read_param(x, i, grads, host, e, elen);
+        put(&b, host, (size_t)q->numel * sizeof(float));
     }
-    int rc = 0;
-    if (b.oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+    free(host);
+    if (!rc && b.oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
     if (!rt_comm_all_ok(comm, rc == 0)) { /* some rank could not pack: no gather */
         free(b.b);
         if (!rc) rt_fail_at(e, elen, __FILE__, __LINE__, "another rank ran out of memory");
@@ -608,16 +629,18 @@ int main(int argc, char **argv) {
     }
     settle(rc);
     int model_tied = 0;
-    if (rt_comm_setup(comm, p, c.dir, &model_tied, err, sizeof err)) {
+    if (rt_mesh_check(comm, p, c.dir, &model_tied, err, sizeof err)) {
         if (me == 0) print_err(err); /* the same verdict on every rank */
         exit_all(1);
     }
+    rt_comm_groups(comm, p);
+    settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &dev, err, sizeof err));
     RtExec *x = NULL;
-    settle(rt_exec_open(p, c.dir, &x, err, sizeof err));
+    settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
     rt_exec_set_comm(x, comm);
 
     if (c.init) settle(rt_init_load(p, x, c.init, model_tied, err, sizeof err));
-    else rt_init_seed(p, x, c.seed);
+    else settle(rt_init_seed(p, x, c.seed, err, sizeof err));
 
     /* the data, unless no step reads it */
     RtData *d = NULL;
@@ -644,14 +667,16 @@ int main(int argc, char **argv) {
     int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches; /* M: the step's, over all replicas */
     if (!c.quiet && me == 0) {
         if (nranks == 1)
-            printf("ppr: %s: model %s, %d params, arena %lld bytes; data %s (%lld tokens); %lld steps of %lld tokens\n",
-                   path, p->model, p->nparams, (long long)p->arena, data_name, (long long)rt_data_len(d),
+            printf("ppr: %s: model %s, %d params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld "
+                   "tokens\n",
+                   path, p->model, p->nparams, (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d),
                    (long long)c.steps, (long long)tokens);
         else
             printf("ppr: %s: model %s, mesh tp %d pp %d dp %d (%d ranks over MPI), %d params in the model; rank 0: %d "
-                   "params, arena %lld bytes; data %s (%lld tokens); %lld steps of %lld tokens\n",
+                   "params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld tokens\n",
                    c.dir, p->model, p->tp, p->pp, p->dp, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
-                   (long long)p->arena, data_name, (long long)rt_data_len(d), (long long)c.steps, (long long)tokens);
+                   (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d), (long long)c.steps,
+                   (long long)tokens);
         CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
     }
     double *walls = NULL, *comps = NULL;
@@ -665,8 +690,10 @@ int main(int argc, char **argv) {
     GradSave gs = {p, c.save_grads, 0};
     for (int64_t s = 0; s < c.steps; s++) {
         double t0 = rt_now_ms(), loss = 0, gnorm = 0;
-        if (rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err, sizeof err)) {
-            /* only the --save-grads hook fails, and every rank learns rank 0's verdict */
+        int rc = rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err,
+                              sizeof err);
+        if (rc == -2) die(err); /* this rank's device failed: the job ends */
+        if (rc) {               /* the --save-grads hook failed, and every rank learns rank 0's verdict */
             if (me == 0) print_err(err);
             exit_all(1);
         }
@@ -707,6 +734,8 @@ int main(int argc, char **argv) {
     free(comps);
     rt_data_close(d);
     rt_exec_close(x);
+    rt_dev_close(dev);
+    dev = NULL;
     rt_prog_free(p);
     free(path);
     rt_comm_finalize(comm);

@@ -1,16 +1,23 @@
-/* rt_comm.h - ppr's communication (rt_comm.c): MPI when a launcher started the process, else a one-rank world without MPI. */
+/* rt_comm.h - ppr's transport (rt_comm.c): MPI when a launcher started the process, else a one-rank world without MPI; messages and collectives on device buffers. */
 #ifndef RT_COMM_H
 #define RT_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rt_dev.h"
 #include "rt_prog.h"
 
 /*
  * Every function takes the RtComm of rt_comm_init; a NULL RtComm is a one-rank world (rank 0 of
  * 1, no MPI). Only rt_comm.c includes <mpi.h>. A failing MPI call is not returned: it prints
- * "ppr: error: MPI: CALL failed: MPI_Error_string [file:line]" on stderr and calls MPI_Abort.
+ * "ppr: error: MPI: CALL failed: MPI_Error_string [file:line]" on stderr and calls MPI_Abort; so
+ * does a failing device copy inside a message or collective.
+ *
+ * Messages and collectives name device buffers by their arena offset. Where the device's arena
+ * is host memory (rt_dev_host) MPI works on it directly; otherwise the bytes are staged through a
+ * host copy: read from the device before a send or a reduction, written back after a receive or a
+ * reduction.
  */
 typedef struct RtComm RtComm;
 
@@ -24,6 +31,7 @@ _Noreturn void rt_comm_abort(RtComm *c, int code);   /* MPI_Abort when started, 
 int rt_comm_rank(const RtComm *c);                   /* world rank */
 int rt_comm_size(const RtComm *c);                   /* world size */
 int rt_comm_uses_mpi(const RtComm *c);
+int rt_comm_local_rank(const RtComm *c);             /* among the ranks on this machine */
 
 /* ---- collectives over the world (every rank calls them, in the same order) ---------------- */
 
@@ -40,38 +48,36 @@ void rt_comm_bcast(RtComm *c, void *buf, size_t bytes, int root);
 int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, size_t *sizes, char *err,
                    size_t errlen);
 
+/* The largest message tag the MPI library allows (INT32_MAX without MPI). */
+int rt_comm_tag_ub(RtComm *c);
+/* An internal error: the message and where, then MPI_Abort (or exit). */
+_Noreturn void rt_comm_internal(const char *what, const char *file, int line);
+#define RT_INTERNAL(what) rt_comm_internal((what), __FILE__, __LINE__)
+
 /* ---- the program's communicators ----------------------------------------------------------- */
 
-/* Checks, on every rank at once, that the world's listings make one mesh: one rank per
- * (stage, tp_rank, dp_rank), the same mesh, step, vocab, model and model_param list, each rank's
- * peers the neighbouring stages' ranks, the boundary sizes of neighbours equal, the same schedule
- * and tp collectives in every TP group and the same dp collectives in every DP group, every shared
- * param in a group of two or more with equal allreduce_tied sizes, every model_param owned exactly
- * once by the ranks of dp_rank 0 (whole by one rank, or its dense rows by shards). Then builds the
- * communicators from the coordinates (MPI_Comm_split): the pipeline, tensor-parallel (and its
- * tp/R runs that any listing uses) and data-parallel groups and the embedding group (the ranks
- * holding a shared param with the same tp and dp coordinates). Collective; on failure every rank
- * returns -1 with the same message. dir names the listings in messages. *model_tied: some rank's
- * program has a tied param. */
-int rt_comm_setup(RtComm *c, const RtProg *p, const char *dir, int *model_tied, char *err, size_t errlen);
+/* After rt_mesh_check: the communicators from the coordinates (MPI_Comm_split): the pipeline,
+ * tensor-parallel (and its tp/R runs that any listing uses) and data-parallel groups and the
+ * embedding group (the ranks holding a shared param with the same tp and dp coordinates).
+ * Collective. */
+void rt_comm_groups(RtComm *c, const RtProg *p);
 
 /* The pipeline's point-to-point messages: post them all (MPI_Isend / MPI_Irecv on the world
  * communicator, peer = a world rank), then wait for all of them (MPI_Waitall). */
 typedef struct {
     int send; /* 1: MPI_Isend, 0: MPI_Irecv */
     int peer, tag;
-    void *buf;
-    int64_t count; /* floats */
+    int64_t off, bytes; /* the device buffer: arena offset and size */
 } RtP2p;
-void rt_comm_p2p_post(RtComm *c, int n, const RtP2p *ops); /* n <= 4 */
-void rt_comm_p2p_wait(RtComm *c);
+void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops); /* n <= 4 */
+void rt_comm_p2p_wait(RtComm *c, RtDev *d);
 
-/* SUM in place over the embedding group (allreduce_tied). */
-void rt_comm_allreduce_emb(RtComm *c, float *buf, int64_t count);
+/* SUM in place over the embedding group (allreduce_tied): count floats at arena offset off. */
+void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count);
 /* `allreduce GROUP OP`: in place over the TP group (RT_G_TP), the runs of sub consecutive TP ranks
  * (RT_G_TP_SUB) or the DP group (RT_G_DP); op RT_OP_SUM or RT_OP_MAX. Deterministic: every element
  * is reduced in the group's rank order, once, and every member gets the same bits. A group of one
- * (or a one-rank world) leaves buf as it is. */
-void rt_comm_allreduce(RtComm *c, int group, int sub, int op, float *buf, int64_t count);
+ * (or a one-rank world) leaves the buffer as it is. */
+void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count);
 
 #endif /* RT_COMM_H */

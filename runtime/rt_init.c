@@ -55,10 +55,19 @@ static int64_t real_rows(const Shard *h) {
     return n < h->len ? n : h->len;
 }
 
-void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed) {
+/* The largest param's element count: one host buffer serves them all. */
+static int64_t max_numel(const RtProg *p) {
+    int64_t n = 1;
+    for (int k = 0; k < p->nparams; k++)
+        if (p->params[k].numel > n) n = p->params[k].numel;
+    return n;
+}
+
+int rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed, char *err, size_t errlen) {
+    float *v = malloc((size_t)max_numel(p) * sizeof *v);
+    RT_CHECK_ALLOC(v);
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
-        float *v = rt_exec_param(x, k);
         /* every local element takes the value of its element of the dense tensor: dense row
          * start + r of block o; padding rows (at or past the dense rows) are 0 */
         Shard h = shard_of(q);
@@ -79,7 +88,13 @@ void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed) {
                 case RT_INIT_ZEROS: break;
                 }
             }
+        if (rt_exec_write_param(x, k, v, err, errlen)) {
+            free(v);
+            return -1;
+        }
     }
+    free(v);
+    return 0;
 }
 
 /* Read param q's values (its shard of the dense tensor t, padding rows 0) into dst. */
@@ -266,9 +281,15 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
         rt_st_close(f);
         return -1;
     }
+    float *v = malloc((size_t)max_numel(p) * sizeof *v);
+    if (!v) {
+        rt_st_close(f);
+        return RT_FAIL("out of memory");
+    }
     for (int k = 0; k < p->nparams; k++) {
         const RtParam *q = &p->params[k];
-        if (read_param(f, rt_st_find(f, q->name), q, rt_exec_param(x, k), err, errlen)) {
+        if (read_param(f, rt_st_find(f, q->name), q, v, err, errlen) || rt_exec_write_param(x, k, v, err, errlen)) {
+            free(v);
             rt_st_close(f);
             return -1;
         }
@@ -276,13 +297,14 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
     int rc = 0;
     if (head >= 0) {
         const RtParam *q = &p->params[p->tied];
-        const float *e = rt_exec_param(x, p->tied);
+        float *e = v;
         float *h = malloc((size_t)q->numel * sizeof *h);
         if (!h) {
+            free(v);
             rt_st_close(f);
             return RT_FAIL("out of memory");
         }
-        rc = read_param(f, head, q, h, err, errlen); /* the same slice as the embedding's */
+        rc = read_param(f, head, q, h, err, errlen) || rt_exec_read_param(x, p->tied, 0, e, err, errlen); /* the same slice as the embedding's */
         Shard sh = shard_of(q);
         for (int64_t i = 0; i < q->numel && !rc; i++) {
             if (h[i] == e[i] || (isnan(h[i]) && isnan(e[i]))) continue;
@@ -298,6 +320,7 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
         }
         free(h);
     }
+    free(v);
     rt_st_close(f);
     return rc;
 }

@@ -58,6 +58,14 @@ const char *rt_block_name(int b) { return b >= 0 && b < RT_NBLK ? block_names[b]
 const char *rt_scalar_name(int s) { return s >= 0 && s < RT_NSCALAR ? scalar_names[s] : "?"; }
 const char *rt_boundary_name(int k) { return k >= 0 && k < RT_NBND ? boundary_names[k] : "?"; }
 
+RtMsg rt_boundary_msg(int kind, int mb, int prev, int next) {
+    int fwd = kind == RT_BND_RECV_FWD || kind == RT_BND_SEND_FWD;
+    int to_next = kind == RT_BND_SEND_FWD || kind == RT_BND_RECV_BWD;
+    return (RtMsg){.send = kind == RT_BND_SEND_FWD || kind == RT_BND_SEND_BWD,
+                   .peer = to_next ? next : prev,
+                   .tag = 2 * mb + (fwd ? 0 : 1)};
+}
+
 /* ---- parser state -------------------------------------------------------------------------- */
 
 enum {
@@ -75,7 +83,7 @@ enum {
 enum { H_VERSION, H_COMPILER, H_HASH, H_MODEL, H_MESH, H_RANK, H_PEERS, H_STEP, H_VOCAB, H_KERNELS, H_COUNT };
 
 static const char *const header_forms[H_COUNT] = {
-    "ppr-program 1",
+    "ppr-program 2",
     "compiler NAME VERSION",
     "hash HEX16",
     "model NAME",
@@ -84,7 +92,7 @@ static const char *const header_forms[H_COUNT] = {
     "peers prev P next N",
     "step micro_batch B seq S microbatches M schedule NAME",
     "vocab N",
-    "kernels FILE HEX16",
+    "kernels NAME HEX16",
 };
 
 typedef struct {
@@ -99,7 +107,7 @@ typedef struct {
     RtProg *p;
     int sec, hdr;
     int reg_line[RT_NREG];
-    int cur_blk, cap_ins, cap_params, cap_kernels, cap_entries, cap_model;
+    int cur_blk, cap_ins, cap_params, cap_kernels, cap_entries, cap_model, cap_buffers;
     int grad_norm_line; /* line of the optimizer block's grad_norm, 0 if none yet */
     int stop_at_mesh, stopped; /* rt_prog_read_mesh: the header up to `mesh` only */
     /* schedule bookkeeping */
@@ -435,11 +443,12 @@ static int header_line(P *s, size_t after) {
         break;
     case H_KERNELS:
         if (want_nf(s, 3, form)) return -1;
-        if (!is_name(s->f[1]) || strchr(s->f[1], '/') || !strcmp(s->f[1], ".") || !strcmp(s->f[1], ".."))
-            return perr(s, "kernels: '%.60s' is not a file name in the program's directory", s->f[1]);
+        if (!is_ident(s->f[1]))
+            return perr(s, "kernels: '%.60s' is not a name (letters, digits, '_'): the kernel files are NAME.so, NAME.cl, "
+                           "NAME.cu in the program's directory", s->f[1]);
         if (!is_hex16(s->f[2])) return perr(s, "kernels: hash: expected 16 lowercase hex digits, found '%.60s'", s->f[2]);
-        g->kernels_file = dupstr(s->f[1]);
-        S_ALLOC(g->kernels_file);
+        g->kernels_base = dupstr(s->f[1]);
+        S_ALLOC(g->kernels_base);
         memcpy(g->kernels_hash, s->f[2], 17);
         break;
     }
@@ -699,6 +708,15 @@ static int buffer_line(P *s) {
         return -1;
     for (int i = 5; i < s->nf; i++)
         if (!is_name(s->f[i])) return perr(s, "buffer %.100s: flag '%.60s' is not a word", s->f[1], s->f[i]);
+    RtProg *g = s->p;
+    if (grow(s, (void **)&g->buffers, &s->cap_buffers, g->nbuffers + 1, sizeof *g->buffers)) return -1;
+    RtBuffer *b = &g->buffers[g->nbuffers];
+    b->name = dupstr(s->f[1]);
+    S_ALLOC(b->name);
+    b->is_int = !strcmp(s->f[2], "i32");
+    b->ptr = p;
+    b->bytes = numel * 4;
+    g->nbuffers++;
     return 0;
 }
 
@@ -800,13 +818,51 @@ static int finish_model(P *s) {
 
 /* ---- instructions -------------------------------------------------------------------------- */
 
-static int kernel_index(P *s, const char *name) {
+/* <<<GRID,BLOCK,LOCAL>>> */
+static int parse_geom(P *s, const char *t, const char *what, RtGeom *out) {
+    char tmp[96];
+    size_t n = strlen(t);
+    if (n < 8 || n >= sizeof tmp || strncmp(t, "<<<", 3) || strcmp(t + n - 3, ">>>"))
+        return perr(s, "%s: expected the launch geometry <<<GRID,BLOCK,LOCAL>>>, found '%.60s'", what, t);
+    memcpy(tmp, t + 3, n - 6);
+    tmp[n - 6] = 0;
+    char *c1 = strchr(tmp, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
+    if (!c1 || !c2) return perr(s, "%s: expected the launch geometry <<<GRID,BLOCK,LOCAL>>>, found '%.60s'", what, t);
+    *c1 = *c2 = 0;
+    int64_t b;
+    if (parse_int(tmp, 1, RT_MAX_GRID, &out->grid))
+        return perr(s, "%s: %.60s: GRID is not an integer in [1, 2^31-1]", what, t);
+    if (parse_int(c1 + 1, 1, RT_MAX_BLOCK, &b) || (b & (b - 1)))
+        return perr(s, "%s: %.60s: BLOCK is not a power of two in [1, %d]", what, t, RT_MAX_BLOCK);
+    out->block = (int)b;
+    if (parse_int(c2 + 1, 0, RT_MAX_LOCAL, &out->local))
+        return perr(s, "%s: %.60s: LOCAL is not an integer in [0, %d]", what, t, RT_MAX_LOCAL);
+    return 0;
+}
+
+/* The index of kernel NAME, launched with geometry g: every call of a kernel has the same. */
+static int kernel_index(P *s, const char *name, const RtGeom *g0) {
     RtProg *g = s->p;
     for (int i = 0; i < g->nkernels; i++)
-        if (!strcmp(g->kernels[i], name)) return i;
+        if (!strcmp(g->kernels[i], name)) {
+            const RtGeom *o = &g->kgeom[i];
+            if (o->grid != g0->grid || o->block != g0->block || o->local != g0->local)
+                return perr(s, "kernel %.60s: launched <<<%lld,%d,%lld>>> here, <<<%lld,%d,%lld>>> before (a kernel's "
+                               "geometry is fixed by the compiler)",
+                            name, (long long)g0->grid, g0->block, (long long)g0->local, (long long)o->grid, o->block,
+                            (long long)o->local);
+            return i;
+        }
+    int cap = s->cap_kernels;
     if (grow(s, (void **)&g->kernels, &s->cap_kernels, g->nkernels + 1, sizeof *g->kernels)) return -1;
+    if (s->cap_kernels != cap) {
+        RtGeom *ng = realloc(g->kgeom, (size_t)s->cap_kernels * sizeof *ng);
+        S_ALLOC(ng);
+        g->kgeom = ng;
+    }
     g->kernels[g->nkernels] = dupstr(name);
     S_ALLOC(g->kernels[g->nkernels]);
+    g->kgeom[g->nkernels] = *g0;
     return g->nkernels++;
 }
 
@@ -863,18 +919,21 @@ static int parse_gemm(P *s, RtInstr *in) {
 }
 
 static int parse_kernel(P *s, RtInstr *in) {
-    if (s->nf < 2) return perr(s, "expected 'kernel NAME ARG...'");
+    if (s->nf < 3) return perr(s, "expected 'kernel NAME <<<GRID,BLOCK,LOCAL>>> ARG...'");
     if (!is_ident(s->f[1])) return perr(s, "kernel: '%.60s' is not a C identifier", s->f[1]);
-    if (s->nf - 2 > RT_MAX_KARGS) return perr(s, "kernel %.60s: %d arguments, at most %d", s->f[1], s->nf - 2, RT_MAX_KARGS);
-    in->kernel = kernel_index(s, s->f[1]);
+    char what0[96];
+    snprintf(what0, sizeof what0, "kernel %.60s", s->f[1]);
+    if (parse_geom(s, s->f[2], what0, &in->geom)) return -1;
+    if (s->nf - 3 > RT_MAX_KARGS) return perr(s, "kernel %.60s: %d arguments, at most %d", s->f[1], s->nf - 3, RT_MAX_KARGS);
+    in->kernel = kernel_index(s, s->f[1], &in->geom);
     if (in->kernel < 0) return -1;
-    in->nargs = s->nf - 2;
+    in->nargs = s->nf - 3;
     if (in->nargs) {
         in->args = calloc((size_t)in->nargs, sizeof *in->args);
         S_ALLOC(in->args);
     }
     for (int a = 0; a < in->nargs; a++) {
-        const char *t = s->f[a + 2];
+        const char *t = s->f[a + 3];
         RtArg *x = &in->args[a];
         char what[128];
         snprintf(what, sizeof what, "kernel %.60s: argument %d", s->f[1], a + 1);
@@ -903,6 +962,22 @@ static int parse_kernel(P *s, RtInstr *in) {
         }
     }
     return 0;
+}
+
+/* grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES: KERNEL(grad, partials, n) writes GRID
+ * partial sums of squares; param i's go to partials + 4*GRID*i. */
+static int parse_grad_norm(P *s, RtInstr *in) {
+    static const char *const form = "grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES";
+    if (want_nf(s, 4, form)) return -1;
+    if (!is_ident(s->f[1])) return perr(s, "grad_norm: '%.60s' is not a C identifier", s->f[1]);
+    if (parse_geom(s, s->f[2], "grad_norm", &in->geom)) return -1;
+    in->kernel = kernel_index(s, s->f[1], &in->geom);
+    if (in->kernel < 0 || parse_ptr(s, s->f[3], "grad_norm: partials", &in->p[0], &in->bytes)) return -1;
+    int64_t need = 4 * in->geom.grid * (int64_t)(s->p->nparams ? s->p->nparams : 1);
+    if (in->bytes < need)
+        return perr(s, "grad_norm: the partials hold %lld bytes; %d params of %lld partial sums need %lld", (long long)in->bytes,
+                    s->p->nparams, (long long)in->geom.grid, (long long)need);
+    return check_extent(s, "grad_norm: partials", &in->p[0], in->bytes);
 }
 
 /* At the optimizer block's end: every shared param's gradient is inside one allreduce_tied. */
@@ -1026,7 +1101,7 @@ static int instr_line(P *s) {
              check_extent(s, "loss", &in->p[0], 4);
     } else if (!strcmp(op, "grad_norm")) {
         in->kind = RT_I_GRAD_NORM;
-        rc = only_in(s, op, 0, 1) || want_nf(s, 1, "grad_norm");
+        rc = only_in(s, op, 0, 1) || parse_grad_norm(s, in);
         if (!rc && s->grad_norm_line) rc = perr(s, "a second grad_norm (the first is on line %d)", s->grad_norm_line);
         if (!rc) s->grad_norm_line = s->line;
     } else if (!strcmp(op, "allreduce_tied")) {
@@ -1527,7 +1602,10 @@ void rt_prog_free(RtProg *p) {
     free(p->compiler);
     free(p->model);
     free(p->schedule_name);
-    free(p->kernels_file);
+    free(p->kernels_base);
+    for (int i = 0; i < p->nbuffers; i++) free(p->buffers[i].name);
+    free(p->buffers);
+    free(p->kgeom);
     for (int i = 0; i < p->nparams; i++) free(p->params[i].name);
     free(p->params);
     for (int i = 0; i < p->nmodel; i++) free(p->mparams[i].name);

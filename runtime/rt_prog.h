@@ -13,11 +13,14 @@
  * what was expected. Nothing is printed. docs/stage-format.md is the contract.
  */
 
-#define RT_PROG_VERSION 1  /* the listing format version this ppr reads */
+#define RT_PROG_VERSION 2  /* the listing format version this ppr reads */
 #define RT_PPR_VERSION "0.1.0"
 #define RT_MAX_NDIM 8      /* dims of a param or buffer shape */
 #define RT_MAX_KARGS 64    /* arguments of one kernel instruction */
 #define RT_MAX_OFFSET ((int64_t)1 << 40) /* arena bytes, offsets, extents, strides: at most 1 TiB */
+#define RT_MAX_BLOCK 1024  /* threads per block of a kernel launch: a power of two up to this */
+#define RT_MAX_LOCAL 65536 /* local (shared) memory bytes of a kernel launch */
+#define RT_MAX_GRID ((int64_t)INT32_MAX) /* blocks of a kernel launch */
 
 /* ---- failure reports for library calls: the message ends with [source file:line] ---------- */
 
@@ -79,16 +82,26 @@ typedef struct {
     int scalar;    /* RT_A_SCALAR: RT_S_* */
 } RtArg;
 
+/* A kernel's launch geometry, `<<<GRID,BLOCK,LOCAL>>>` in the listing: blocks, threads per block,
+ * bytes of local (shared) memory. Decided by the compiler; the same on every call of a kernel. */
+typedef struct {
+    int64_t grid;
+    int block;
+    int64_t local;
+} RtGeom;
+
 typedef struct {
     RtInstrKind kind;
     int line;
-    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C */
-    int64_t bytes; /* zero, allreduce_tied, allreduce */
+    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C;
+                    * grad_norm: p[0] the partial sums (GRID per param, in param index order) */
+    int64_t bytes; /* zero, allreduce_tied, allreduce, grad_norm */
     int group;     /* allreduce: RtGroup */
     int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
     int op;        /* allreduce: RtReduceOp */
     float value;   /* seed */
-    int kernel;    /* kernel: index into RtProg.kernels */
+    int kernel;    /* kernel, grad_norm: index into RtProg.kernels */
+    RtGeom geom;   /* kernel, grad_norm */
     int nargs;
     RtArg *args;
     /* gemm */
@@ -124,6 +137,14 @@ typedef struct {
     int64_t dims[RT_MAX_NDIM];
 } RtBoundary;
 
+/* A `buffer` line: what the compiler placed where (not needed to execute). */
+typedef struct {
+    char *name;
+    int is_int; /* i32 (token ids, labels) */
+    RtPtr ptr;
+    int64_t bytes;
+} RtBuffer;
+
 /* A dense parameter of the whole model (`model_param`), held by this rank or another. */
 typedef struct {
     char *name;
@@ -158,7 +179,8 @@ typedef struct {
 
 typedef struct RtProg {
     char *path; /* as given to rt_prog_load / rt_prog_parse; used in every message */
-    char *compiler, *model, *schedule_name, *kernels_file;
+    char *compiler, *model, *schedule_name;
+    char *kernels_base; /* `kernels NAME HASH`: NAME.so (cpu), NAME.cl (opencl), NAME.cubin/.ptx (cuda) */
     char kernels_hash[17];
     uint64_t hash;
     int tp, pp, dp, rank, stage, tp_rank, dp_rank;
@@ -176,8 +198,11 @@ typedef struct RtProg {
     RtBoundary bnd[RT_NBND];
     int nmodel; /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
     RtModelParam *mparams;
+    int nbuffers;
+    RtBuffer *buffers;
     int nkernels;
     char **kernels; /* distinct kernel names, in order of first use */
+    RtGeom *kgeom;  /* per kernel: its geometry (every call's) */
     RtBlock blk[RT_NBLK];
     int nentries;
     RtEntry *sched;
@@ -196,6 +221,16 @@ const char *rt_region_name(int r);
 const char *rt_block_name(int b);
 const char *rt_scalar_name(int s);
 const char *rt_boundary_name(int k); /* recv_fwd, send_fwd, recv_bwd, send_bwd */
+
+/* A pipeline message: the comm op of boundary kind `kind` for (local) micro-batch mb on a rank
+ * whose neighbours are the world ranks prev and next. The one rule of which neighbour and which
+ * tag, used by the executor that sends and by the start-up check that simulates every rank. */
+typedef struct {
+    int send; /* 1: this rank sends, 0: it receives */
+    int peer; /* the neighbour's world rank (-1: none) */
+    int tag;  /* 2*mb for the hidden state, 2*mb + 1 for its gradient */
+} RtMsg;
+RtMsg rt_boundary_msg(int kind, int mb, int prev, int next);
 /* The mesh of a listing: reads the file and checks its header up to the `mesh` line only (version,
  * hash, order), so every rank can learn the world size from DIR/rank0.prog. */
 int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, size_t errlen);
@@ -238,13 +273,17 @@ typedef struct {
     char name[48];
 } RtEvent;
 
-/* Allocates the zeroed arena, dlopens DIR/<kernels file>, checks its ppk_source_hash and
- * resolves NAME__call for every kernel the program uses. p must outlive the executor. */
-int rt_exec_open(const RtProg *p, const char *dir, RtExec **out, char *err, size_t errlen);
-void rt_exec_close(RtExec *x); /* NULL ok */
+typedef struct RtDev RtDev; /* rt_dev.h */
+
+/* Allocates the zeroed arena on the device and loads the stage's kernels there (DIR/<kernels>.so,
+ * .cl, ...: the device's kind of file, checked against the listing's hash). p and dev must
+ * outlive the executor; rt_exec_close does not close the device. */
+int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, char *err, size_t errlen);
+void rt_exec_close(RtExec *x); /* NULL ok; prints the PPR_PROFILE report */
 /* The communication of a multi-rank world (rt_comm.h); without it (NULL, the default) the
  * program runs alone: sums are local and a comm entry is an internal error. */
 void rt_exec_set_comm(RtExec *x, RtComm *c);
+RtDev *rt_exec_device(RtExec *x);
 double rt_now_ms(void); /* CLOCK_MONOTONIC in milliseconds */
 /* Start recording the timeline, times relative to t0_ms (an rt_now_ms value). */
 void rt_exec_trace(RtExec *x, double t0_ms);
@@ -253,12 +292,16 @@ const RtEvent *rt_exec_events(const RtExec *x, int64_t *n, int *oom);
 /* Of the last step while tracing: its wall time and the time in compute (F, B, and OPT without
  * its collectives), milliseconds; the --save-grads hook counts in neither. */
 void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms);
-float *rt_exec_param(RtExec *x, int i); /* the value of param i in the arena */
-float *rt_exec_grad(RtExec *x, int i);  /* its gradient accumulator */
+/* Param i's values (grad: its gradient accumulator), numel floats, to host memory dst; or its
+ * values from src. Non-zero with the device's message in err when the device fails. */
+int rt_exec_read_param(RtExec *x, int i, int grad, float *dst, char *err, size_t errlen);
+int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t errlen);
 /* One training step: step is 0-based (it selects the data; the AdamW t is step + 1).
  * *loss = the step loss (the sum of the last stage's loss instructions' values / microbatches (the
  * global M), summed over the last stage's ranks of tp_rank 0 of every replica: the same on every rank),
- * *grad_norm = the grad_norm instruction's norm over the world's owned params (pre-clip). */
+ * *grad_norm = the grad_norm instruction's norm over the world's owned params (pre-clip).
+ * Returns 0; -1 when the hook failed (every rank has called it: a collective verdict); -2 when
+ * this rank's device failed (the message in err; the other ranks do not know). */
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt,
                  void *ctx, double *loss, double *grad_norm, char *err, size_t errlen);
 
@@ -269,7 +312,7 @@ uint64_t rt_splitmix64(uint64_t x);
 float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double std);
 /* Fill every param per its `init` (normal, ones, zeros); mesh-independent: a shard's element takes
  * the value of its element of the dense tensor, padding rows are 0. */
-void rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed);
+int rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed, char *err, size_t errlen);
 /* Load every param of this rank (copies included) from a safetensors file by checkpoint name
  * (F32/F16/BF16); a sharded param reads its slice of the dense tensor (padding rows 0). The file
  * is checked against the whole model (the model_param lines, or this rank's params when there are

@@ -18,6 +18,12 @@ have_blas      || need="$need libopenblas-dev"
 # MPI for ppr: Open MPI's compiler wrapper (with mpi.h) and its launcher
 have_cmd mpicc  || need="$need libopenmpi-dev"
 have_cmd mpirun || need="$need openmpi-bin"
+# OpenCL for ppr's opencl device: the headers, the ICD loader, CLBlast, and a driver for this
+# machine's CPU (PoCL), so that the OpenCL tests run everywhere
+have_hdr CL/cl.h       || need="$need opencl-headers"
+[ -e /usr/lib/x86_64-linux-gnu/libOpenCL.so ] || need="$need ocl-icd-opencl-dev"
+have_hdr clblast_c.h   || need="$need libclblast-dev"
+ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need="$need pocl-opencl-icd"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
   echo "deps: installing$need"

@@ -1,6 +1,7 @@
 /* test_fixtures.c — golden numerics: compiles each fixture model with ppc, trains it with ppr from
- * the fixture's weights and tokens, and compares the loss, the first step's gradients and the
- * weights after one and after five AdamW steps with the PyTorch reference (tests/fixtures/). */
+ * the fixture's weights and tokens on each device (cpu, opencl), and compares the loss, the first
+ * step's gradients and the weights after one and after five AdamW steps with the PyTorch reference
+ * (tests/fixtures/), with the same limits on every device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,7 @@ static void compare(const char *what, const char *got_path, const char *ref_path
   rt_st_close(ref);
 }
 
-static void fixture(const char *name, const char *model) {
+static void fixture(const char *name, const char *model, const char *device) {
   char dir[256], cmd[8192], path[1400], tmp[1024];
   const char *root = getenv("PPC_FIXTURES") ? getenv("PPC_FIXTURES") : "tests/fixtures";
   snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -115,7 +116,9 @@ static void fixture(const char *name, const char *model) {
     fail++;
     return;
   }
-  snprintf(tmp, sizeof tmp, "%s/fixture_%s", bin, name);
+  snprintf(tmp, sizeof tmp, "%s/fixture_%s_%s", bin, name, device);
+  char label[96];
+  snprintf(label, sizeof label, "%s on %s", name, device);
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s --micro-batch %d --seq %d --microbatches %d -o %s/prog",
            tmp, tmp, bin, model, (int)json_num(exp, "micro_batch"), (int)json_num(exp, "seq"), (int)json_num(exp, "microbatches"),
            tmp);
@@ -126,41 +129,41 @@ static void fixture(const char *name, const char *model) {
            json_num(exp, "wd"), json_num(exp, "clip"));
   for (int steps = 1; steps <= 5; steps += 4) {
     snprintf(cmd, sizeof cmd,
-             "%s/ppr %s/prog --quiet --init %s/weights.safetensors --data %s/tokens.bin --steps %d %s "
+             "%s/ppr %s/prog --device %s --quiet --init %s/weights.safetensors --data %s/tokens.bin --steps %d %s "
              "--save-grads %s/grads.safetensors --save %s/w%d.safetensors --log %s/log%d.jsonl",
-             bin, tmp, dir, dir, steps, hp, tmp, tmp, steps, tmp, steps);
+             bin, tmp, device, dir, dir, steps, hp, tmp, tmp, steps, tmp, steps);
     if (sh(cmd)) { fail++; continue; }
     snprintf(path, sizeof path, "%s/log%d.jsonl", tmp, steps);
     char *log = slurp(path);
-    if (!log) { printf("FAIL %s: no log\n", name); fail++; continue; }
-    char what[128];
+    if (!log) { printf("FAIL %s: no log\n", label); fail++; continue; }
+    char what[160];
     if (steps == 1) {
       double got = json_num(log, "loss"), want = json_num(exp, "loss");
-      snprintf(what, sizeof what, "%s loss %.7f vs %.7f", name, got, want);
+      snprintf(what, sizeof what, "%s loss %.7f vs %.7f", label, got, want);
       check(fabs(got - want) / fabs(want) < 1e-5, "%s: rel %.3g < 1e-5", what, fabs(got - want) / fabs(want));
       double gn = json_num(log, "grad_norm"), gw = json_num(exp, "grad_norm");
-      snprintf(what, sizeof what, "%s grad_norm %.6f vs %.6f", name, gn, gw);
+      snprintf(what, sizeof what, "%s grad_norm %.6f vs %.6f", label, gn, gw);
       check(fabs(gn - gw) / gw < 1e-4, "%s: rel %.3g < 1e-4", what, fabs(gn - gw) / gw);
       snprintf(path, sizeof path, "%s/grads.safetensors", tmp);
       char ref[1400];
       snprintf(ref, sizeof ref, "%s/grads.safetensors", dir);
-      snprintf(what, sizeof what, "%s gradients", name);
+      snprintf(what, sizeof what, "%s gradients", label);
       compare(what, path, ref, 1e-4);
       snprintf(path, sizeof path, "%s/w1.safetensors", tmp);
       snprintf(ref, sizeof ref, "%s/updated.safetensors", dir);
-      snprintf(what, sizeof what, "%s weights after 1 AdamW step", name);
+      snprintf(what, sizeof what, "%s weights after 1 AdamW step", label);
       compare(what, path, ref, 1e-4);
     } else {
       /* the fifth line's loss against losses5[4] */
       const char *line = log;
       for (int k = 0; k < 4 && line; k++) line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL;
       double got = line ? json_num(line, "loss") : NAN, want = json_at(exp, "losses5", 4);
-      snprintf(what, sizeof what, "%s loss at step 5 %.7f vs %.7f", name, got, want);
+      snprintf(what, sizeof what, "%s loss at step 5 %.7f vs %.7f", label, got, want);
       check(fabs(got - want) / fabs(want) < 1e-5, "%s: rel %.3g < 1e-5", what, fabs(got - want) / fabs(want));
       snprintf(path, sizeof path, "%s/w5.safetensors", tmp);
       char ref[1400];
       snprintf(ref, sizeof ref, "%s/updated5.safetensors", dir);
-      snprintf(what, sizeof what, "%s weights after 5 AdamW steps", name);
+      snprintf(what, sizeof what, "%s weights after 5 AdamW steps", label);
       compare(what, path, ref, 1e-4);
     }
     free(log);
@@ -172,8 +175,11 @@ int main(int argc, char **argv) {
   (void)argc;
   const char *slash = strrchr(argv[0], '/');
   if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
-  fixture("tiny_minimind", "examples/tiny.pdl");
-  fixture("tiny_gpt2", "tests/models/tiny_gpt2.pdl");
+  static const char *const devices[] = {"cpu", "opencl"};
+  for (int d = 0; d < 2; d++) {
+    fixture("tiny_minimind", "examples/tiny.pdl", devices[d]);
+    fixture("tiny_gpt2", "tests/models/tiny_gpt2.pdl", devices[d]);
+  }
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
 }

@@ -1,312 +1,382 @@
-/* test_kernels.c - unit tests for kernels/attention.h: row kernels vs a naive float64 reference, and the reference vs finite differences. */
+/* test_kernels.c — every kernel and GEMM that ppc generates runs alike on the cpu device (the C
+ * kernels, OpenBLAS) and on the opencl device (the OpenCL C kernels, CLBlast; PoCL here): for each
+ * model and mesh of the cases, each stage's listing, every distinct kernel and every distinct GEMM
+ * is run once on both devices on the same random operands. Each kernel's operands must then agree
+ * to 1e-6 of their largest value (NaN where both are NaN). A GEMM is a library's sum of K products
+ * in its own order: on 2048 sampled elements each device must be within the classical bound
+ * 2Ku·(|A||B|)_ij (u = 2^-24) of the product in double, and the two devices' whole results within
+ * 1e-4 (a wrong stride or layout is far off). Operands are packed into a small arena of their own
+ * (a kernel touches only the extents its instruction names), so the full-size models fit. ppc is
+ * found next to this binary; the work files go to BUILD/kernels/. The last line is
+ * "N passed, M failed". */
 #include <math.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The C prelude the generated sources put before the kernel templates. */
-#define PPK_FN static inline
-#define PPK_RESTRICT restrict
-#define PPK_NEG_INF (-INFINITY)
-#define PPK_MAX_HEAD_DIM 256
-#include "../../kernels/attention.h"
+#include "rt_dev.h"
+#include "rt_prog.h"
 
-typedef struct {
-    int pass, fail;
-} T;
+#define TOL 1e-6
 
-#if defined(__GNUC__)
-#define T_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define T_PRINTF(a, b)
-#endif
+static int pass, fail;
+static char bin[512] = "build";
 
-static int check(T *t, int ok, const char *fmt, ...) T_PRINTF(3, 4);
-static int check(T *t, int ok, const char *fmt, ...) {
+/* The models: each dense and on a mesh; the big ones at a short sequence (the kernels' shapes
+ * change with it, their code paths do not). */
+static const char *const cases[][2] = {
+    {"examples/tiny.pdl", ""},
+    {"examples/tiny.pdl", "--tp 2"},
+    {"examples/tiny.pdl", "--tp 4 --pp 2"},              /* kv heads replicated, a pipeline */
+    {"tests/models/tiny_gpt2.pdl", ""},
+    {"tests/models/tiny_untied.pdl", "--tp 2 --pp 2"},  /* an untied head */
+    {"tests/models/tiny_pad.pdl", "--tp 4"},             /* a padded vocabulary */
+    {"examples/minimind.pdl", "--micro-batch 1 --seq 64"},
+    {"examples/minimind.pdl", "--micro-batch 1 --seq 64 --tp 2"},
+    {"examples/gpt2.pdl", "--micro-batch 1 --seq 64"},
+    {"examples/gpt2.pdl", "--micro-batch 1 --seq 64 --tp 2"},
+};
+#define NCASES (int)(sizeof cases / sizeof cases[0])
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
     va_list ap;
-    printf("%s: ", ok ? "PASS" : "FAIL");
+    printf("%s ", ok ? "PASS" : "FAIL");
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
     printf("\n");
-    if (ok) t->pass++;
-    else t->fail++;
-    return ok;
+    fflush(stdout);
+    ok ? pass++ : fail++;
 }
 
-/* ---- helpers ---- */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next(void) { /* splitmix64 */
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float unit(void) { return (float)((double)(next() >> 11) * 0x1p-53); } /* [0, 1) */
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static double rnd(void) { /* xorshift64*, uniform in [-1, 1) */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
-    return (double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+/* ---- an instruction's operands, packed ------------------------------------------------------ */
+
+typedef struct {
+    int64_t off, bytes; /* in the rank's arena (slot 0 for $ operands) */
+    int64_t at;         /* in the packed arena */
+    int is_int;         /* token ids: random ids below the vocab */
+    int positive;       /* AdamW's second moments: random in [0, 1) */
+} Operand;
+
+typedef struct {
+    Operand op[RT_MAX_KARGS];
+    int n;
+    int64_t size;
+} Pack;
+
+static int64_t arena_off(const RtProg *p, const RtPtr *q) {
+    return q->off + (q->in_slot ? p->reg[RT_REG_SLOTS].base : 0);
 }
 
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
+/* The operand's place in the packed arena; ranges of the same bytes share one place. */
+static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes) {
+    int64_t off = arena_off(p, q);
+    for (int i = 0; i < k->n; i++)
+        if (k->op[i].off == off && k->op[i].bytes >= bytes) return k->op[i].at;
+    Operand *o = &k->op[k->n++];
+    o->off = off;
+    o->bytes = bytes;
+    o->at = k->size;
+    k->size += (bytes + 63) / 64 * 64;
+    o->is_int = 0;
+    for (int b = 0; b < p->nbuffers; b++) {
+        const RtBuffer *f = &p->buffers[b];
+        int64_t fo = arena_off(p, &f->ptr);
+        if (f->is_int && off >= fo && off < fo + f->bytes) o->is_int = 1;
     }
-    return p;
+    const RtRegion *v = &p->reg[RT_REG_ADAM_V];
+    o->positive = off >= v->base && off < v->base + v->bytes;
+    return o->at;
 }
 
-/* ||a - b|| / ||b||; falls back to the absolute ||a - b|| when the reference is ~0.
- * NaN anywhere makes the result NaN (and the check fails). */
-static double rel_err_fd(const float *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t x = 0; x < n; x++) {
-        double e = (double)a[x] - b[x];
-        num += e * e;
-        den += b[x] * b[x];
-    }
-    return den > 1e-24 ? sqrt(num / den) : sqrt(num);
-}
-static double rel_err_dd(const double *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t x = 0; x < n; x++) {
-        double e = a[x] - b[x];
-        num += e * e;
-        den += b[x] * b[x];
-    }
-    return den > 1e-24 ? sqrt(num / den) : sqrt(num);
+/* GEMM operand bytes: BATCH row-major matrices of rows x cols, leading dimension ld, stride apart. */
+static int64_t gemm_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+    return 4 * ((rows - 1) * ld + (batch - 1) * stride + cols);
 }
 
 typedef struct {
-    int64_t S, B, HQ, HK, D;
-} Shape;
+    RtDev *cpu, *cl;
+    const RtProg *p;
+    const char *what;
+    float *a, *b, *init;
+    int64_t cap;
+    int ran, bad;
+} Run;
 
-/* Index helpers for the sequence-first layouts. */
-static size_t iq(const Shape *s, int64_t i, int64_t b, int64_t h, int64_t d) { return (size_t)(((i * s->B + b) * s->HQ + h) * s->D + d); }
-static size_t ik(const Shape *s, int64_t j, int64_t b, int64_t g, int64_t d) { return (size_t)(((j * s->B + b) * s->HK + g) * s->D + d); }
-static size_t il(const Shape *s, int64_t b, int64_t h, int64_t i) { return (size_t)((b * s->HQ + h) * s->S + i); }
+/* For a GEMM's sampled elements against the product in double; NULL for a kernel. */
+static float at_f(const float *base, int64_t byte_off, int64_t i) { return base[byte_off / 4 + i]; }
 
-/* ---- naive float64 reference with full softmax matrices ---- */
+/* The sampled elements of both devices' C within 2Ku(|A||B|)_ij + |beta| u |C0| of the double
+ * product; the largest such ratio in *ratio (<= 1 passes). */
+static int gemm_bound(const Run *r, const RtGemm *g, double *ratio) {
+    const double u = 0x1p-24;
+    *ratio = 0;
+    for (int t = 0; t < 2048; t++) {
+        int64_t b = (int64_t)(next() % (uint64_t)g->batch), i = (int64_t)(next() % (uint64_t)g->m),
+                j = (int64_t)(next() % (uint64_t)g->n);
+        double ref = 0, mag = 0;
+        for (int64_t q = 0; q < g->k; q++) {
+            double x = at_f(r->init, g->a, b * g->sa + (g->ta ? q * g->lda + i : i * g->lda + q));
+            double y = at_f(r->init, g->b, b * g->sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
+            ref += x * y;
+            mag += fabs(x * y);
+        }
+        int64_t ci = b * g->sc + i * g->ldc + j;
+        double c0 = at_f(r->init, g->c, ci);
+        if (g->sc == 0 && g->batch > 1) continue; /* C shared by the batches: checked against the other device */
+        ref = g->alpha * ref + g->beta * c0;
+        double bound = 2 * g->k * u * fabs(g->alpha) * mag + fabs(g->beta * c0) * u + 1e-30;
+        for (int d = 0; d < 2; d++) {
+            double got = at_f(d ? r->b : r->a, g->c, ci), q = fabs(got - ref) / bound;
+            if (q > *ratio || q != q) *ratio = q;
+        }
+    }
+    return *ratio <= 1;
+}
 
-/* P[i*S + j] for one (b, h): the masked softmax of scale * q_i.k_j over j. Also lse_i. */
-static void ref_probs(const Shape *s, const double *q, const double *k, double scale, int causal, int64_t b, int64_t h,
-                      double *P, double *lse_bh) {
-    int64_t S = s->S, D = s->D, g = h / (s->HQ / s->HK);
-    for (int64_t i = 0; i < S; i++) {
-        double m = -INFINITY;
-        for (int64_t j = 0; j < S; j++) {
-            double sc = -INFINITY;
-            if (!causal || j <= i) {
-                sc = 0;
-                for (int64_t d = 0; d < D; d++) sc += q[iq(s, i, b, h, d)] * k[ik(s, j, b, g, d)];
-                sc *= scale;
+/* Random operands into both arenas; run(dev) on each; compare every operand. */
+static void compare(Run *r, Pack *k, const char *name, int (*run)(RtDev *, void *), void *ctx, const RtGemm *gemm) {
+    for (int i = 0; i < k->n; i++) {
+        Operand *o = &k->op[i];
+        float *v = r->init + o->at / 4;
+        int32_t *iv = (int32_t *)(void *)v;
+        for (int64_t j = 0; j < o->bytes / 4; j++) {
+            if (o->is_int) iv[j] = (int32_t)(next() % (uint64_t)r->p->vocab);
+            else v[j] = o->positive ? unit() : 2 * unit() - 1;
+        }
+    }
+    RtDev *devs[2] = {r->cpu, r->cl};
+    float *out[2] = {r->a, r->b};
+    for (int d = 0; d < 2; d++) {
+        if (rt_dev_write(devs[d], 0, r->init, k->size) || run(devs[d], ctx) || rt_dev_read(devs[d], 0, out[d], k->size)) {
+            check(0, "%s: %s: %s", r->what, name, rt_dev_error(devs[d]));
+            r->bad++;
+            return;
+        }
+    }
+    double worst = 0;
+    int changed = 0;
+    const char *why = "";
+    for (int i = 0; i < k->n; i++) {
+        const Operand *o = &k->op[i];
+        int64_t n = o->bytes / 4, at = o->at / 4;
+        if (o->is_int) {
+            if (memcmp(r->a + at, r->b + at, (size_t)o->bytes)) worst = INFINITY, why = " (token ids)";
+            continue;
+        }
+        double big = 0, diff = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double x = r->a[at + j], y = r->b[at + j];
+            changed |= memcmp(&r->a[at + j], &r->init[at + j], 4) != 0;
+            if (x != x && y != y) continue; /* NaN on both: the same arithmetic on an input outside its domain */
+            if (fabs(x) > big) big = fabs(x);
+            double e = fabs(x - y);
+            if (e > diff || e != e) diff = e;
+        }
+        double rel = big > 0 ? diff / big : diff;
+        if (rel > worst || rel != rel) worst = rel;
+    }
+    r->ran++;
+    double ratio = 0;
+    int ok = gemm ? worst <= 1e-4 && gemm_bound(r, gemm, &ratio) : worst <= TOL;
+    if (!ok || !changed) {
+        r->bad++;
+        if (gemm)
+            check(0, "%s: %s on cpu and opencl: %.3g of the error bound, the devices %.3g apart%s", r->what, name, ratio, worst,
+                  changed ? "" : "; it wrote nothing");
+        else
+            check(0, "%s: %s on cpu and opencl: largest difference %.3g of the operand's largest value%s%s", r->what, name,
+                  worst, why, changed ? "" : "; the kernel wrote nothing");
+    }
+}
+
+typedef struct {
+    const RtInstr *in;
+    const int64_t *at; /* per argument: its packed offset (pointers) */
+    float scal[RT_NSCALAR];
+} KernelCall;
+
+static int run_kernel(RtDev *d, void *ctx) {
+    const KernelCall *c = ctx;
+    RtKArg a[RT_MAX_KARGS];
+    for (int i = 0; i < c->in->nargs; i++) {
+        const RtArg *x = &c->in->args[i];
+        switch (x->kind) {
+        case RT_A_PTR: a[i] = (RtKArg){.kind = RT_KA_PTR, .off = c->at[i]}; break;
+        case RT_A_F32: a[i] = (RtKArg){.kind = RT_KA_F32, .f = x->f}; break;
+        case RT_A_I64: a[i] = (RtKArg){.kind = RT_KA_I64, .i = x->i}; break;
+        case RT_A_SCALAR: a[i] = (RtKArg){.kind = RT_KA_F32, .f = c->scal[x->scalar]}; break;
+        }
+    }
+    return rt_dev_launch(d, c->in->kernel, &c->in->geom, c->in->nargs, a) || rt_dev_sync(d);
+}
+
+static int run_gemm(RtDev *d, void *ctx) { return rt_dev_gemm(d, ctx) || rt_dev_sync(d); }
+
+typedef struct {
+    int kernel;
+    RtGeom g;
+    int64_t n, partials;
+} NormCall;
+
+static int run_norm(RtDev *d, void *ctx) {
+    const NormCall *c = ctx;
+    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = 0}, {.kind = RT_KA_PTR, .off = c->partials}, {.kind = RT_KA_I64, .i = c->n}};
+    return rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
+}
+
+/* The packed operands of an instruction (kernel or gemm); at[i] per kernel argument. */
+static void pack_instr(Pack *k, const RtProg *p, const RtInstr *in, int64_t *at) {
+    memset(k, 0, sizeof *k);
+    if (in->kind == RT_I_KERNEL) {
+        for (int i = 0; i < in->nargs; i++)
+            if (in->args[i].kind == RT_A_PTR) at[i] = pack_add(k, p, &in->args[i].ptr, in->args[i].bytes ? in->args[i].bytes : 4);
+    } else {
+        int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k, br = in->tb ? in->n : in->k,
+                bc = in->tb ? in->k : in->n;
+        at[0] = pack_add(k, p, &in->p[0], gemm_bytes(ar, ac, in->lda, in->sa, in->batch));
+        at[1] = pack_add(k, p, &in->p[1], gemm_bytes(br, bc, in->ldb, in->sb, in->batch));
+        at[2] = pack_add(k, p, &in->p[2], gemm_bytes(in->m, in->n, in->ldc, in->sc, in->batch));
+    }
+}
+
+static int same_gemm(const RtInstr *a, const RtInstr *b) {
+    return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
+           a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
+}
+
+/* One listing: its kernels and GEMMs on both devices. */
+static void test_listing(const char *dir, const char *prog, const char *what) {
+    char err[4096];
+    RtProg *p = NULL;
+    if (rt_prog_load(prog, &p, err, sizeof err)) {
+        check(0, "%s: %s", what, err);
+        return;
+    }
+    Run r = {.p = p, .what = what};
+    /* the largest packed arena of any instruction */
+    int64_t *at = calloc(RT_MAX_KARGS, sizeof *at);
+    Pack *k = calloc(1, sizeof *k);
+    int64_t most = 64 * 1024;
+    for (int b = 0; b < RT_NBLK; b++)
+        for (int i = 0; i < p->blk[b].n; i++) {
+            const RtInstr *in = &p->blk[b].ins[i];
+            if (in->kind != RT_I_KERNEL && in->kind != RT_I_GEMM) continue;
+            pack_instr(k, p, in, at);
+            if (k->size > most) most = k->size;
+        }
+    int64_t maxn = 0;
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].numel > maxn) maxn = p->params[i].numel;
+    if (4 * maxn + 4 * 65536 > most) most = 4 * maxn + 4 * 65536;
+    r.cap = most;
+    r.a = malloc((size_t)most);
+    r.b = malloc((size_t)most);
+    r.init = malloc((size_t)most);
+    if (rt_dev_open("cpu", 0, &r.cpu, err, sizeof err) || rt_dev_open("opencl", 0, &r.cl, err, sizeof err)) {
+        check(0, "%s: %s", what, err);
+        goto out;
+    }
+    if (rt_dev_alloc(r.cpu, most) || rt_dev_alloc(r.cl, most) ||
+        rt_dev_load(r.cpu, dir, p->kernels_base, p->kernels_hash, p->nkernels, p->kernels, p->kgeom) ||
+        rt_dev_load(r.cl, dir, p->kernels_base, p->kernels_hash, p->nkernels, p->kernels, p->kgeom)) {
+        check(0, "%s: %s%s", what, rt_dev_error(r.cpu), rt_dev_error(r.cl));
+        goto out;
+    }
+    int *seen = calloc((size_t)p->nkernels, sizeof *seen);
+    const RtInstr **gemms = calloc(4096, sizeof *gemms);
+    int ngemm = 0, nkern = 0;
+    for (int b = 0; b < RT_NBLK; b++)
+        for (int i = 0; i < p->blk[b].n; i++) {
+            const RtInstr *in = &p->blk[b].ins[i];
+            char name[160];
+            if (in->kind == RT_I_KERNEL && !seen[in->kernel]) {
+                seen[in->kernel] = 1;
+                nkern++;
+                pack_instr(k, p, in, at);
+                KernelCall c = {in, at, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 0.5f}};
+                snprintf(name, sizeof name, "kernel %s (line %d)", p->kernels[in->kernel], in->line);
+                compare(&r, k, name, run_kernel, &c, NULL);
+            } else if (in->kind == RT_I_GEMM) {
+                int dup = 0;
+                for (int g = 0; g < ngemm && !dup; g++) dup = same_gemm(gemms[g], in);
+                if (dup || ngemm == 4096) continue;
+                gemms[ngemm++] = in;
+                pack_instr(k, p, in, at);
+                RtGemm m = {in->ta, in->tb, in->m, in->n, in->k, in->batch, in->alpha, in->beta, at[0], at[1], at[2],
+                            in->lda, in->ldb, in->ldc, in->sa, in->sb, in->sc};
+                snprintf(name, sizeof name, "gemm %c %c %d %d %d batch %d (line %d)", in->ta ? 'T' : 'N', in->tb ? 'T' : 'N',
+                         in->m, in->n, in->k, in->batch, in->line);
+                compare(&r, k, name, run_gemm, &m, &m);
+            } else if (in->kind == RT_I_GRAD_NORM && !seen[in->kernel]) {
+                /* grad_norm's kernel over the largest param's worth of random gradient */
+                seen[in->kernel] = 1;
+                nkern++;
+                memset(k, 0, sizeof *k);
+                RtPtr whole = {1, 0, 0};
+                pack_add(k, p, &whole, 4 * maxn);
+                NormCall c = {in->kernel, in->geom, maxn, 0};
+                RtPtr part = {1, 0, p->arena - 4 * in->geom.grid}; /* any place that is no buffer */
+                c.partials = pack_add(k, p, &part, 4 * in->geom.grid);
+                snprintf(name, sizeof name, "grad_norm's kernel %s over %lld floats", p->kernels[in->kernel], (long long)maxn);
+                compare(&r, k, name, run_norm, &c, NULL);
             }
-            P[i * S + j] = sc;
-            if (sc > m) m = sc;
         }
-        double l = 0;
-        for (int64_t j = 0; j < S; j++) l += exp(P[i * S + j] - m);
-        double lse = m + log(l);
-        for (int64_t j = 0; j < S; j++) P[i * S + j] = exp(P[i * S + j] - lse);
-        if (lse_bh) lse_bh[i] = lse;
-    }
+    check(r.bad == 0 && r.ran == nkern + ngemm && nkern == p->nkernels,
+          "%s: %d kernels (of %d) and %d distinct GEMMs agree on cpu and opencl to %g", what, nkern, p->nkernels, ngemm, TOL);
+    free(seen);
+    free((void *)gemms);
+out:
+    rt_dev_close(r.cpu);
+    rt_dev_close(r.cl);
+    free(r.a);
+    free(r.b);
+    free(r.init);
+    free(at);
+    free(k);
+    rt_prog_free(p);
 }
 
-/* o = P v and lse, for all (b, h). */
-static void ref_forward(const Shape *s, const double *q, const double *k, const double *v, double scale, int causal,
-                        double *o, double *lse) {
-    int64_t S = s->S, D = s->D;
-    double *P = xcalloc((size_t)(S * S), sizeof *P);
-    for (int64_t b = 0; b < s->B; b++)
-        for (int64_t h = 0; h < s->HQ; h++) {
-            int64_t g = h / (s->HQ / s->HK);
-            ref_probs(s, q, k, scale, causal, b, h, P, lse ? lse + il(s, b, h, 0) : NULL);
-            for (int64_t i = 0; i < S; i++)
-                for (int64_t d = 0; d < D; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < S; j++) acc += P[i * S + j] * v[ik(s, j, b, g, d)];
-                    o[iq(s, i, b, h, d)] = acc;
-                }
+int main(int argc, char **argv) {
+    (void)argc;
+    const char *slash = strrchr(argv[0], '/');
+    if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
+    for (int c = 0; c < NCASES; c++) {
+        char dir[900], cmd[4800];
+        snprintf(dir, sizeof dir, "%s/kernels/case%d", bin, c);
+        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s %s -o %s > %s.log 2>&1", dir, dir, bin, cases[c][0],
+                 cases[c][1], dir, dir);
+        if (system(cmd) != 0) {
+            check(0, "%s %s: ppc failed (%s.log)", cases[c][0], cases[c][1], dir);
+            continue;
         }
-    free(P);
-}
-
-/* Gradients of L = sum dout . o:  dP = dout v^T, delta_i = sum_j P_ij dP_ij, dS = P (dP - delta),
- * dq = scale dS k, dk = scale dS^T q, dv = P^T dout (dk, dv summed over the query heads of a group). */
-static void ref_backward(const Shape *s, const double *q, const double *k, const double *v, const double *dout,
-                         double scale, int causal, double *dq, double *dk, double *dv, double *delta) {
-    int64_t S = s->S, D = s->D;
-    size_t nk = (size_t)(S * s->B * s->HK * D);
-    memset(dk, 0, nk * sizeof *dk);
-    memset(dv, 0, nk * sizeof *dv);
-    double *P = xcalloc((size_t)(S * S), sizeof *P);
-    double *dS = xcalloc((size_t)(S * S), sizeof *dS);
-    for (int64_t b = 0; b < s->B; b++)
-        for (int64_t h = 0; h < s->HQ; h++) {
-            int64_t g = h / (s->HQ / s->HK);
-            ref_probs(s, q, k, scale, causal, b, h, P, NULL);
-            for (int64_t i = 0; i < S; i++) {
-                double dl = 0;
-                for (int64_t j = 0; j < S; j++) {
-                    double dp = 0;
-                    for (int64_t d = 0; d < D; d++) dp += dout[iq(s, i, b, h, d)] * v[ik(s, j, b, g, d)];
-                    dS[i * S + j] = dp;
-                    dl += P[i * S + j] * dp;
-                }
-                delta[il(s, b, h, i)] = dl;
-                for (int64_t j = 0; j < S; j++) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - dl);
-            }
-            for (int64_t i = 0; i < S; i++)
-                for (int64_t d = 0; d < D; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < S; j++) acc += dS[i * S + j] * k[ik(s, j, b, g, d)];
-                    dq[iq(s, i, b, h, d)] = scale * acc;
-                }
-            for (int64_t j = 0; j < S; j++)
-                for (int64_t d = 0; d < D; d++) {
-                    double ak = 0, av = 0;
-                    for (int64_t i = 0; i < S; i++) {
-                        ak += dS[i * S + j] * q[iq(s, i, b, h, d)];
-                        av += P[i * S + j] * dout[iq(s, i, b, h, d)];
-                    }
-                    dk[ik(s, j, b, g, d)] += scale * ak;
-                    dv[ik(s, j, b, g, d)] += av;
-                }
+        /* every stage, as its last tensor-parallel rank runs it (its vocabulary rows start past 0) */
+        int tp = 1, pp = 1, dp = 1;
+        char prog[1200], err[512];
+        snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
+        if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
+            check(0, "%s", err);
+            continue;
         }
-    free(P);
-    free(dS);
-}
-
-static double ref_loss(const Shape *s, const double *q, const double *k, const double *v, const double *dout,
-                       double scale, int causal, double *otmp) {
-    ref_forward(s, q, k, v, scale, causal, otmp, NULL);
-    size_t nq = (size_t)(s->S * s->B * s->HQ * s->D);
-    double L = 0;
-    for (size_t x = 0; x < nq; x++) L += dout[x] * otmp[x];
-    return L;
-}
-
-/* Central differences of ref_loss w.r.t. every element of x (one of q, k, v), into g. */
-static void fd_grad(const Shape *s, double *q, double *k, double *v, const double *dout, double scale, int causal,
-                    double *x, size_t n, double *g, double *otmp) {
-    const double eps = 1e-6;
-    for (size_t e = 0; e < n; e++) {
-        double x0 = x[e];
-        x[e] = x0 + eps;
-        double lp = ref_loss(s, q, k, v, dout, scale, causal, otmp);
-        x[e] = x0 - eps;
-        double lm = ref_loss(s, q, k, v, dout, scale, causal, otmp);
-        x[e] = x0;
-        g[e] = (lp - lm) / (2 * eps);
+        for (int s = 0; s < pp; s++) {
+            char what[512];
+            snprintf(prog, sizeof prog, "%s/rank%d.prog", dir, s * tp + tp - 1);
+            snprintf(what, sizeof what, "%s %s: stage %d tp_rank %d", cases[c][0], cases[c][1], s, tp - 1);
+            test_listing(dir, prog, what);
+        }
     }
-}
-
-/* ---- one shape ---- */
-
-static void fill_nan(float *a, size_t n) {
-    for (size_t x = 0; x < n; x++) a[x] = NAN;
-}
-
-static void test_shape(T *t, Shape sh, int causal, double scale_mul, int do_fd) {
-    const Shape *s = &sh;
-    int64_t S = s->S, B = s->B, HQ = s->HQ, HK = s->HK, D = s->D;
-    size_t nq = (size_t)(S * B * HQ * D), nk = (size_t)(S * B * HK * D), nl = (size_t)(B * HQ * S);
-    float scale = (float)(scale_mul / sqrt((double)D));
-    char name[96];
-    snprintf(name, sizeof name, "S=%lld B=%lld HQ=%lld HK=%lld D=%lld causal=%d scale=%g", (long long)S, (long long)B,
-             (long long)HQ, (long long)HK, (long long)D, causal, (double)scale);
-
-    /* Float inputs; the reference runs in float64 on exactly the same values. */
-    float *q = xcalloc(nq, 4), *k = xcalloc(nk, 4), *v = xcalloc(nk, 4), *dout = xcalloc(nq, 4);
-    double *qd = xcalloc(nq, 8), *kd = xcalloc(nk, 8), *vd = xcalloc(nk, 8), *doutd = xcalloc(nq, 8);
-    for (size_t x = 0; x < nq; x++) qd[x] = q[x] = (float)rnd();
-    for (size_t x = 0; x < nk; x++) kd[x] = k[x] = (float)rnd();
-    for (size_t x = 0; x < nk; x++) vd[x] = v[x] = (float)rnd();
-    for (size_t x = 0; x < nq; x++) doutd[x] = dout[x] = (float)rnd();
-
-    /* Kernels, every output prefilled with NaN to prove it is overwritten. Rows run in reverse order
-     * (they must be independent); the passes run in the order the generated code uses: fwd, dq, dk, dv. */
-    float *o = xcalloc(nq, 4), *lse = xcalloc(nl, 4), *dq = xcalloc(nq, 4), *delta = xcalloc(nl, 4);
-    float *dk = xcalloc(nk, 4), *dv = xcalloc(nk, 4);
-    fill_nan(o, nq), fill_nan(lse, nl), fill_nan(dq, nq), fill_nan(delta, nl), fill_nan(dk, nk), fill_nan(dv, nk);
-    int64_t qrows = B * HQ * S, krows = B * HK * S;
-    for (int64_t r = qrows - 1; r >= 0; r--) ppk_attention_fwd_row(q, k, v, o, lse, S, B, HQ, HK, D, scale, causal, r);
-    for (int64_t r = qrows - 1; r >= 0; r--)
-        ppk_attention_dq_row(q, k, v, o, lse, dout, dq, delta, S, B, HQ, HK, D, scale, causal, r);
-    for (int64_t r = krows - 1; r >= 0; r--)
-        ppk_attention_dk_row(q, k, v, o, lse, dout, delta, dk, S, B, HQ, HK, D, scale, causal, r);
-    for (int64_t r = krows - 1; r >= 0; r--)
-        ppk_attention_dv_row(q, k, v, o, lse, dout, dv, S, B, HQ, HK, D, scale, causal, r);
-
-    /* Reference. */
-    double *ro = xcalloc(nq, 8), *rlse = xcalloc(nl, 8), *rdq = xcalloc(nq, 8), *rdelta = xcalloc(nl, 8);
-    double *rdk = xcalloc(nk, 8), *rdv = xcalloc(nk, 8);
-    ref_forward(s, qd, kd, vd, (double)scale, causal, ro, rlse);
-    ref_backward(s, qd, kd, vd, doutd, (double)scale, causal, rdq, rdk, rdv, rdelta);
-
-    /* Large scales stress the max subtraction; float rounding of a score of size ~|scale|*D is then
-     * amplified by exp, so compare those more loosely (the point is: finite and right). */
-    double tf = scale_mul > 1.5 ? 1e-4 : 1e-5, tg = scale_mul > 1.5 ? 1e-3 : 1e-4, e;
-    e = rel_err_fd(o, ro, nq);
-    check(t, e <= tf, "fwd o     %s: rel err %.3g (tol %g)", name, e, tf);
-    e = rel_err_fd(lse, rlse, nl);
-    check(t, e <= tf, "fwd lse   %s: rel err %.3g (tol %g)", name, e, tf);
-    e = rel_err_fd(delta, rdelta, nl);
-    check(t, e <= tg, "bwd delta %s: rel err %.3g (tol %g)", name, e, tg);
-    e = rel_err_fd(dq, rdq, nq);
-    check(t, e <= tg, "bwd dq    %s: rel err %.3g (tol %g)", name, e, tg);
-    e = rel_err_fd(dk, rdk, nk);
-    check(t, e <= tg, "bwd dk    %s: rel err %.3g (tol %g)", name, e, tg);
-    e = rel_err_fd(dv, rdv, nk);
-    check(t, e <= tg, "bwd dv    %s: rel err %.3g (tol %g)", name, e, tg);
-
-    if (do_fd) {
-        /* The reference gradient itself, against central differences of L = sum dout . o in float64. */
-        double *g = xcalloc(nq > nk ? nq : nk, 8), *otmp = xcalloc(nq, 8);
-        const double tfd = 1e-6;
-        fd_grad(s, qd, kd, vd, doutd, (double)scale, causal, qd, nq, g, otmp);
-        e = rel_err_dd(rdq, g, nq);
-        check(t, e <= tfd, "fd ref dq %s: rel err %.3g (tol %g)", name, e, tfd);
-        fd_grad(s, qd, kd, vd, doutd, (double)scale, causal, kd, nk, g, otmp);
-        e = rel_err_dd(rdk, g, nk);
-        check(t, e <= tfd, "fd ref dk %s: rel err %.3g (tol %g)", name, e, tfd);
-        fd_grad(s, qd, kd, vd, doutd, (double)scale, causal, vd, nk, g, otmp);
-        e = rel_err_dd(rdv, g, nk);
-        check(t, e <= tfd, "fd ref dv %s: rel err %.3g (tol %g)", name, e, tfd);
-        free(g), free(otmp);
-    }
-
-    free(q), free(k), free(v), free(dout), free(qd), free(kd), free(vd), free(doutd);
-    free(o), free(lse), free(dq), free(delta), free(dk), free(dv);
-    free(ro), free(rlse), free(rdq), free(rdelta), free(rdk), free(rdv);
-}
-
-/* A head dimension beyond PPK_MAX_HEAD_DIM must not overrun the local accumulators: outputs become NaN. */
-static void test_head_dim_guard(T *t) {
-    enum { D = PPK_MAX_HEAD_DIM + 1 };
-    static float q[D], k[D], v[D], o[D], dout[D], dq[D], dk[D], dv[D];
-    float lse = 0, delta = 0;
-    for (int d = 0; d < D; d++) q[d] = k[d] = v[d] = dout[d] = 0.5f, o[d] = dq[d] = dk[d] = dv[d] = 0;
-    ppk_attention_fwd_row(q, k, v, o, &lse, 1, 1, 1, 1, D, 1.0f, 0, 0);
-    ppk_attention_dq_row(q, k, v, o, &lse, dout, dq, &delta, 1, 1, 1, 1, D, 1.0f, 0, 0);
-    ppk_attention_dk_row(q, k, v, o, &lse, dout, &delta, dk, 1, 1, 1, 1, D, 1.0f, 0, 0);
-    ppk_attention_dv_row(q, k, v, o, &lse, dout, dv, 1, 1, 1, 1, D, 1.0f, 0, 0);
-    int ok = isnan(lse) && isnan(delta);
-    for (int d = 0; d < D; d++) ok = ok && isnan(o[d]) && isnan(dq[d]) && isnan(dk[d]) && isnan(dv[d]);
-    check(t, ok, "D=%d > PPK_MAX_HEAD_DIM: every output is NaN, no overrun", D);
-}
-
-int main(void) {
-    T t = {0, 0};
-    static const Shape shapes[] = {{1, 1, 1, 1, 2}, {5, 2, 4, 2, 8}, {16, 3, 4, 1, 16}, {7, 1, 6, 3, 12}, {9, 2, 8, 8, 32}};
-    for (size_t x = 0; x < sizeof shapes / sizeof shapes[0]; x++) {
-        const Shape *s = &shapes[x];
-        int small = s->S * s->B * s->HQ * s->D <= 1024; /* finite differences only where cheap */
-        for (int causal = 0; causal <= 1; causal++) test_shape(&t, *s, causal, 1.0, small);
-    }
-    /* Scores of up to a few hundred: expf would overflow (past ~88) without the max subtraction. */
-    for (int causal = 0; causal <= 1; causal++) test_shape(&t, (Shape){6, 2, 4, 2, 16}, causal, 200.0, 0);
-    test_head_dim_guard(&t);
-    printf("%d passed, %d failed\n", t.pass, t.fail);
-    return t.fail ? 1 : 0;
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
 }

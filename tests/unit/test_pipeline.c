@@ -1,8 +1,9 @@
 /* test_pipeline.c — every mesh and schedule must reproduce the one-rank run: compiles a model
  * for a mesh, trains 5 steps over MPI from the same --seed, and compares each step's loss
  * (1e-6), the first step's gradients (1e-5) and the weights after 5 AdamW steps (1e-5) with a
- * one-rank run of the same model, batch and micro-batch count. Also checks that a launch with
- * the wrong number of ranks fails fast. */
+ * one-rank run of the same model, batch and micro-batch count on the cpu device. The meshes run
+ * on the cpu device, and a representative set of them on the opencl device too (PoCL here: one
+ * thread per rank). Also checks that a launch with the wrong number of ranks fails fast. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,8 @@
 static int pass, fail;
 static char bin[512] = "build";
 
-#define MPIRUN "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 "
+#define MPIRUN \
+  "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x POCL_MAX_PTHREAD_COUNT=1 "
 
 static int sh(const char *cmd) {
   int rc = system(cmd);
@@ -76,7 +78,7 @@ static double worst_rel(const char *got_path, const char *ref_path, char *worst,
  * where g / (|g| + eps) is steepest, and a tensor-parallel mesh's other summation order (a rounding
  * difference of ~1e-9 in that element) then moves its weight by ~2e-5 of the tensor's norm in 5
  * steps; with eps 1e-6 the meshes agree to ~1e-6, and the gradients are compared directly anyway. */
-static int run(const char *model, int tp, int pp, int dp, const char *sched, int M, const char *out) {
+static int run(const char *model, int tp, int pp, int dp, const char *sched, int M, const char *out, const char *device) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --microbatches %d -o %s/prog "
@@ -84,27 +86,29 @@ static int run(const char *model, int tp, int pp, int dp, const char *sched, int
            out, out, bin, model, tp, pp, dp, sched, M, out);
   if (sh(cmd)) return 1;
   snprintf(cmd, sizeof cmd,
-           MPIRUN "-np %d %s/ppr %s/prog --quiet --seed 7 --steps 5 --clip 1 --eps 1e-6 --save-grads %s/g.safetensors "
-                  "--save %s/w.safetensors --log %s/log.jsonl > %s/out.txt 2>&1 || { cat %s/out.txt; exit 1; }",
-           tp * pp * dp, bin, out, out, out, out, out, out);
+           MPIRUN "-np %d %s/ppr %s/prog --device %s --quiet --seed 7 --steps 5 --clip 1 --eps 1e-6 --save-grads "
+                  "%s/g.safetensors --save %s/w.safetensors --log %s/log.jsonl > %s/out.txt 2>&1 || { cat %s/out.txt; "
+                  "exit 1; }",
+           tp * pp * dp, bin, out, device, out, out, out, out, out);
   return sh(cmd);
 }
 
-static void mesh(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int M) {
+static void mesh_on(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int M,
+                    const char *device) {
   char ref[640], out[640], name[256], w1[64], w2[64];
-  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s M=%d", tag, tp, pp, dp, sched, M);
+  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s M=%d on %s", tag, tp, pp, dp, sched, M, device);
   snprintf(ref, sizeof ref, "%s/pipe/%s_ref_M%d", bin, tag, M);
-  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_M%d", bin, tag, tp, pp, dp, sched, M);
+  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_M%d_%s", bin, tag, tp, pp, dp, sched, M, device);
   char path[1024], rpath[1024];
   snprintf(path, sizeof path, "%s/log.jsonl", ref);
   FILE *f = fopen(path, "r");
   if (f) fclose(f);
-  else if (run(model, 1, 1, 1, "1f1b", M, ref)) {
+  else if (run(model, 1, 1, 1, "1f1b", M, ref, "cpu")) {
     printf("FAIL %s: the one-rank reference did not run\n", name);
     fail++;
     return;
   }
-  if (run(model, tp, pp, dp, sched, M, out)) {
+  if (run(model, tp, pp, dp, sched, M, out, device)) {
     printf("FAIL %s: did not run\n", name);
     fail++;
     return;
@@ -128,6 +132,10 @@ static void mesh(const char *model, const char *tag, int tp, int pp, int dp, con
   printf("%s %s: losses %.2g, gradients %.2g (%s), weights after 5 steps %.2g (%s)\n", ok ? "PASS" : "FAIL", name, lw,
          gw, w1, ww, w2);
   ok ? pass++ : fail++;
+}
+
+static void mesh(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int M) {
+  mesh_on(model, tag, tp, pp, dp, sched, M, "cpu");
 }
 
 int main(int argc, char **argv) {
@@ -154,9 +162,22 @@ int main(int argc, char **argv) {
         mesh("examples/tiny.pdl", "tiny", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
         mesh("tests/models/tiny_untied.pdl", "untied", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
       }
+  /* on the opencl device, against the one-rank cpu run: pipelines of 2 and 4 stages with each
+   * schedule, tensor parallelism (tp 4 replicates tiny's 2 kv heads), and all three at once */
+  if (!getenv("PPC_TEST_NO_OPENCL")) {
+    for (int s = 0; s < 3; s++) {
+      mesh_on("examples/tiny.pdl", "tiny", 1, 2, 1, scheds[s], 4, "opencl");
+      mesh_on("examples/tiny.pdl", "tiny", 1, 4, 1, scheds[s], 8, "opencl");
+    }
+    mesh_on("examples/tiny.pdl", "tiny", 2, 1, 1, "1f1b", 4, "opencl");
+    mesh_on("examples/tiny.pdl", "tiny", 4, 1, 1, "1f1b", 4, "opencl");
+    mesh_on("examples/tiny.pdl", "tiny", 2, 2, 2, "1f1b", 4, "opencl");
+    mesh_on("tests/models/tiny_untied.pdl", "untied", 2, 2, 2, "gpipe", 4, "opencl");
+    mesh_on("tests/models/odd5.pdl", "odd5", 1, 3, 1, "1f1b", 3, "opencl");
+  }
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
   snprintf(cmd, sizeof cmd,
-           "timeout 60 " MPIRUN "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_M3/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
+           "timeout 60 " MPIRUN "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_M3_cpu/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
            bin, bin, bin);
   int rc = system(cmd);
   snprintf(cmd, sizeof cmd, "grep -q 'ranks' %s/pipe/ws.txt", bin);

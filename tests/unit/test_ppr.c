@@ -27,7 +27,7 @@ static const char *const BODY =
     "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
     "step micro_batch 2 seq 4 microbatches 2 schedule gpipe\n"
     "vocab 16\n"
-    "kernels k.so 0123456789abcdef\n"
+    "kernels k 0123456789abcdef\n"
     "\n"
     "region params  0    832\n"
     "region grads   832  832\n"
@@ -56,30 +56,30 @@ static const char *const BODY =
     "\n"
     "block forward\n"
     "  batch $0 $64\n"
-    "  kernel embed_fwd $0:32 @0:512 $128:256 i:8 i:8\n"
+    "  kernel embed_fwd <<<1,1,0>>> $0:32 @0:512 $128:256 i:8 i:8\n"
     "  gemm N N 4 8 8 1 $128 8 32 @576 8 0 0 $384 8 32 2      # h_b = x_b P\n"
-    "  kernel gain_fwd $384:256 @512:32 $640:256 i:8 i:8 f:1\n"
+    "  kernel gain_fwd <<<1,1,0>>> $384:256 @512:32 $640:256 i:8 i:8 f:1\n"
     "  gemm N T 8 16 8 1 $640 8 0 @0 8 0 0 @6272 16 0 1       # logits = y E^T\n"
-    "  kernel xent_fwd @6272:512 $64:32 $896:512 $1408:4 i:8 i:16\n"
+    "  kernel xent_fwd <<<1,1,0>>> @6272:512 $64:32 $896:512 $1408:4 i:8 i:16\n"
     "  loss $1408\n"
     "end\n"
     "\n"
     "block backward\n"
     "  seed @7552 0.5\n"
-    "  kernel xent_bwd $896:512 $64:32 @7552 @6272:512 i:8 i:16\n"
+    "  kernel xent_bwd <<<1,1,0>>> $896:512 $64:32 @7552 @6272:512 i:8 i:16\n"
     "  gemm T N 16 8 8 1 @6272 16 0 $640 8 0 1 @832 8 0 1     # dE += dlogits^T y\n"
     "  gemm N N 8 8 16 1 @6272 16 0 @0 8 0 0 @6784 8 0 1      # dy = dlogits E\n"
-    "  kernel gain_bwd $384:256 @512:32 @6784:256 @7040:256 @1344:32 i:8 i:8\n"
+    "  kernel gain_bwd <<<1,1,0>>> $384:256 @512:32 @6784:256 @7040:256 @1344:32 i:8 i:8\n"
     "  gemm T N 8 8 4 1 $128 8 32 @7040 8 32 1 @1408 8 0 2    # dP += x_b^T dh_b\n"
     "  gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1      # dx = dh P^T\n"
-    "  kernel embed_bwd $0:32 @7296:256 @832:512 i:8 i:8\n"
+    "  kernel embed_bwd <<<1,1,0>>> $0:32 @7296:256 @832:512 i:8 i:8\n"
     "end\n"
     "\n"
     "block optimizer\n"
-    "  grad_norm\n"
-    "  kernel adamw @0:512 @832:512 @1664:512 @2496:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
-    "  kernel adamw @512:32 @1344:32 @2176:32 @3008:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
-    "  kernel adamw @576:256 @1408:256 @2240:256 @3072:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
+    "  grad_norm sumsq <<<1,1,0>>> @7552:12\n"
+    "  kernel adamw <<<1,1,0>>> @0:512 @832:512 @1664:512 @2496:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw <<<1,1,0>>> @512:32 @1344:32 @2176:32 @3008:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw <<<1,1,0>>> @576:256 @1408:256 @2240:256 @3072:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
     "s:clip\n"
     "end\n"
     "\n"
@@ -160,7 +160,14 @@ static const char *const KERNELS =
     "}\n"
     "void adamw__call(void **a) {\n"
     "  adamw(F(0), CF(1), F(2), F(3), I64(4), I64(5), S(6), S(7), S(8), S(9), S(10), S(11), S(12), S(13));\n"
-    "}\n";
+    "}\n"
+    "/* grad_norm's kernel: one block, the sum of squares into out[0] */\n"
+    "static void sumsq(const float *x, float *out, int64_t n) {\n"
+    "  double s = 0;\n"
+    "  for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];\n"
+    "  out[0] = (float)s;\n"
+    "}\n"
+    "void sumsq__call(void **a) { sumsq(CF(0), F(1), I64(2)); }\n";
 
 /* ---- test harness -------------------------------------------------------------------------- */
 
@@ -216,7 +223,7 @@ static uint64_t fnv(const char *s, size_t n) {
 static char *listing(const char *body) {
     size_t n = strlen(body) + 128;
     char *s = malloc(n);
-    snprintf(s, n, "ppr-program 1\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
+    snprintf(s, n, "ppr-program 2\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
              body);
     return s;
 }
@@ -810,12 +817,12 @@ static void test_listing_errors(void) {
     expect_fail("an edited listing", args, want);
 
     t = listing(BODY);
-    t[strlen("ppr-program ")] = '2';
+    t[strlen("ppr-program ")] = '3';
     make_dir("v2", t);
     free(t);
     snprintf(args, sizeof args, "%s/v2", tdir);
-    snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 2, this ppr reads 1", tdir);
-    expect_fail("format version 2", args, want);
+    snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 3, this ppr reads 2", tdir);
+    expect_fail("format version 3", args, want);
 
     struct {
         const char *name, *from, *to, *needle_fmt;
@@ -826,7 +833,7 @@ static void test_listing_errors(void) {
         {"oob_batch", "batch $0 $64", "batch $0 $1441", ":%d: batch: labels: '$1441': offset is not a multiple of 4"},
         {"oob_batch2", "batch $0 $64", "batch $0 $1444", ":%d: batch: labels: $1444 + 32 bytes leaves the slot"},
         {"unknown", "  loss $1408", "  frobnicate $1408", ":%d: unknown instruction 'frobnicate'"},
-        {"clip_early", "  grad_norm\n  kernel adamw @0:512", "  kernel adamw @0:512", ":%d: kernel adamw: argument 14: s:clip is set by grad_norm"},
+        {"clip_early", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  kernel adamw <<<1,1,0>>> @0:512", "  kernel adamw <<<1,1,0>>> @0:512", ":%d: kernel adamw: argument 14: s:clip is set by grad_norm"},
         {"slot_busy", "  F 1 1\n", "  F 1 0\n", ":%d: F 1 0: slot 0 still holds micro-batch 0"},
         {"no_extent_param", "@576 init normal", "@580 init normal", ":%d: param proj.weight: offset 580 is not a multiple of 64"},
     };
@@ -846,20 +853,20 @@ static void test_listing_errors(void) {
     snprintf(args, sizeof args, "%s/nosym", tdir);
     expect_fail("a kernel missing from the object", args, "k.so: no kernel gain_bwdx (symbol gain_bwdx__call) called by");
 
-    b = replace(BODY, "kernels k.so 0123456789abcdef", "kernels k.so 0123456789abcdee");
+    b = replace(BODY, "kernels k 0123456789abcdef", "kernels k 0123456789abcdee");
     make_prog("khash", b);
     free(b);
     snprintf(args, sizeof args, "%s/khash", tdir);
     expect_fail("a kernel object with another source hash", args,
                 "k.so: its ppk_source_hash is '0123456789abcdef', ");
 
-    b = replace(BODY, "kernels k.so", "kernels gone.so");
+    b = replace(BODY, "kernels k ", "kernels gone ");
     make_prog("noso", b);
     free(b);
     snprintf(args, sizeof args, "%s/noso", tdir);
     expect_fail("a missing kernel object", args, "gone.so: cannot open the kernel object named by");
 
-    b = replace(BODY, "kernels k.so", "kernels junk.so");
+    b = replace(BODY, "kernels k ", "kernels junk ");
     make_prog("junkso", b);
     free(b);
     char jp[512];
@@ -910,7 +917,7 @@ static void test_cli(void) {
     rc = run("--help");
     check(rc == 0 && strstr(out, "usage: ppr DIR") && strstr(out, "--save-grads"), "--help: usage on stdout, exit 0");
     rc = run("--version");
-    check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 1"), "--version");
+    check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 2"), "--version");
     char p[512];
     path(p, sizeof p, "data.bin");
     snprintf(args, sizeof args, "%s/main --data=%s --steps=1 --save %s/no/such/dir/w.safetensors", tdir, p, tdir);
@@ -931,7 +938,7 @@ static const char *const STAGE0 =
     "peers prev -1 next 1\n"
     "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
     "vocab 16\n"
-    "kernels k.so 0123456789abcdef\n"
+    "kernels k 0123456789abcdef\n"
     "\n"
     "region params  0    512\n"
     "region grads   512  512\n"
@@ -954,17 +961,17 @@ static const char *const STAGE0 =
     "\n"
     "block forward\n"
     "  batch $0 -\n"
-    "  kernel embed_fwd $0:32 @0:512 @2176:256 i:8 i:8\n"
+    "  kernel embed_fwd <<<1,1,0>>> $0:32 @0:512 @2176:256 i:8 i:8\n"
     "end\n"
     "\n"
     "block backward\n"
-    "  kernel embed_bwd $0:32 @2432:256 @512:512 i:8 i:8\n"
+    "  kernel embed_bwd <<<1,1,0>>> $0:32 @2432:256 @512:512 i:8 i:8\n"
     "end\n"
     "\n"
     "block optimizer\n"
     "  allreduce_tied @512 512\n"
-    "  grad_norm\n"
-    "  kernel adamw @0:512 @512:512 @1024:512 @1536:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  grad_norm sumsq <<<1,1,0>>> @2176:4\n"
+    "  kernel adamw <<<1,1,0>>> @0:512 @512:512 @1024:512 @1536:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
     "end\n"
     "\n"
     "schedule 1f1b\n"
@@ -986,7 +993,7 @@ static const char *const STAGE1 =
     "peers prev 0 next -1\n"
     "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
     "vocab 16\n"
-    "kernels k.so 0123456789abcdef\n"
+    "kernels k 0123456789abcdef\n"
     "\n"
     "region params  0    896\n"
     "region grads   896  896\n"
@@ -1020,28 +1027,28 @@ static const char *const STAGE1 =
     "block forward\n"
     "  batch - $256\n"
     "  gemm N N 4 8 8 1 $0 8 32 @64 8 0 0 $320 8 32 2      # h_b = x_b P\n"
-    "  kernel gain_fwd $320:256 @0:32 $576:256 i:8 i:8 f:1\n"
+    "  kernel gain_fwd <<<1,1,0>>> $320:256 @0:32 $576:256 i:8 i:8 f:1\n"
     "  gemm N T 8 16 8 1 $576 8 0 @384 8 0 0 @4992 16 0 1  # logits = y E^T\n"
-    "  kernel xent_fwd @4992:512 $256:32 $832:512 $1344:4 i:8 i:16\n"
+    "  kernel xent_fwd <<<1,1,0>>> @4992:512 $256:32 $832:512 $1344:4 i:8 i:16\n"
     "  loss $1344\n"
     "end\n"
     "\n"
     "block backward\n"
     "  seed @6272 0.5\n"
-    "  kernel xent_bwd $832:512 $256:32 @6272 @4992:512 i:8 i:16\n"
+    "  kernel xent_bwd <<<1,1,0>>> $832:512 $256:32 @6272 @4992:512 i:8 i:16\n"
     "  gemm T N 16 8 8 1 @4992 16 0 $576 8 0 1 @1280 8 0 1  # dE += dlogits^T y (the copy's gradient)\n"
     "  gemm N N 8 8 16 1 @4992 16 0 @384 8 0 0 @5504 8 0 1  # dy = dlogits E\n"
-    "  kernel gain_bwd $320:256 @0:32 @5504:256 @5760:256 @896:32 i:8 i:8\n"
+    "  kernel gain_bwd <<<1,1,0>>> $320:256 @0:32 @5504:256 @5760:256 @896:32 i:8 i:8\n"
     "  gemm T N 8 8 4 1 $0 8 32 @5760 8 32 1 @960 8 0 2    # dP += x_b^T dh_b\n"
     "  gemm N T 8 8 8 1 @5760 8 0 @64 8 0 0 @6016 8 0 1    # dx = dh P^T, sent back\n"
     "end\n"
     "\n"
     "block optimizer\n"
     "  allreduce_tied @1280 512\n"
-    "  grad_norm\n"
-    "  kernel adamw @0:32 @896:32 @1792:32 @2688:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
-    "  kernel adamw @64:256 @960:256 @1856:256 @2752:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
-    "  kernel adamw @384:512 @1280:512 @2176:512 @3072:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
+    "  grad_norm sumsq <<<1,1,0>>> @6272:12\n"
+    "  kernel adamw <<<1,1,0>>> @0:32 @896:32 @1792:32 @2688:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw <<<1,1,0>>> @64:256 @960:256 @1856:256 @2752:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+    "  kernel adamw <<<1,1,0>>> @384:512 @1280:512 @2176:512 @3072:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
     "s:clip\n"
     "end\n"
     "\n"
@@ -1363,8 +1370,8 @@ static void test_pipeline_parser(void) {
                           "model_param proj.weight [8,8]\nparam 3 z f32 [1] @832 init ones decay 0\n",
                           ":28: param after a model_param line (params come first)");
     /* allreduce_tied */
-    expect_parse_error_in(S1, "allreduce_tied after grad_norm", "  allreduce_tied @1280 512\n  grad_norm\n",
-                          "  grad_norm\n  allreduce_tied @1280 512\n",
+    expect_parse_error_in(S1, "allreduce_tied after grad_norm", "  allreduce_tied @1280 512\n  grad_norm sumsq <<<1,1,0>>> @6272:12\n",
+                          "  grad_norm sumsq <<<1,1,0>>> @6272:12\n  allreduce_tied @1280 512\n",
                           ":62: allreduce_tied after grad_norm (line 61): the norm needs the summed gradients");
     expect_parse_error_in(S1, "no allreduce_tied for a shared param", "  allreduce_tied @1280 512\n", "",
                           "param emb.weight (line 24) is shared, but no allreduce_tied of the optimizer block sums its "
@@ -1374,7 +1381,7 @@ static void test_pipeline_parser(void) {
     expect_parse_error_in(S1, "allreduce_tied in the backward block", "  seed @6272 0.5\n",
                           "  seed @6272 0.5\n  allreduce_tied @1280 512\n",
                           "'allreduce_tied' is not allowed in the backward block (only in the optimizer block)");
-    expect_parse_error("allreduce_tied without a shared param", "  grad_norm\n", "  allreduce_tied @832 512\n  grad_norm\n",
+    expect_parse_error("allreduce_tied without a shared param", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "  allreduce_tied @832 512\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                        ":%d: allreduce_tied, but no param is marked shared");
     /* comm entries */
     expect_parse_error("comm in a one-stage program", "  F 1 1\n", "  F 1 1\n  comm send_fwd 1 1\n",
@@ -1430,7 +1437,7 @@ static char *tp_body(void) {
     free(a);
     a = replace(b, "  kernel embed_bwd", "  allreduce tp/1 sum @7296 256    # a comment\n  kernel embed_bwd");
     free(b);
-    b = replace(a, "block optimizer\n  grad_norm\n", "block optimizer\n  allreduce tp sum @1344 32\n  grad_norm\n");
+    b = replace(a, "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "block optimizer\n  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n");
     free(a);
     return b;
 }
@@ -1491,14 +1498,14 @@ static void test_tp_parser(void) {
                           ":%d: allreduce: $1408 + 68 bytes leaves the slot (1472 bytes)");
     expect_parse_error_in(tb, "allreduce with 4 fields", "allreduce tp max $1408 4", "allreduce tp max $1408",
                           ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES')");
-    expect_parse_error_in(tb, "allreduce of gradients after grad_norm", "  allreduce tp sum @1344 32\n  grad_norm\n",
-                          "  grad_norm\n  allreduce tp sum @1344 32\n",
+    expect_parse_error_in(tb, "allreduce of gradients after grad_norm", "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
+                          "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  allreduce tp sum @1344 32\n",
                           ":65: allreduce of gradients after grad_norm (line 64): the norm needs the summed gradients");
     free(tb);
 
     /* data parallelism: microbatches is the step's M, each replica's schedule runs M/dp of them */
     char *a = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 1 dp 2");
-    char *b = replace(a, "block optimizer\n  grad_norm\n", "block optimizer\n  allreduce dp sum @832 832\n  grad_norm\n");
+    char *b = replace(a, "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "block optimizer\n  allreduce dp sum @832 832\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n");
     free(a);
     char *db = replace(b, "  F 0 0\n  F 1 1\n  B 0 0\n  B 1 1\n", "  F 0 0\n  B 0 0\n");
     free(b);
@@ -1526,9 +1533,11 @@ static void test_parser(void) {
     int rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
     if (check(rc == 0 && p, "parser: the hand-written listing loads [%s]", rc ? err : "ok")) {
         check(p->nparams == 3 && p->tied == 0 && p->vocab == 16 && p->nslots == 2 && p->blk[0].n == 7 &&
-                  p->blk[1].n == 8 && p->blk[2].n == 4 && p->nentries == 6 && p->nkernels == 7 &&
-                  p->params[2].dims[1] == 8 && p->params[1].init == RT_INIT_ONES && p->params[0].std == 0.5,
-              "parser: params, blocks, kernels and schedule as written");
+                  p->blk[1].n == 8 && p->blk[2].n == 4 && p->nentries == 6 && p->nkernels == 8 &&
+                  p->params[2].dims[1] == 8 && p->params[1].init == RT_INIT_ONES && p->params[0].std == 0.5 &&
+                  !strcmp(p->kernels_base, "k") && p->kgeom[0].grid == 1 && p->kgeom[0].block == 1 &&
+                  p->nbuffers == 12 && p->buffers[0].is_int && !p->buffers[2].is_int && p->buffers[11].ptr.off == 7552,
+              "parser: params, blocks, kernels (with their geometry), buffers and schedule as written");
     }
     rt_prog_free(p);
     free(t);
@@ -1577,8 +1586,8 @@ static void test_parser(void) {
     expect_parse_error("vocab 0", "vocab 16\n", "vocab 0\n", ":%d: vocab: expected an integer in [1, 2147483647], found '0'");
     expect_parse_error("tied param whose first dim is not the vocab", "vocab 16\n", "vocab 17\n",
                        "param emb.weight: tied, so its first dim 16 must be the vocab 17");
-    expect_parse_error("kernel file with a path", "kernels k.so", "kernels ../k.so",
-                       ":%d: kernels: '../k.so' is not a file name in the program's directory");
+    expect_parse_error("kernel files with a path", "kernels k ", "kernels ../k ",
+                       ":%d: kernels: '../k' is not a name (letters, digits, '_')");
     expect_parse_error("regions overlap", "region scratch 6272 1344", "region scratch 6208 1344",
                        "regions slots (line 15) and scratch (line 16) overlap");
     expect_parse_error("region past the arena", "arena 7616", "arena 7600", "region scratch (line 16) ends at byte 7616, past the arena (7600 bytes)");
@@ -1607,17 +1616,27 @@ static void test_parser(void) {
     expect_parse_error("gemm with 17 fields", "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1",
                        "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0", ":%d: expected 18 fields, found 17");
     expect_parse_error("gemm TA X", "gemm N T 8 16", "gemm X T 8 16", ":%d: gemm: TA is 'X' (expected N or T)");
-    expect_parse_error("$ operand in the optimizer", "kernel adamw @512:32", "kernel adamw $512:32",
+    expect_parse_error("$ operand in the optimizer", "kernel adamw <<<1,1,0>>> @512:32", "kernel adamw <<<1,1,0>>> $512:32",
                        ":%d: kernel adamw: argument 1: '$512:32': $ operands are not allowed in the optimizer block");
     expect_parse_error("unknown scalar", "s:lr s:beta1", "s:lrx s:beta1", ":%d: kernel adamw: argument 7: unknown runtime scalar 's:lrx'");
     expect_parse_error("bad f: value", "f:1\n", "f:1e99\n", ":%d: kernel gain_fwd: argument 6: 'f:1e99' is not a finite float");
     expect_parse_error("bad i: value", "i:8 i:8 f:1", "i:8x i:8 f:1", ":%d: kernel gain_fwd: argument 4: 'i:8x' is not a 64-bit integer");
     expect_parse_error("kernel name", "kernel embed_bwd", "kernel 9embed_bwd", ":%d: kernel: '9embed_bwd' is not a C identifier");
-    expect_parse_error("batch in the optimizer", "  grad_norm\n", "  grad_norm\n  batch - -\n",
+    expect_parse_error("kernel without a geometry", "kernel embed_bwd <<<1,1,0>>>", "kernel embed_bwd",
+                       ":%d: kernel embed_bwd: expected the launch geometry <<<GRID,BLOCK,LOCAL>>>, found '$0:32'");
+    expect_parse_error("kernel with a block of 3 threads", "kernel embed_bwd <<<1,1,0>>>", "kernel embed_bwd <<<1,3,0>>>",
+                       ":%d: kernel embed_bwd: <<<1,3,0>>>: BLOCK is not a power of two in [1, 1024]");
+    expect_parse_error("kernel with too much local memory", "kernel embed_bwd <<<1,1,0>>>", "kernel embed_bwd <<<1,1,65540>>>",
+                       ":%d: kernel embed_bwd: <<<1,1,65540>>>: LOCAL is not an integer in [0, 65536]");
+    expect_parse_error("kernel with two geometries", "kernel adamw <<<1,1,0>>> @512:32", "kernel adamw <<<2,1,0>>> @512:32",
+                       ":%d: kernel adamw: launched <<<2,1,0>>> here, <<<1,1,0>>> before (a kernel's geometry is fixed by the compiler)");
+    expect_parse_error("grad_norm partials too small", "sumsq <<<1,1,0>>> @7552:12", "sumsq <<<1,1,0>>> @7552:8",
+                       ":%d: grad_norm: the partials hold 8 bytes; 3 params of 1 partial sums need 12");
+    expect_parse_error("batch in the optimizer", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  batch - -\n",
                        "'batch' is not allowed in the optimizer block");
-    expect_parse_error("grad_norm in the forward", "  loss $1408\n", "  loss $1408\n  grad_norm\n",
+    expect_parse_error("grad_norm in the forward", "  loss $1408\n", "  loss $1408\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                        "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
-    expect_parse_error("no grad_norm", "block optimizer\n  grad_norm\n", "block optimizer\nend\nblock optimizer2\n",
+    expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "block optimizer\nend\nblock optimizer2\n",
                        "the optimizer block has no grad_norm");
     expect_parse_error("two forward blocks", "block backward", "block forward", ":46: a second forward block (the first is on line 36)");
     expect_parse_error("block not ended", "  loss $1408\nend\n", "  loss $1408\n", "'block' inside block forward");
@@ -1636,7 +1655,7 @@ static void test_parser(void) {
     rc = parse_msg("\x7f" "ELF\x02\x01", err, sizeof err);
     check(rc && strstr(err, "t.prog:1: control character 0x02"), "parser: binary garbage [%s]", err);
     rc = parse_msg("hello world\n", err, sizeof err);
-    check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 1'"), "parser: text that is not a listing");
+    check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 2'"), "parser: text that is not a listing");
 }
 
 /* Every operand of a parsed program, checked element by element against the arena/slot. */
@@ -1822,14 +1841,14 @@ static void fuzz_body(const char *what, const char *body, int iters) {
         int rc;
         if (rnd(10) == 0) { /* raw: the hash is stale */
             char *t = malloc(n + 64);
-            int hl = snprintf(t, n + 64, "ppr-program 1\ncompiler ppc test\nhash %016llx\n",
+            int hl = snprintf(t, n + 64, "ppr-program 2\ncompiler ppc test\nhash %016llx\n",
                               (unsigned long long)fnv(body, blen));
             memcpy(t + hl, b, n);
             rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
             free(t);
         } else { /* rehashed, with embedded NULs kept (n bytes) */
             char *t = malloc(n + 64);
-            int hl = snprintf(t, n + 64, "ppr-program 1\ncompiler ppc test\nhash %016llx\n",
+            int hl = snprintf(t, n + 64, "ppr-program 2\ncompiler ppc test\nhash %016llx\n",
                               (unsigned long long)fnv(b, n));
             memcpy(t + hl, b, n);
             rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);

@@ -1,0 +1,112 @@
+/* rt_dev.h - the device interface: one arena, its zeroing and copies, a stage's kernels and their launches, strided batched GEMM, a clock; the cpu, opencl and cuda devices behind it. */
+#ifndef RT_DEV_H
+#define RT_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_prog.h"
+
+/*
+ * The executor (rt_exec.c) knows nothing of a device but this header. A device holds one arena
+ * (every buffer of the program is a byte offset into it), runs the kernels ppc generated for the
+ * stage, and runs GEMMs. Work may be queued: a launch or a GEMM returns before it has run, in the
+ * order given; rt_dev_read waits for the work before it, rt_dev_sync for all of it.
+ *
+ * Every function returns 0 or -1; on -1 the device's message (rt_dev_error) names the device,
+ * the call that failed, what it said, and [file:line].
+ */
+
+/* ORDER RtDevKind: rt_dev.c's table and the --device names */
+typedef enum { RT_DEV_CPU, RT_DEV_OPENCL, RT_DEV_CUDA, RT_NDEV } RtDevKind;
+
+typedef struct RtDev RtDev;
+
+/* One argument of a kernel launch, in the order of the `kernel` instruction's ARGs. */
+typedef enum { RT_KA_PTR, RT_KA_F32, RT_KA_I64 } RtKArgKind;
+typedef struct {
+    RtKArgKind kind;
+    int64_t off; /* RT_KA_PTR: a byte offset into the arena */
+    float f;     /* RT_KA_F32 */
+    int64_t i;   /* RT_KA_I64 */
+} RtKArg;
+
+/* For each of batch: C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C, row-major, op(X) = X or X^T.
+ * a, b, c: byte offsets into the arena; leading dimensions and batch strides in elements. */
+typedef struct {
+    int ta, tb;
+    int m, n, k, batch;
+    float alpha, beta;
+    int64_t a, b, c;
+    int lda, ldb, ldc;
+    int64_t sa, sb, sc;
+} RtGemm;
+
+typedef struct RtDevOps {
+    RtDevKind kind;
+    const char *name; /* "cpu", "opencl", "cuda" */
+    /* index: the N of --device NAME:N, -1 for the default; local_rank: this process's rank among
+     * those on its machine (a GPU device picks local_rank mod the device count by default) */
+    int (*open)(RtDev **out, int index, int local_rank, char *err, size_t errlen);
+    void (*close)(RtDev *d);
+    int (*alloc)(RtDev *d, int64_t bytes); /* the arena, zeroed; once */
+    int (*zero)(RtDev *d, int64_t off, int64_t bytes);
+    int (*write)(RtDev *d, int64_t off, const void *src, int64_t bytes);
+    int (*read)(RtDev *d, int64_t off, void *dst, int64_t bytes); /* waits for the work queued before */
+    void *(*host)(RtDev *d, int64_t off); /* the arena's bytes at off when they are host memory, else NULL */
+    /* the stage's kernels: DIR/BASE.<the device's kind of file>, whose source hash must be hash;
+     * names[i] is kernel i of the launches, geoms[i] its geometry (checked against the device) */
+    int (*load)(RtDev *d, const char *dir, const char *base, const char *hash, int n, char *const *names,
+                const RtGeom *geoms);
+    int (*launch)(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args);
+    int (*gemm)(RtDev *d, const RtGemm *g);
+    int (*sync)(RtDev *d); /* waits for all queued work */
+} RtDevOps;
+
+struct RtDev {
+    const RtDevOps *ops;
+    char desc[256];  /* which device: "opencl:0 (Portable Computing Language: pthread-... , 3.9 GiB)" */
+    char err[4096];  /* the last failure */
+    int64_t arena;   /* bytes of the arena, once allocated */
+};
+
+extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops;
+
+/* --device SPEC: cpu, opencl, opencl:N, cuda, cuda:N. Opens the device; *out NULL on failure. */
+int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t errlen);
+int rt_dev_parse(const char *spec, RtDevKind *kind, int *index); /* 0, or -1 for a bad SPEC */
+const char *rt_dev_kind_name(RtDevKind k);
+
+static inline void rt_dev_close(RtDev *d) {
+    if (d) d->ops->close(d);
+}
+static inline const char *rt_dev_error(const RtDev *d) { return d->err; }
+static inline int rt_dev_alloc(RtDev *d, int64_t bytes) { return d->ops->alloc(d, bytes); }
+static inline int rt_dev_zero(RtDev *d, int64_t off, int64_t bytes) { return bytes ? d->ops->zero(d, off, bytes) : 0; }
+static inline int rt_dev_write(RtDev *d, int64_t off, const void *src, int64_t bytes) {
+    return bytes ? d->ops->write(d, off, src, bytes) : 0;
+}
+static inline int rt_dev_read(RtDev *d, int64_t off, void *dst, int64_t bytes) {
+    return bytes ? d->ops->read(d, off, dst, bytes) : 0;
+}
+static inline void *rt_dev_host(RtDev *d, int64_t off) { return d->ops->host(d, off); }
+static inline int rt_dev_load(RtDev *d, const char *dir, const char *base, const char *hash, int n, char *const *names,
+                              const RtGeom *geoms) {
+    return d->ops->load(d, dir, base, hash, n, names, geoms);
+}
+static inline int rt_dev_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args) {
+    return d->ops->launch(d, kernel, g, nargs, args);
+}
+static inline int rt_dev_gemm(RtDev *d, const RtGemm *g) { return d->ops->gemm(d, g); }
+static inline int rt_dev_sync(RtDev *d) { return d->ops->sync(d); }
+
+/* The device's clock for timing (--trace, PPR_PROFILE): waits for the queued work, then reads
+ * CLOCK_MONOTONIC in milliseconds. On a queueing device every timed span thus ends when its work
+ * has run. A failed wait shows as NAN (the next call that fails names it). */
+double rt_dev_time_ms(RtDev *d);
+
+/* For the devices' files: "MESSAGE [file:line]" into d->err, prefixed with the device. -1. */
+int rt_dev_fail_at(RtDev *d, const char *file, int line, const char *fmt, ...) RT_FMT(4, 5);
+#define RT_DEV_FAIL(d, ...) rt_dev_fail_at((d), __FILE__, __LINE__, __VA_ARGS__)
+
+#endif /* RT_DEV_H */
