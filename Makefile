@@ -5,6 +5,7 @@
 #   make test UPDATE=1 rewrite the golden files (review the diff)
 #   make asan          the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo          the main job: compile tiny.pdl for a mesh, train it over MPI
+#   make gpu-check     on a machine with an NVIDIA GPU: the cuda device's first run, one table
 
 BUILD  ?= build
 CC     ?= gcc
@@ -23,6 +24,19 @@ TEMPLATES := $(sort $(wildcard kernels/*.h))
 OBJ      := $(patsubst %.c,$(BUILD)/%.o,$(COMPILER)) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/kernels_embed.o
 PPC      := $(BUILD)/ppc
 
+# CUDA (the toolkit at CUDA_HOME, /usr/local/cuda by default): when it is there, ppc compiles each
+# stage's CUDA kernels with NVRTC, and ppr has the cuda device (cuBLASLt, NCCL; libcuda, the
+# driver, is loaded when the device is opened, so ppr starts on machines without one). Without
+# it, both build without CUDA and say so when asked for it.
+comma := ,
+CUDA_HOME ?= $(wildcard /usr/local/cuda)
+HAVE_CUDA := $(and $(CUDA_HOME),$(wildcard $(CUDA_HOME)/include/nvrtc.h),$(wildcard $(CUDA_HOME)/include/cublasLt.h),$(wildcard $(CUDA_HOME)/include/nccl.h))
+CUDA_LIBDIR := $(if $(HAVE_CUDA),$(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib)))
+NVRTC_CFLAGS := $(if $(HAVE_CUDA),-DPPC_NVRTC -isystem $(CUDA_HOME)/include)
+NVRTC_LIBS   := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lnvrtc)
+CUDA_CFLAGS  := $(if $(HAVE_CUDA),-DPPR_CUDA -isystem $(CUDA_HOME)/include)
+CUDA_LIBS    := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lcublasLt -lnccl)
+
 # ppr: the runtime. OpenBLAS's cblas.h (Debian: libopenblas-dev) is also reachable as <cblas.h>
 # through the alternatives link; the -I makes sure the OpenBLAS one is used. Recursive `=`: the
 # wildcard is looked at when a recipe runs, after deps.sh may have installed the package.
@@ -35,14 +49,14 @@ MPI_CFLAGS = $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/nul
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c 2>/dev/null)
 # OpenCL (Debian: ocl-icd-opencl-dev, opencl-headers; the CPU's driver pocl-opencl-icd) and
 # CLBlast (libclblast-dev) for the opencl device.
-PPR_LIBS  = -lopenblas -lclblast -lOpenCL -ldl -lm -fopenmp $(MPI_LIBS)
+PPR_LIBS  = -lopenblas -lclblast -lOpenCL -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
 RT_SRC   := runtime/rt_prog.c runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
-            runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c runtime/rt_dev_opencl.c $(RUNTIME)
+            runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c $(RUNTIME)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_HDR   := $(wildcard runtime/*.h)
 PPR      := $(BUILD)/ppr
 
-.PHONY: all deps test test-torch asan demo clean
+.PHONY: all deps test test-torch asan demo clean gpu-check
 all: $(PPC) $(PPR)
 
 # ---- set-up: tools the build needs, installed with apt-get when root --------------------------
@@ -77,32 +91,35 @@ $(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def $(GEN)/parser.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+$(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def $(GEN)/parser.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(NVRTC_CFLAGS) -c -o $@ $<
+
 $(PPC): $(OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(NVRTC_LIBS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(PPR): $(BUILD)/runtime/ppr.o $(RT_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
-CUDA   ?= /usr/local/cuda
-UNIT := $(BUILD)/test_io $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp
+UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+# the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
+$(BUILD)/test_gemm: tests/unit/test_gemm.c $(RT_OBJ) $(RT_HDR)
+	$(CC) $(CFLAGS) $(BLAS_INC) -o $@ tests/unit/test_gemm.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+
 # every generated kernel and GEMM on the cpu and the opencl device, compared
 $(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
-# NVRTC compiles every generated CUDA kernel for sm_90; without a toolkit the test says it skipped
-ifneq ($(wildcard $(CUDA)/include/nvrtc.h),)
-$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
-	$(CC) $(CFLAGS) -I$(CUDA)/include -o $@ $< $(LDFLAGS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc
-else
-$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c
-	$(CC) $(CFLAGS) -DPPC_NO_CUDA -o $@ $< $(LDFLAGS)
-endif
+# ppc's cubins: every stage of the examples, reproducible, every --arch, NVRTC's failures (it calls
+# cg_nvrtc itself, so it links ppc's objects)
+$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(NVRTC_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
 $(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
@@ -134,6 +151,10 @@ test-torch: $(PPC) $(PPR) $(BUILD)/test_fixtures
 	rm -rf $(BUILD)/torch-fixtures
 	$(TORCH_PY) tests/reference/gen_fixtures.py --out $(BUILD)/torch-fixtures --selfcheck
 	PPC_FIXTURES=$(BUILD)/torch-fixtures $(BUILD)/test_fixtures
+
+# the cuda device on a real GPU: fixtures, two ranks on one GPU, GPT-2 124M throughput (tests/gpu/)
+gpu-check: $(PPC) $(PPR) $(BUILD)/test_fixtures $(BUILD)/test_pipeline
+	@sh tests/gpu/check.sh $(BUILD)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 \

@@ -17,13 +17,14 @@ typedef struct Buf {
 
 #define OUT(b, ...) cg_append(&(b)->s, &(b)->len, &(b)->cap, __VA_ARGS__)
 
-static uint64_t fnv1a(const char *s, size_t n) {
+uint64_t cg_fnv1a(const char *s, size_t n) {
   uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 offset basis */
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
   return h;
 }
 
-static const char *region_name[6] = {"params", "grads", "adam_m", "adam_v", "slots", "scratch"};
+static const char *region_name[BC__COUNT] = {"params", "grads",   "adam_m",   "adam_v",
+                                            "slots",  "scratch", "workspace"}; /* ORDER BufClass */
 
 static void operand_x(Buf *b, const Program *p, const Operand *o, bool extent) {
   switch (o->kind) {
@@ -154,7 +155,7 @@ static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
 /* The pipeline neighbours: the same (dp, tp) coordinates on the previous and next stage. */
 static int rank_of(const Config *c, int dp, int pp, int tp) { return (int)((dp * c->pp + pp) * c->tp + tp); }
 
-static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const char *kernels_name, uint64_t src_hash) {
+static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const StageFiles *f) {
   const Graph *g = p->g;
   const Config *c = &g->cfg;
   char sb[96], ib[48];
@@ -167,9 +168,12 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch,
       (long long)c->seq, (long long)c->microbatches, c->schedule);
   OUT(b, "vocab %lld\n", (long long)g->vocab);
-  OUT(b, "kernels %s %016llx\n\n", kernels_name, (unsigned long long)src_hash);
-  for (int r = 0; r < 6; r++) {
-    OUT(b, "region %-8s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
+  OUT(b, "kernels %s %016llx\n", f->name, (unsigned long long)f->hash);
+  if (f->compiled)
+    OUT(b, "cuda %s %016llx %016llx\n\n", f->arch, (unsigned long long)f->cubin, (unsigned long long)f->ptx);
+  else OUT(b, "cuda %s - -\n\n", f->arch); /* --emit program, or a ppc without NVRTC */
+  for (int r = 0; r < BC__COUNT; r++) {
+    OUT(b, "region %-9s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
     OUT(b, "\n");
   }
@@ -237,9 +241,10 @@ static int write_file_q(const char *path, const char *s, size_t n, bool quiet) {
   return 0;
 }
 
-static int write_file(const char *path, const char *s, size_t n) { return write_file_q(path, s, n, false); }
+int cg_write_file(const char *path, const char *s, size_t n) { return write_file_q(path, s, n, false); }
+#define write_file cg_write_file
 
-static void mkdir_p(const char *dir) {
+void cg_mkdir_p(const char *dir) {
   char p[4200];
   snprintf(p, sizeof p, "%s", dir);
   for (char *c = p + 1; *c; c++)
@@ -289,7 +294,7 @@ static int compile_so(const char *dir, const char *csrc_path, const char *so_pat
   const char *flags = getenv("PPC_CFLAGS") ? getenv("PPC_CFLAGS") : "-O3 -march=native -fopenmp";
   Buf key = {0};
   OUT(&key, "%s|%s|%s", cc, flags, src->s);
-  uint64_t h = fnv1a(key.s, key.len);
+  uint64_t h = cg_fnv1a(key.s, key.len);
   free(key.s);
   char cached[4200] = "";
   if (cache && *cache) {
@@ -323,7 +328,7 @@ static int compile_so(const char *dir, const char *csrc_path, const char *so_pat
     return 1;
   }
   if (cached[0]) {
-    mkdir_p(cache);
+    cg_mkdir_p(cache);
     copy_file(so_path, cached, true); /* best effort: a cache that cannot be written only costs time */
   }
   return 0;
@@ -337,46 +342,61 @@ void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size
 static void kernel_sources(const Program *p, Lang lang, Buf *b) { cg_kernel_source(p, lang, &b->s, &b->len, &b->cap); }
 
 /* Every stage's kernels in each language, next to its listings: kernels_sN.c (compiled to
- * kernels_sN.so), kernels_sN.cl and kernels_sN.cu. Each carries the hash of the C source, which
- * the listing's `kernels` line names: the C and CUDA as a symbol, the OpenCL C as its first line. */
-int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool kernels, const char *cache) {
-  char path[4200], so[4200], name[64];
-  int stage = p->g->stage;
-  Buf c = {0}, cl = {0}, cu = {0}, body = {0}, all = {0};
+ * kernels_sN.so), kernels_sN.cl and kernels_sN.cu (compiled by NVRTC to kernels_sN.cubin and .ptx
+ * when ppc has NVRTC). Each carries the hash of the C source, which the listing's `kernels` line
+ * names: the C and CUDA as a symbol, the OpenCL C as its first line; the `cuda` line names the
+ * hashes of the cubin and the PTX. dir NULL: only the names and hashes (--emit program). */
+int cg_write_kernels(const char *dir, const Program *p, const char *cache, const char *arch, StageFiles *out) {
+  char path[4200], so[4200];
+  Buf c = {0}, cl = {0}, cu = {0};
   int rc = 1;
+  *out = (StageFiles){.arch = arch};
+  snprintf(out->name, sizeof out->name, "kernels_s%d", p->g->stage);
   kernel_sources(p, LANG_C, &c);
-  uint64_t h = fnv1a(c.s, c.len);
-  OUT(&c, "const char ppk_source_hash[] = \"%016llx\";\n", (unsigned long long)h);
-  OUT(&cl, "/* ppk_source_hash %016llx */\n", (unsigned long long)h);
+  out->hash = cg_fnv1a(c.s, c.len);
+  unsigned long long h = (unsigned long long)out->hash;
+  OUT(&c, "const char ppk_source_hash[] = \"%016llx\";\n", h);
+  OUT(&cl, "/* ppk_source_hash %016llx */\n", h);
   kernel_sources(p, LANG_OPENCL, &cl);
   kernel_sources(p, LANG_CUDA, &cu);
-  OUT(&cu, "extern \"C\" __device__ const char ppk_source_hash[] = \"%016llx\";\n", (unsigned long long)h);
-  /* all tensor-parallel (and data-parallel) ranks of a stage share its kernels */
-  snprintf(name, sizeof name, "kernels_s%d", stage);
-  if (kernels && dir) {
-    snprintf(path, sizeof path, "%s/%s.c", dir, name);
-    snprintf(so, sizeof so, "%s/%s.so", dir, name);
-    if (write_file(path, c.s, c.len)) goto out;
-    if (compile_so(dir, path, so, &c, cache)) goto out;
-    snprintf(path, sizeof path, "%s/%s.cl", dir, name);
-    if (write_file(path, cl.s, cl.len)) goto out;
-    snprintf(path, sizeof path, "%s/%s.cu", dir, name);
-    if (write_file(path, cu.s, cu.len)) goto out;
-  }
-  listing_body(&body, p, s, rank, name, h);
-  OUT(&all, "ppr-program 2\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
-      (unsigned long long)fnv1a(body.s, body.len));
-  OUT(&all, "%s", body.s);
-  if (!dir) { /* --emit program */
-    rc = fputs(all.s, stdout) < 0;
+  OUT(&cu, "extern \"C\" __device__ const char ppk_source_hash[] = \"%016llx\";\n", h);
+  if (!dir) {
+    rc = 0;
     goto out;
   }
-  snprintf(path, sizeof path, "%s/rank%d.prog", dir, rank);
-  rc = write_file(path, all.s, all.len);
+  snprintf(path, sizeof path, "%s/%s.c", dir, out->name);
+  snprintf(so, sizeof so, "%s/%s.so", dir, out->name);
+  if (write_file(path, c.s, c.len) || compile_so(dir, path, so, &c, cache)) goto out;
+  snprintf(path, sizeof path, "%s/%s.cl", dir, out->name);
+  if (write_file(path, cl.s, cl.len)) goto out;
+  snprintf(path, sizeof path, "%s/%s.cu", dir, out->name);
+  if (write_file(path, cu.s, cu.len)) goto out;
+  if (cg_nvrtc_available()) {
+    if (cg_nvrtc(dir, out->name, cu.s, cu.len, arch, cache, &out->cubin, &out->ptx)) goto out;
+    out->compiled = true;
+  }
+  rc = 0;
 out:
   free(c.s);
   free(cl.s);
   free(cu.s);
+  return rc;
+}
+
+/* rankR.prog, the listing of one rank of the stage whose kernels f names; dir NULL: to stdout. */
+int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const StageFiles *f) {
+  Buf body = {0}, all = {0};
+  listing_body(&body, p, s, rank, f);
+  OUT(&all, "ppr-program 2\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION, (unsigned long long)cg_fnv1a(body.s, body.len));
+  OUT(&all, "%s", body.s);
+  int rc;
+  if (!dir) { /* --emit program */
+    rc = fputs(all.s, stdout) < 0;
+  } else {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank%d.prog", dir, rank);
+    rc = write_file(path, all.s, all.len);
+  }
   free(body.s);
   free(all.s);
   return rc;

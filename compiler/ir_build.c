@@ -577,10 +577,6 @@ static int infer(Builder *b, Call *c) {
           sh(k, s2));
       return -1;
     }
-    if (q->d[3] > 256) {
-      err(b, e->loc, "head dimension %lld is larger than the attention kernels support (256)", (long long)q->d[3]);
-      return -1;
-    }
     if (q->d[2] % k->d[2]) {
       err(b, e->loc, "the %lld key/value heads must divide the %lld query heads (grouped-query attention)",
           (long long)k->d[2], (long long)q->d[2]);

@@ -1,6 +1,7 @@
 /* mem_plan.c — places every virtual buffer in the rank's arena: parameters, gradients and AdamW
  * moments in four regions of one layout; saved activations in a slot; block-local values in a
- * scratch region whose bytes are reused when lifetimes do not overlap. */
+ * scratch region whose bytes are reused when lifetimes do not overlap; last, the GEMM library's
+ * workspace. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,7 +73,7 @@ static int64_t place_scratch(VBuf **list, int n) {
 
 void mem_plan(Program *p) {
   lifetimes(p);
-  int64_t size[6] = {0};
+  int64_t size[BC__COUNT] = {0};
   VBuf **scratch = xcalloc((size_t)p->nvb + 1, sizeof *scratch);
   int ns = 0;
   for (int i = 0; i < p->nvb; i++) {
@@ -86,9 +87,11 @@ void mem_plan(Program *p) {
     size[v->cls] += align(v->bytes);
   }
   size[BC_SCRATCH] = place_scratch(scratch, ns);
+  size[BC_WORKSPACE] = WORKSPACE_BYTES;
   free(scratch);
   int64_t off = 0;
-  for (int c = 0; c < 6; c++) {
+  for (int c = 0; c < BC__COUNT; c++) {
+    if (c == BC_WORKSPACE) off = (off + 255) / 256 * 256; /* cuBLASLt wants its workspace 256-byte aligned */
     p->region_off[c] = off;
     p->region_bytes[c] = size[c];
     off += c == BC_SLOT ? size[c] * p->nslots : size[c];

@@ -17,6 +17,8 @@ static const char usage[] =
     "  --microbatches N   micro-batches per step M\n"
     "  --schedule NAME    naive, gpipe or 1f1b\n"
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
+    "  --arch SM          the GPU the CUDA kernels are compiled for: sm_80, sm_89, sm_90 (the\n"
+    "                     default) or sm_100; PTX for newer GPUs comes with the cubin\n"
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt)\n"
     "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), or the\n"
     "                     kernel sources in c, opencl or cuda, to stdout\n"
@@ -35,6 +37,7 @@ typedef struct Cli {
   const char *outdir;
   const char *emit;
   const char *debug_schedule; /* hidden: corrupt the schedule to test the deadlock proof */
+  const char *arch;           /* --arch: the CUDA target */
   bool balanced;              /* --partition balanced */
   Options opt;
 } Cli;
@@ -52,7 +55,7 @@ static int64_t parse_count(const char *flag, const char *v) {
 }
 
 static Cli parse_args(int argc, char **argv) {
-  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}};
+  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90"};
   static const char *counts[] = {"--tp", "--pp", "--dp", "--micro-batch", "--seq", "--microbatches"};
   for (int i = 1; i < argc; i++) {
     char *a = argv[i];
@@ -75,7 +78,7 @@ static Cli parse_args(int argc, char **argv) {
     int k = 0;
     while (k < 6 && strcmp(counts[k], name)) k++;
     int known = k < 6 || !strcmp(name, "-o") || !strcmp(name, "--emit") || !strcmp(name, "--schedule") ||
-                !strcmp(name, "--debug-schedule") || !strcmp(name, "--partition");
+                !strcmp(name, "--debug-schedule") || !strcmp(name, "--partition") || !strcmp(name, "--arch");
     if (!known) bad_usage("unknown option '%s'", a);
     if (!val) bad_usage("option '%s' needs a value", name);
     if (!eq) i++;
@@ -86,6 +89,9 @@ static Cli parse_args(int argc, char **argv) {
       if (strcmp(val, "uniform") && strcmp(val, "balanced"))
         bad_usage("--partition expects uniform or balanced, got '%s'", val);
       c.balanced = !strcmp(val, "balanced");
+    } else if (!strcmp(name, "--arch")) {
+      if (!cg_arch_known(val)) bad_usage("--arch expects " CG_ARCHS ", got '%s'", val);
+      c.arch = val;
     } else if (!strcmp(name, "--debug-schedule")) {
       c.debug_schedule = val;
     } else if (!strcmp(name, "-o")) {
@@ -141,7 +147,7 @@ static Graph *stage_graph(const Graph *g, const Plan *plan, int r) {
 
 /* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
  * listings (--emit program). */
-static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched) {
+static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const char *arch) {
   if (dir && mkdir(dir, 0777) && errno != EEXIST) {
     fprintf(stderr, "ppc: error: cannot create '%s': %s\n", dir, strerror(errno));
     return 1;
@@ -171,11 +177,13 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
     prog->model = g;
     prog->nslots = sched->st[r].nslots;
     mem_plan(prog);                         /* mem_plan.c: the arena */
+    StageFiles files;                       /* cg_program.c, cg_nvrtc.c: the stage's kernels */
+    rc = cg_write_kernels(dir, prog, cache, arch, &files);
     for (int dp = 0; dp < c->dp && !rc; dp++)
       for (int tp = 0; tp < c->tp && !rc; tp++) {
         int rank = (int)((dp * c->pp + r) * c->tp + tp);
         prog->tp_rank = tp, prog->dp_rank = dp;
-        rc = cg_write(dir, prog, sched, rank, dp == 0 && tp == 0, cache); /* cg_program.c */
+        rc = cg_write(dir, prog, sched, rank, &files); /* cg_program.c: the listing */
       }
     prog_free(prog);
     ir_free(sg);
@@ -245,8 +253,8 @@ static int compile(const Cli *cli) {
       ir_free(sg);
     }
   }
-  if (cli->emit && !strcmp(cli->emit, "program")) rc = write_outputs(NULL, g, plan, sched);
-  else rc = cli->outdir ? write_outputs(cli->outdir, g, plan, sched) : 0;
+  if (cli->emit && !strcmp(cli->emit, "program")) rc = write_outputs(NULL, g, plan, sched, cli->arch);
+  else rc = cli->outdir ? write_outputs(cli->outdir, g, plan, sched, cli->arch) : 0;
   if (!cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:

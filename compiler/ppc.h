@@ -405,7 +405,9 @@ void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __att
  * virtual buffers; mem_plan.c places the buffers; cg_program.c writes the listing
  * ========================================================================================== */
 
-typedef enum BufClass { BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_SLOT, BC_SCRATCH } BufClass;
+/* ORDER BufClass: the arena's regions, in the order they lie in it (cg_program.c names them) */
+typedef enum BufClass { BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_SLOT, BC_SCRATCH, BC_WORKSPACE, BC__COUNT } BufClass;
+#define WORKSPACE_BYTES ((int64_t)32 << 20) /* a GEMM library's workspace: cuBLASLt's 32 MiB for Hopper */
 
 typedef struct VBuf {
   char name[40];
@@ -465,7 +467,7 @@ typedef struct Program {
   Kernel **kernels;
   int nk, kcap;
   Block fwd, bwd, opt;
-  int64_t region_off[6], region_bytes[6]; /* per BufClass; BC_SLOT: bytes of one slot */
+  int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
   int tp_rank, dp_rank;       /* the rank whose listing is being written (cg_write) */
   int64_t arena;
@@ -516,11 +518,39 @@ void sched_entry_str(const SchedEntry *e, char *buf, size_t n);
 void sched_free(Sched *s);
 void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt on purpose */
 
-/* rankR.prog; with kernels, also the stage's kernels (C, CUDA, .so); dir NULL: the listing to
- * stdout. 0 on success. */
-int cg_write(const char *dir, const Program *p, const Sched *s, int rank, bool kernels, const char *cc_cache);
+/* What a stage's listings say of its kernel files: the `kernels` and `cuda` lines. */
+typedef struct StageFiles {
+  char name[32];           /* kernels_sN: the files' base name */
+  uint64_t hash;           /* of the C source; every file carries it */
+  const char *arch;        /* the CUDA target */
+  bool compiled;           /* NVRTC ran: */
+  uint64_t cubin, ptx;     /* the hashes of NAME.cubin and NAME.ptx */
+} StageFiles;
+
+/* The stage's kernels in every language (and the C compiled, cached under cc_cache; the CUDA
+ * compiled by NVRTC when ppc has it) into dir; dir NULL: only *out. 0 on success. */
+int cg_write_kernels(const char *dir, const Program *p, const char *cc_cache, const char *arch, StageFiles *out);
+/* rankR.prog; dir NULL: the listing to stdout. 0 on success. */
+int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const StageFiles *f);
 /* A stage's kernels in one language: the prelude, then every kernel. */
 void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap);
+uint64_t cg_fnv1a(const char *s, size_t n);                 /* FNV-1a 64 */
+int cg_write_file(const char *path, const char *s, size_t n); /* through a temporary; 0, or a message */
+void cg_mkdir_p(const char *dir);
+
+/* ============================================================================================
+ * cg_nvrtc.c — a stage's CUDA C compiled with NVRTC: a cubin for the target GPU and PTX for
+ * newer ones, cached by a hash of the source, the options and NVRTC's version
+ * ========================================================================================== */
+
+#define CG_ARCHS "sm_80, sm_89, sm_90 or sm_100" /* the --arch values, for messages */
+bool cg_arch_known(const char *arch);
+bool cg_nvrtc_available(void); /* ppc was built with NVRTC */
+/* DIR/BASE.cubin and DIR/BASE.ptx from the CUDA source src (the text of DIR/BASE.cu) for arch;
+ * their FNV-1a hashes in *cubin_hash and *ptx_hash. 0, or 1 after printing NVRTC's log and the
+ * generated lines it names. */
+int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
+             uint64_t *cubin_hash, uint64_t *ptx_hash);
 
 /* ============================================================================================
  * pp_plan.c — the partition of layers and parameters over pipeline stages

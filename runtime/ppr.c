@@ -24,6 +24,7 @@ static const char usage[] =
     "\n"
     "  --device D                  where the program runs: cpu (the default; also PPR_DEVICE),\n"
     "                              opencl, opencl:N (the N-th OpenCL device), cuda, cuda:N\n"
+    "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
     "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
     "  --data FILE                 training tokens: an llm.c token file, or text whose bytes are\n"
@@ -48,7 +49,7 @@ static const char usage[] =
 typedef struct {
     const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
     uint64_t seed;
-    int have_seed, quiet;
+    int have_seed, quiet, tf32;
     int64_t steps;
     RtHyper h;
 } Cli;
@@ -180,6 +181,10 @@ static void parse_cli(int argc, char **argv, Cli *c) {
             c->quiet = 1;
             continue;
         }
+        if (!strcmp(a, "--tf32")) {
+            c->tf32 = 1;
+            continue;
+        }
         if (a[0] != '-' || !a[1]) {
             if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, a);
             c->dir = a;
@@ -235,6 +240,7 @@ static void parse_cli(int argc, char **argv, Cli *c) {
     if (rt_dev_parse(c->device, &kind, &index))
         bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
                   getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
+    if (c->tf32 && kind != RT_DEV_CUDA) bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
     if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
     if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
 }
@@ -635,6 +641,8 @@ int main(int argc, char **argv) {
     }
     rt_comm_groups(comm, p);
     settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &dev, err, sizeof err));
+    dev->tf32 = c.tf32;
+    rt_comm_use_device(comm, dev, p); /* cuda: NCCL where it can */
     RtExec *x = NULL;
     settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
     rt_exec_set_comm(x, comm);

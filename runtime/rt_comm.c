@@ -9,6 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#ifdef PPR_CUDA
+#include <nccl.h>
+#endif
 
 #define CHUNK ((size_t)1 << 30) /* the most bytes of one MPI message of a gather or broadcast */
 #define MAX_REQ 4
@@ -39,6 +44,11 @@ struct RtComm {
     size_t host_cap;
     int *ints;                 /* allreduce counts and displacements: 4 * ints_cap */
     int ints_cap;
+    int nccl;                  /* rt_comm_use_device: NCCL carries the messages and collectives */
+#ifdef PPR_CUDA
+    ncclComm_t npp, ntp, ndp, nemb, *nccl_sub; /* one per MPI group, NULL where the group is absent */
+    int prev, next, pp_prev, pp_next;     /* the pipeline neighbours: world ranks, ranks in npp */
+#endif
 };
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -142,6 +152,16 @@ static void comm_free(MPI_Comm *m) {
 
 void rt_comm_finalize(RtComm *c) {
     if (!c) return;
+#ifdef PPR_CUDA
+    if (c->nccl) {
+        ncclComm_t all[4] = {c->npp, c->ntp, c->ndp, c->nemb};
+        for (int i = 0; i < 4; i++)
+            if (all[i]) ncclCommDestroy(all[i]);
+        for (int i = 0; i < c->nsub; i++)
+            if (c->nccl_sub[i]) ncclCommDestroy(c->nccl_sub[i]);
+        free(c->nccl_sub);
+    }
+#endif
     if (c->mpi) {
         for (int i = 0; i < c->nsub; i++) comm_free(&c->sub[i]);
         comm_free(&c->emb);
@@ -283,8 +303,132 @@ static void *room(void **buf, size_t *cap, size_t n) {
     return *buf;
 }
 
+#ifdef PPR_CUDA
+/* Every NCCL call: on failure the call, where, NCCL's message, then the job ends. */
+#define NCCL_CHECK(call)                                                                                                \
+    do {                                                                                                                \
+        ncclResult_t rc_ = (call);                                                                                      \
+        if (rc_ != ncclSuccess && rc_ != ncclInProgress) nccl_fail(rc_, #call, __FILE__, __LINE__);                     \
+    } while (0)
+
+_Noreturn static void nccl_fail(ncclResult_t rc, const char *call, const char *file, int line) {
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "ppr: error: rank %d: NCCL: %s failed: %s [%s:%d]\n", rank, call, ncclGetErrorString(rc), file, line);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* One NCCL communicator over the members of an MPI one: the id made by its rank 0, broadcast. */
+static ncclComm_t nccl_over(MPI_Comm g) {
+    if (g == MPI_COMM_NULL) return NULL;
+    int n = 0, me = 0;
+    MPI_CHECK(MPI_Comm_size(g, &n));
+    MPI_CHECK(MPI_Comm_rank(g, &me));
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (me == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, g));
+    ncclComm_t comm = NULL;
+    NCCL_CHECK(ncclCommInitRank(&comm, n, id, me));
+    return comm;
+}
+
+/* rank's place in the MPI group g (MPI_UNDEFINED when not a member) */
+static int rank_in(RtComm *c, MPI_Comm g, int rank) {
+    MPI_Group wg, gg;
+    int r = MPI_UNDEFINED;
+    MPI_CHECK(MPI_Comm_group(c->world, &wg));
+    MPI_CHECK(MPI_Comm_group(g, &gg));
+    MPI_CHECK(MPI_Group_translate_ranks(wg, 1, &rank, gg, &r));
+    MPI_CHECK(MPI_Group_free(&wg));
+    MPI_CHECK(MPI_Group_free(&gg));
+    return r;
+}
+
+static void nccl_p2p(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
+    NCCL_CHECK(ncclGroupStart()); /* a comm entry's send and receive go together */
+    for (int i = 0; i < n; i++) {
+        const RtP2p *o = &ops[i];
+        void *stream = NULL, *buf = rt_dev_native(d, o->off, &stream);
+        int peer = o->peer == c->prev ? c->pp_prev : o->peer == c->next ? c->pp_next : -1;
+        if (peer < 0) RT_INTERNAL("a pipeline message to a rank that is not a neighbour");
+        if (o->send) NCCL_CHECK(ncclSend(buf, (size_t)(o->bytes / 4), ncclFloat, peer, c->npp, (cudaStream_t)stream));
+        else NCCL_CHECK(ncclRecv(buf, (size_t)(o->bytes / 4), ncclFloat, peer, c->npp, (cudaStream_t)stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+}
+#endif
+
+void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p) {
+    (void)p;
+    if (!c || !c->mpi || !d->uid[0]) return;
+#ifdef PPR_CUDA
+    /* NCCL takes one rank per GPU: ranks that share one go through host-staged MPI */
+    char(*uids)[sizeof d->uid] = malloc((size_t)c->size * sizeof *uids);
+    if (!uids) RT_INTERNAL("out of memory");
+    MPI_CHECK(MPI_Allgather(d->uid, (int)sizeof d->uid, MPI_BYTE, uids, (int)sizeof d->uid, MPI_BYTE, c->aux));
+    int shared = 0;
+    for (int a = 0; a < c->size && !shared; a++)
+        for (int b = a + 1; b < c->size && !shared; b++) shared = !strncmp(uids[a], uids[b], sizeof d->uid);
+    free(uids);
+    if (shared) {
+        if (c->rank == 0)
+            printf("ppr: ranks share a GPU, and NCCL takes one rank per GPU: messages and collectives go through MPI, staged "
+                   "through host memory\n");
+        return;
+    }
+    c->npp = nccl_over(c->pp);
+    c->ntp = nccl_over(c->tp);
+    c->ndp = nccl_over(c->dp);
+    c->nemb = nccl_over(c->emb);
+    c->nccl_sub = calloc((size_t)(c->nsub ? c->nsub : 1), sizeof *c->nccl_sub);
+    if (!c->nccl_sub) RT_INTERNAL("out of memory");
+    for (int i = 0; i < c->nsub; i++) c->nccl_sub[i] = nccl_over(c->sub[i]);
+    c->prev = p->prev, c->next = p->next;
+    c->pp_prev = p->prev >= 0 ? rank_in(c, c->pp, p->prev) : -1;
+    c->pp_next = p->next >= 0 ? rank_in(c, c->pp, p->next) : -1;
+    c->nccl = 1;
+#endif
+}
+
+/* Waits for the device's queued work; with NCCL, watching for its asynchronous errors meanwhile,
+ * so that a dead or failed peer ends the job instead of hanging it. */
+int rt_comm_wait(RtComm *c, RtDev *d) {
+#ifdef PPR_CUDA
+    if (c && c->nccl) {
+        struct timespec nap = {0, 100000}; /* 0.1 ms */
+        for (;;) {
+            int q = rt_dev_query(d);
+            if (q <= 0) return q;
+            ncclComm_t all[4] = {c->npp, c->ntp, c->ndp, c->nemb};
+            for (int i = 0; i < 4 + c->nsub; i++) {
+                ncclComm_t m = i < 4 ? all[i] : c->nccl_sub[i - 4];
+                ncclResult_t e = ncclSuccess;
+                if (m) NCCL_CHECK(ncclCommGetAsyncError(m, &e));
+                if (e != ncclSuccess && e != ncclInProgress) {
+                    ncclCommAbort(m);
+                    nccl_fail(e, "a collective or message (ncclCommGetAsyncError)", __FILE__, __LINE__);
+                }
+            }
+            nanosleep(&nap, NULL);
+        }
+    }
+#else
+    (void)c;
+#endif
+    return rt_dev_sync(d);
+}
+
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
     if (!c || !c->mpi) RT_INTERNAL("a pipeline message in a one-rank world");
+#ifdef PPR_CUDA
+    if (c->nccl) {
+        nccl_p2p(c, d, n, ops); /* on the device's stream: what follows it there waits for it */
+        return;
+    }
+#endif
     if (c->nreq + n > MAX_REQ) RT_INTERNAL("too many messages in flight");
     for (int i = 0; i < n; i++) {
         const RtP2p *o = &ops[i];
@@ -304,7 +448,7 @@ void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
 }
 
 void rt_comm_p2p_wait(RtComm *c, RtDev *d) {
-    if (!c || !c->nreq) return;
+    if (!c || !c->nreq) return; /* NCCL's messages: ordered on the device's stream, waited for there */
     MPI_CHECK(MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE));
     for (int i = 0; i < c->nreq; i++)
         if (c->stage[i].bytes && rt_dev_write(d, c->stage[i].off, c->stage[i].buf, c->stage[i].bytes)) dev_fail(c, d);
@@ -385,6 +529,18 @@ static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf
 
 /* det_allreduce on the floats at arena offset off, through a host copy where the arena is not host memory. */
 static void dev_allreduce(RtComm *c, RtDev *d, MPI_Comm g, int op, int64_t off, int64_t count) {
+#ifdef PPR_CUDA
+    if (c->nccl) { /* NCCL's reduction: every member gets the same bits, in NCCL's fixed order */
+        ncclComm_t m = g == c->tp ? c->ntp : g == c->dp ? c->ndp : g == c->emb ? c->nemb : NULL;
+        for (int i = 0; i < c->nsub && !m; i++)
+            if (g == c->sub[i]) m = c->nccl_sub[i];
+        if (!m) RT_INTERNAL("an allreduce without its NCCL communicator");
+        void *stream = NULL, *buf = rt_dev_native(d, off, &stream);
+        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, op == RT_OP_MAX ? ncclMax : ncclSum, m,
+                                 (cudaStream_t)stream));
+        return;
+    }
+#endif
     float *buf = rt_dev_host(d, off);
     if (buf) {
         det_allreduce(c, g, op, buf, count);

@@ -62,6 +62,16 @@ _Noreturn void rt_comm_internal(const char *what, const char *file, int line);
  * Collective. */
 void rt_comm_groups(RtComm *c, const RtProg *p);
 
+/* After rt_comm_groups, with this rank's device: on a cuda device, when every rank of the world
+ * has a GPU of its own, NCCL carries the messages and collectives from here on (a communicator
+ * per group, made from an ncclUniqueId broadcast over MPI; a comm entry's messages inside one
+ * ncclGroupStart/End, on the device's stream); when ranks share a GPU, which NCCL refuses, MPI
+ * staged through host memory does, and rank 0 says so once. Other devices: MPI. Collective. */
+void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p);
+/* Waits for the device's queued work (with NCCL: watching for its asynchronous errors meanwhile;
+ * a failed or dead peer ends the job). 0, or -1 with the device's message. */
+int rt_comm_wait(RtComm *c, RtDev *d);
+
 /* The pipeline's point-to-point messages: post them all (MPI_Isend / MPI_Irecv on the world
  * communicator, peer = a world rank), then wait for all of them (MPI_Waitall). */
 typedef struct {

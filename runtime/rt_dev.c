@@ -10,7 +10,11 @@
 #include <time.h>
 
 static const char *const kind_names[RT_NDEV] = {"cpu", "opencl", "cuda"}; /* ORDER RtDevKind */
+#ifdef PPR_CUDA
+static const RtDevOps *const devices[RT_NDEV] = {&rt_dev_cpu_ops, &rt_dev_opencl_ops, &rt_dev_cuda_ops};
+#else /* built without the CUDA toolkit */
 static const RtDevOps *const devices[RT_NDEV] = {&rt_dev_cpu_ops, &rt_dev_opencl_ops, NULL};
+#endif
 
 const char *rt_dev_kind_name(RtDevKind k) { return k < RT_NDEV ? kind_names[k] : "?"; }
 
@@ -44,6 +48,15 @@ int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t
         return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device %s: this ppr was built without the %s device", spec,
                           kind_names[kind]);
     return devices[kind]->open(out, index, local_rank, err, errlen);
+}
+
+RtGemm rt_gemm_colmajor(const RtGemm *g) {
+    RtGemm c = *g;
+    c.ta = g->tb, c.tb = g->ta;
+    c.m = g->n, c.n = g->m;
+    c.a = g->b, c.lda = g->ldb, c.sa = g->sb;
+    c.b = g->a, c.ldb = g->lda, c.sb = g->sa;
+    return c;
 }
 
 double rt_dev_time_ms(RtDev *d) {

@@ -42,6 +42,13 @@ typedef struct {
     int64_t sa, sb, sc;
 } RtGemm;
 
+/* The column-major GEMM (cuBLAS, cuBLASLt) that writes the same bytes as the row-major g: a
+ * row-major C[m,n] is the column-major C^T[n,m] with the same leading dimension, and
+ * C^T = op(B)^T op(A)^T, so the column-major call multiplies B's storage by A's with m and n
+ * swapped, each operand keeping its transpose flag. Pure; tests/unit/test_gemm.c runs it through
+ * OpenBLAS's column-major sgemm over every GEMM of the example models' listings. */
+RtGemm rt_gemm_colmajor(const RtGemm *g);
+
 typedef struct RtDevOps {
     RtDevKind kind;
     const char *name; /* "cpu", "opencl", "cuda" */
@@ -54,23 +61,31 @@ typedef struct RtDevOps {
     int (*write)(RtDev *d, int64_t off, const void *src, int64_t bytes);
     int (*read)(RtDev *d, int64_t off, void *dst, int64_t bytes); /* waits for the work queued before */
     void *(*host)(RtDev *d, int64_t off); /* the arena's bytes at off when they are host memory, else NULL */
-    /* the stage's kernels: DIR/BASE.<the device's kind of file>, whose source hash must be hash;
-     * names[i] is kernel i of the launches, geoms[i] its geometry (checked against the device) */
-    int (*load)(RtDev *d, const char *dir, const char *base, const char *hash, int n, char *const *names,
-                const RtGeom *geoms);
+    /* the stage's kernels of listing p: DIR/<kernels base>.<the device's kind of file>, checked
+     * against the listing's hashes; kernel i of the launches is p->kernels[i], with geometry
+     * p->kgeom[i] (checked against the device) */
+    int (*load)(RtDev *d, const char *dir, const RtProg *p);
     int (*launch)(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args);
     int (*gemm)(RtDev *d, const RtGemm *g);
     int (*sync)(RtDev *d); /* waits for all queued work */
+    /* 1 while queued work has not run, 0 when it all has, -1 on failure: a wait that can watch
+     * for something else meanwhile (a collective library's errors) */
+    int (*query)(RtDev *d);
+    /* the device's address of the arena's byte off, and (in *stream) the queue the device runs on,
+     * for a library that works on device memory itself (NCCL); NULL on devices without */
+    void *(*native)(RtDev *d, int64_t off, void **stream);
 } RtDevOps;
 
 struct RtDev {
     const RtDevOps *ops;
+    int tf32;        /* --tf32: GEMMs may round their inputs to TF32 (cuda) */
+    char uid[192];   /* which physical device (cuda: host/PCI bus id), "" where it does not matter */
     char desc[256];  /* which device: "opencl:0 (Portable Computing Language: pthread-... , 3.9 GiB)" */
     char err[4096];  /* the last failure */
     int64_t arena;   /* bytes of the arena, once allocated */
 };
 
-extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops;
+extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops, rt_dev_cuda_ops;
 
 /* --device SPEC: cpu, opencl, opencl:N, cuda, cuda:N. Opens the device; *out NULL on failure. */
 int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t errlen);
@@ -90,15 +105,14 @@ static inline int rt_dev_read(RtDev *d, int64_t off, void *dst, int64_t bytes) {
     return bytes ? d->ops->read(d, off, dst, bytes) : 0;
 }
 static inline void *rt_dev_host(RtDev *d, int64_t off) { return d->ops->host(d, off); }
-static inline int rt_dev_load(RtDev *d, const char *dir, const char *base, const char *hash, int n, char *const *names,
-                              const RtGeom *geoms) {
-    return d->ops->load(d, dir, base, hash, n, names, geoms);
-}
+static inline int rt_dev_load(RtDev *d, const char *dir, const RtProg *p) { return d->ops->load(d, dir, p); }
 static inline int rt_dev_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args) {
     return d->ops->launch(d, kernel, g, nargs, args);
 }
 static inline int rt_dev_gemm(RtDev *d, const RtGemm *g) { return d->ops->gemm(d, g); }
 static inline int rt_dev_sync(RtDev *d) { return d->ops->sync(d); }
+static inline int rt_dev_query(RtDev *d) { return d->ops->query(d); }
+static inline void *rt_dev_native(RtDev *d, int64_t off, void **stream) { return d->ops->native(d, off, stream); }
 
 /* The device's clock for timing (--trace, PPR_PROFILE): waits for the queued work, then reads
  * CLOCK_MONOTONIC in milliseconds. On a queueing device every timed span thus ends when its work

@@ -74,10 +74,12 @@ static int cpu_read(RtDev *d, int64_t off, void *dst, int64_t bytes) {
 
 static void *cpu_host(RtDev *d, int64_t off) { return ((Cpu *)d)->arena + off; }
 
-static int cpu_load(RtDev *d, const char *dir, const char *base, const char *hash, int n, char *const *names,
-                    const RtGeom *geoms) {
-    (void)geoms; /* the C kernels loop over their rows and threads themselves */
+static int cpu_load(RtDev *d, const char *dir, const RtProg *p) {
+    /* the geometry does not matter here: the C kernels loop over their rows and threads themselves */
     Cpu *c = (Cpu *)d;
+    const char *base = p->kernels_base, *hash = p->kernels_hash;
+    int n = p->nkernels;
+    char *const *names = p->kernels;
     size_t dl = strlen(dir);
     char path[4096];
     snprintf(path, sizeof path, "%s%s%s.so", dir, dl && dir[dl - 1] == '/' ? "" : "/", base);
@@ -157,6 +159,17 @@ static int cpu_sync(RtDev *d) {
     return 0;
 }
 
+static int cpu_query(RtDev *d) {
+    (void)d;
+    return 0;
+}
+
+static void *cpu_native(RtDev *d, int64_t off, void **stream) {
+    (void)d, (void)off;
+    *stream = NULL;
+    return NULL;
+}
+
 const RtDevOps rt_dev_cpu_ops = {
     .kind = RT_DEV_CPU,
     .name = "cpu",
@@ -171,4 +184,6 @@ const RtDevOps rt_dev_cpu_ops = {
     .launch = cpu_launch,
     .gemm = cpu_gemm,
     .sync = cpu_sync,
+    .query = cpu_query,
+    .native = cpu_native,
 };

@@ -234,9 +234,12 @@ static char *slurp(const char *path, size_t *len) {
     return s;
 }
 
-static int cl_load(RtDev *d, const char *dir, const char *base, const char *hash, int n, char *const *names,
-                   const RtGeom *geoms) {
+static int cl_load(RtDev *d, const char *dir, const RtProg *p) {
     Cl *c = (Cl *)d;
+    const char *base = p->kernels_base, *hash = p->kernels_hash;
+    int n = p->nkernels;
+    char *const *names = p->kernels;
+    const RtGeom *geoms = p->kgeom;
     size_t dl = strlen(dir), len = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s%s%s.cl", dir, dl && dir[dl - 1] == '/' ? "" : "/", base);
@@ -328,6 +331,14 @@ static int cl_sync(RtDev *d) {
     return 0;
 }
 
+static int cl_query(RtDev *d) { return cl_sync(d); } /* an in-order queue: done once clFinish returns */
+
+static void *cl_native(RtDev *d, int64_t off, void **stream) {
+    (void)d, (void)off;
+    *stream = NULL;
+    return NULL;
+}
+
 const RtDevOps rt_dev_opencl_ops = {
     .kind = RT_DEV_OPENCL,
     .name = "opencl",
@@ -342,4 +353,6 @@ const RtDevOps rt_dev_opencl_ops = {
     .launch = cl_launch,
     .gemm = cl_gemm,
     .sync = cl_sync,
+    .query = cl_query,
+    .native = cl_native,
 };

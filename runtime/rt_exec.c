@@ -76,7 +76,7 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
         rt_exec_close(x);
         return RT_FAIL("out of memory");
     }
-    if (rt_dev_alloc(dev, p->arena) || rt_dev_load(dev, dir, p->kernels_base, p->kernels_hash, p->nkernels, p->kernels, p->kgeom)) {
+    if (rt_dev_alloc(dev, p->arena) || rt_dev_load(dev, dir, p)) {
         snprintf(err, errlen, "%s", rt_dev_error(dev));
         rt_exec_close(x);
         return -1;
@@ -335,7 +335,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     /* without an OPT entry (a program always has one) the hook still sees the gradients */
     if (s.hook && s.hook(ctx, x, err, errlen)) return -1;
     /* the step ends when its work has run */
-    if (rt_dev_sync(dev)) return dev_failed(x, err, errlen);
+    if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
     /* the loss: the last stage's, summed over its tp_rank 0 ranks of every replica (each loss value
      * is divided by the global M already); the same everywhere */
     double t0 = s.tr ? rt_now_ms() : 0;

@@ -48,7 +48,8 @@ uint64_t rt_fnv1a64(const void *data, size_t n) {
     return h;
 }
 
-static const char *const region_names[RT_NREG] = {"params", "grads", "adam_m", "adam_v", "slots", "scratch"};
+static const char *const region_names[RT_NREG] = {"params", "grads",   "adam_m",   "adam_v",
+                                                  "slots",  "scratch", "workspace"};
 static const char *const block_names[RT_NBLK] = {"forward", "backward", "optimizer"};
 static const char *const scalar_names[RT_NSCALAR] = {"lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2", "clip"};
 static const char *const boundary_names[RT_NBND] = {"recv_fwd", "send_fwd", "recv_bwd", "send_bwd"};
@@ -80,7 +81,7 @@ enum {
     SEC_SCHEDULE,
     SEC_DONE
 };
-enum { H_VERSION, H_COMPILER, H_HASH, H_MODEL, H_MESH, H_RANK, H_PEERS, H_STEP, H_VOCAB, H_KERNELS, H_COUNT };
+enum { H_VERSION, H_COMPILER, H_HASH, H_MODEL, H_MESH, H_RANK, H_PEERS, H_STEP, H_VOCAB, H_KERNELS, H_CUDA, H_COUNT };
 
 static const char *const header_forms[H_COUNT] = {
     "ppr-program 2",
@@ -93,6 +94,7 @@ static const char *const header_forms[H_COUNT] = {
     "step micro_batch B seq S microbatches M schedule NAME",
     "vocab N",
     "kernels NAME HEX16",
+    "cuda ARCH CUBIN-HEX16|- PTX-HEX16|-",
 };
 
 typedef struct {
@@ -329,7 +331,7 @@ static int header_line(P *s, size_t after) {
     RtProg *g = s->p;
     const char *form = header_forms[s->hdr];
     static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash", "model", "mesh",
-                                              "rank", "peers", "step", "vocab", "kernels"};
+                                              "rank", "peers", "step", "vocab", "kernels", "cuda"};
     if (s->hdr == H_PEERS && strcmp(s->f[0], keys[H_PEERS]) != 0) { /* the optional line */
         if (g->pp > 1)
             return perr(s, "expected '%s' (a pipeline-parallel program names its neighbours), found '%.60s'", form,
@@ -451,6 +453,21 @@ static int header_line(P *s, size_t after) {
         S_ALLOC(g->kernels_base);
         memcpy(g->kernels_hash, s->f[2], 17);
         break;
+    case H_CUDA:
+        if (want_nf(s, 4, form)) return -1;
+        if (strncmp(s->f[1], "sm_", 3) || strlen(s->f[1]) > 8 || strlen(s->f[1]) < 5 ||
+            strspn(s->f[1] + 3, "0123456789") != strlen(s->f[1] + 3))
+            return perr(s, "cuda: '%.60s' is not a GPU architecture (sm_80, sm_90, ...)", s->f[1]);
+        for (int i = 2; i <= 3; i++)
+            if (strcmp(s->f[i], "-") && !is_hex16(s->f[i]))
+                return perr(s, "cuda: %s hash: expected 16 lowercase hex digits or '-', found '%.60s'", i == 2 ? "cubin" : "PTX",
+                            s->f[i]);
+        if ((strcmp(s->f[2], "-") == 0) != (strcmp(s->f[3], "-") == 0))
+            return perr(s, "cuda: the cubin and the PTX come together: both hashes, or both '-'");
+        snprintf(g->cuda_arch, sizeof g->cuda_arch, "%s", s->f[1]);
+        snprintf(g->cubin_hash, sizeof g->cubin_hash, "%s", s->f[2]);
+        snprintf(g->ptx_hash, sizeof g->ptx_hash, "%s", s->f[3]);
+        break;
     }
     s->hdr++;
     if (s->hdr == H_COUNT) s->sec = SEC_REGIONS;
@@ -467,7 +484,8 @@ static int region_line(P *s) {
         for (int i = 0; i < RT_NREG; i++)
             if (!strcmp(s->f[1], region_names[i])) r = i;
         if (r < 0)
-            return perr(s, "unknown region '%.60s' (expected params, grads, adam_m, adam_v, slots or scratch)", s->f[1]);
+            return perr(s, "unknown region '%.60s' (expected params, grads, adam_m, adam_v, slots, scratch or workspace)",
+                        s->f[1]);
         if (s->reg_line[r]) return perr(s, "region %s is given twice (first on line %d)", region_names[r], s->reg_line[r]);
         s->reg_line[r] = s->line;
         if (r == RT_REG_SLOTS) {
@@ -493,7 +511,8 @@ static int region_line(P *s) {
     if (!strcmp(s->f[0], "arena")) {
         if (want_nf(s, 2, "arena BYTES") || want_int(s, 1, "arena", 1, RT_MAX_OFFSET, &g->arena)) return -1;
         for (int r = 0; r < RT_NREG; r++)
-            if (!s->reg_line[r]) return perr(s, "region %s is missing (every region is given before 'arena')", region_names[r]);
+            if (!s->reg_line[r] && r != RT_REG_WORKSPACE)
+                return perr(s, "region %s is missing (every region is given before 'arena')", region_names[r]);
         int64_t end[RT_NREG];
         for (int r = 0; r < RT_NREG; r++) {
             int64_t total = g->reg[r].bytes;

@@ -43,7 +43,8 @@ int rt_fail_at(char *err, size_t errlen, const char *file, int line, const char 
 
 /* ---- the program --------------------------------------------------------------------------- */
 
-enum { RT_REG_PARAMS, RT_REG_GRADS, RT_REG_ADAM_M, RT_REG_ADAM_V, RT_REG_SLOTS, RT_REG_SCRATCH, RT_NREG };
+/* the arena's regions; `workspace` (a GEMM library's scratch) may be absent: then it has 0 bytes */
+enum { RT_REG_PARAMS, RT_REG_GRADS, RT_REG_ADAM_M, RT_REG_ADAM_V, RT_REG_SLOTS, RT_REG_SCRATCH, RT_REG_WORKSPACE, RT_NREG };
 enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_OPTIMIZER, RT_NBLK };
 enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
 
@@ -181,6 +182,8 @@ typedef struct RtProg {
     char *path; /* as given to rt_prog_load / rt_prog_parse; used in every message */
     char *compiler, *model, *schedule_name;
     char *kernels_base; /* `kernels NAME HASH`: NAME.so (cpu), NAME.cl (opencl), NAME.cubin/.ptx (cuda) */
+    char cuda_arch[16]; /* `cuda ARCH CUBIN PTX`: the target of NAME.cubin, */
+    char cubin_hash[17], ptx_hash[17]; /* and the files' FNV-1a hashes, or "-": not compiled */
     char kernels_hash[17];
     uint64_t hash;
     int tp, pp, dp, rank, stage, tp_rank, dp_rank;

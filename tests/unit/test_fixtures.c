@@ -175,10 +175,12 @@ int main(int argc, char **argv) {
   (void)argc;
   const char *slash = strrchr(argv[0], '/');
   if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
-  static const char *const devices[] = {"cpu", "opencl"};
-  for (int d = 0; d < 2; d++) {
-    fixture("tiny_minimind", "examples/tiny.pdl", devices[d]);
-    fixture("tiny_gpt2", "tests/models/tiny_gpt2.pdl", devices[d]);
+  /* PPC_TEST_DEVICES: the devices, comma-separated (make gpu-check: cuda) */
+  char devices[256];
+  snprintf(devices, sizeof devices, "%s", getenv("PPC_TEST_DEVICES") ? getenv("PPC_TEST_DEVICES") : "cpu,opencl");
+  for (char *d = strtok(devices, ","); d; d = strtok(NULL, ",")) {
+    fixture("tiny_minimind", "examples/tiny.pdl", d);
+    fixture("tiny_gpt2", "tests/models/tiny_gpt2.pdl", d);
   }
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;

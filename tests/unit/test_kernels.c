@@ -7,8 +7,10 @@
  * 2Ku·(|A||B|)_ij (u = 2^-24) of the product in double, and the two devices' whole results within
  * 1e-4 (a wrong stride or layout is far off). Operands are packed into a small arena of their own
  * (a kernel touches only the extents its instruction names), so the full-size models fit. ppc is
- * found next to this binary; the work files go to BUILD/kernels/. The last line is
- * "N passed, M failed". */
+ * found next to this binary; the work files go to BUILD/kernels/. Then the devices' start-up
+ * errors: opencl with no platform, kernels that do not build, an arena too large for the device;
+ * cuda on a machine without a GPU.
+ * The last line is "N passed, M failed". */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -290,8 +292,7 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
         goto out;
     }
     if (rt_dev_alloc(r.cpu, most) || rt_dev_alloc(r.cl, most) ||
-        rt_dev_load(r.cpu, dir, p->kernels_base, p->kernels_hash, p->nkernels, p->kernels, p->kgeom) ||
-        rt_dev_load(r.cl, dir, p->kernels_base, p->kernels_hash, p->nkernels, p->kernels, p->kgeom)) {
+        rt_dev_load(r.cpu, dir, p) || rt_dev_load(r.cl, dir, p)) {
         check(0, "%s: %s%s", what, rt_dev_error(r.cpu), rt_dev_error(r.cl));
         goto out;
     }
@@ -349,6 +350,95 @@ out:
     rt_prog_free(p);
 }
 
+/* ---- the opencl device's start-up errors --------------------------------------------------- */
+
+/* Runs ppr with env before it on DIR; its output in *out (malloc'd); the exit status. */
+static int ppr(const char *env, const char *dir, const char *args, char **out) {
+    char cmd[4096], path[1024];
+    snprintf(path, sizeof path, "%s/ppr.out", dir);
+    snprintf(cmd, sizeof cmd, "%s %s/ppr %s %s > %s 2>&1", env, bin, dir, args, path);
+    int rc = system(cmd);
+    FILE *f = fopen(path, "rb");
+    *out = calloc(1, 1 << 16);
+    if (f) {
+        size_t n = fread(*out, 1, (1 << 16) - 1, f);
+        (*out)[n] = 0;
+        fclose(f);
+    }
+    return rc;
+}
+
+static int exists(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+static void test_device_errors(void) {
+    char dir[900], cmd[4096], save[1024], log[1024], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/kernels/errors", bin);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc examples/tiny.pdl -o %s > /dev/null", dir, dir, bin, dir);
+    if (system(cmd)) {
+        check(0, "ppc examples/tiny.pdl for the device errors");
+        return;
+    }
+    snprintf(save, sizeof save, "%s/w.safetensors", dir);
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    char args[2600];
+    snprintf(args, sizeof args, "--device opencl --save %s --log %s", save, log);
+
+    /* no OpenCL driver: the ICD loader finds no platform */
+    int rc = ppr("OCL_ICD_VENDORS=/nonexistent", dir, args, &out);
+    check(rc != 0 && strstr(out, "ppr: error: --device opencl: no OpenCL platform is installed") && !exists(save) &&
+              !exists(log),
+          "opencl without a platform: a clear error, exit 1, nothing written");
+    if (!strstr(out, "no OpenCL platform")) printf("  | %s\n", out);
+    free(out);
+
+    /* kernels that do not build: the build log, naming the device */
+    char cl[1024];
+    snprintf(cl, sizeof cl, "%s/kernels_s0.cl", dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's/static inline float ppk_max(float a/static inline float ppk_max(floatx a/' %s", cl);
+    if (system(cmd)) check(0, "editing %s", cl);
+    rc = ppr("", dir, args, &out);
+    check(rc != 0 && strstr(out, "ppr: error: opencl:0 (") && strstr(out, "kernels_s0.cl: building the kernels failed") &&
+              strstr(out, "floatx") && !exists(save) && !exists(log),
+          "opencl kernels that do not build: the device, the file and the build log, exit 1, nothing written");
+    if (!strstr(out, "building the kernels failed")) printf("  | %s\n", out);
+    free(out);
+
+    /* cuda without a GPU: a clear error naming what is missing, before anything is written */
+    if (exists("/dev/nvidia0") || exists("/dev/nvidiactl")) {
+        printf("SKIP --device cuda without a GPU: this machine has one (make gpu-check runs it)\n");
+    } else {
+        snprintf(args, sizeof args, "--device cuda --save %s --log %s", save, log);
+        rc = ppr("", dir, args, &out);
+        check(rc != 0 && strstr(out, "ppr: error: --device cuda: ") &&
+                  (strstr(out, "no CUDA driver: libcuda.so.1 cannot be loaded") || strstr(out, "no CUDA-capable device") ||
+                   strstr(out, "built without the cuda device")) &&
+                  !exists(save) && !exists(log),
+              "--device cuda on a machine without a GPU: it names what is missing, exit 1, nothing written");
+        if (!strstr(out, "--device cuda")) printf("  | %s\n", out);
+        free(out);
+        snprintf(args, sizeof args, "--device opencl --save %s --log %s", save, log);
+    }
+
+    /* an arena larger than the device allows in one allocation */
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %s && mkdir -p %s && %s/ppc examples/minimind.pdl --micro-batch 1 --seq 64 -o %s > /dev/null", dir, dir,
+             bin, dir);
+    if (system(cmd)) {
+        check(0, "ppc examples/minimind.pdl for the device errors");
+        return;
+    }
+    rc = ppr("POCL_MEMORY_LIMIT=1", dir, args, &out);
+    check(rc != 0 && strstr(out, "ppr: error: opencl:0 (") && strstr(out, "the arena needs ") &&
+              strstr(out, "CL_DEVICE_MAX_MEM_ALLOC_SIZE") && !exists(save) && !exists(log),
+          "an arena larger than the opencl device allows: a clear error naming the device, exit 1, nothing written");
+    if (!strstr(out, "the arena needs")) printf("  | %s\n", out);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     const char *slash = strrchr(argv[0], '/');
@@ -377,6 +467,7 @@ int main(int argc, char **argv) {
             test_listing(dir, prog, what);
         }
     }
+    test_device_errors();
     printf("%d passed, %d failed\n", pass, fail);
     return fail != 0;
 }

@@ -1,16 +1,19 @@
-/* test_nvrtc.c — compiles every stage's generated CUDA kernels (the kernels_sN.cu that ppc -o
- * writes) of every example, dense and on sharded meshes, with NVRTC for sm_90; an error prints
- * the log and the offending source lines. Without a CUDA toolkit it says so and skips. */
+/* test_nvrtc.c — ppc's CUDA kernels: `ppc -o` compiles every stage's kernels_sN.cu with NVRTC to
+ * kernels_sN.cubin (for --arch, sm_90 by default) and kernels_sN.ptx, and names both hashes on the
+ * listing's `cuda` line. For every example model, dense and on tp 2 / pp 2 meshes, every stage's
+ * files are checked against the listing; a second compile, from a cold cache, gives the same bytes;
+ * every --arch compiles; and an NVRTC failure (cg_nvrtc on a broken source) is an error that prints
+ * NVRTC's log and the generated line it names. Without a CUDA toolkit ppc writes `cuda ARCH - -`
+ * and this test says so. */
 #define _GNU_SOURCE
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ppc.h"
 #include "test_util.h"
-
-#ifndef PPC_NO_CUDA
-#include <nvrtc.h>
-#endif
 
 static const char *const cases[][2] = {
     {"examples/tiny.pdl", ""},
@@ -18,122 +21,182 @@ static const char *const cases[][2] = {
     {"examples/gpt2.pdl", ""},
     {"tests/models/tiny_gpt2.pdl", ""},
     {"examples/tiny.pdl", "--tp 2 --pp 2"},
+    {"examples/minimind.pdl", "--tp 2"},
+    {"examples/minimind.pdl", "--pp 2"},
     {"examples/minimind.pdl", "--tp 2 --pp 4"},
-    {"examples/minimind.pdl", "--tp 8"},      /* kv heads replicated */
-    {"tests/models/tiny_pad.pdl", "--tp 4"},  /* a padded vocabulary */
+    {"examples/minimind.pdl", "--tp 8"},     /* kv heads replicated */
+    {"tests/models/tiny_pad.pdl", "--tp 4"}, /* a padded vocabulary */
+    {"examples/gpt2.pdl", "--tp 2"},
+    {"examples/gpt2.pdl", "--pp 2"},
     {"examples/gpt2.pdl", "--tp 2 --pp 3"},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
-#ifdef PPC_NO_CUDA
-int main(void) {
-  printf("SKIP nvrtc: no CUDA toolkit (nvrtc.h) was found at build time; %d cases not compiled\n", NCASES);
-  printf("0 passed, 0 failed, %d skipped\n", NCASES);
-  return 0;
+static int pass, fail;
+static char bin[512] = "build";
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+  va_list ap;
+  printf("%s ", ok ? "PASS" : "FAIL");
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("\n");
+  fflush(stdout);
+  ok ? pass++ : fail++;
 }
-#else
 
-#define NVRTC_CHECK(call)                                                                  \
-  do {                                                                                     \
-    nvrtcResult rc_ = (call);                                                              \
-    if (rc_ != NVRTC_SUCCESS) {                                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, nvrtcGetErrorString(rc_)); \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
-
-__attribute__((unused)) static char *slurp_command(const char *cmd) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return NULL;
-  size_t cap = 1 << 16, len = 0;
-  char *s = malloc(cap);
-  size_t n;
-  while (s && (n = fread(s + len, 1, cap - len - 1, p)) > 0) {
-    len += n;
-    if (len + 1 == cap) s = realloc(s, cap *= 2);
-  }
-  int st = pclose(p);
-  if (!s || st != 0) {
-    free(s);
-    return NULL;
-  }
-  s[len] = 0;
+/* The whole file and its length; NULL when absent. */
+static char *file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+  *len = fread(s, 1, (size_t)(n > 0 ? n : 0), f);
+  s[*len] = 0;
+  fclose(f);
   return s;
 }
 
-/* "kernels.cu(123): error ..." — print the source around each line the log names */
-static void show_lines(const char *log, const char *src) {
-  for (const char *p = strstr(log, "kernels.cu("); p; p = strstr(p + 1, "kernels.cu(")) {
-    int line = atoi(p + 11), l = 1;
-    const char *s = src;
-    while (*s && l < line - 2) l += *s++ == '\n';
-    for (int k = 0; k < 5 && *s; k++) {
-      const char *e = strchr(s, '\n');
-      int n = e ? (int)(e - s) : (int)strlen(s);
-      fprintf(stderr, "%5d | %.*s\n", l + k, n, s);
-      s = e ? e + 1 : s + n;
-    }
-  }
+/* The `cuda` line of DIR/rankR.prog: the arch and the two hashes. */
+static int cuda_line(const char *dir, int rank, char *arch, char *cubin, char *ptx) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/rank%d.prog", dir, rank);
+  char *t = slurp(path);
+  char *l = t ? strstr(t, "\ncuda ") : NULL;
+  int ok = l && sscanf(l, "\ncuda %15s %16s %16s", arch, cubin, ptx) == 3;
+  free(t);
+  return ok ? 0 : -1;
 }
 
-static int compile(const char *name, const char *src) {
-  nvrtcProgram prog;
-  NVRTC_CHECK(nvrtcCreateProgram(&prog, src, "kernels.cu", 0, NULL, NULL));
-  const char *opts[] = {"--gpu-architecture=sm_90", "--std=c++17"};
-  nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-  size_t loglen = 0;
-  nvrtcGetProgramLogSize(prog, &loglen);
-  char *log = malloc(loglen + 1);
-  nvrtcGetProgramLog(prog, log);
-  log[loglen] = 0;
-  int bad = rc != NVRTC_SUCCESS;
-  size_t cubin = 0;
-  if (!bad) bad = nvrtcGetCUBINSize(prog, &cubin) != NVRTC_SUCCESS || cubin == 0;
-  if (bad) {
-    fprintf(stderr, "NVRTC failed for %s: %s\n%s\n", name, nvrtcGetErrorString(rc), log);
-    show_lines(log, src);
+static int same_file(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  char *x = file(a, &na), *y = file(b, &nb);
+  int same = x && y && na == nb && !memcmp(x, y, na);
+  free(x);
+  free(y);
+  return same;
+}
+
+/* Every stage of a compiled directory: its cubin and PTX exist and hash as its listings say. */
+static void check_dir(const char *dir, const char *what, const char *want_arch) {
+  char prog[1200], arch[16], hc[17], hp[17];
+  int tp = 1, pp = 1, ok = 1, stages = 0;
+  char why[2048] = "";
+  snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
+  char *t = slurp(prog);
+  if (!t || sscanf(strstr(t, "\nmesh ") ? strstr(t, "\nmesh ") : "", "\nmesh tp %d pp %d", &tp, &pp) != 2) ok = 0;
+  free(t);
+  for (int s = 0; s < pp && ok; s++, stages++) {
+    if (cuda_line(dir, s * tp, arch, hc, hp)) {
+      snprintf(why, sizeof why, "stage %d: no cuda line", s);
+      ok = 0;
+      break;
+    }
+    const char *ext[2] = {"cubin", "ptx"}, *want[2] = {hc, hp};
+    for (int k = 0; k < 2 && ok; k++) {
+      char path[1300];
+      size_t n = 0;
+      snprintf(path, sizeof path, "%s/kernels_s%d.%s", dir, s, ext[k]);
+      char *b = file(path, &n), h[17];
+      snprintf(h, sizeof h, "%016llx", b ? (unsigned long long)cg_fnv1a(b, n) : 0ULL);
+      if (!b || n == 0 || strcmp(h, want[k]) || strcmp(arch, want_arch)) {
+        snprintf(why, sizeof why, "stage %d: %s %s (hash %s, the listing says %s for %s)", s, path, b ? "differs" : "missing",
+                 h, want[k], arch);
+        ok = 0;
+      }
+      free(b);
+    }
   }
-  free(log);
-  nvrtcDestroyProgram(&prog);
-  if (!bad) printf("PASS nvrtc %s: %zu-byte cubin for sm_90\n", name, cubin);
-  return bad;
+  check(ok, "%s: %d stage%s, each with its %s cubin and PTX as the listings name them%s%s", what, stages,
+        stages == 1 ? "" : "s", want_arch, ok ? "" : ": ", why);
+}
+
+static int ppc(const char *model, const char *flags, const char *dir, const char *env) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s %s/ppc %s %s -o %s > %s.log 2>&1", dir, dir, env, bin, model, flags,
+           dir, dir);
+  return system(cmd);
+}
+
+/* cg_nvrtc on a source NVRTC refuses: exit 1, the log, and the generated line it names. */
+static void check_failure(void) {
+  const char *src = "/* a generated source */\nextern \"C\" __global__ void k(float *p) {\n  p[0] = undeclared_name;\n}\n";
+  char dir[600], errp[700];
+  snprintf(dir, sizeof dir, "%s/nvrtc/broken", bin);
+  snprintf(errp, sizeof errp, "%s/err.txt", dir);
+  char cmd[1300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+  if (system(cmd)) return;
+  fflush(stderr);
+  int saved = dup(2);
+  FILE *f = freopen(errp, "w", stderr);
+  uint64_t hc = 0, hp = 0;
+  int rc = f ? cg_nvrtc(dir, "kernels_s0", src, strlen(src), "sm_90", "", &hc, &hp) : -1;
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char *out = slurp(errp);
+  check(rc != 0 && out && strstr(out, "ppc: error: NVRTC failed to compile") && strstr(out, "undeclared_name") &&
+            strstr(out, "kernels_s0.cu:3:   p[0] = undeclared_name;"),
+        "an NVRTC failure is an error with NVRTC's log and the generated line it names");
+  if (!(rc != 0 && out && strstr(out, "kernels_s0.cu:3:"))) printf("  | %s\n", out ? out : "(no output)");
+  free(out);
 }
 
 int main(int argc, char **argv) {
   (void)argc;
-  int pass = 0, fail = 0;
-  char bin[512] = "build";
   const char *slash = strrchr(argv[0], '/');
   if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
+  if (!cg_nvrtc_available()) {
+    char dir[700], arch[16], hc[17], hp[17];
+    snprintf(dir, sizeof dir, "%s/nvrtc/none", bin);
+    int ok = !ppc("examples/tiny.pdl", "", dir, "") && !cuda_line(dir, 0, arch, hc, hp) && !strcmp(hc, "-");
+    check(ok, "without a CUDA toolkit ppc writes 'cuda sm_90 - -' (no cubins; ppr --device cuda says so)");
+    printf("SKIP nvrtc: ppc was built without a CUDA toolkit (nvrtc.h); %d cases not compiled\n", NCASES);
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+  }
   for (int i = 0; i < NCASES; i++) {
-    char cmd[8192], name[1024], dir[1024];
+    char dir[700], what[600];
     snprintf(dir, sizeof dir, "%s/nvrtc/case%d", bin, i);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/.. && %s/ppc %s %s -o %s > /dev/null", dir, dir, bin,
-             cases[i][0], cases[i][1], dir);
-    if (system(cmd) != 0) {
-      printf("FAIL nvrtc %s %s: '%s' failed\n", cases[i][0], cases[i][1], cmd);
-      fail++;
+    snprintf(what, sizeof what, "%s %s", cases[i][0], cases[i][1]);
+    if (ppc(cases[i][0], cases[i][1], dir, "")) {
+      check(0, "%s: ppc failed (%s.log)", what, dir);
       continue;
     }
-    for (int st = 0;; st++) {
-      char path[1200];
-      snprintf(path, sizeof path, "%s/kernels_s%d.cu", dir, st);
-      char *src = slurp(path);
-      if (!src) {
-        if (st == 0) printf("FAIL nvrtc %s %s: no %s\n", cases[i][0], cases[i][1], path), fail++;
-        break;
-      }
-      snprintf(name, sizeof name, "%s %s stage %d", cases[i][0], cases[i][1], st);
-      if (compile(name, src)) {
-        printf("FAIL nvrtc %s\n", name);
-        fail++;
-      } else {
-        pass++;
-      }
-      free(src);
-    }
+    check_dir(dir, what, "sm_90");
   }
+  /* reproducible: a second compile with an empty cache gives the same bytes */
+  {
+    char a[700], b[700], env[800], pa[800], pb[800];
+    snprintf(a, sizeof a, "%s/nvrtc/case4", bin);
+    snprintf(b, sizeof b, "%s/nvrtc/again", bin);
+    snprintf(env, sizeof env, "PPC_CACHE=%s/nvrtc/cold-cache", bin);
+    int ok = !ppc("examples/tiny.pdl", "--tp 2 --pp 2", b, env);
+    const char *files[] = {"rank0.prog", "rank3.prog", "kernels_s0.cubin", "kernels_s1.cubin", "kernels_s1.ptx", "kernels_s1.cl"};
+    for (size_t k = 0; k < sizeof files / sizeof *files && ok; k++) {
+      snprintf(pa, sizeof pa, "%s/%s", a, files[k]);
+      snprintf(pb, sizeof pb, "%s/%s", b, files[k]);
+      ok = same_file(pa, pb);
+      if (!ok) printf("  | %s and %s differ\n", pa, pb);
+    }
+    check(ok, "tiny tp 2 pp 2 compiled again from a cold cache: the listings, cubins, PTX and OpenCL C are the same bytes");
+  }
+  /* every target */
+  static const char *const archs[] = {"sm_80", "sm_89", "sm_100"};
+  for (int i = 0; i < 3; i++) {
+    char dir[700], flags[64], what[128];
+    snprintf(dir, sizeof dir, "%s/nvrtc/%s", bin, archs[i]);
+    snprintf(flags, sizeof flags, "--arch %s --pp 2", archs[i]);
+    snprintf(what, sizeof what, "examples/tiny.pdl --arch %s --pp 2", archs[i]);
+    if (ppc("examples/tiny.pdl", flags, dir, "")) check(0, "%s: ppc failed", what);
+    else check_dir(dir, what, archs[i]);
+  }
+  check_failure();
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
 }
-#endif

@@ -145,6 +145,12 @@ int main(int argc, char **argv) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "rm -rf %s/pipe && mkdir -p %s/pipe", bin, bin);
   if (sh(cmd)) return 1;
+  if (getenv("PPC_TEST_GPU")) { /* make gpu-check: two ranks on one GPU (MPI staged), against the one-rank cpu run */
+    mesh_on("examples/tiny.pdl", "tiny", 1, 2, 1, "1f1b", 4, "cuda");
+    mesh_on("examples/tiny.pdl", "tiny", 2, 1, 1, "1f1b", 4, "cuda");
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+  }
   static const char *scheds[] = {"naive", "gpipe", "1f1b"};
   static const int Ms[] = {1, 3, 8};
   for (int s = 0; s < 3; s++)

@@ -28,6 +28,7 @@ static const char *const BODY =
     "step micro_batch 2 seq 4 microbatches 2 schedule gpipe\n"
     "vocab 16\n"
     "kernels k 0123456789abcdef\n"
+    "cuda sm_90 - -\n"
     "\n"
     "region params  0    832\n"
     "region grads   832  832\n"
@@ -939,6 +940,7 @@ static const char *const STAGE0 =
     "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
     "vocab 16\n"
     "kernels k 0123456789abcdef\n"
+    "cuda sm_90 - -\n"
     "\n"
     "region params  0    512\n"
     "region grads   512  512\n"
@@ -994,6 +996,7 @@ static const char *const STAGE1 =
     "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
     "vocab 16\n"
     "kernels k 0123456789abcdef\n"
+    "cuda sm_90 - -\n"
     "\n"
     "region params  0    896\n"
     "region grads   896  896\n"
@@ -1267,8 +1270,8 @@ static void test_pipeline_mpi(const W *w) {
     free(b1);
     snprintf(args, sizeof args, "%s/pipe_deadlock --steps 1", tdir);
     expect_mpi_fail("schedules that would deadlock", 2, args, "the schedules' messages cannot all complete");
-    check(strstr(out, "pipe_deadlock/rank0.prog:51: rank 0 waits in 'comm recv_bwd 0 0'") &&
-              strstr(out, "pipe_deadlock/rank1.prog:73: rank 1 waits in 'comm recv_fwd 1 0'"),
+    check(strstr(out, "pipe_deadlock/rank0.prog:52: rank 0 waits in 'comm recv_bwd 0 0'") &&
+              strstr(out, "pipe_deadlock/rank1.prog:74: rank 1 waits in 'comm recv_fwd 1 0'"),
           "the deadlock message names where each rank waits");
 
     b0 = replace(STAGE0, "model_param gain [8]\n", "model_param gain [9]\n");
@@ -1333,9 +1336,9 @@ static void test_pipeline_parser(void) {
     /* boundaries */
     expect_parse_error_in(S0, "a boundary toward no stage", "boundary recv_bwd @2432 256 [2,4,8]\n",
                           "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_fwd $0 64\n",
-                          ":22: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
+                          ":23: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
     expect_parse_error_in(S0, "a missing boundary", "boundary recv_bwd @2432 256 [2,4,8]\n", "",
-                          ":21: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
+                          ":22: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
     expect_parse_error_in(S1, "recv_fwd in the arena", "boundary recv_fwd $0 256", "boundary recv_fwd @0 256",
                           ":%d: boundary recv_fwd: '@0': the received hidden state lives in the micro-batch's slot ($OFF)");
     expect_parse_error_in(S0, "a boundary shape of other bytes", "@2176 256 [2,4,8]", "@2176 256 [2,4,9]",
@@ -1344,7 +1347,7 @@ static void test_pipeline_parser(void) {
                           ":%d: boundary recv_bwd: @2436 + 256 bytes leaves the arena (2688 bytes)");
     expect_parse_error_in(S0, "a boundary given twice", "boundary recv_bwd @2432 256 [2,4,8]\n",
                           "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_bwd @2432 256\n",
-                          ":22: boundary recv_bwd is given twice (first on line 21)");
+                          ":23: boundary recv_bwd is given twice (first on line 22)");
     expect_parse_error_in(S0, "a boundary after the params", "model_param emb.weight [16,8]\n",
                           "boundary send_bwd @0 4\nmodel_param emb.weight [16,8]\n",
                           ":%d: boundary after a param line (boundaries come first)");
@@ -1361,20 +1364,20 @@ static void test_pipeline_parser(void) {
     expect_parse_error("shared with one stage", " decay 1 tied\n", " decay 1 tied shared\n",
                        ":%d: param emb.weight: shared, but the mesh has one pipeline stage (pp 1)");
     expect_parse_error_in(S1, "a param not among the model params", "model_param gain [8]\n", "",
-                          "t.prog:22: param gain is not one of the model's params");
+                          "t.prog:23: param gain is not one of the model's params");
     expect_parse_error_in(S1, "a param of another shape than its model_param", "model_param gain [8]",
                           "model_param gain [4]", "param gain: its shape differs from its model_param line");
     expect_parse_error_in(S1, "a model_param twice", "model_param gain [8]\n", "model_param gain [8]\nmodel_param gain [8]\n",
-                          ":27: model_param gain is given twice (first on line 26)");
+                          ":28: model_param gain is given twice (first on line 27)");
     expect_parse_error_in(S1, "a param after the model params", "model_param proj.weight [8,8]\n",
                           "model_param proj.weight [8,8]\nparam 3 z f32 [1] @832 init ones decay 0\n",
-                          ":28: param after a model_param line (params come first)");
+                          ":29: param after a model_param line (params come first)");
     /* allreduce_tied */
     expect_parse_error_in(S1, "allreduce_tied after grad_norm", "  allreduce_tied @1280 512\n  grad_norm sumsq <<<1,1,0>>> @6272:12\n",
                           "  grad_norm sumsq <<<1,1,0>>> @6272:12\n  allreduce_tied @1280 512\n",
-                          ":62: allreduce_tied after grad_norm (line 61): the norm needs the summed gradients");
+                          ":63: allreduce_tied after grad_norm (line 62): the norm needs the summed gradients");
     expect_parse_error_in(S1, "no allreduce_tied for a shared param", "  allreduce_tied @1280 512\n", "",
-                          "param emb.weight (line 24) is shared, but no allreduce_tied of the optimizer block sums its "
+                          "param emb.weight (line 25) is shared, but no allreduce_tied of the optimizer block sums its "
                           "gradient (@1280, 512 bytes)");
     expect_parse_error_in(S1, "allreduce_tied outside the grads", "allreduce_tied @1280 512", "allreduce_tied @384 512",
                           ":%d: allreduce_tied: @384 + 512 bytes is not inside the grads region [896, 1792)");
@@ -1385,7 +1388,7 @@ static void test_pipeline_parser(void) {
                        ":%d: allreduce_tied, but no param is marked shared");
     /* comm entries */
     expect_parse_error("comm in a one-stage program", "  F 1 1\n", "  F 1 1\n  comm send_fwd 1 1\n",
-                       ":68: comm send_fwd: this stage has no 'boundary send_fwd' line");
+                       ":69: comm send_fwd: this stage has no 'boundary send_fwd' line");
     expect_parse_error_in(S0, "an unknown comm op", "  comm send_fwd 0 0\n", "  comm send 0 0\n",
                           ":%d: comm: unknown op 'send' (expected send_fwd, recv_fwd, send_bwd or recv_bwd)");
     expect_parse_error_in(S0, "comm with 3 fields", "  comm send_fwd 0 0\n", "  comm send_fwd 0\n",
@@ -1394,21 +1397,21 @@ static void test_pipeline_parser(void) {
                           ":%d: send_fwd 0 0 before F 0");
     expect_parse_error_in(S0, "send_fwd from the arena after another F", "  F 0 0\n  comm send_fwd 0 0\n  F 1 1\n",
                           "  F 0 0\n  F 1 1\n  comm send_fwd 0 0\n",
-                          ":50: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F or B between");
+                          ":51: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F or B between");
     expect_parse_error_in(S0, "send_fwd in another slot", "  comm send_fwd 0 0\n", "  comm send_fwd 0 1\n",
                           ":%d: send_fwd 0 1: micro-batch 0's forward ran in slot 0");
     expect_parse_error_in(S0, "a second send_fwd", "  comm recv_bwd 1 1\n", "  comm recv_bwd 1 1 send_fwd 1 1\n",
                           ":%d: a second send_fwd for micro-batch 1");
     expect_parse_error_in(S0, "B before its recv_bwd", "  comm recv_bwd 1 1\n", "",
-                          ":53: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
+                          ":54: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
     expect_parse_error_in(S0, "an F while a received gradient waits in the arena", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n",
                           "  comm send_fwd 1 1 recv_bwd 0 0\n  F 0 0\n",
-                          ":52: F 0 0: the gradient received for micro-batch 0 (line 51) is in the arena, where this block may write");
+                          ":53: F 0 0: the gradient received for micro-batch 0 (line 52) is in the arena, where this block may write");
     expect_parse_error_in(S0, "two received gradients in one arena buffer", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n  comm recv_bwd 1 1\n",
                           "  comm send_fwd 1 1 recv_bwd 0 0\n  comm recv_bwd 1 1\n  B 0 0\n",
-                          ":52: recv_bwd 1 1: the gradient received for micro-batch 0 (line 51) is still waiting");
+                          ":53: recv_bwd 1 1: the gradient received for micro-batch 0 (line 52) is still waiting");
     expect_parse_error_in(S0, "OPT before every message", "  comm send_fwd 1 1 recv_bwd 0 0\n", "  comm recv_bwd 0 0\n",
-                          ":55: OPT before send_fwd of micro-batch 1");
+                          ":56: OPT before send_fwd of micro-batch 1");
     expect_parse_error_in(S1, "F before its recv_fwd", "  comm recv_fwd 0 0\n  F 0 0\n", "  F 0 0\n  comm recv_fwd 0 0\n",
                           ":%d: F 0 0 before recv_fwd 0 0 (the stage's input comes from the previous stage)");
     expect_parse_error_in(S1, "recv_fwd into a busy slot", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
@@ -1417,7 +1420,7 @@ static void test_pipeline_parser(void) {
     expect_parse_error_in(S1, "send_bwd before its B", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
                           "  comm send_bwd 0 0\n  B 0 0\n  comm recv_fwd 1 0\n", ":%d: send_bwd 0 0 before B 0");
     expect_parse_error_in(S1, "two buffers of one comm entry overlap", "boundary send_bwd @6016 256", "boundary send_bwd @3584 256",
-                          ":73: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
+                          ":74: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
     expect_parse_error_in(S1, "comm after OPT", "  OPT\n", "  OPT\n  comm send_bwd 1 0\n",
                           "'comm' after OPT (OPT is the schedule's last entry)");
 }
@@ -1480,7 +1483,7 @@ static void test_tp_parser(void) {
                           "tied shard 0 0 8 12", ":%d: param emb.weight: tied, so its first dim 12 must be the vocab 16");
     expect_parse_error_in(tb, "a dense shape other than the model_param's", "model_param proj.weight [8,8]",
                           "model_param proj.weight [8,6]",
-                          "t.prog:21: param proj.weight: its dense shape differs from its model_param line (line 24)");
+                          "t.prog:22: param proj.weight: its dense shape differs from its model_param line (line 25)");
     /* allreduce */
     expect_parse_error_in(tb, "allreduce tp/R with R not dividing tp", "allreduce tp/2 sum", "allreduce tp/3 sum",
                           ":%d: allreduce: group tp/3: 3 does not divide tp 2");
@@ -1500,7 +1503,7 @@ static void test_tp_parser(void) {
                           ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES')");
     expect_parse_error_in(tb, "allreduce of gradients after grad_norm", "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                           "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  allreduce tp sum @1344 32\n",
-                          ":65: allreduce of gradients after grad_norm (line 64): the norm needs the summed gradients");
+                          ":66: allreduce of gradients after grad_norm (line 65): the norm needs the summed gradients");
     free(tb);
 
     /* data parallelism: microbatches is the step's M, each replica's schedule runs M/dp of them */
@@ -1516,12 +1519,12 @@ static void test_tp_parser(void) {
     rt_prog_free(p);
     free(t);
     expect_parse_error_in(db, "a schedule running the step's M micro-batches in one replica", "  F 0 0\n  B 0 0\n",
-                          "  F 0 0\n  B 0 0\n  F 1 1\n", ":69: micro-batch: expected an integer in [0, 0], found '1'");
+                          "  F 0 0\n  B 0 0\n  F 1 1\n", ":70: micro-batch: expected an integer in [0, 0], found '1'");
     expect_parse_error_in(db, "microbatches not a multiple of dp", "microbatches 2", "microbatches 3",
                           ":%d: step: microbatches 3 is not a multiple of dp 2");
     expect_parse_error_in(db, "allreduce dp over part of the gradients", "allreduce dp sum @832 832",
                           "allreduce dp sum @832 512",
-                          "param gain (line 20): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
+                          "param gain (line 21): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
                           "(@1344, 32 bytes) over the replicas");
     free(db);
 }
@@ -1574,7 +1577,7 @@ static void test_parser(void) {
                        ":7: peers: prev: expected an integer in [-1, 0], found '-2'");
     expect_parse_error("a data-parallel mesh whose replicas' gradients are never summed", "mesh tp 1 pp 1 dp 1",
                        "mesh tp 1 pp 1 dp 2",
-                       "param emb.weight (line 19): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
+                       "param emb.weight (line 20): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
                        "gradient (@832, 512 bytes) over the replicas");
     expect_parse_error("a pipeline mesh without a peers line", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 2 dp 1",
                        ":7: expected 'peers prev P next N' (a pipeline-parallel program names its neighbours), found 'step'");
@@ -1586,19 +1589,27 @@ static void test_parser(void) {
     expect_parse_error("vocab 0", "vocab 16\n", "vocab 0\n", ":%d: vocab: expected an integer in [1, 2147483647], found '0'");
     expect_parse_error("tied param whose first dim is not the vocab", "vocab 16\n", "vocab 17\n",
                        "param emb.weight: tied, so its first dim 16 must be the vocab 17");
+    expect_parse_error("cuda line with a bad target", "cuda sm_90 - -", "cuda volta - -",
+                       ":%d: cuda: 'volta' is not a GPU architecture (sm_80, sm_90, ...)");
+    expect_parse_error("cuda line with one hash", "cuda sm_90 - -", "cuda sm_90 0123456789abcdef -",
+                       ":%d: cuda: the cubin and the PTX come together: both hashes, or both '-'");
+    expect_parse_error("cuda line with a short hash", "cuda sm_90 - -", "cuda sm_90 0123 -",
+                       ":%d: cuda: cubin hash: expected 16 lowercase hex digits or '-', found '0123'");
+    expect_parse_error("no cuda line", "cuda sm_90 - -\n", "",
+                       ":11: expected 'cuda ARCH CUBIN-HEX16|- PTX-HEX16|-' (the header lines come in a fixed order)");
     expect_parse_error("kernel files with a path", "kernels k ", "kernels ../k ",
                        ":%d: kernels: '../k' is not a name (letters, digits, '_')");
     expect_parse_error("regions overlap", "region scratch 6272 1344", "region scratch 6208 1344",
-                       "regions slots (line 15) and scratch (line 16) overlap");
-    expect_parse_error("region past the arena", "arena 7616", "arena 7600", "region scratch (line 16) ends at byte 7616, past the arena (7600 bytes)");
+                       "regions slots (line 16) and scratch (line 17) overlap");
+    expect_parse_error("region past the arena", "arena 7616", "arena 7600", "region scratch (line 17) ends at byte 7616, past the arena (7600 bytes)");
     expect_parse_error("grads size differs", "region grads   832  832", "region grads   832  768",
-                       "region grads (line 12) has 768 bytes, region params 832: they share one layout");
+                       "region grads (line 13) has 768 bytes, region params 832: they share one layout");
     expect_parse_error("missing region", "region adam_v  2496 832\n", "", "region adam_v is missing (every region is given before 'arena')");
     expect_parse_error("unaligned slot size", "region slots   3328 1472 2", "region slots   3328 1480 2",
                        "the bytes of one slot are not a multiple of 64");
     expect_parse_error("param outside the params region", "@576 init normal", "@640 init normal",
                        "param proj.weight: @640 + 256 bytes is not inside the params region [0, 832)");
-    expect_parse_error("params overlap", "[8] @512 init ones", "[8] @448 init ones", "params emb.weight (line 19) and gain (line 20) overlap");
+    expect_parse_error("params overlap", "[8] @512 init ones", "[8] @448 init ones", "params emb.weight (line 20) and gain (line 21) overlap");
     expect_parse_error("duplicate param index", "param 2 proj.weight", "param 1 proj.weight", "param index 1 is given twice");
     expect_parse_error("param index gap", "param 2 proj.weight", "param 5 proj.weight", "param index 5, but there are 3 params");
     expect_parse_error("duplicate checkpoint name", "param 2 proj.weight", "param 2 gain",
@@ -1638,7 +1649,7 @@ static void test_parser(void) {
                        "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
     expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "block optimizer\nend\nblock optimizer2\n",
                        "the optimizer block has no grad_norm");
-    expect_parse_error("two forward blocks", "block backward", "block forward", ":46: a second forward block (the first is on line 36)");
+    expect_parse_error("two forward blocks", "block backward", "block forward", ":47: a second forward block (the first is on line 37)");
     expect_parse_error("block not ended", "  loss $1408\nend\n", "  loss $1408\n", "'block' inside block forward");
     expect_parse_error("B before F", "  F 0 0\n  F 1 1\n  B 0 0\n", "  B 0 0\n  F 0 0\n  F 1 1\n", ":%d: B 0 0 before F 0");
     expect_parse_error("B in the wrong slot", "  B 1 1\n", "  B 1 0\n", ":%d: B 1 0: micro-batch 1's forward did not run in slot 0");

@@ -1,0 +1,87 @@
+#!/bin/sh
+# check.sh — make gpu-check: the first run of ppr on a GPU, in one command, under 8 minutes.
+#
+#   sh tests/gpu/check.sh [BUILD_DIR]
+#
+# Prints one table (Markdown): the PyTorch fixtures on --device cuda (the limits of the cpu run),
+# tiny on two ranks sharing the GPU (pp 2, and tp 2) against the one-rank cpu run, and GPT-2 124M
+# (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32 and with --tf32.
+# Without a GPU it says what is missing and exits 1. Not part of make test.
+set -u
+build=${1:-build}
+cd "$(dirname "$0")/../.."
+work=$build/gpu-check
+rm -rf "$work" && mkdir -p "$work"
+MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
+
+# ---- is there a GPU ppr can use? --------------------------------------------------------------
+if ! "$build/ppc" examples/tiny.pdl -o "$work/probe" >"$work/probe.log" 2>&1; then
+  echo "gpu-check: ppc failed:"; cat "$work/probe.log"; exit 1
+fi
+if ! grep -q '^cuda sm_[0-9]* [0-9a-f]' "$work/probe/rank0.prog"; then
+  echo "gpu-check: ppc was built without the CUDA toolkit (no cubins: 'cuda ... - -'); build on a machine with it"
+  exit 1
+fi
+if ! timeout 120 "$build/ppr" "$work/probe" --device cuda --steps 1 >"$work/probe.out" 2>&1; then
+  echo "gpu-check: no GPU here, nothing was run:"
+  sed 's/^/  /' "$work/probe.out"
+  exit 1
+fi
+gpu=$(sed -n 's/.* bytes on \(cuda:[0-9]* ([^)]*)\).*/\1/p' "$work/probe.out" | head -n 1)
+
+rows=""
+row() { rows="$rows| $1 | $2 | $3 |
+"; }
+status=0
+
+# ---- the PyTorch fixtures on cuda ---------------------------------------------------------------
+timeout 180 env PPC_TEST_DEVICES=cuda "$build/test_fixtures" >"$work/fixtures.txt" 2>&1
+last=$(tail -n 1 "$work/fixtures.txt")
+worst=$(grep -o 'worst [0-9.e+-]* ([^)]*)' "$work/fixtures.txt" | sort -t' ' -k2 -g | tail -n 1)
+case "$last" in "12 passed, 0 failed") r=PASS ;; *) r=FAIL; status=1 ;; esac
+row "PyTorch fixtures (tiny MiniMind, tiny GPT-2) on cuda, the cpu limits" "$r: $last" "largest tensor error: ${worst:-?}"
+
+# ---- two ranks on one GPU against the one-rank cpu run ------------------------------------------
+timeout 180 env PPC_TEST_GPU=1 "$build/test_pipeline" >"$work/pipeline.txt" 2>&1
+grep -E '^(PASS|FAIL) (tiny|a )' "$work/pipeline.txt" >"$work/pipeline.rows"
+while IFS= read -r l; do
+  r=${l%% *}; d=${l#* }
+  [ "$r" = PASS ] || status=1
+  row "${d%%:*}, against the one-rank cpu run" "$r" "${d#*: }"
+done <"$work/pipeline.rows"
+grep -q '^2 passed, 0 failed' "$work/pipeline.txt" || { status=1; row "two ranks on one GPU" "FAIL" "$(tail -n 3 "$work/pipeline.txt" | tr '\n' ' ')"; }
+
+# ---- GPT-2 124M throughput ------------------------------------------------------------------------
+# model FLOPs per token: 6 N (matrices, forward and backward) + 12 L S H (attention scores and values)
+N=124439808; L=12; H=768; S=1024; B=8
+if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o "$work/gpt2" >"$work/gpt2.log" 2>&1; then
+  for mode in fp32 tf32; do
+    flag=""; [ $mode = tf32 ] && flag=--tf32
+    timeout 300 "$build/ppr" "$work/gpt2" --device cuda $flag --steps 12 --log "$work/gpt2_$mode.jsonl" \
+      >"$work/gpt2_$mode.out" 2>&1
+    tps=$(sed -n '4,$s/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$work/gpt2_$mode.jsonl" | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+    if [ -z "$tps" ]; then
+      status=1; row "GPT-2 124M, B $B, S $S, $mode" "FAIL" "$(tail -n 2 "$work/gpt2_$mode.out" | tr '\n' ' ')"; continue
+    fi
+    # the GPU's dense peak (TFLOPS): fp32 on CUDA cores, TF32 on tensor cores
+    peak=$(echo "$gpu" | awk -v m=$mode '
+      /H200|H100/ && /SXM|HBM3|H200/ { print (m == "fp32" ? 67 : 495); exit }
+      /H100/  { print (m == "fp32" ? 51 : 378); exit }
+      /A100/  { print (m == "fp32" ? 19.5 : 156); exit }
+      /L40S/  { print (m == "fp32" ? 91.6 : 183); exit }
+      /4090/  { print (m == "fp32" ? 82.6 : 82.6); exit }')
+    mfu=$(awk -v t="$tps" -v n=$N -v l=$L -v h=$H -v s=$S -v p="${peak:-0}" 'BEGIN {
+      f = (6 * n + 12 * l * s * h) * t; if (p > 0) printf "MFU %.1f%% of %g TFLOPS (%.1f TFLOPS)", 100 * f / (p * 1e12), p, f / 1e12;
+      else printf "%.1f TFLOPS (peak of this GPU unknown)", f / 1e12 }')
+    row "GPT-2 124M, B $B, S $S, $mode, step median of steps 4-12" "$tps tok/s" "$mfu"
+  done
+else
+  status=1; row "GPT-2 124M" "FAIL" "ppc: $(tail -n 1 "$work/gpt2.log")"
+fi
+
+echo "gpu-check on $gpu ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?))"
+echo
+echo "| check | result | detail |"
+echo "|---|---|---|"
+printf "%s" "$rows"
+exit $status
