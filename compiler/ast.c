@@ -7,6 +7,7 @@ Expr *ast_expr(ExprKind k, Loc loc) {
   Expr *e = xcalloc(1, sizeof *e);
   e->kind = k;
   e->loc = loc;
+  e->depth = 1;
   return e;
 }
 
@@ -15,6 +16,7 @@ Arg *ast_arg(char *key, Loc key_loc, Expr *val) {
   a->key = key;
   a->key_loc = key_loc;
   a->val = val;
+  a->tail = a;
   return a;
 }
 
@@ -22,6 +24,7 @@ Stmt *ast_stmt(StmtKind k, Loc loc) {
   Stmt *s = xcalloc(1, sizeof *s);
   s->kind = k;
   s->loc = loc;
+  s->tail = s;
   return s;
 }
 
@@ -30,6 +33,7 @@ Setting *ast_setting(char *key, Loc key_loc, Expr *val) {
   s->key = key;
   s->key_loc = key_loc;
   s->val = val;
+  s->tail = s;
   return s;
 }
 

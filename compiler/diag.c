@@ -1,8 +1,11 @@
 /* diag.c — source files, locations and diagnostics: "file:line:col: error: ..." with a caret. */
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/mman.h>
 
 #include "ppc.h"
 
@@ -30,6 +33,15 @@ void *xcalloc(size_t n, size_t size) {
 void *xrealloc(void *p, size_t n) {
   p = realloc(p, n ? n : 1);
   if (!p) oom();
+#ifdef MADV_HUGEPAGE
+  /* the node arrays of a 100,000-layer model: huge pages where the kernel offers them on request,
+   * a 512th of the page faults (advice only: failure changes nothing) */
+  const uintptr_t huge = (uintptr_t)2 << 20;
+  if (n >= 4 * huge) {
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
+  }
+#endif
   return p;
 }
 
@@ -112,6 +124,9 @@ static void locate(const Src *s, int off, int *line, int *col, int *lstart, int 
   *lend = end;
 }
 
+#define MAX_ERRORS 20 /* then "too many errors": a flood helps nobody */
+#define SHOWN 160     /* columns of a long source line shown around the culprit */
+
 static void report(Src *s, Loc at, const char *kind, const char *fmt, va_list ap) {
   fflush(stdout);
   if (at.first < 0) {
@@ -125,18 +140,27 @@ static void report(Src *s, Loc at, const char *kind, const char *fmt, va_list ap
   fprintf(stderr, "%s:%d:%d: %s: ", s->path, line, col, kind);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
-  /* the source line, control characters shown as spaces so the caret stays aligned */
-  fputs("  ", stderr);
-  for (int i = ls; i < le; i++) {
-    unsigned char c = (unsigned char)s->text[i];
-    fputc(c == '\t' || c >= 32 ? c : ' ', stderr);
+  /* the source line (a window of SHOWN columns around the culprit when it is longer), control
+   * characters shown as spaces so the caret stays aligned; built in one buffer, written once */
+  int from = ls, to = le;
+  if (le - ls > SHOWN) {
+    from = at.first - SHOWN / 2 > ls ? at.first - SHOWN / 2 : ls;
+    to = from + SHOWN < le ? from + SHOWN : le;
   }
-  fputs("\n  ", stderr);
-  for (int i = ls; i < at.first && i < le; i++) fputc(s->text[i] == '\t' ? '\t' : ' ', stderr);
-  fputc('^', stderr);
-  int last = at.last < le ? at.last : le;
-  for (int i = at.first + 1; i < last; i++) fputc('~', stderr);
-  fputc('\n', stderr);
+  int last = at.last < to ? at.last : to;
+  char *buf = xmalloc(2 * (size_t)(to - from) + 32), *b = buf;
+  b += sprintf(b, "  %s", from > ls ? "..." : "");
+  for (int i = from; i < to; i++) {
+    unsigned char c = (unsigned char)s->text[i];
+    *b++ = c == '\t' || c >= 32 ? (char)c : ' ';
+  }
+  b += sprintf(b, "%s\n  %s", to < le ? "..." : "", from > ls ? "   " : "");
+  for (int i = from; i < at.first && i < to; i++) *b++ = s->text[i] == '\t' ? '\t' : ' ';
+  *b++ = '^';
+  for (int i = at.first + 1; i < last; i++) *b++ = '~';
+  *b++ = '\n';
+  fwrite(buf, 1, (size_t)(b - buf), stderr);
+  free(buf);
 }
 
 void diag_error(Src *s, Loc at, const char *fmt, ...) {
@@ -144,7 +168,7 @@ void diag_error(Src *s, Loc at, const char *fmt, ...) {
   va_start(ap, fmt);
   report(s, at, "error", fmt, ap);
   va_end(ap);
-  s->nerrors++;
+  if (++s->nerrors == MAX_ERRORS) diag_fatal("%s: too many errors (%d); stopping", s->path, MAX_ERRORS);
 }
 
 void diag_note(Src *s, Loc at, const char *fmt, ...) {

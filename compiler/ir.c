@@ -78,10 +78,21 @@ int shape_eq(const Shape *a, const Shape *b) {
 }
 
 char *shape_str(const Shape *s, char *buf, size_t n) {
-  size_t k = (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < s->nd && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)s->d[i]);
-  if (k < n) snprintf(buf + k, n - k, "]");
+  char tmp[IR_MAX_DIMS * 21 + 4], *t = tmp; /* "[d0,d1,...]" without printf: plans print millions */
+  *t++ = '[';
+  for (int i = 0; i < s->nd && i < IR_MAX_DIMS; i++) {
+    if (i) *t++ = ',';
+    char digits[24];
+    int k = 0;
+    uint64_t v = s->d[i] < 0 ? (uint64_t)0 - (uint64_t)s->d[i] : (uint64_t)s->d[i];
+    do digits[k++] = (char)('0' + v % 10); while (v /= 10);
+    if (s->d[i] < 0) *t++ = '-';
+    while (k) *t++ = digits[--k];
+  }
+  *t++ = ']';
+  size_t len = (size_t)(t - tmp) < n ? (size_t)(t - tmp) : n - 1;
+  memcpy(buf, tmp, len);
+  buf[len] = 0;
   return buf;
 }
 

@@ -9,7 +9,6 @@
 
 #include "ppc.h"
 
-#define MAX_NUMEL ((int64_t)1 << 40) /* no tensor may hold more elements */
 
 /* ============================================================================================
  * Names
@@ -25,13 +24,18 @@ typedef struct Bind {
   Loc loc;         /* where it was defined */
   int depth;       /* 0: top level, 1: inside the repeated layer */
   bool poison;     /* B_DIM: its definition failed and was reported; uses stay silent */
-  struct Bind *next;
+  struct Bind *next;  /* the scope stack: the binding made before this one */
+  struct Bind *hnext; /* the hash bucket: the next binding of a name with the same hash */
 } Bind;
 
 typedef struct Builder {
   Src *src;
   Graph *g;
   Bind *binds;        /* innermost first */
+  Bind **table;       /* the bindings by name: buckets, each newest first, so lookups find the innermost */
+  int nbuckets, nbinds;
+  struct CkptSlot { uint64_t hash; int param; } *ckpt; /* the checkpoint names: a hash set (ckpt_find) */
+  int nckpt;
   int depth;
   int layer;          /* the layer being instantiated, -1 outside */
   Region region;
@@ -46,10 +50,38 @@ static const char *kind_name(BindKind k) {
   return names[k];
 }
 
+/* A name's hash for the tables below: FNV-1a with its halves folded and mixed, because the low
+ * bits alone cluster the probes of names that differ in a layer index. */
+static uint64_t name_hash(const char *name) {
+  uint64_t h = cg_fnv1a(name, strlen(name));
+  return (h ^ (h >> 32)) * 0x9e3779b97f4a7c15ULL >> 16;
+}
+
+static unsigned bucket(const Builder *b, const char *name) {
+  return (unsigned)(name_hash(name) & (uint64_t)(b->nbuckets - 1));
+}
+
 static Bind *lookup(Builder *b, const char *name) {
-  for (Bind *x = b->binds; x; x = x->next)
+  if (!b->table) return NULL;
+  for (Bind *x = b->table[bucket(b, name)]; x; x = x->hnext)
     if (!strcmp(x->name, name)) return x;
   return NULL;
+}
+
+/* Twice the buckets, the bindings put back oldest first, so each bucket stays newest first. */
+static void grow_table(Builder *b) {
+  free(b->table);
+  b->nbuckets = b->nbuckets ? 2 * b->nbuckets : 256;
+  b->table = xcalloc((size_t)b->nbuckets, sizeof *b->table);
+  Bind **all = xmalloc((size_t)(b->nbinds + 1) * sizeof *all);
+  int n = 0;
+  for (Bind *x = b->binds; x; x = x->next) all[n++] = x;
+  while (n--) {
+    unsigned h = bucket(b, all[n]->name);
+    all[n]->hnext = b->table[h];
+    b->table[h] = all[n];
+  }
+  free(all);
 }
 
 static Bind *bind(Builder *b, const char *name, BindKind kind, Loc loc) {
@@ -60,14 +92,56 @@ static Bind *bind(Builder *b, const char *name, BindKind kind, Loc loc) {
   x->depth = b->depth;
   x->next = b->binds;
   b->binds = x;
+  b->nbinds++;
+  if (b->nbinds > 2 * b->nbuckets) grow_table(b);
+  else {
+    unsigned h = bucket(b, name);
+    x->hnext = b->table[h];
+    b->table[h] = x;
+  }
   return x;
 }
 
-/* Drop the bindings made inside the current layer instantiation. */
+/* The parameter with checkpoint name `name`, or -1: a hash set of the names (open addressing over
+ * parameter indices; grown at half full). */
+static int ckpt_find(Builder *b, const char *name) {
+  if (!b->ckpt) return -1;
+  uint64_t m = (uint64_t)b->nckpt - 1, hash = name_hash(name);
+  for (uint64_t h = hash & m;; h = (h + 1) & m) {
+    const struct CkptSlot *t = &b->ckpt[h];
+    if (t->param < 0) return -1;
+    if (t->hash == hash && !strcmp(b->g->params[t->param].name, name)) return t->param;
+  }
+}
+
+static void ckpt_put(Builder *b, uint64_t hash, int param) {
+  uint64_t m = (uint64_t)b->nckpt - 1, h = hash & m;
+  while (b->ckpt[h].param >= 0) h = (h + 1) & m;
+  b->ckpt[h] = (struct CkptSlot){hash, param};
+}
+
+static void ckpt_add(Builder *b, int param) {
+  if (2 * (b->g->nparams + 1) > b->nckpt) { /* grow: every name again, by its hash */
+    struct CkptSlot *old = b->ckpt;
+    int nold = b->nckpt;
+    b->nckpt = b->nckpt ? 2 * b->nckpt : 256;
+    b->ckpt = xmalloc((size_t)b->nckpt * sizeof *b->ckpt);
+    for (int i = 0; i < b->nckpt; i++) b->ckpt[i].param = -1;
+    for (int i = 0; i < nold; i++)
+      if (old[i].param >= 0) ckpt_put(b, old[i].hash, old[i].param);
+    free(old);
+  }
+  ckpt_put(b, name_hash(b->g->params[param].name), param);
+}
+
+/* Drop the bindings made inside the current layer instantiation. They are the newest of all, so
+ * each is the first of its bucket. */
 static void unbind_to(Builder *b, Bind *mark) {
   while (b->binds != mark) {
     Bind *x = b->binds;
     b->binds = x->next;
+    b->table[bucket(b, x->name)] = x->hnext;
+    b->nbinds--;
     free(x);
   }
 }
@@ -198,8 +272,9 @@ static int setting_int(Builder *b, const Setting *t, int64_t *out) {
     err(b, t->val->loc, "'%s' must be a positive integer", t->key);
     return 1;
   }
-  if (t->val->ival <= 0 || t->val->ival > (1 << 20)) {
-    err(b, t->val->loc, "'%s' must be between 1 and %d, got %lld", t->key, 1 << 20, (long long)t->val->ival);
+  if (t->val->ival <= 0 || t->val->ival > PP_MAX_STEP_DIM) {
+    err(b, t->val->loc, "'%s' must be between 1 and %lld, got %lld", t->key, (long long)PP_MAX_STEP_DIM,
+        (long long)t->val->ival);
     return 1;
   }
   *out = t->val->ival;
@@ -664,7 +739,7 @@ static int infer(Builder *b, Call *c) {
   }
   int64_t numel = 1;
   for (int i = 0; i < out.nd; i++)
-    if (__builtin_mul_overflow(numel, out.d[i], &numel) || numel > MAX_NUMEL) {
+    if (__builtin_mul_overflow(numel, out.d[i], &numel) || numel > PP_MAX_NUMEL) {
       err(b, e->loc, "the result of %s would have more than 2^40 elements", op);
       return -1;
     }
@@ -755,7 +830,7 @@ static int eval_shape(Builder *b, const Arg *dims, Shape *s, char **text) {
   }
   int64_t numel = 1;
   for (int i = 0; !bad && i < s->nd; i++)
-    if (__builtin_mul_overflow(numel, s->d[i], &numel) || numel > MAX_NUMEL) {
+    if (__builtin_mul_overflow(numel, s->d[i], &numel) || numel > PP_MAX_NUMEL) {
       err(b, dims->val->loc, "the shape has more than 2^40 elements");
       return 1;
     }
@@ -765,7 +840,7 @@ static int eval_shape(Builder *b, const Arg *dims, Shape *s, char **text) {
 /* Expand "model.layers.{l}.x" with the layer index; only the loop variable may be named. */
 static char *expand_ckpt(Builder *b, const Stmt *s) {
   const char *t = s->ckpt;
-  char out[512];
+  char out[PP_MAX_NAME + 16];
   size_t k = 0;
   int used = 0;
   Loc at = s->ckpt_loc;
@@ -784,27 +859,46 @@ static char *expand_ckpt(Builder *b, const Stmt *s) {
             b->loopvar);
         return NULL;
       }
-      k += (size_t)snprintf(out + k, k < sizeof out ? sizeof out - k : 0, "%d", b->layer);
+      k += (size_t)snprintf(out + k, sizeof out - k, "%d", b->layer);
       used = 1;
       c = end;
     } else if (*c == '}') {
       err(b, at, "unmatched '}' in the checkpoint name");
       return NULL;
-    } else if ((unsigned char)*c < 33 || *c == '"' || *c == '\\') {
-      err(b, at, "the checkpoint name has a space or control character");
-      return NULL;
-    } else if (k < sizeof out) {
+    } else {
       out[k++] = *c;
     }
-    if (k >= sizeof out - 1) { err(b, at, "the checkpoint name is longer than %zu bytes", sizeof out - 2); return NULL; }
+    if (k > PP_MAX_NAME) {
+      if (b->layer >= 0) err(b, at, "the checkpoint name of layer %d is longer than %d bytes", b->layer, PP_MAX_NAME);
+      else err(b, at, "the checkpoint name is longer than %d bytes", PP_MAX_NAME);
+      return NULL;
+    }
   }
   out[k] = 0;
+  int64_t bad = pp_name_bad_at(out); /* the rule ppr and safetensors headers share */
+  if (bad >= 0) {
+    unsigned char c = (unsigned char)out[bad];
+    if (c >= 127)
+      err(b, at, "the checkpoint name has a byte that is not ASCII (0x%02x): names are printable ASCII", c);
+    else
+      err(b, at, "the checkpoint name has a space, quote, backslash or control character");
+    return NULL;
+  }
   if (b->loopvar && !used) {
     err(b, at, "inside the repeated layer the checkpoint name must contain {%s}, or every layer would share it",
         b->loopvar);
     return NULL;
   }
   return xstrdup(out);
+}
+
+/* Whether another parameter has checkpoint name `name` (reported against declaration s). */
+static bool ckpt_taken(Builder *b, const Stmt *s, const char *name) {
+  int other = ckpt_find(b, name);
+  if (other < 0) return false;
+  err(b, s->ckpt_loc, "checkpoint name '%s' is used twice", name);
+  diag_note(b->src, b->g->params[other].loc, "by parameter '%s' here", b->g->params[other].var);
+  return true;
 }
 
 static void decl_param(Builder *b, const Stmt *s) {
@@ -839,12 +933,7 @@ static void decl_param(Builder *b, const Stmt *s) {
     if (r == 4) { err(b, s->role_loc, "unknown tensor-parallel role '%s' (expected column, row, vocab or replicated)", s->role); bad = 1; }
     else p.role = (Role)r;
   }
-  for (int i = 0; !bad && i < b->g->nparams; i++)
-    if (!strcmp(b->g->params[i].name, p.name)) {
-      err(b, s->ckpt_loc, "checkpoint name '%s' is used twice", p.name);
-      diag_note(b->src, b->g->params[i].loc, "by parameter '%s' here", b->g->params[i].var);
-      bad = 1;
-    }
+  if (!bad && ckpt_taken(b, s, p.name)) bad = 1;
   if (bad) {
     free(p.name);
     for (int k = 0; k < IR_MAX_DIMS; k++) free(p.dim_text[k]);
@@ -861,7 +950,9 @@ static void decl_param(Builder *b, const Stmt *s) {
   N(b, id)->param = g->nparams;
   N(b, id)->var = s->name;
   p.node = id;
+  p.gindex = g->nparams;
   g->params[g->nparams++] = p;
+  ckpt_add(b, g->nparams - 1);
   bind(b, s->name, B_PARAM, s->name_loc)->node = id;
 }
 
@@ -899,6 +990,85 @@ static void let(Builder *b, const Stmt *s) {
 
 /* for l in 0..N { body }: the body instantiated per global layer index. A name bound outside
  * the layer and rebound inside is the hidden state the layer carries; exactly one is allowed. */
+/* Whether an expression names `name`. Recursion is bounded by AST_MAX_DEPTH. */
+static bool names(const Expr *e, const char *name) {
+  if (!e) return false;
+  if (e->kind == E_NAME && !strcmp(e->name, name)) return true;
+  if (names(e->lhs, name) || names(e->rhs, name)) return true;
+  for (const Arg *a = e->kind == E_CALL ? e->args : NULL; a; a = a->next)
+    if (names(a->val, name)) return true;
+  return false;
+}
+
+static bool body_names(const Stmt *s, const char *name) {
+  for (; s; s = s->next) {
+    if (names(s->value, name) || names(s->hi, name) || body_names(s->body, name)) return true;
+    for (const Arg *a = s->dims; a; a = a->next)
+      if (names(a->val, name)) return true;
+    for (const Setting *t = s->settings; t; t = t->next)
+      if (names(t->val, name)) return true;
+  }
+  return false;
+}
+
+/* Layers 1..hi-1 of a body that does not read its loop variable (but in checkpoint names) are
+ * layer 0 again: its nodes [n0, nnodes) and parameters [p0, nparams) copied, reading the previous
+ * layer's hidden state where layer 0 read `carried_in`, with each layer's checkpoint names. The
+ * same graph stmts() builds, in the time of a copy. False (nothing done) when layer 0 is not such
+ * a block; errors (a checkpoint name too long or used twice) are reported. */
+static bool clone_layers(Builder *b, const Stmt *loop, int n0, int p0, int carried_in, Bind *carried, int hi) {
+  Graph *g = b->g;
+  int n1 = g->nnodes, p1 = g->nparams, nn = n1 - n0, np = p1 - p0;
+  if (body_names(loop->body, loop->name) || (g->loss >= n0 && g->loss < n1)) return false;
+  const Stmt **decl = xmalloc(((size_t)np + 1) * sizeof *decl);
+  int k = 0;
+  for (const Stmt *t = loop->body; t && k <= np; t = t->next)
+    if (t->kind == S_PARAM) decl[k < np ? k : np] = t, k++;
+  if (k != np || (int64_t)nn * hi > INT_MAX / 4 || (int64_t)np * hi > INT_MAX / 4) {
+    free(decl);
+    return false;
+  }
+  g->cap = n0 + nn * hi + 64;
+  g->nodes = xrealloc(g->nodes, (size_t)g->cap * sizeof *g->nodes);
+  g->pcap = p0 + np * hi + 32;
+  g->params = xrealloc(g->params, (size_t)g->pcap * sizeof *g->params);
+  int out0 = carried->node, prev_out = out0;
+  for (int l = 1; l < hi && b->src->nerrors == 0; l++) {
+    b->layer = l;
+    int base = g->nnodes, pbase = g->nparams;
+    for (int j = 0; j < np; j++) {
+      char *name = expand_ckpt(b, decl[j]);
+      if (!name || ckpt_taken(b, decl[j], name)) {
+        free(name);
+        break;
+      }
+      IrParam *q = &g->params[g->nparams];
+      *q = g->params[p0 + j];
+      q->name = name;
+      for (int d = 0; d < IR_MAX_DIMS; d++) q->dim_text[d] = q->dim_text[d] ? xstrdup(q->dim_text[d]) : NULL;
+      q->layer = l;
+      q->node = q->node - n0 + base;
+      q->gindex = g->nparams++;
+      ckpt_add(b, q->gindex);
+    }
+    if (g->nparams != pbase + np) break;
+    for (int i = 0; i < nn; i++) {
+      IrNode *d = &g->nodes[g->nnodes++];
+      *d = g->nodes[n0 + i];
+      d->layer = l;
+      for (int m = 0; m < d->nin; m++) {
+        int v = d->in[m];
+        d->in[m] = v >= n0 && v < n1 ? v - n0 + base : v == carried_in ? prev_out : v;
+      }
+      if (d->op == OP_PARAM) d->param = d->param - p0 + pbase;
+    }
+    prev_out = out0 - n0 + base;
+  }
+  carried->node = prev_out;
+  free(decl);
+  return true;
+}
+
 static void layers(Builder *b, const Stmt *s) {
   if (b->depth) { err(b, s->loc, "the repeated layer cannot be nested"); return; }
   if (b->g->nlayers) {
@@ -935,6 +1105,7 @@ static void layers(Builder *b, const Stmt *s) {
     int start[nouter + 1];
     bool poisoned = false; /* a value before the layer failed: check its body once, nothing more */
     for (int i = 0; i < nouter; i++) start[i] = outer[i]->node, poisoned |= start[i] < 0;
+    int n0 = b->g->nnodes, p0 = b->g->nparams;
     stmts(b, s->body);
     unbind_to(b, mark);
     if (b->src->nerrors != errors_before || poisoned) break;
@@ -968,6 +1139,8 @@ static void layers(Builder *b, const Stmt *s) {
         err(b, N(b, i)->loc, "the repeated layer reads '%s', computed before it; a layer may read only the hidden "
                              "state it carries ('%s')", src->var ? src->var : "a value", outer[which]->name);
       }
+    if (l == 0 && b->src->nerrors == errors_before && clone_layers(b, s, n0, p0, start[which], outer[which], (int)hi))
+      break;
   }
   /* values computed before the layers are out of reach after them, but the carried state */
   for (int i = 0; i < nouter; i++)
@@ -986,6 +1159,11 @@ static void stmts(Builder *b, const Stmt *s) {
     switch (s->kind) {
     case S_MODEL:
       if (b->depth) { err(b, s->loc, "'model' belongs at the top of the file"); break; }
+      if (pp_name_bad_at(s->name) >= 0) {
+        err(b, s->name_loc, "the model name must be 1 to %d bytes of printable ASCII without space, quote or backslash",
+            PP_MAX_NAME);
+        break;
+      }
       free(b->g->model);
       b->g->model = xstrdup(s->name);
       break;
@@ -1080,6 +1258,22 @@ static void check_model(Builder *b) {
     err(b, g->cfg.dp_loc.first >= 0 ? g->cfg.dp_loc : end,
         "data-parallel degree %lld does not divide the %lld micro-batches of a step: each replica runs an equal share",
         (long long)g->cfg.dp, (long long)g->cfg.microbatches);
+  const Config *c = &g->cfg;
+  if (c->tp * c->pp * c->dp > PP_MAX_RANKS) { /* each is at most PP_MAX_STEP_DIM: no overflow */
+    Loc at = c->dp_loc.first >= 0 ? c->dp_loc : c->pp_loc.first >= 0 ? c->pp_loc : c->tp_loc.first >= 0 ? c->tp_loc : end;
+    err(b, at, "the mesh tp %lld x pp %lld x dp %lld is %lld ranks, more than %d", (long long)c->tp, (long long)c->pp,
+        (long long)c->dp, (long long)(c->tp * c->pp * c->dp), PP_MAX_RANKS);
+  }
+  /* a parameter, its gradient and its two AdamW moments live in one rank's arena */
+  for (int i = 0; i < g->nparams; i++) {
+    const IrParam *q = &g->params[i];
+    int64_t numel = shape_numel(&q->shape), local = q->role == ROLE_REPLICATED ? numel : numel / c->tp;
+    if (local > PP_MAX_ARENA / 16) {
+      err(b, q->loc, "parameter '%s' needs %lld bytes of one rank's memory with its gradient and AdamW moments, "
+                     "more than the arena's %lld", q->name, (long long)local * 16, (long long)PP_MAX_ARENA);
+      break;
+    }
+  }
   if (g->cfg.pp > 1 && g->nlayers == 0)
     err(b, end, "pipeline degree %lld needs a repeated layer (for l in 0..N { ... }) to partition",
         (long long)g->cfg.pp);
@@ -1094,7 +1288,12 @@ static char *model_name_from_path(const char *path) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   const char *dot = strrchr(base, '.');
-  return xstrndup(base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+  size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+  char *name = xstrndup(base, n < PP_MAX_NAME ? n : PP_MAX_NAME);
+  for (char *c = name; *c; c++) /* "my model.pdl": a name the listing can carry */
+    if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 127 || *c == '"' || *c == '\\') *c = '_';
+  if (!*name) name = (free(name), xstrdup("model"));
+  return name;
 }
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt) {
@@ -1116,10 +1315,13 @@ Graph *ir_build(Src *src, const Ast *ast, const Options *opt) {
     if (!src->nerrors) check_model(&b);
   }
   unbind_to(&b, NULL);
+  free(b.table);
+  free(b.ckpt);
   free(b.seen);
   if (src->nerrors || ir_verify(g)) {
     ir_free(g);
     return NULL;
   }
+  g->nfwd = g->nnodes; /* all of it is the forward graph */
   return g;
 }

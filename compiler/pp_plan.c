@@ -12,10 +12,16 @@ static int stage_start(const Graph *g, int r, int pp) {
   return g->bounds ? g->bounds[r] : pp_layer_start(g->nlayers, r, pp);
 }
 
+/* The stage whose layers hold `layer`: the last r with start(r) <= layer (binary search; the
+ * starts do not decrease). */
 static int stage_of_layer(const Graph *g, int pp, int layer) {
-  int r = 0;
-  while (r + 1 < pp && stage_start(g, r + 1, pp) <= layer) r++;
-  return r;
+  int lo = 0, hi = pp - 1;
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (stage_start(g, mid, pp) <= layer) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 /* ============================================================================================
@@ -51,9 +57,88 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   return 3 * (flops + BYTE_WEIGHT * bytes);
 }
 
-/* Uniform: N*r//p. Balanced: contiguous boundaries minimising the costliest stage, the
- * embedding counted on the first stage and the final norm, head and loss on the last; every
- * stage keeps at least one layer (dynamic programming over prefixes). */
+/* ============================================================================================
+ * The balanced partition: contiguous layers, every stage at least one, minimising the costliest
+ * stage, the embedding counted on the first stage and the final norm, head and loss on the last.
+ * Of the partitions that reach the minimum, the one whose boundaries, taken from the last stage
+ * back, are each as early as possible. O(p^2 log N) feasibility checks of O(log N) steps each,
+ * so 100,000 layers over 1,000 stages take well under a second.
+ * ========================================================================================== */
+
+typedef struct {
+  const double *prefix; /* prefix[l]: the cost of layers [0, l) */
+  double pre, post;
+  int pp, n;
+} Partition;
+
+/* One stage's cost: its layers [i, j), the embedding on stage 1, the head and loss on the last
+ * stage when it ends the model. The one expression the search and its checks share. */
+static double stage_cost(const Partition *q, int r, int i, int j) {
+  return q->prefix[j] - q->prefix[i] + (r == 1 ? q->pre : 0) + (r == q->pp && j == q->n ? q->post : 0);
+}
+
+/* Can stages 1..r hold layers [0, j), one layer or more each, none costing more than T? Greedy:
+ * every stage but the last ends as late as it can (binary search over the prefix sums), which
+ * leaves the fewest layers, so the cheapest work, to the stages after it. Exact, because a
+ * stage's cost only grows as its range grows, in floating point as in arithmetic. */
+static bool feasible(const Partition *q, int r, int j, double T) {
+  int pos = 0;
+  for (int k = 1; k < r; k++) {
+    int lo = pos + 1, hi = j - (r - k); /* the end, in [lo, hi] */
+    if (lo > hi || stage_cost(q, k, pos, lo) > T) return false;
+    while (lo < hi) {
+      int mid = lo + (hi - lo + 1) / 2;
+      if (stage_cost(q, k, pos, mid) <= T) lo = mid;
+      else hi = mid - 1;
+    }
+    pos = lo;
+  }
+  return pos < j && stage_cost(q, r, pos, j) <= T;
+}
+
+/* The least possible costliest stage when stages 1..r hold layers [0, j): the smallest double T
+ * for which feasible() holds, found by bisecting the bit patterns of non-negative doubles (they
+ * order as the numbers do). */
+static double least_max(const Partition *q, int r, int j) {
+  double top = stage_cost(q, 1, 0, j) + (r == q->pp && j == q->n ? q->post : 0);
+  uint64_t lo = 0, hi;
+  memcpy(&hi, &top, sizeof hi);
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    double t;
+    memcpy(&t, &mid, sizeof t);
+    if (feasible(q, r, j, t)) hi = mid;
+    else lo = mid + 1;
+  }
+  double t;
+  memcpy(&t, &lo, sizeof t);
+  return t;
+}
+
+/* bounds[0..pp]: the balanced boundaries of n layers costing layer[l], pre on the first stage and
+ * post on the last (1 <= pp <= n). */
+void pp_balance(const double *layer, int n, double pre, double post, int pp, int *bounds) {
+  double *prefix = xcalloc((size_t)n + 1, sizeof *prefix);
+  for (int l = 0; l < n; l++) prefix[l + 1] = prefix[l] + layer[l];
+  Partition q = {.prefix = prefix, .pre = pre, .post = post, .pp = pp, .n = n};
+  bounds[pp] = n;
+  bounds[0] = 0;
+  /* Stage r's start, from the last stage back: the earliest i for which stage r costs no more
+   * than the best stages 1..r can do on [0, j) and stages 1..r-1 can still hold [0, i) within it */
+  for (int r = pp, j = n; r > 1; r--) {
+    double best = least_max(&q, r, j);
+    int lo = r - 1, hi = j - 1;
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (stage_cost(&q, r, mid, j) <= best) hi = mid;
+      else lo = mid + 1;
+    }
+    while (lo < j - 1 && !feasible(&q, r - 1, lo, best)) lo++;
+    j = bounds[r - 1] = lo;
+  }
+  free(prefix);
+}
+
 void pp_partition(Graph *g, bool balanced) {
   int pp = (int)g->cfg.pp, N = g->nlayers;
   free(g->bounds);
@@ -67,31 +152,9 @@ void pp_partition(Graph *g, bool balanced) {
     else if (n->region == REG_PRE) pre += c;
     else post += c;
   }
-  double *prefix = xcalloc((size_t)N + 1, sizeof *prefix);
-  for (int l = 0; l < N; l++) prefix[l + 1] = prefix[l] + layer[l];
-  /* best[r][j]: the least possible slowest stage when stages 0..r-1 hold layers [0, j) */
-  double *best = xmalloc((size_t)(pp + 1) * (size_t)(N + 1) * sizeof *best);
-  int *cut = xmalloc((size_t)(pp + 1) * (size_t)(N + 1) * sizeof *cut);
-#define AT(r, j) ((size_t)(r) * (size_t)(N + 1) + (size_t)(j))
-  for (int j = 0; j <= N; j++) best[AT(0, j)] = j == 0 ? 0 : 1e300;
-  for (int r = 1; r <= pp; r++)
-    for (int j = 0; j <= N; j++) {
-      best[AT(r, j)] = 1e300;
-      cut[AT(r, j)] = -1;
-      for (int i = r - 1; i < j; i++) {
-        double stage = prefix[j] - prefix[i] + (r == 1 ? pre : 0) + (r == pp && j == N ? post : 0);
-        double worst = best[AT(r - 1, i)] > stage ? best[AT(r - 1, i)] : stage;
-        if (worst < best[AT(r, j)]) best[AT(r, j)] = worst, cut[AT(r, j)] = i;
-      }
-    }
   g->bounds = xmalloc((size_t)(pp + 1) * sizeof *g->bounds);
-  g->bounds[pp] = N;
-  for (int r = pp, j = N; r > 0; r--) j = g->bounds[r - 1] = cut[AT(r, j)];
-#undef AT
+  pp_balance(layer, N, pre, post, pp, g->bounds);
   free(layer);
-  free(prefix);
-  free(best);
-  free(cut);
 }
 
 /* The stage a node runs on: its layer's stage, the first stage before the layers, the last
@@ -110,32 +173,36 @@ static int64_t rank_numel(const IrParam *p, int64_t tp, int split_dim) {
   return n;
 }
 
-/* The dimension a role splits, from the first op that uses the parameter. */
-static int split_dim(const Graph *g, int param) {
+/* The dimension a role splits, from the op that first uses the parameter (first_use: that op's
+ * node, -1 for none). */
+static int split_dim(const Graph *g, int param, int first_use) {
   const IrParam *p = &g->params[param];
   if (p->role == ROLE_REPLICATED) return -1;
   if (p->shape.nd == 1) return 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = &g->nodes[i];
-    for (int k = 0; k < n->nin; k++) {
-      if (n->in[k] != p->node) continue;
-      if (n->op == OP_MATMUL) return p->role == ROLE_ROW ? 0 : 1;
-      return p->role == ROLE_ROW ? 1 : 0;
-    }
-  }
-  return -1;
+  if (first_use < 0) return -1;
+  if (g->nodes[first_use].op == OP_MATMUL) return p->role == ROLE_ROW ? 0 : 1;
+  return p->role == ROLE_ROW ? 1 : 0;
+}
+
+static int cmp_pair(const void *a, const void *b) {
+  const int *x = a, *y = b;
+  return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : x[1] != y[1] ? (x[1] < y[1] ? -1 : 1) : 0;
 }
 
 Plan *pp_plan(const Graph *g) {
-  int pp = (int)g->cfg.pp;
+  int pp = (int)g->cfg.pp, np = g->nparams;
   Plan *p = xcalloc(1, sizeof *p);
   p->pp = pp;
   p->stages = xcalloc((size_t)pp, sizeof *p->stages);
-  p->param_stage_mask = xcalloc((size_t)g->nparams + 1, sizeof *p->param_stage_mask);
+  p->param = xcalloc((size_t)np + 1, sizeof *p->param);
   for (int r = 0; r < pp; r++) {
     p->stages[r].layer_start = stage_start(g, r, pp);
     p->stages[r].layer_end = stage_start(g, r + 1, pp);
   }
+  /* one pass over the nodes: each use of a parameter as a (stage, parameter) pair */
+  int *first_use = xmalloc((size_t)(np + 1) * sizeof *first_use), *uses = xcalloc((size_t)np + 1, sizeof *uses);
+  for (int i = 0; i < np; i++) first_use[i] = -1;
+  int *pairs = NULL, npairs = 0, cap = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     int r = pp_stage_of_node(g, pp, n);
@@ -148,22 +215,49 @@ Plan *pp_plan(const Graph *g) {
     for (int k = 0; k < n->nin; k++) {
       if (n->in[k] < 0) continue; /* a .concat part with no gradient */
       const IrNode *src = &g->nodes[n->in[k]];
-      if (src->op == OP_PARAM) p->param_stage_mask[src->param] |= 1 << r;
+      if (src->op != OP_PARAM) continue;
+      int q = src->param;
+      if (first_use[q] < 0) first_use[q] = i;
+      uses[q] |= n->op == OP_EMBEDDING ? 1 : n->op == OP_LINEAR || n->op == OP_MATMUL ? 2 : 0;
+      if (npairs == cap) pairs = xrealloc(pairs, (size_t)(cap = cap ? 2 * cap : 1024) * 2 * sizeof *pairs);
+      pairs[2 * npairs] = r, pairs[2 * npairs + 1] = q, npairs++;
     }
   }
-  for (int i = 0; i < g->nparams; i++) {
-    int64_t dense = shape_numel(&g->params[i].shape);
-    int64_t local = rank_numel(&g->params[i], g->cfg.tp, split_dim(g, i));
-    for (int r = 0; r < pp; r++)
-      if (p->param_stage_mask[i] >> r & 1) p->stages[r].nparams += dense, p->stages[r].nparams_rank += local;
+  qsort(pairs, (size_t)npairs, 2 * sizeof *pairs, cmp_pair);
+  p->held = xmalloc((size_t)(npairs + 1) * sizeof *p->held);
+  p->held_at = xcalloc((size_t)pp + 1, sizeof *p->held_at);
+  for (int i = 0; i < np; i++) p->param[i] = (ParamStages){.first = -1, .last = -1, .tied = uses[i] == 3};
+  int nheld = 0;
+  for (int i = 0; i < npairs; i++) {
+    int r = pairs[2 * i], q = pairs[2 * i + 1];
+    if (i && pairs[2 * i - 2] == r && pairs[2 * i - 1] == q) continue; /* the same use again */
+    p->held[nheld++] = q;
+    p->held_at[r + 1] = nheld;
+    ParamStages *s = &p->param[q];
+    if (s->first < 0) s->first = r;
+    s->last = r;
+    s->count++;
   }
+  for (int r = 1; r <= pp; r++)
+    if (p->held_at[r] < p->held_at[r - 1]) p->held_at[r] = p->held_at[r - 1]; /* stages holding none */
+  for (int r = 0; r < pp; r++)
+    for (int h = p->held_at[r]; h < p->held_at[r + 1]; h++) {
+      int q = p->held[h];
+      p->stages[r].nparams += shape_numel(&g->params[q].shape);
+      p->stages[r].nparams_rank += rank_numel(&g->params[q], g->cfg.tp, split_dim(g, q, first_use[q]));
+    }
+  free(pairs);
+  free(first_use);
+  free(uses);
   return p;
 }
 
 void pp_plan_free(Plan *p) {
   if (!p) return;
   free(p->stages);
-  free(p->param_stage_mask);
+  free(p->param);
+  free(p->held);
+  free(p->held_at);
   free(p);
 }
 
@@ -171,35 +265,27 @@ void pp_plan_free(Plan *p) {
  * plan.txt / --emit plan
  * ========================================================================================== */
 
-/* A parameter read both by an embedding lookup and by a linear/matmul is a tied head. */
-static int is_tied(const Graph *g, int param) {
-  int uses = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = &g->nodes[i];
-    for (int k = 0; k < n->nin; k++)
-      if (n->in[k] == g->params[param].node)
-        uses |= n->op == OP_EMBEDDING ? 1 : n->op == OP_LINEAR || n->op == OP_MATMUL ? 2 : 0;
-  }
-  return uses == 3;
-}
-
-static int lowest_bit(int m) {
-  int r = 0;
-  while (m && !(m >> r & 1)) r++;
-  return r;
-}
-
-/* Print the names of one stage's parameters; a run of layers' names is shown per layer. */
+/* Print the names of one stage's parameters. */
 static void print_params(FILE *f, const Graph *g, const Plan *p, int r) {
   char sb[96];
-  for (int i = 0; i < g->nparams; i++) {
-    if (!(p->param_stage_mask[i] >> r & 1)) continue;
-    const IrParam *q = &g->params[i];
-    fprintf(f, "    %-56s %-14s %s", q->name, shape_str(&q->shape, sb, sizeof sb), role_name(q->role));
-    if (is_tied(g, i)) {
-      int m = p->param_stage_mask[i], first = lowest_bit(m), last = 31 - __builtin_clz((unsigned)m);
-      if (first == last) fprintf(f, "  tied: embedding and head on stage %d", first);
-      else fprintf(f, "  tied: embedding on stage %d, head on stage %d (a copy on each; gradients summed)", first, last);
+  for (int h = p->held_at[r]; h < p->held_at[r + 1]; h++) {
+    const IrParam *q = &g->params[p->held[h]];
+    const ParamStages *s = &p->param[p->held[h]];
+    /* "    %-56s %-14s %s" without printf: a plan of 100,000 layers has a million of these lines */
+    char line[PP_MAX_NAME + 128], *l = line;
+    const char *cols[3] = {q->name, shape_str(&q->shape, sb, sizeof sb), role_name(q->role)};
+    static const size_t width[3] = {56, 14, 0};
+    memcpy(l, "    ", 4), l += 4;
+    for (int c = 0; c < 3; c++) {
+      size_t n = strlen(cols[c]);
+      memcpy(l, cols[c], n), l += n;
+      for (; n < width[c]; n++) *l++ = ' ';
+      if (c < 2) *l++ = ' ';
+    }
+    fwrite(line, 1, (size_t)(l - line), f);
+    if (s->tied) {
+      if (s->first == s->last) fprintf(f, "  tied: embedding and head on stage %d", s->first);
+      else fprintf(f, "  tied: embedding on stage %d, head on stage %d (a copy on each; gradients summed)", s->first, s->last);
     }
     fputc('\n', f);
   }

@@ -1,8 +1,13 @@
 /* ppc.c — the compiler driver: command line, the pass order, and what is written. */
+#define _GNU_SOURCE /* renameat2 */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ppc.h"
 
@@ -19,7 +24,8 @@ static const char usage[] =
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
     "  --arch SM          the GPU the CUDA kernels are compiled for: sm_80, sm_89, sm_90 (the\n"
     "                     default) or sm_100; PTX for newer GPUs comes with the cubin\n"
-    "  -o DIR             write the compiled stages to DIR (DIR/plan.txt)\n"
+    "  -o DIR             write the compiled stages to DIR (DIR/plan.txt): a new or empty directory,\n"
+    "                     or a stage directory of an earlier compile, replaced whole at the end\n"
     "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), or the\n"
     "                     kernel sources in c, opencl or cuda, to stdout\n"
     "  --help             this text\n"
@@ -114,44 +120,33 @@ static Cli parse_args(int argc, char **argv) {
 
 /* Which parameters are tied (an embedding table that is also a head) and, with pp > 1, which
  * have a copy on another stage; the lowest stage holding one owns it. */
-static void mark_params(Graph *sg, const Graph *g, const Plan *plan) {
+static void mark_params(Graph *sg, const Plan *plan) {
   for (int i = 0; i < sg->nparams; i++) {
     IrParam *q = &sg->params[i];
-    int gi = 0;
-    while (gi < g->nparams && strcmp(g->params[gi].name, q->name)) gi++;
-    int uses = 0;
-    for (int n = 0; n < g->nfwd; n++)
-      for (int k = 0; k < g->nodes[n].nin; k++)
-        if (g->nodes[n].in[k] == g->params[gi].node)
-          uses |= g->nodes[n].op == OP_EMBEDDING ? 1 : g->nodes[n].op == OP_LINEAR || g->nodes[n].op == OP_MATMUL ? 2 : 0;
-    int mask = plan->param_stage_mask[gi];
-    q->tied = uses == 3;
-    q->shared = (mask & (mask - 1)) != 0;
-    q->copy = q->shared && (mask & ((1 << sg->stage) - 1)) != 0;
+    const ParamStages *s = &plan->param[q->gindex];
+    q->tied = s->tied;
+    q->shared = s->count > 1;
+    q->copy = q->shared && sg->stage > s->first;
   }
 }
 
 /* One stage as each of its ranks runs it: split from the model, sharded over tensor parallelism,
  * differentiated. NULL after a located error. */
-static Graph *stage_graph(const Graph *g, const Plan *plan, int r) {
+static Graph *stage_graph(const Graph *g, const Plan *plan, int r, bool backward) {
   Graph *sg = pp_split(g, r);               /* pp_split.c: the stage, its boundary nodes */
-  mark_params(sg, g, plan);
+  mark_params(sg, plan);
   if (g->cfg.tp > 1) {                      /* tp_shard.c: local shapes, collectives */
     Graph *t = tp_shard(sg);
     ir_free(sg);
     if (!(sg = t)) return NULL;
   }
-  if (ad_backward(sg)) diag_fatal("internal: stage %d's backward graph does not verify", r); /* ad_backward.c */
+  if (backward && ad_backward(sg)) diag_fatal("internal: stage %d's backward graph does not verify", r); /* ad_backward.c */
   return sg;
 }
 
 /* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
  * listings (--emit program). */
 static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const char *arch) {
-  if (dir && mkdir(dir, 0777) && errno != EEXIST) {
-    fprintf(stderr, "ppc: error: cannot create '%s': %s\n", dir, strerror(errno));
-    return 1;
-  }
   char path[4096];
   snprintf(path, sizeof path, "%s/plan.txt", dir ? dir : ".");
   FILE *f = dir ? fopen(path, "w") : NULL;
@@ -171,14 +166,19 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
   const Config *c = &g->cfg;
   int rc = 0;
   for (int r = 0; r < c->pp && !rc; r++) {
-    Graph *sg = stage_graph(g, plan, r);
+    Graph *sg = stage_graph(g, plan, r, true);
     if (!sg) return 1;
     Program *prog = fuse_lower(sg);         /* fuse_lower.c: kernels, GEMMs, instructions */
     prog->model = g;
     prog->nslots = sched->st[r].nslots;
     mem_plan(prog);                         /* mem_plan.c: the arena */
+    if (prog->arena > PP_MAX_ARENA) {
+      fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
+              (long long)prog->arena, (long long)PP_MAX_ARENA);
+      rc = 1;
+    }
     StageFiles files;                       /* cg_program.c, cg_nvrtc.c: the stage's kernels */
-    rc = cg_write_kernels(dir, prog, cache, arch, &files);
+    if (!rc) rc = cg_write_kernels(dir, prog, cache, arch, &files);
     for (int dp = 0; dp < c->dp && !rc; dp++)
       for (int tp = 0; tp < c->tp && !rc; tp++) {
         int rank = (int)((dp * c->pp + r) * c->tp + tp);
@@ -193,7 +193,7 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
 
 static void print_stage_irs(const Graph *g, const Plan *plan) {
   for (int r = 0; r < g->cfg.pp; r++) {
-    Graph *sg = stage_graph(g, plan, r);
+    Graph *sg = stage_graph(g, plan, r, true);
     if (!sg) return;
     printf("# ======== stage %d of %lld%s ========\n", r, (long long)g->cfg.pp,
            g->cfg.tp > 1 ? ", as each tensor-parallel rank runs it" : "");
@@ -202,9 +202,118 @@ static void print_stage_irs(const Graph *g, const Plan *plan) {
   }
 }
 
+/* ============================================================================================
+ * -o DIR: a stage directory, replaced whole
+ * ========================================================================================== */
+
+/* The names ppc writes into a stage directory: plan.txt, rankN.prog, kernels_sN.EXT, and its
+ * temporaries (dot files). */
+static bool ppc_wrote(const char *name) {
+  if (name[0] == '.') return true;
+  if (!strcmp(name, "plan.txt")) return true;
+  const char *digits = !strncmp(name, "rank", 4) ? name + 4 : !strncmp(name, "kernels_s", 9) ? name + 9 : NULL;
+  if (!digits || !(*digits >= '0' && *digits <= '9')) return false;
+  while (*digits >= '0' && *digits <= '9') digits++;
+  return name[0] == 'r' ? !strcmp(digits, ".prog") : *digits == '.';
+}
+
+/* -o DIR must be new, empty, or a stage directory ppc wrote (everything in it is ppc's): anything
+ * else is refused before any work, so that a mistyped -o never deletes a user's files. */
+static int outdir_check(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st)) {
+    if (errno == ENOENT) return 0;
+    fprintf(stderr, "ppc: error: -o '%s': %s\n", dir, strerror(errno));
+    return 1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "ppc: error: -o '%s' is a file, not a directory\n", dir);
+    return 1;
+  }
+  DIR *d = opendir(dir);
+  if (!d) {
+    fprintf(stderr, "ppc: error: -o '%s': %s\n", dir, strerror(errno));
+    return 1;
+  }
+  int rc = 0, n = 0;
+  bool plan = false;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    n++;
+    plan |= !strcmp(e->d_name, "plan.txt");
+    if (!rc && !ppc_wrote(e->d_name)) {
+      fprintf(stderr, "ppc: error: -o '%s' holds '%s', which ppc does not write: a stage directory is replaced whole, "
+                      "so ppc writes only into a new, empty or stage directory (move '%s' or choose another)\n",
+              dir, e->d_name, e->d_name);
+      rc = 1;
+    }
+  }
+  closedir(d);
+  if (!rc && n && !plan) {
+    fprintf(stderr, "ppc: error: -o '%s' is not empty and has no plan.txt: it is not a stage directory\n", dir);
+    rc = 1;
+  }
+  return rc;
+}
+
+/* Remove a directory ppc made and the files in it (stage directories are flat). */
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    char path[4096];
+    for (struct dirent *e; (e = readdir(d));) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+/* Write the stages into a fresh directory beside DIR and swap it in at the end: a failed or
+ * interrupted compile (a full disk, a bad kernel) leaves DIR as it was, and a finished one leaves
+ * no file of an earlier compile (a pp 2 compile after a pp 4 one has no rank4.prog). */
+static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const char *arch) {
+  char tmp[4096], old[4096 + 8];
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--; /* "stages/" */
+  const char *slash = memrchr(dir, '/', n);
+  int base = slash ? (int)(slash - dir + 1) : 0;
+  if (snprintf(tmp, sizeof tmp, "%.*s.%.*s.ppc-XXXXXX", base, dir, (int)n - base, dir + base) >= (int)sizeof tmp) {
+    fprintf(stderr, "ppc: error: -o '%s': the path is too long\n", dir);
+    return 1;
+  }
+  if (!mkdtemp(tmp)) {
+    fprintf(stderr, "ppc: error: -o '%s': cannot make a directory beside it (%s): %s\n", dir, tmp, strerror(errno));
+    return 1;
+  }
+  mode_t mask = umask(0);
+  umask(mask);
+  chmod(tmp, 0777 & ~mask);
+  int rc = write_outputs(tmp, g, plan, sched, arch);
+  struct stat st;
+  bool exists = !stat(dir, &st);
+  if (!rc && exists && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE)) {
+    /* no atomic exchange here (an old kernel or file system): DIR aside, the new one in */
+    snprintf(old, sizeof old, "%s.old", tmp);
+    if (rename(dir, old) || rename(tmp, dir)) {
+      fprintf(stderr, "ppc: error: -o '%s': cannot replace it: %s\n", dir, strerror(errno));
+      rc = 1;
+    } else remove_dir(old);
+  } else if (!rc && !exists && rename(tmp, dir)) {
+    fprintf(stderr, "ppc: error: -o '%s': cannot rename %s to it: %s\n", dir, tmp, strerror(errno));
+    rc = 1;
+  }
+  remove_dir(tmp); /* after an exchange: the old stages; after a failure: the partial new ones */
+  if (rc) fprintf(stderr, "ppc: -o '%s' is %s\n", dir, exists ? "as it was before this compile" : "not written");
+  return rc;
+}
+
 /* The pass order. Each pass reports its own errors against the source and returns NULL. */
 static int compile(const Cli *cli) {
   int rc = 1;
+  if (cli->outdir && outdir_check(cli->outdir)) return 1;
   Src *src = src_load(cli->model);
   if (!src) return 1;
   Ast *ast = ast_parse(src);                                  /* grammar/parser.y */
@@ -218,7 +327,8 @@ static int compile(const Cli *cli) {
     goto out;
   }
   if (!(g = ir_build(src, ast, &cli->opt))) goto out;        /* ir_build.c: names, shapes, roles */
-  if (ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
+  bool dense_ir = cli->emit && !strcmp(cli->emit, "ir") && g->cfg.pp == 1 && g->cfg.tp == 1;
+  if (dense_ir && ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
   pp_partition(g, cli->balanced);                             /* pp_plan.c: stage boundaries */
   plan = pp_plan(g);                                          /* pp_plan.c: layers to stages */
   /* each data-parallel replica runs its share of the micro-batches */
@@ -226,12 +336,12 @@ static int compile(const Cli *cli) {
   if (cli->debug_schedule) sched_debug_break(sched, cli->debug_schedule);
   if (sched_verify(sched, src, g->cfg.sched_loc)) goto out;                     /* sched.c: no rank waits forever */
   for (int r = 0; r < g->cfg.pp && g->cfg.tp > 1; r++) { /* tensor-parallel roles must be consistent */
-    Graph *sg = stage_graph(g, plan, r);
+    Graph *sg = stage_graph(g, plan, r, false);
     if (!sg) goto out;
     ir_free(sg);
   }
   if (cli->emit && !strcmp(cli->emit, "ir")) {
-    if (g->cfg.pp == 1 && g->cfg.tp == 1) ir_print(stdout, g);
+    if (dense_ir) ir_print(stdout, g);
     else print_stage_irs(g, plan);
   }
   if (cli->emit && !strcmp(cli->emit, "schedule")) sched_print(stdout, sched);
@@ -239,7 +349,7 @@ static int compile(const Cli *cli) {
   if (cli->emit && (!strcmp(cli->emit, "c") || !strcmp(cli->emit, "opencl") || !strcmp(cli->emit, "cuda"))) {
     Lang lang = !strcmp(cli->emit, "c") ? LANG_C : !strcmp(cli->emit, "opencl") ? LANG_OPENCL : LANG_CUDA;
     for (int r = 0; r < g->cfg.pp; r++) { /* each stage's kernels, as its ranks compile them */
-      Graph *sg = stage_graph(g, plan, r);
+      Graph *sg = stage_graph(g, plan, r, true);
       if (!sg) goto out;
       Program *prog = fuse_lower(sg);
       char *text = NULL;
@@ -254,7 +364,7 @@ static int compile(const Cli *cli) {
     }
   }
   if (cli->emit && !strcmp(cli->emit, "program")) rc = write_outputs(NULL, g, plan, sched, cli->arch);
-  else rc = cli->outdir ? write_outputs(cli->outdir, g, plan, sched, cli->arch) : 0;
+  else rc = cli->outdir ? write_stage_dir(cli->outdir, g, plan, sched, cli->arch) : 0;
   if (!cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "pp_limits.h" /* runtime/: the limits ppr accepts */
+
 #define PPC_VERSION "0.1.0"
 
 /* ============================================================================================
@@ -54,9 +56,12 @@ typedef enum ExprKind {
 } ExprKind;
 
 typedef struct Arg Arg;
+#define AST_MAX_DEPTH 1000 /* nesting of an expression: every pass over it recurses this deep at most */
+
 typedef struct Expr {
   ExprKind kind;
   Loc loc;      /* the whole expression */
+  int depth;    /* 1 for a leaf; 1 + its deepest operand's (the parser keeps it <= AST_MAX_DEPTH) */
   int64_t ival; /* E_INT */
   double fval;  /* E_FLOAT */
   char *name;   /* E_NAME, E_WORD, E_STR, E_CALL (callee) */
@@ -71,6 +76,7 @@ struct Arg {
   Loc key_loc; /* the keyword */
   Expr *val;
   Arg *next;
+  Arg *tail;   /* the parser's: on a list's first node, its last (appending is O(1)) */
 };
 
 typedef enum StmtKind {
@@ -89,6 +95,7 @@ typedef struct Setting {
   Loc key_loc;
   Expr *val;
   struct Setting *next;
+  struct Setting *tail; /* the parser's: on a list's first node, its last */
 } Setting;
 
 typedef struct Stmt {
@@ -108,6 +115,7 @@ typedef struct Stmt {
   Setting *settings; /* S_MESH, S_TRAIN */
   struct Stmt *body; /* S_FOR */
   struct Stmt *next;
+  struct Stmt *tail; /* the parser's: on a list's first node, its last */
 } Stmt;
 
 typedef struct Ast {
@@ -199,6 +207,7 @@ typedef struct IrParam {
   int layer;        /* global layer index; -1 outside the repeated layer */
   int node;         /* its OP_PARAM node */
   bool tied;        /* read by an embedding and by a head: one tensor, two uses */
+  int gindex;       /* its index in the whole model's params (a stage's or a shard's param keeps it) */
   bool shared;      /* a copy lives on another pipeline stage too: gradients are summed */
   bool copy;        /* not this tensor's owner (the lowest stage holding it owns it) */
   int shard_dim;    /* tensor parallelism: the split dimension, -1 when replicated */
@@ -564,15 +573,24 @@ typedef struct StageInfo {
   double cost;                 /* predicted compute (pp_node_cost) */
 } StageInfo;
 
+/* Which stages hold a parameter of the model (a tied embedding is on the first and the last). */
+typedef struct ParamStages {
+  int first, last;             /* the lowest and highest stage holding it, -1 when none */
+  int count;                   /* how many stages hold it */
+  bool tied;                   /* read by an embedding and by a head */
+} ParamStages;
+
 typedef struct Plan {
   int pp;
   bool balanced;               /* --partition balanced */
   StageInfo *stages;
-  int *param_stage_mask;       /* per parameter: bit r set when stage r holds it */
+  ParamStages *param;          /* per parameter of the model */
+  int *held, *held_at;         /* the parameters stage r holds, in index order: held[held_at[r] .. held_at[r+1]) */
 } Plan;
 
 int pp_layer_start(int nlayers, int rank, int pp); /* N*r//p */
 void pp_partition(Graph *g, bool balanced);      /* the stage boundaries: uniform or by cost */
+void pp_balance(const double *layer, int n, double pre, double post, int pp, int *bounds);
 double pp_node_cost(const Graph *g, const IrNode *n); /* forward + backward, in flop-equivalents */
 int pp_stage_of_node(const Graph *g, int pp, const IrNode *n);
 Graph *pp_split(const Graph *g, int stage); /* stage's forward graph with its boundary nodes */

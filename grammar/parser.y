@@ -36,6 +36,10 @@ struct yy_buffer_state *yy_scan_bytes(const char *bytes, int len, yyscan_t scann
 #include <string.h>
 static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg);
 static Expr *bin(char op, Expr *l, Expr *r, Loc loc);
+static int too_deep(ParseCtx *ctx, Expr *e, int depth);
+/* an expression nested deeper than AST_MAX_DEPTH ends the parse, before anything recurses into it;
+ * bison leaves a rule's own symbols to its action when it aborts, and $$ owns them all by then */
+#define DEPTH(e, d) do { if (too_deep(ctx, (e), (d))) { ast_free_expr(e); YYABORT; } } while (0)
 static Arg *arg_append(Arg *list, Arg *a);
 static Stmt *stmt_append(Stmt *list, Stmt *s);
 static Setting *setting_append(Setting *list, Setting *s);
@@ -151,16 +155,19 @@ expr
   | FLOAT                    { $$ = ast_expr(E_FLOAT, @$); $$->fval = $1; }
   | IDENT                    { $$ = ast_expr(E_NAME, @$); $$->name = $1; }
   | call
-  | '(' expr ')'             { $$ = $2; $$->loc = @$; }
-  | '-' expr %prec NEG       { $$ = ast_expr(E_NEG, @$); $$->lhs = $2; }
-  | expr '+' expr            { $$ = bin('+', $1, $3, @$); }
-  | expr '-' expr            { $$ = bin('-', $1, $3, @$); }
-  | expr '*' expr            { $$ = bin('*', $1, $3, @$); }
-  | expr '/' expr            { $$ = bin('/', $1, $3, @$); }
+  | '(' expr ')'             { $$ = $2; $$->loc = @$; DEPTH($$, $$->depth + 1); }
+  | '-' expr %prec NEG       { $$ = ast_expr(E_NEG, @$); $$->lhs = $2; DEPTH($$, $2->depth + 1); }
+  | expr '+' expr            { $$ = bin('+', $1, $3, @$); DEPTH($$, $$->depth); }
+  | expr '-' expr            { $$ = bin('-', $1, $3, @$); DEPTH($$, $$->depth); }
+  | expr '*' expr            { $$ = bin('*', $1, $3, @$); DEPTH($$, $$->depth); }
+  | expr '/' expr            { $$ = bin('/', $1, $3, @$); DEPTH($$, $$->depth); }
   ;
 
 call
-  : IDENT '(' args ')'       { $$ = ast_expr(E_CALL, @$); $$->name = $1; $$->name_loc = @1; $$->args = $3; }
+  : IDENT '(' args ')'       { $$ = ast_expr(E_CALL, @$); $$->name = $1; $$->name_loc = @1; $$->args = $3;
+                               int d = 0;
+                               for (Arg *a = $3; a; a = a->next) d = a->val->depth > d ? a->val->depth : d;
+                               DEPTH($$, d + 1); }
   ;
 
 args
@@ -188,7 +195,17 @@ exprlist
 static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) {
   (void)scanner;
   if (ctx->lex_reported) { ctx->lex_reported = 0; return; }
-  diag_error(ctx->src, *loc, "%s", msg);
+  if (!strcmp(msg, "memory exhausted")) /* bison's stack: YYMAXDEPTH open parentheses, calls or blocks */
+    diag_error(ctx->src, *loc, "nested too deeply: more than %d open parentheses, calls and blocks", YYMAXDEPTH);
+  else diag_error(ctx->src, *loc, "%s", msg);
+}
+
+static int too_deep(ParseCtx *ctx, Expr *e, int depth) {
+  e->depth = depth;
+  if (depth <= AST_MAX_DEPTH) return 0;
+  diag_error(ctx->src, e->loc, "expression nested too deeply: %d levels, at most %d (give parts of it names with 'dim' "
+             "or '=')", depth, AST_MAX_DEPTH);
+  return 1;
 }
 
 static Expr *bin(char op, Expr *l, Expr *r, Loc loc) {
@@ -196,28 +213,39 @@ static Expr *bin(char op, Expr *l, Expr *r, Loc loc) {
   e->op = op;
   e->lhs = l;
   e->rhs = r;
+  e->depth = 1 + (l->depth > r->depth ? l->depth : r->depth);
   return e;
 }
 
+/* Lists are built in order in constant time per item: the first node keeps the last in `tail`. */
 static Arg *arg_append(Arg *list, Arg *a) {
-  Arg **p = &list;
-  while (*p) p = &(*p)->next;
-  *p = a;
+  if (!list) {
+    a->tail = a;
+    return a;
+  }
+  list->tail->next = a;
+  list->tail = a;
   return list;
 }
 
 static Stmt *stmt_append(Stmt *list, Stmt *s) {
   if (!s) return list;
-  Stmt **p = &list;
-  while (*p) p = &(*p)->next;
-  *p = s;
+  if (!list) {
+    s->tail = s;
+    return s;
+  }
+  list->tail->next = s;
+  list->tail = s;
   return list;
 }
 
 static Setting *setting_append(Setting *list, Setting *s) {
-  Setting **p = &list;
-  while (*p) p = &(*p)->next;
-  *p = s;
+  if (!list) {
+    s->tail = s;
+    return s;
+  }
+  list->tail->next = s;
+  list->tail = s;
   return list;
 }
 

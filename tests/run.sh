@@ -54,6 +54,27 @@ for t in "$build"/test_*; do
   echo "unit $name: $last"
 done
 
+# ---- scripts: tests/scripts/NAME.sh BUILD_DIR, each printing its own "N passed, M failed" ------
+for t in tests/scripts/*.sh; do
+  [ -f "$t" ] || continue
+  name=$(basename "$t" .sh)
+  sh "$t" "$build" >"$tmp/script.out" 2>&1
+  rc=$?
+  last=$(tail -n 1 "$tmp/script.out")
+  p=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\1/p')
+  f=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2/p')
+  if [ -z "$p" ]; then
+    cat "$tmp/script.out"
+    bad "$name" "no result line (exit $rc)"
+    continue
+  fi
+  grep -E '^(FAIL|SKIP)' "$tmp/script.out" | head -20
+  pass=$((pass + p))
+  fail=$((fail + f))
+  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && bad "$name" "exit $rc"
+  echo "script $name: $last"
+done
+
 # ---- golden cases -----------------------------------------------------------------------------
 directive() { sed -n "s/^# $1: //p" "$2"; }
 
