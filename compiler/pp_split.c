@@ -42,7 +42,19 @@ static int first_node(const Graph *g, int pp, int stage) {
   return lo;
 }
 
-Graph *pp_split(const Graph *g, int stage) {
+/* Which parameters are tied (an embedding table that is also a head) and, with pp > 1, which
+ * have a copy on another stage; the lowest stage holding one owns it. */
+static void mark_params(Graph *s, const Plan *plan) {
+  for (int i = 0; i < s->nparams; i++) {
+    IrParam *q = &s->params[i];
+    const ParamStages *ps = &plan->param[q->gindex];
+    q->tied = ps->tied;
+    q->shared = ps->count > 1;
+    q->copy = q->shared && s->stage > ps->first;
+  }
+}
+
+Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
   int pp = (int)g->cfg.pp;
   Graph *s = xcalloc(1, sizeof *s);
   s->src = g->src;
@@ -123,5 +135,6 @@ Graph *pp_split(const Graph *g, int stage) {
   free(map.in);
   free(map.out);
   if (ir_verify(s)) diag_fatal("internal: stage %d's graph does not verify", stage);
+  mark_params(s, plan);
   return s;
 }

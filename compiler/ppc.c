@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +15,27 @@
 static const char usage[] =
     "usage: ppc MODEL.pdl [options]\n"
     "\n"
-    "  --tp N             tensor-parallel degree (overrides the mesh block)\n"
+    "The mesh and the training step (override the model's mesh and train blocks):\n"
+    "  --tp N             tensor-parallel degree\n"
     "  --pp N             pipeline-parallel degree\n"
     "  --dp N             data-parallel degree\n"
-    "  --micro-batch N    micro-batch size B (overrides the train block)\n"
+    "  --micro-batch N    micro-batch size B\n"
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
-    "  --schedule NAME    naive, gpipe or 1f1b\n"
+    "  --schedule NAME    " SCHED_NAMES "\n"
+    "\n"
+    "Compiling:\n"
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
     "  --arch SM          the GPU the CUDA kernels are compiled for: sm_80, sm_89, sm_90 (the\n"
     "                     default) or sm_100; PTX for newer GPUs comes with the cubin\n"
+    "\n"
+    "Output (without either, ppc checks the model and says so):\n"
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt): a new or empty directory,\n"
     "                     or a stage directory of an earlier compile, replaced whole at the end\n"
     "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), or the\n"
     "                     kernel sources in c, opencl or cuda, to stdout\n"
-    "  --help             this text\n"
+    "\n"
+    "  -h, --help         this text\n"
     "  --version          the compiler's version\n";
 
 static void bad_usage(const char *fmt, const char *arg) {
@@ -38,10 +45,14 @@ static void bad_usage(const char *fmt, const char *arg) {
   exit(1);
 }
 
+/* --emit: what is printed. ORDER Emit */
+typedef enum Emit { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_PLAN, EMIT_SCHEDULE, EMIT_PROGRAM, EMIT_C, EMIT_OPENCL, EMIT_CUDA } Emit;
+static const char *const emit_names[] = {"", "ast", "ir", "plan", "schedule", "program", "c", "opencl", "cuda"};
+
 typedef struct Cli {
   const char *model;
   const char *outdir;
-  const char *emit;
+  Emit emit;
   const char *debug_schedule; /* hidden: corrupt the schedule to test the deadlock proof */
   const char *arch;           /* --arch: the CUDA target */
   bool balanced;              /* --partition balanced */
@@ -52,101 +63,168 @@ static int64_t parse_count(const char *flag, const char *v) {
   char *end;
   errno = 0;
   long long n = strtoll(v, &end, 10);
-  if (!*v || *end || errno || n <= 0 || n > (1 << 20)) {
-    fprintf(stderr, "ppc: error: %s expects an integer between 1 and %d, got '%s'\n", flag, 1 << 20, v);
+  if (!*v || *end || errno || n <= 0 || n > PP_MAX_STEP_DIM) {
+    fprintf(stderr, "ppc: error: %s expects an integer between 1 and %lld, got '%s'\n", flag,
+            (long long)PP_MAX_STEP_DIM, v);
     fputs("usage: ppc MODEL.pdl [options]  ('ppc --help' lists them)\n", stderr);
     exit(1);
   }
   return n;
 }
 
+/* The command line, through getopt_long: --flag VALUE and --flag=VALUE, options and the model
+ * file in any order. */
 static Cli parse_args(int argc, char **argv) {
+  enum { O_TP = 256, O_PP, O_DP, O_MB, O_SEQ, O_M, O_SCHEDULE, O_PARTITION, O_ARCH, O_EMIT, O_VERSION, O_DEBUG_SCHEDULE };
+  static const struct option longs[] = {
+      {"tp", required_argument, NULL, O_TP},
+      {"pp", required_argument, NULL, O_PP},
+      {"dp", required_argument, NULL, O_DP},
+      {"micro-batch", required_argument, NULL, O_MB},
+      {"seq", required_argument, NULL, O_SEQ},
+      {"microbatches", required_argument, NULL, O_M},
+      {"schedule", required_argument, NULL, O_SCHEDULE},
+      {"partition", required_argument, NULL, O_PARTITION},
+      {"arch", required_argument, NULL, O_ARCH},
+      {"emit", required_argument, NULL, O_EMIT},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, O_VERSION},
+      {"debug-schedule", required_argument, NULL, O_DEBUG_SCHEDULE},
+      {NULL, 0, NULL, 0},
+  };
   Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90"};
-  static const char *counts[] = {"--tp", "--pp", "--dp", "--micro-batch", "--seq", "--microbatches"};
-  for (int i = 1; i < argc; i++) {
-    char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); exit(0); }
-    if (!strcmp(a, "--version")) { printf("ppc %s\n", PPC_VERSION); exit(0); }
-    if (a[0] != '-' || !a[1]) {
-      if (c.model) bad_usage("more than one model file ('%s')", a);
-      c.model = a;
-      continue;
+  opterr = 0; /* the messages below name the option as it was written */
+  for (int o; (o = getopt_long(argc, argv, ":ho:", longs, NULL)) != -1;) {
+    const char *flag = argv[optind - 1];
+    switch (o) {
+    case 'h': fputs(usage, stdout); exit(0);
+    case O_VERSION: printf("ppc %s\n", PPC_VERSION); exit(0);
+    case O_TP: c.opt.tp = parse_count("--tp", optarg); break;
+    case O_PP: c.opt.pp = parse_count("--pp", optarg); break;
+    case O_DP: c.opt.dp = parse_count("--dp", optarg); break;
+    case O_MB: c.opt.micro_batch = parse_count("--micro-batch", optarg); break;
+    case O_SEQ: c.opt.seq = parse_count("--seq", optarg); break;
+    case O_M: c.opt.microbatches = parse_count("--microbatches", optarg); break;
+    case O_SCHEDULE:
+      if (!sched_known(optarg)) bad_usage("--schedule expects " SCHED_NAMES ", got '%s'", optarg);
+      c.opt.schedule = optarg;
+      break;
+    case O_PARTITION:
+      if (strcmp(optarg, "uniform") && strcmp(optarg, "balanced"))
+        bad_usage("--partition expects uniform or balanced, got '%s'", optarg);
+      c.balanced = !strcmp(optarg, "balanced");
+      break;
+    case O_ARCH:
+      if (!cg_arch_known(optarg)) bad_usage("--arch expects " CG_ARCHS ", got '%s'", optarg);
+      c.arch = optarg;
+      break;
+    case O_EMIT: {
+      int e = EMIT_AST;
+      while (e <= EMIT_CUDA && strcmp(emit_names[e], optarg)) e++;
+      if (e > EMIT_CUDA) bad_usage("--emit expects ast, ir, plan, schedule, program, c, opencl or cuda, got '%s'", optarg);
+      c.emit = (Emit)e;
+      break;
     }
-    /* --flag VALUE or --flag=VALUE */
-    char name[32];
-    const char *val = NULL, *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-    if (len >= sizeof name) bad_usage("unknown option '%s'", a);
-    memcpy(name, a, len);
-    name[len] = 0;
-    if (eq) val = eq + 1;
-    else if (i + 1 < argc) val = argv[i + 1];
-    int k = 0;
-    while (k < 6 && strcmp(counts[k], name)) k++;
-    int known = k < 6 || !strcmp(name, "-o") || !strcmp(name, "--emit") || !strcmp(name, "--schedule") ||
-                !strcmp(name, "--debug-schedule") || !strcmp(name, "--partition") || !strcmp(name, "--arch");
-    if (!known) bad_usage("unknown option '%s'", a);
-    if (!val) bad_usage("option '%s' needs a value", name);
-    if (!eq) i++;
-    if (k < 6) {
-      int64_t *slot[] = {&c.opt.tp, &c.opt.pp, &c.opt.dp, &c.opt.micro_batch, &c.opt.seq, &c.opt.microbatches};
-      *slot[k] = parse_count(name, val);
-    } else if (!strcmp(name, "--partition")) {
-      if (strcmp(val, "uniform") && strcmp(val, "balanced"))
-        bad_usage("--partition expects uniform or balanced, got '%s'", val);
-      c.balanced = !strcmp(val, "balanced");
-    } else if (!strcmp(name, "--arch")) {
-      if (!cg_arch_known(val)) bad_usage("--arch expects " CG_ARCHS ", got '%s'", val);
-      c.arch = val;
-    } else if (!strcmp(name, "--debug-schedule")) {
-      c.debug_schedule = val;
-    } else if (!strcmp(name, "-o")) {
-      if (!*val) bad_usage("-o needs a directory%s", "");
-      c.outdir = val;
-    } else if (!strcmp(name, "--emit")) {
-      if (strcmp(val, "ast") && strcmp(val, "ir") && strcmp(val, "plan") && strcmp(val, "c") && strcmp(val, "opencl") &&
-          strcmp(val, "cuda") && strcmp(val, "schedule") && strcmp(val, "program"))
-        bad_usage("--emit expects ast, ir, plan, schedule, program, c, opencl or cuda, got '%s'", val);
-      c.emit = val;
-    } else {
-      if (strcmp(val, "naive") && strcmp(val, "gpipe") && strcmp(val, "1f1b"))
-        bad_usage("--schedule expects naive, gpipe or 1f1b, got '%s'", val);
-      c.opt.schedule = val;
+    case O_DEBUG_SCHEDULE: c.debug_schedule = optarg; break;
+    case 'o':
+      if (!*optarg) bad_usage("-o needs a directory%s", "");
+      c.outdir = optarg;
+      break;
+    case ':': bad_usage("option '%s' needs a value", flag); break;
+    default: /* '?': getopt_long's answer for anything it does not know */
+      if (optopt && flag[0] == '-' && flag[1] != '-') bad_usage("unknown option '%s'", (char[]){'-', (char)optopt, 0});
+      bad_usage("unknown option '%s'", flag);
     }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (c.model) bad_usage("more than one model file ('%s')", argv[i]);
+    c.model = argv[i];
   }
   if (!c.model) bad_usage("no model file given%s", "");
   return c;
 }
 
-/* Which parameters are tied (an embedding table that is also a head) and, with pp > 1, which
- * have a copy on another stage; the lowest stage holding one owns it. */
-static void mark_params(Graph *sg, const Plan *plan) {
-  for (int i = 0; i < sg->nparams; i++) {
-    IrParam *q = &sg->params[i];
-    const ParamStages *s = &plan->param[q->gindex];
-    q->tied = s->tied;
-    q->shared = s->count > 1;
-    q->copy = q->shared && sg->stage > s->first;
+/* ============================================================================================
+ * The stages
+ * ========================================================================================== */
+
+/* One pipeline stage as each of its ranks runs it: its graph (split from the model, sharded over
+ * tensor parallelism, differentiated) and, when kernels or listings are wanted, its program. */
+typedef struct Stage {
+  Graph *graph;
+  Program *prog;
+} Stage;
+
+/* Every stage: split -> shard -> autodiff -> fuse and lower -> plan memory, each once. `backward`
+ * and `lower` say how far (checking the tensor-parallel roles needs only the split and the shard).
+ * NULL after a reported error. */
+static Stage *build_stages(const Graph *g, const Plan *plan, const Sched *sched, bool backward, bool lower) {
+  int pp = (int)g->cfg.pp;
+  Stage *st = xcalloc((size_t)pp, sizeof *st);
+  for (int r = 0; r < pp; r++) {
+    Graph *sg = pp_split(g, plan, r);                         /* pp_split.c: the stage, boundaries, params */
+    if (g->cfg.tp > 1) {
+      Graph *t = tp_shard(sg);                                /* tp_shard.c: local shapes, collectives */
+      ir_free(sg);
+      if (!(sg = t)) goto fail;
+    }
+    st[r].graph = sg;
+    if (backward && ad_backward(sg))                          /* ad_backward.c */
+      diag_fatal("internal: stage %d's backward graph does not verify", r);
+    if (!lower) continue;
+    Program *prog = st[r].prog = fuse_lower(sg);              /* fuse_lower.c: kernels, GEMMs, instructions */
+    prog->model = g;
+    prog->nslots = sched->st[r].nslots;
+    mem_plan(prog);                                           /* mem_plan.c: the arena */
+    if (prog->arena > PP_MAX_ARENA) {
+      fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
+              (long long)prog->arena, (long long)PP_MAX_ARENA);
+      goto fail;
+    }
+  }
+  return st;
+fail:
+  for (int r = 0; r < pp; r++) {
+    prog_free(st[r].prog);
+    ir_free(st[r].graph);
+  }
+  free(st);
+  return NULL;
+}
+
+static void free_stages(Stage *st, int pp) {
+  for (int r = 0; st && r < pp; r++) {
+    prog_free(st[r].prog);
+    ir_free(st[r].graph);
+  }
+  free(st);
+}
+
+/* Each stage's kernels in one language, as its ranks compile them (--emit c|opencl|cuda). */
+static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
+  for (int r = 0; r < g->cfg.pp; r++) {
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    if (g->cfg.pp > 1)
+      cg_append(&text, &len, &cap, "/* ======== stage %d of %lld: kernels_s%d ======== */\n", r, (long long)g->cfg.pp, r);
+    cg_kernel_source(st[r].prog, lang, &text, &len, &cap);
+    fputs(text, stdout);
+    free(text);
   }
 }
 
-/* One stage as each of its ranks runs it: split from the model, sharded over tensor parallelism,
- * differentiated. NULL after a located error. */
-static Graph *stage_graph(const Graph *g, const Plan *plan, int r, bool backward) {
-  Graph *sg = pp_split(g, r);               /* pp_split.c: the stage, its boundary nodes */
-  mark_params(sg, plan);
-  if (g->cfg.tp > 1) {                      /* tp_shard.c: local shapes, collectives */
-    Graph *t = tp_shard(sg);
-    ir_free(sg);
-    if (!(sg = t)) return NULL;
+static void print_stage_irs(const Graph *g, const Stage *st) {
+  for (int r = 0; r < g->cfg.pp; r++) {
+    printf("# ======== stage %d of %lld%s ========\n", r, (long long)g->cfg.pp,
+           g->cfg.tp > 1 ? ", as each tensor-parallel rank runs it" : "");
+    ir_print(stdout, st[r].graph);
   }
-  if (backward && ad_backward(sg)) diag_fatal("internal: stage %d's backward graph does not verify", r); /* ad_backward.c */
-  return sg;
 }
 
 /* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
  * listings (--emit program). */
-static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const char *arch) {
+static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const Stage *st,
+                         const char *arch) {
   char path[4096];
   snprintf(path, sizeof path, "%s/plan.txt", dir ? dir : ".");
   FILE *f = dir ? fopen(path, "w") : NULL;
@@ -166,40 +244,17 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
   const Config *c = &g->cfg;
   int rc = 0;
   for (int r = 0; r < c->pp && !rc; r++) {
-    Graph *sg = stage_graph(g, plan, r, true);
-    if (!sg) return 1;
-    Program *prog = fuse_lower(sg);         /* fuse_lower.c: kernels, GEMMs, instructions */
-    prog->model = g;
-    prog->nslots = sched->st[r].nslots;
-    mem_plan(prog);                         /* mem_plan.c: the arena */
-    if (prog->arena > PP_MAX_ARENA) {
-      fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
-              (long long)prog->arena, (long long)PP_MAX_ARENA);
-      rc = 1;
-    }
-    StageFiles files;                       /* cg_program.c, cg_nvrtc.c: the stage's kernels */
-    if (!rc) rc = cg_write_kernels(dir, prog, cache, arch, &files);
+    Program *prog = st[r].prog;
+    StageFiles files;                                         /* cg_program.c, cg_nvrtc.c: the stage's kernels */
+    rc = cg_write_kernels(dir, prog, cache, arch, &files);
     for (int dp = 0; dp < c->dp && !rc; dp++)
       for (int tp = 0; tp < c->tp && !rc; tp++) {
         int rank = (int)((dp * c->pp + r) * c->tp + tp);
         prog->tp_rank = tp, prog->dp_rank = dp;
-        rc = cg_write(dir, prog, sched, rank, &files); /* cg_program.c: the listing */
+        rc = cg_write(dir, prog, sched, rank, &files);        /* cg_program.c: the listing */
       }
-    prog_free(prog);
-    ir_free(sg);
   }
   return rc;
-}
-
-static void print_stage_irs(const Graph *g, const Plan *plan) {
-  for (int r = 0; r < g->cfg.pp; r++) {
-    Graph *sg = stage_graph(g, plan, r, true);
-    if (!sg) return;
-    printf("# ======== stage %d of %lld%s ========\n", r, (long long)g->cfg.pp,
-           g->cfg.tp > 1 ? ", as each tensor-parallel rank runs it" : "");
-    ir_print(stdout, sg);
-    ir_free(sg);
-  }
 }
 
 /* ============================================================================================
@@ -274,7 +329,8 @@ static void remove_dir(const char *dir) {
 /* Write the stages into a fresh directory beside DIR and swap it in at the end: a failed or
  * interrupted compile (a full disk, a bad kernel) leaves DIR as it was, and a finished one leaves
  * no file of an earlier compile (a pp 2 compile after a pp 4 one has no rank4.prog). */
-static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const char *arch) {
+static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const Stage *st,
+                           const char *arch) {
   char tmp[4096], old[4096 + 8];
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--; /* "stages/" */
@@ -291,9 +347,9 @@ static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, co
   mode_t mask = umask(0);
   umask(mask);
   chmod(tmp, 0777 & ~mask);
-  int rc = write_outputs(tmp, g, plan, sched, arch);
-  struct stat st;
-  bool exists = !stat(dir, &st);
+  int rc = write_outputs(tmp, g, plan, sched, st, arch);
+  struct stat sb;
+  bool exists = !stat(dir, &sb);
   if (!rc && exists && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE)) {
     /* no atomic exchange here (an old kernel or file system): DIR aside, the new one in */
     snprintf(old, sizeof old, "%s.old", tmp);
@@ -310,64 +366,61 @@ static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, co
   return rc;
 }
 
-/* The pass order. Each pass reports its own errors against the source and returns NULL. */
+/* ============================================================================================
+ * The pass order. Each pass reports its own errors against the source and returns NULL.
+ * ========================================================================================== */
+
 static int compile(const Cli *cli) {
+  if (cli->outdir && outdir_check(cli->outdir)) return 1;     /* before any work */
   int rc = 1;
-  if (cli->outdir && outdir_check(cli->outdir)) return 1;
-  Src *src = src_load(cli->model);
-  if (!src) return 1;
-  Ast *ast = ast_parse(src);                                  /* grammar/parser.y */
+  Src *src = src_load(cli->model);                            /* diag.c */
+  Ast *ast = src ? ast_parse(src) : NULL;                     /* grammar/parser.y */
   Graph *g = NULL;
   Plan *plan = NULL;
   Sched *sched = NULL;
+  Stage *st = NULL;
   if (!ast) goto out;
-  if (cli->emit && !strcmp(cli->emit, "ast")) {
+  if (cli->emit == EMIT_AST) {
     ast_print(stdout, ast);
     rc = 0;
     goto out;
   }
   if (!(g = ir_build(src, ast, &cli->opt))) goto out;        /* ir_build.c: names, shapes, roles */
-  bool dense_ir = cli->emit && !strcmp(cli->emit, "ir") && g->cfg.pp == 1 && g->cfg.tp == 1;
-  if (dense_ir && ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
   pp_partition(g, cli->balanced);                             /* pp_plan.c: stage boundaries */
-  plan = pp_plan(g);                                          /* pp_plan.c: layers to stages */
+  plan = pp_plan(g);                                          /* pp_plan.c: layers to stages, params */
   /* each data-parallel replica runs its share of the micro-batches */
   sched = sched_build((int)g->cfg.pp, (int)(g->cfg.microbatches / g->cfg.dp), g->cfg.schedule); /* sched.c */
   if (cli->debug_schedule) sched_debug_break(sched, cli->debug_schedule);
-  if (sched_verify(sched, src, g->cfg.sched_loc)) goto out;                     /* sched.c: no rank waits forever */
-  for (int r = 0; r < g->cfg.pp && g->cfg.tp > 1; r++) { /* tensor-parallel roles must be consistent */
-    Graph *sg = stage_graph(g, plan, r, false);
-    if (!sg) goto out;
-    ir_free(sg);
+  if (sched_verify(sched, src, g->cfg.sched_loc)) goto out;  /* sched.c: no rank waits forever */
+
+  /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
+   * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
+  bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
+  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM;
+  bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
+  if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, sched, backward, lower))) goto out;
+
+  rc = 0;
+  switch (cli->emit) {
+  case EMIT_NONE: break;
+  case EMIT_AST: break; /* printed above */
+  case EMIT_IR:
+    if (!dense_ir) print_stage_irs(g, st);
+    else if (ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
+    else ir_print(stdout, g);
+    break;
+  case EMIT_PLAN: pp_plan_print(stdout, g, plan); break;
+  case EMIT_SCHEDULE: sched_print(stdout, sched); break;
+  case EMIT_PROGRAM: rc = write_outputs(NULL, g, plan, sched, st, cli->arch); break;
+  case EMIT_C: print_kernels(g, st, LANG_C); break;
+  case EMIT_OPENCL: print_kernels(g, st, LANG_OPENCL); break;
+  case EMIT_CUDA: print_kernels(g, st, LANG_CUDA); break;
   }
-  if (cli->emit && !strcmp(cli->emit, "ir")) {
-    if (dense_ir) ir_print(stdout, g);
-    else print_stage_irs(g, plan);
-  }
-  if (cli->emit && !strcmp(cli->emit, "schedule")) sched_print(stdout, sched);
-  if (cli->emit && !strcmp(cli->emit, "plan")) pp_plan_print(stdout, g, plan);
-  if (cli->emit && (!strcmp(cli->emit, "c") || !strcmp(cli->emit, "opencl") || !strcmp(cli->emit, "cuda"))) {
-    Lang lang = !strcmp(cli->emit, "c") ? LANG_C : !strcmp(cli->emit, "opencl") ? LANG_OPENCL : LANG_CUDA;
-    for (int r = 0; r < g->cfg.pp; r++) { /* each stage's kernels, as its ranks compile them */
-      Graph *sg = stage_graph(g, plan, r, true);
-      if (!sg) goto out;
-      Program *prog = fuse_lower(sg);
-      char *text = NULL;
-      size_t len = 0, cap = 0;
-      if (g->cfg.pp > 1) cg_append(&text, &len, &cap, "/* ======== stage %d of %lld: kernels_s%d ======== */\n", r,
-                                   (long long)g->cfg.pp, r);
-      cg_kernel_source(prog, lang, &text, &len, &cap);
-      fputs(text, stdout);
-      free(text);
-      prog_free(prog);
-      ir_free(sg);
-    }
-  }
-  if (cli->emit && !strcmp(cli->emit, "program")) rc = write_outputs(NULL, g, plan, sched, cli->arch);
-  else rc = cli->outdir ? write_stage_dir(cli->outdir, g, plan, sched, cli->arch) : 0;
-  if (!cli->emit && !cli->outdir)
+  if (!rc && cli->outdir) rc = write_stage_dir(cli->outdir, g, plan, sched, st, cli->arch);
+  if (!rc && !cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:
+  if (g) free_stages(st, (int)g->cfg.pp);
   sched_free(sched);
   pp_plan_free(plan);
   ir_free(g);

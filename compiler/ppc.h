@@ -520,6 +520,8 @@ typedef struct Sched {
   StageSched *st;   /* per stage */
 } Sched;
 
+#define SCHED_NAMES "naive, gpipe or 1f1b" /* the schedules sched_build knows, for messages */
+bool sched_known(const char *kind);
 Sched *sched_build(int pp, int M, const char *kind);
 int sched_verify(const Sched *s, Src *src, Loc at); /* 0, or reports the ranks and entries that block */
 void sched_print(FILE *f, const Sched *s);
@@ -593,7 +595,8 @@ void pp_partition(Graph *g, bool balanced);      /* the stage boundaries: unifor
 void pp_balance(const double *layer, int n, double pre, double post, int pp, int *bounds);
 double pp_node_cost(const Graph *g, const IrNode *n); /* forward + backward, in flop-equivalents */
 int pp_stage_of_node(const Graph *g, int pp, const IrNode *n);
-Graph *pp_split(const Graph *g, int stage); /* stage's forward graph with its boundary nodes */
+/* stage's forward graph with its boundary nodes; its parameters marked tied, shared, copy */
+Graph *pp_split(const Graph *g, const Plan *plan, int stage);
 Plan *pp_plan(const Graph *g);
 void pp_plan_print(FILE *f, const Graph *g, const Plan *p);
 void pp_plan_free(Plan *p);

@@ -19,6 +19,14 @@ static SchedEntry comm1(CommKind k, int mb, int slot) {
   return (SchedEntry){.kind = SE_COMM, .ops = {{k, mb, slot}}, .nops = 1};
 }
 
+static const char *const kinds[] = {"naive", "gpipe", "1f1b"}; /* SCHED_NAMES says them */
+
+bool sched_known(const char *kind) {
+  for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+    if (!strcmp(kinds[i], kind)) return true;
+  return false;
+}
+
 /* The order of forwards and backwards one stage runs. */
 static void order(const char *kind, int pp, int r, int M, int *seq, int *n) {
   *n = 0;
