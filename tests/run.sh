@@ -33,46 +33,35 @@ mkdir -p "$POCL_CACHE_DIR"
 ok() { pass=$((pass + 1)); echo "PASS $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
 
-# ---- unit programs: each prints its own "N passed, M failed" ---------------------------------
+# ---- unit programs and scripts: each prints its own "N passed, M failed" last -----------------
+# tally KIND NAME RC OUT: add a program's or script's counts; its FAIL (and SKIP) lines are shown
+tally() {
+  last=$(tail -n 1 "$4")
+  p=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\1/p')
+  f=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2/p')
+  if [ -z "$p" ]; then
+    cat "$4"
+    bad "$2" "no result line (exit $3)"
+    return
+  fi
+  grep -E '^(FAIL|not ok|SKIP)' "$4" | head -20
+  pass=$((pass + p))
+  fail=$((fail + f))
+  [ "$3" -ne 0 ] && [ "$f" -eq 0 ] && bad "$2" "exit $3"
+  echo "$1 $2: $last"
+}
+
 for t in "$build"/test_*; do
   [ -x "$t" ] || continue
-  name=$(basename "$t")
   "$t" >"$tmp/unit.out" 2>&1
-  rc=$?
-  last=$(tail -n 1 "$tmp/unit.out")
-  p=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\1/p')
-  f=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2/p')
-  if [ -z "$p" ]; then
-    cat "$tmp/unit.out"
-    bad "$name" "no result line (exit $rc)"
-    continue
-  fi
-  grep -E '^(FAIL|not ok)' "$tmp/unit.out" | head -20
-  pass=$((pass + p))
-  fail=$((fail + f))
-  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && bad "$name" "exit $rc"
-  echo "unit $name: $last"
+  tally unit "$(basename "$t")" $? "$tmp/unit.out"
 done
 
-# ---- scripts: tests/scripts/NAME.sh BUILD_DIR, each printing its own "N passed, M failed" ------
+# tests/scripts/NAME.sh BUILD_DIR
 for t in tests/scripts/*.sh; do
   [ -f "$t" ] || continue
-  name=$(basename "$t" .sh)
   sh "$t" "$build" >"$tmp/script.out" 2>&1
-  rc=$?
-  last=$(tail -n 1 "$tmp/script.out")
-  p=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\1/p')
-  f=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2/p')
-  if [ -z "$p" ]; then
-    cat "$tmp/script.out"
-    bad "$name" "no result line (exit $rc)"
-    continue
-  fi
-  grep -E '^(FAIL|SKIP)' "$tmp/script.out" | head -20
-  pass=$((pass + p))
-  fail=$((fail + f))
-  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && bad "$name" "exit $rc"
-  echo "script $name: $last"
+  tally script "$(basename "$t" .sh)" $? "$tmp/script.out"
 done
 
 # ---- golden cases -----------------------------------------------------------------------------
