@@ -1,6 +1,6 @@
 /* cg_program.c — writes a stage: the program listing ppr executes, the kernels rendered to C,
  * OpenCL C and CUDA C, and the C kernels compiled to a shared object (cached by a hash of source +
- * command). */
+ * command, each cache entry carrying its own size and hash). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +155,21 @@ static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
 /* The pipeline neighbours: the same (dp, tp) coordinates on the previous and next stage. */
 static int rank_of(const Config *c, int dp, int pp, int tp) { return (int)((dp * c->pp + pp) * c->tp + tp); }
 
-static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const StageFiles *f) {
+/* What the listing says of a kernel file: its bytes and FNV-1a hash; bytes -1 for none ('- -'). */
+typedef struct FileSum {
+  int64_t bytes;
+  uint64_t hash;
+} FileSum;
+
+enum { KF_SO, KF_CL, KF_CUBIN, KF_PTX, KF_COUNT }; /* ORDER: the listing's object and cuda lines */
+static const char *const kf_ext[KF_COUNT] = {"so", "cl", "cubin", "ptx"};
+
+static void file_sum_out(Buf *b, const FileSum *f) {
+  if (f->bytes < 0) OUT(b, " - -");
+  else OUT(b, " %lld %016llx", (long long)f->bytes, (unsigned long long)f->hash);
+}
+
+static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const StageFiles *f, const FileSum *sum) {
   const Graph *g = p->g;
   const Config *c = &g->cfg;
   char sb[96], ib[48];
@@ -169,9 +183,17 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
       (long long)c->seq, (long long)c->microbatches, c->schedule);
   OUT(b, "vocab %lld\n", (long long)g->vocab);
   OUT(b, "kernels %s %016llx\n", f->name, (unsigned long long)f->hash);
-  if (f->compiled)
-    OUT(b, "cuda %s %016llx %016llx\n\n", f->arch, (unsigned long long)f->cubin, (unsigned long long)f->ptx);
-  else OUT(b, "cuda %s - -\n\n", f->arch); /* --emit program, or a ppc without NVRTC */
+  /* each kernel file's size and hash, which ppr checks before it loads the file; '- -' for none
+   * (--emit program writes no files; a ppc without NVRTC no cubin) */
+  for (int k = KF_SO; k <= KF_CL; k++) {
+    OUT(b, "object %s", kf_ext[k]);
+    file_sum_out(b, &sum[k]);
+    OUT(b, "\n");
+  }
+  OUT(b, "cuda %s", f->arch);
+  file_sum_out(b, &sum[KF_CUBIN]);
+  file_sum_out(b, &sum[KF_PTX]);
+  OUT(b, "\n\n");
   for (int r = 0; r < BC__COUNT; r++) {
     OUT(b, "region %-9s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
@@ -256,24 +278,72 @@ void cg_mkdir_p(const char *dir) {
   mkdir(p, 0777);
 }
 
-static int copy_file(const char *from, const char *to, bool quiet) {
-  FILE *f = fopen(from, "rb");
+/* The whole file into *b (b->s NUL-terminated); 0, or 1 when it cannot be read (nothing printed). */
+static int read_all(const char *path, Buf *b) {
+  *b = (Buf){0};
+  FILE *f = fopen(path, "rb");
   if (!f) return 1;
-  Buf b = {0};
   char chunk[65536];
   size_t n;
   while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (b.len + n + 1 > b.cap) {
-      b.cap = (b.len + n + 1) * 2;
-      b.s = xrealloc(b.s, b.cap);
+    if (b->len + n + 1 > b->cap) {
+      b->cap = (b->len + n + 1) * 2;
+      b->s = xrealloc(b->s, b->cap);
     }
-    memcpy(b.s + b.len, chunk, n);
-    b.len += n;
+    memcpy(b->s + b->len, chunk, n);
+    b->len += n;
   }
+  int bad = ferror(f);
   fclose(f);
-  int rc = write_file_q(to, b.s ? b.s : "", b.len, quiet);
-  free(b.s);
-  return rc;
+  if (!b->s) b->s = xmalloc(1);
+  b->s[b->len] = 0;
+  if (bad) {
+    free(b->s);
+    *b = (Buf){0};
+    return 1;
+  }
+  return 0;
+}
+
+static uint64_t get_le64(const char *s) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)(unsigned char)s[i] << (8 * i);
+  return v;
+}
+
+static void put_le64(char *s, uint64_t v) {
+  for (int i = 0; i < 8; i++) s[i] = (char)(v >> (8 * i));
+}
+
+/* A cache entry: the payload's size and its FNV-1a hash (8 bytes each, little-endian), then the
+ * payload. An entry that does not match its own header (truncated, overwritten, half-written) is
+ * damaged: it is compiled again and replaced, never copied. true with the payload in *out. */
+#define CACHE_HEADER 16
+
+static bool cache_get(const char *path, Buf *out) {
+  Buf e;
+  if (read_all(path, &e)) return false;
+  bool ok = e.len >= CACHE_HEADER && get_le64(e.s) == e.len - CACHE_HEADER &&
+            get_le64(e.s + 8) == cg_fnv1a(e.s + CACHE_HEADER, e.len - CACHE_HEADER);
+  if (!ok) {
+    free(e.s);
+    return false;
+  }
+  memmove(e.s, e.s + CACHE_HEADER, e.len - CACHE_HEADER);
+  e.len -= CACHE_HEADER;
+  *out = e;
+  return true;
+}
+
+/* Best effort, through a temporary and rename: a cache that cannot be written only costs time. */
+static void cache_put(const char *cache, const char *path, const char *data, size_t len) {
+  char *e = xmalloc(len + CACHE_HEADER);
+  put_le64(e, len);
+  put_le64(e + 8, cg_fnv1a(data, len));
+  memcpy(e + CACHE_HEADER, data, len);
+  cg_mkdir_p(cache);
+  write_file_q(path, e, len + CACHE_HEADER, true);
+  free(e);
 }
 
 static int run(char *const argv[]) {
@@ -288,18 +358,25 @@ static int run(char *const argv[]) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* The C kernels as a shared object, from the cache when the same source was compiled before. */
+/* The C kernels as a shared object, from the cache when the same source was compiled before and
+ * the entry is whole (cache_get). */
 static int compile_so(const char *dir, const char *csrc_path, const char *so_path, const Buf *src, const char *cache) {
   const char *cc = getenv("PPC_CC") ? getenv("PPC_CC") : "cc";
   const char *flags = getenv("PPC_CFLAGS") ? getenv("PPC_CFLAGS") : "-O3 -march=native -fopenmp";
   Buf key = {0};
-  OUT(&key, "%s|%s|%s", cc, flags, src->s);
+  /* "so 2": entries with a size-and-hash header, never confused with the bare objects of before */
+  OUT(&key, "so 2|%s|%s|%s", cc, flags, src->s);
   uint64_t h = cg_fnv1a(key.s, key.len);
   free(key.s);
   char cached[4200] = "";
   if (cache && *cache) {
     snprintf(cached, sizeof cached, "%s/%016llx.so", cache, (unsigned long long)h);
-    if (access(cached, R_OK) == 0 && copy_file(cached, so_path, false) == 0) return 0;
+    Buf e;
+    if (cache_get(cached, &e)) {
+      int rc = write_file(so_path, e.s, e.len);
+      free(e.s);
+      return rc;
+    }
   }
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s/.kernels.%d.so", dir, (int)getpid());
@@ -328,8 +405,9 @@ static int compile_so(const char *dir, const char *csrc_path, const char *so_pat
     return 1;
   }
   if (cached[0]) {
-    cg_mkdir_p(cache);
-    copy_file(so_path, cached, true); /* best effort: a cache that cannot be written only costs time */
+    Buf o;
+    if (read_all(so_path, &o) == 0) cache_put(cache, cached, o.s, o.len);
+    free(o.s);
   }
   return 0;
 }
@@ -383,11 +461,62 @@ out:
   return rc;
 }
 
+/* The size and hash of DIR/NAME.EXT as written (read back: the listing names the bytes on disk).
+ * The ranks of a stage name the same files one after another, so the last sum of each kind is
+ * kept while the file is unchanged. 0, or 1 after a message. */
+static int file_sum(const char *dir, const char *name, int kind, FileSum *out) {
+  static struct {
+    char path[4200];
+    struct stat st;
+    FileSum sum;
+  } memo[KF_COUNT];
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.%s", dir, name, kf_ext[kind]);
+  struct stat st;
+  if (stat(path, &st) == 0 && !strcmp(memo[kind].path, path) && st.st_dev == memo[kind].st.st_dev &&
+      st.st_ino == memo[kind].st.st_ino && st.st_size == memo[kind].st.st_size &&
+      st.st_mtim.tv_sec == memo[kind].st.st_mtim.tv_sec && st.st_mtim.tv_nsec == memo[kind].st.st_mtim.tv_nsec) {
+    *out = memo[kind].sum;
+    return 0;
+  }
+  Buf b;
+  if (read_all(path, &b) || stat(path, &st)) {
+    fprintf(stderr, "ppc: error: cannot read back '%s' to name its size and hash in the listing: %s\n", path,
+            strerror(errno));
+    return 1;
+  }
+  *out = (FileSum){.bytes = (int64_t)b.len, .hash = cg_fnv1a(b.s, b.len)};
+  free(b.s);
+  snprintf(memo[kind].path, sizeof memo[kind].path, "%s", path);
+  memo[kind].st = st;
+  memo[kind].sum = *out;
+  return 0;
+}
+
+/* The sums of the stage's kernel files for its listings: none with dir NULL (--emit program), no
+ * cubin and PTX without NVRTC. */
+static int file_sums(const char *dir, const StageFiles *f, FileSum *sum) {
+  for (int k = 0; k < KF_COUNT; k++) sum[k] = (FileSum){.bytes = -1};
+  if (!dir) return 0;
+  for (int k = 0; k < KF_COUNT; k++) {
+    if ((k == KF_CUBIN || k == KF_PTX) && !f->compiled) continue;
+    if (file_sum(dir, f->name, k, &sum[k])) return 1;
+  }
+  if (f->compiled && (sum[KF_CUBIN].hash != f->cubin || sum[KF_PTX].hash != f->ptx)) {
+    fprintf(stderr, "ppc: error: %s/%s.cubin or .ptx changed after NVRTC wrote it (another ppc writing into %s?)\n", dir,
+            f->name, dir);
+    return 1;
+  }
+  return 0;
+}
+
 /* rankR.prog, the listing of one rank of the stage whose kernels f names; dir NULL: to stdout. */
 int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const StageFiles *f) {
   Buf body = {0}, all = {0};
-  listing_body(&body, p, s, rank, f);
-  OUT(&all, "ppr-program 2\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION, (unsigned long long)cg_fnv1a(body.s, body.len));
+  FileSum sum[KF_COUNT];
+  if (file_sums(dir, f, sum)) return 1;
+  listing_body(&body, p, s, rank, f, sum);
+  OUT(&all, "ppr-program 3\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION, (unsigned long long)cg_fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);
   int rc;
   if (!dir) { /* --emit program */

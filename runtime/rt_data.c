@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #define LLMC_HEADER_BYTES 1024 /* 256 int32 */
+#define LLMC_MODEL_MAGIC 20240326     /* llm.c's model checkpoint (gpt2_124M.bin) */
+#define LLMC_TOKENIZER_MAGIC 20240328 /* llm.c's tokenizer (gpt2_tokenizer.bin) */
 
 #if defined(__GNUC__)
 #define RT_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -54,6 +56,52 @@ static void finish(RtData *d) {
         if (t > mx) mx = t;
     }
     d->max_token = mx;
+}
+
+static int ends_with_bin(const char *name) {
+    size_t n = strlen(name);
+    if (n < 4 || name[n - 4] != '.') return 0;
+    for (int i = 0; i < 3; i++)
+        if ((name[n - 3 + i] | 0x20) != "bin"[i]) return 0; /* any case */
+    return 1;
+}
+
+static int date_like(int64_t v) { return v >= 20000101 && v <= 20991231; } /* YYYYMMDD, as llm.c's magics */
+
+/* A file that is not an llm.c token file but claims to be one: its name ends in ".bin" (llm.c's
+ * token files' extension), or its first int32 reads, in either byte order, like an llm.c magic (a
+ * date; the first or fourth byte is then 0x01, which no text starts with). 0 when the file is
+ * text; else -1 with the message in err. */
+static int llmc_impostor(const char *name, const unsigned char *buf, size_t size, char *err, size_t errlen) {
+    static const char *const want = "expected an llm.c token file: int32 magic 20240520 (little-endian), version 1";
+    if (size < 4) {
+        if (!ends_with_bin(name)) return 0;
+        set_err(err, errlen, "%s: %zu bytes, too short for an llm.c token file (%s): a --data file named *.bin is one; "
+                "name a text file otherwise", name, size, want);
+        return -1;
+    }
+    int32_t le = rd_i32(buf);
+    int64_t be = (int64_t)((uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3]);
+    if (le == LLMC_MODEL_MAGIC || le == LLMC_TOKENIZER_MAGIC) {
+        set_err(err, errlen, "%s: an llm.c %s (magic %d), not a token file: %s", name,
+                le == LLMC_MODEL_MAGIC ? "model checkpoint" : "tokenizer", (int)le, want);
+        return -1;
+    }
+    if (be == RT_DATA_LLMC_MAGIC) {
+        set_err(err, errlen, "%s: starts with the llm.c token magic 20240520 big-endian: %s", name, want);
+        return -1;
+    }
+    if (date_like(le) || date_like(be)) {
+        set_err(err, errlen, "%s: starts like an llm.c file (first int32 %lld) but not with the token file magic: %s",
+                name, (long long)(date_like(le) ? le : be), want);
+        return -1;
+    }
+    if (ends_with_bin(name)) {
+        set_err(err, errlen, "%s: first int32 %d: %s (a --data file named *.bin is one; name a text file otherwise)",
+                name, (int)le, want);
+        return -1;
+    }
+    return 0;
 }
 
 /* Takes ownership of buf (freed on error). */
@@ -100,6 +148,7 @@ static int from_buffer(const char *name, unsigned char *buf, size_t size, int de
         d->width = 2;
         d->tok = buf + LLMC_HEADER_BYTES;
     } else {
+        if (detect && llmc_impostor(name, buf, size, err, errlen)) goto fail;
         if ((uint64_t)size > (uint64_t)INT64_MAX) {
             set_err(err, errlen, "%s: too large", name);
             goto fail;

@@ -3,11 +3,9 @@
 
 #include <cblas.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 typedef void (*KernelFn)(void **args);
 
@@ -77,16 +75,14 @@ static void *cpu_host(RtDev *d, int64_t off) { return ((Cpu *)d)->arena + off; }
 static int cpu_load(RtDev *d, const char *dir, const RtProg *p) {
     /* the geometry does not matter here: the C kernels loop over their rows and threads themselves */
     Cpu *c = (Cpu *)d;
-    const char *base = p->kernels_base, *hash = p->kernels_hash;
+    const char *hash = p->kernels_hash;
     int n = p->nkernels;
     char *const *names = p->kernels;
-    size_t dl = strlen(dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s%s%s.so", dir, dl && dir[dl - 1] == '/' ? "" : "/", base);
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return RT_DEV_FAIL(d, "%s: cannot open the kernel object named by the listing's 'kernels' line: %s", path,
-                           strerror(errno));
+    char path[4096], msg[2048];
+    /* its size and hash first: a damaged object would crash the process in dlopen (SIGBUS) */
+    char *bytes = rt_kernel_file_read(p, dir, RT_KF_SO, NULL, path, sizeof path, msg, sizeof msg);
+    if (!bytes) return RT_DEV_FAIL(d, "%s", msg);
+    free(bytes);
     c->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!c->so) {
         const char *e = dlerror();

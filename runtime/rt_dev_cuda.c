@@ -134,7 +134,7 @@ static int cu_open(RtDev **out, int index, int local_rank, char *err, size_t err
         RT_DEV_FAIL(&c->d, "cannot query the device");
         goto fail;
     }
-    snprintf(c->d.desc, sizeof c->d.desc, "cuda:%d (%s, %.1f GiB, sm_%d%d)", want, name, (double)total / (1 << 30), major,
+    snprintf(c->d.desc, sizeof c->d.desc, "cuda:%d (%.120s, %.1f GiB, sm_%d%d)", want, name, (double)total / (1 << 30), major,
              minor);
     char bus[64] = "?", host[128] = "?";
     p_cuDeviceGetPCIBusId(bus, sizeof bus, c->dev);
@@ -238,41 +238,12 @@ static void *cu_native(RtDev *d, int64_t off, void **stream) {
     return (void *)(uintptr_t)(c->arena + (CUdeviceptr)off);
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *s = malloc(cap);
-    while (s && (k = fread(s + n, 1, cap - n - 1, f)) > 0)
-        if ((n += k) + 1 == cap) {
-            char *t = realloc(s, cap *= 2);
-            if (!t) free(s);
-            s = t;
-        }
-    fclose(f);
-    if (s) s[n] = 0;
-    *len = n;
-    return s;
-}
-
-/* DIR/BASE.EXT, whose FNV-1a hash must be hex; NULL with the reason in d->err. */
-static char *kernel_file(RtDev *d, const char *dir, const char *base, const char *ext, const char *hex, size_t *len) {
-    size_t dl = strlen(dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s%s%s.%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", base, ext);
-    char *s = slurp(path, len);
-    if (!s) {
-        RT_DEV_FAIL(d, "%s: cannot read the CUDA kernels named by the listing's 'kernels' and 'cuda' lines", path);
-        return NULL;
-    }
-    char h[17];
-    snprintf(h, sizeof h, "%016llx", (unsigned long long)rt_fnv1a64(s, *len));
-    if (strcmp(h, hex)) {
-        RT_DEV_FAIL(d, "%s: its hash is %s, the listing's 'cuda' line says %s: the files and the listing come from different "
-                       "ppc runs", path, h, hex);
-        free(s);
-        return NULL;
-    }
+/* DIR/BASE.EXT (the cubin or the PTX), its size and hash checked against the listing's 'cuda'
+ * line; NULL with the reason in d->err. */
+static char *kernel_file(RtDev *d, const char *dir, const RtProg *p, int kind, size_t *len) {
+    char msg[2048];
+    char *s = rt_kernel_file_read(p, dir, kind, len, NULL, 0, msg, sizeof msg);
+    if (!s) RT_DEV_FAIL(d, "%s", msg);
     return s;
 }
 
@@ -280,17 +251,17 @@ static int cu_load(RtDev *d, const char *dir, const RtProg *p) {
     Cu *c = (Cu *)d;
     c->ws_off = p->reg[RT_REG_WORKSPACE].base;
     c->ws_bytes = p->reg[RT_REG_WORKSPACE].bytes;
-    if (!strcmp(p->cubin_hash, "-"))
-        return RT_DEV_FAIL(d, "%s: its 'cuda %s - -' line names no compiled CUDA kernels: ppc ran without NVRTC; compile the "
-                              "program with a ppc built with the CUDA toolkit", p->path, p->cuda_arch);
+    if (p->file[RT_KF_CUBIN].bytes < 0)
+        return RT_DEV_FAIL(d, "%s: its 'cuda %s - - - -' line names no compiled CUDA kernels: ppc ran without NVRTC; compile "
+                              "the program with a ppc built with the CUDA toolkit", p->path, p->cuda_arch);
     /* the cubin for the listing's target; on another GPU its PTX, compiled by the driver */
     size_t len = 0;
-    char *bin = kernel_file(d, dir, p->kernels_base, "cubin", p->cubin_hash, &len);
+    char *bin = kernel_file(d, dir, p, RT_KF_CUBIN, &len);
     if (!bin) return -1;
     CUresult rc = p_cuModuleLoadData(&c->module, bin);
     free(bin);
     if (rc != CUDA_SUCCESS) {
-        char *ptx = kernel_file(d, dir, p->kernels_base, "ptx", p->ptx_hash, &len);
+        char *ptx = kernel_file(d, dir, p, RT_KF_PTX, &len);
         if (!ptx) return -1;
         CUresult rc2 = p_cuModuleLoadData(&c->module, ptx);
         free(ptx);

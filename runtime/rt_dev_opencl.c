@@ -131,7 +131,7 @@ static int cl_open(RtDev **out, int index, int local_rank, char *err, size_t err
     clGetDeviceInfo(c->dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof c->max_alloc, &c->max_alloc, NULL);
     clGetDeviceInfo(c->dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof c->local_mem, &c->local_mem, NULL);
     clGetDeviceInfo(c->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof c->max_wg, &c->max_wg, NULL);
-    snprintf(c->d.desc, sizeof c->d.desc, "opencl:%d (%s: %s, %.1f GiB)", want, pname, dname,
+    snprintf(c->d.desc, sizeof c->d.desc, "opencl:%d (%.100s: %.100s, %.1f GiB)", want, pname, dname,
              (double)c->global_mem / (1 << 30));
     *out = &c->d;
     cl_int e = CL_SUCCESS;
@@ -210,41 +210,16 @@ static void *cl_host(RtDev *d, int64_t off) {
     return NULL;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *s = malloc(cap);
-    while (s && (k = fread(s + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (n + 1 == cap) {
-            char *t = realloc(s, cap *= 2);
-            if (!t) free(s);
-            s = t;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!s || bad) {
-        free(s);
-        return NULL;
-    }
-    s[n] = 0;
-    *len = n;
-    return s;
-}
-
 static int cl_load(RtDev *d, const char *dir, const RtProg *p) {
     Cl *c = (Cl *)d;
-    const char *base = p->kernels_base, *hash = p->kernels_hash;
+    const char *hash = p->kernels_hash;
     int n = p->nkernels;
     char *const *names = p->kernels;
     const RtGeom *geoms = p->kgeom;
-    size_t dl = strlen(dir), len = 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s%s%s.cl", dir, dl && dir[dl - 1] == '/' ? "" : "/", base);
-    char *src = slurp(path, &len);
-    if (!src) return RT_DEV_FAIL(d, "%s: cannot read the OpenCL kernels named by the listing's 'kernels' line", path);
+    size_t len = 0;
+    char path[4096], msg[2048];
+    char *src = rt_kernel_file_read(p, dir, RT_KF_CL, &len, path, sizeof path, msg, sizeof msg); /* size and hash checked */
+    if (!src) return RT_DEV_FAIL(d, "%s", msg);
     char want[64];
     snprintf(want, sizeof want, "/* ppk_source_hash %s */\n", hash);
     if (strncmp(src, want, strlen(want))) {

@@ -29,8 +29,10 @@ typedef struct RtStFile RtStFile;
  * F32, F16, BF16. "__metadata__" (string -> string) is validated and skipped;
  * unknown keys inside a tensor entry are ignored. Checks: header length vs file
  * size and limit, strict JSON, duplicate names, end >= begin, byte span ==
- * product(shape) * dtype size (overflow checked), all data inside the file.
- * Trailing bytes after the last tensor and overlapping ranges are tolerated.
+ * product(shape) * dtype size (overflow checked), all data inside the file, no
+ * two tensors' byte ranges overlap (an error naming both; an empty tensor holds
+ * no bytes). The header may list the tensors in any order; holes between
+ * tensors and trailing bytes after the last are tolerated.
  * On error *out is NULL. */
 int rt_st_open(const char *path, RtStFile **out, char *err, size_t errlen);
 void rt_st_close(RtStFile *f);                 /* NULL ok */
@@ -77,7 +79,11 @@ typedef struct RtData RtData;
 /* If the file starts with int32 20240520 it is an llm.c token file: 256 int32
  * header (little-endian), header[1] == 1 (version), header[2] == token count > 0,
  * then exactly that many uint16 tokens (size checked exactly). Otherwise the
- * file is text whose bytes are the tokens (0..255); an empty file is an error. */
+ * file is text whose bytes are the tokens (0..255) -- unless it claims to be an
+ * llm.c file, which is an error naming the expected magic: its name ends in
+ * ".bin" (any case), or its first int32 reads, little- or big-endian, like an
+ * llm.c magic (a YYYYMMDD date in 2000..2099: the model checkpoint's 20240326,
+ * the tokenizer's 20240328, ...). An empty file is an error. */
 int rt_data_open(const char *path, RtData **out, char *err, size_t errlen);
 /* Text tokens from memory (bytes are copied; no llm.c detection); n == 0 is an error. */
 int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err,

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The limits shared with ppc (ranks, arena, elements, step dims, names) are pp_limits.h's. */
 #define MAX_FIELDS 128                          /* fields of one line */
-#define MAX_NAME 512                            /* checkpoint names, kernel names, file names */
 #define MAX_LISTING ((size_t)1 << 30)           /* 1 GiB */
-#define MAX_STEP_DIM ((int64_t)1 << 20)         /* B, S, M */
 #define MAX_SLOTS 4096
 #define MAX_BATCH ((int64_t)1 << 20)            /* gemm BATCH */
+#define MAX_KERNEL_FILE ((int64_t)1 << 40)      /* bytes of a kernel file (`object`, `cuda` lines) */
 
 /* ---- messages ------------------------------------------------------------------------------ */
 
@@ -59,6 +59,89 @@ const char *rt_block_name(int b) { return b >= 0 && b < RT_NBLK ? block_names[b]
 const char *rt_scalar_name(int s) { return s >= 0 && s < RT_NSCALAR ? scalar_names[s] : "?"; }
 const char *rt_boundary_name(int k) { return k >= 0 && k < RT_NBND ? boundary_names[k] : "?"; }
 
+static const char *const kernel_file_exts[RT_NKF] = {"so", "cl", "cubin", "ptx"};
+
+const char *rt_kernel_file_ext(int kind) { return kind >= 0 && kind < RT_NKF ? kernel_file_exts[kind] : "?"; }
+
+/* The listing line that names a kernel file's size and hash, for messages. */
+static const char *file_sum_line(int kind) {
+    return kind == RT_KF_SO ? "'object so'" : kind == RT_KF_CL ? "'object cl'" : "'cuda'";
+}
+
+char *rt_kernel_file_read(const RtProg *p, const char *dir, int kind, size_t *len, char *path, size_t pathlen,
+                          char *err, size_t errlen) {
+    char pbuf[4096];
+    if (!path || pathlen == 0) {
+        path = pbuf;
+        pathlen = sizeof pbuf;
+    }
+    size_t dl = strlen(dir);
+    snprintf(path, pathlen, "%s%s%s.%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", p->kernels_base,
+             rt_kernel_file_ext(kind));
+    const RtFileSum *want = &p->file[kind < 0 || kind >= RT_NKF ? 0 : kind];
+    if (kind < 0 || kind >= RT_NKF || want->bytes < 0) {
+        set_err(err, errlen,
+                "%s:%d: the listing's %s line names no %s file ('- -': the listing was printed by ppc --emit program, "
+                "or ppc had no NVRTC for a cubin): compile the program with ppc -o DIR",
+                p->path, want->line, file_sum_line(kind), rt_kernel_file_ext(kind));
+        return NULL;
+    }
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        set_err(err, errlen, "%s: cannot open the kernel file named by the listing's 'kernels' line: %s", path,
+                strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) {
+        int e = errno;
+        fclose(fp);
+        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(fp);
+        set_err(err, errlen, "%s: not a regular file (the kernel file named by the listing's 'kernels' line)", path);
+        return NULL;
+    }
+    if ((int64_t)st.st_size != want->bytes) {
+        fclose(fp);
+        set_err(err, errlen,
+                "%s: has %lld bytes, expected %lld (the listing's %s line, %s:%d): the file is damaged (truncated?) "
+                "or from another ppc run; compile the program again",
+                path, (long long)st.st_size, (long long)want->bytes, file_sum_line(kind), p->path, want->line);
+        return NULL;
+    }
+    size_t n = (size_t)want->bytes;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(fp);
+        set_err(err, errlen, "%s: out of memory reading its %zu bytes", path, n);
+        return NULL;
+    }
+    size_t got = fread(buf, 1, n, fp);
+    int rerr = ferror(fp);
+    fclose(fp);
+    if (got != n || rerr) {
+        free(buf);
+        set_err(err, errlen, "%s: read %zu of %zu bytes", path, got, n);
+        return NULL;
+    }
+    buf[n] = 0;
+    char found[17];
+    snprintf(found, sizeof found, "%016llx", (unsigned long long)rt_fnv1a64(buf, n));
+    if (strcmp(found, want->hash)) {
+        free(buf);
+        set_err(err, errlen,
+                "%s: its content hash (FNV-1a 64 of its %lld bytes) is %s, expected %s (the listing's %s line, %s:%d): "
+                "the file is damaged or from another ppc run; compile the program again",
+                path, (long long)want->bytes, found, want->hash, file_sum_line(kind), p->path, want->line);
+        return NULL;
+    }
+    if (len) *len = n;
+    return buf;
+}
+
 RtMsg rt_boundary_msg(int kind, int mb, int prev, int next) {
     int fwd = kind == RT_BND_RECV_FWD || kind == RT_BND_SEND_FWD;
     int to_next = kind == RT_BND_SEND_FWD || kind == RT_BND_RECV_BWD;
@@ -81,10 +164,25 @@ enum {
     SEC_SCHEDULE,
     SEC_DONE
 };
-enum { H_VERSION, H_COMPILER, H_HASH, H_MODEL, H_MESH, H_RANK, H_PEERS, H_STEP, H_VOCAB, H_KERNELS, H_CUDA, H_COUNT };
+enum {
+    H_VERSION,
+    H_COMPILER,
+    H_HASH,
+    H_MODEL,
+    H_MESH,
+    H_RANK,
+    H_PEERS,
+    H_STEP,
+    H_VOCAB,
+    H_KERNELS,
+    H_OBJECT_SO,
+    H_OBJECT_CL,
+    H_CUDA,
+    H_COUNT
+};
 
 static const char *const header_forms[H_COUNT] = {
-    "ppr-program 2",
+    "ppr-program 3",
     "compiler NAME VERSION",
     "hash HEX16",
     "model NAME",
@@ -94,7 +192,9 @@ static const char *const header_forms[H_COUNT] = {
     "step micro_batch B seq S microbatches M schedule NAME",
     "vocab N",
     "kernels NAME HEX16",
-    "cuda ARCH CUBIN-HEX16|- PTX-HEX16|-",
+    "object so BYTES|- HEX16|-",
+    "object cl BYTES|- HEX16|-",
+    "cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- PTX-BYTES|- PTX-HEX16|-",
 };
 
 typedef struct {
@@ -222,17 +322,6 @@ static int is_ident(const char *t) {
     return 1;
 }
 
-/* Printable ASCII, no space, no quote or backslash (checkpoint names, model and file names). */
-static int is_name(const char *t) {
-    size_t n = strlen(t);
-    if (n == 0 || n > MAX_NAME) return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)t[i];
-        if (c <= ' ' || c >= 127 || c == '"' || c == '\\') return 0;
-    }
-    return 1;
-}
-
 static char *dupstr(const char *t) {
     size_t n = strlen(t) + 1;
     char *d = malloc(n);
@@ -274,9 +363,9 @@ static int parse_shape(P *s, const char *t, int *ndim, int64_t *dims, int64_t *n
         if (c) *c = 0;
         int64_t d;
         if (*ndim >= RT_MAX_NDIM) return perr(s, "shape '%.60s' has more than %d dims", t, RT_MAX_NDIM);
-        if (parse_int(q, 1, RT_MAX_OFFSET, &d))
+        if (parse_int(q, 1, PP_MAX_NUMEL, &d))
             return perr(s, "shape '%.60s': dim '%.30s' is not an integer in [1, 2^40]", t, q);
-        if (*numel > RT_MAX_OFFSET / d) return perr(s, "shape '%.60s' has more than 2^40 elements", t);
+        if (*numel > PP_MAX_NUMEL / d) return perr(s, "shape '%.60s' has more than 2^40 elements", t);
         dims[(*ndim)++] = d;
         *numel *= d;
         if (!c) break;
@@ -303,12 +392,12 @@ static int parse_ptr(P *s, const char *t, const char *what, RtPtr *p, int64_t *e
         if (!extent) return perr(s, "%s: '%.60s': no ':BYTES' extent here (expected @OFF or $OFF)", what, t);
         *colon = 0;
     }
-    if (parse_int(tmp, 0, RT_MAX_OFFSET, &p->off))
+    if (parse_int(tmp, 0, PP_MAX_ARENA, &p->off))
         return perr(s, "%s: '%.60s': offset is not an integer in [0, 2^40]", what, t);
     if (p->off % 4) return perr(s, "%s: '%.60s': offset is not a multiple of 4", what, t);
     if (extent) {
         *extent = 0;
-        if (colon && parse_int(colon + 1, 1, RT_MAX_OFFSET, extent))
+        if (colon && parse_int(colon + 1, 1, PP_MAX_ARENA, extent))
             return perr(s, "%s: '%.60s': extent is not an integer in [1, 2^40]", what, t);
     }
     return 0;
@@ -327,11 +416,31 @@ static int check_extent(P *s, const char *what, const RtPtr *p, int64_t bytes) {
 
 /* ---- header -------------------------------------------------------------------------------- */
 
+/* Fields i and i+1: a kernel file's BYTES and HEX (its FNV-1a 64 hash), or '- -' for none. */
+static int file_sum(P *s, int i, int kind, const char *key, RtFileSum *out) {
+    const char *ext = rt_kernel_file_ext(kind);
+    const char *b = s->f[i], *h = s->f[i + 1];
+    out->line = s->line;
+    if (!strcmp(b, "-") && !strcmp(h, "-")) {
+        out->bytes = -1;
+        snprintf(out->hash, sizeof out->hash, "-");
+        return 0;
+    }
+    if (!strcmp(b, "-") || !strcmp(h, "-"))
+        return perr(s, "%s: the %s file's size and hash come together: both, or both '-'", key, ext);
+    if (parse_int(b, 1, MAX_KERNEL_FILE, &out->bytes))
+        return perr(s, "%s: %s bytes: expected an integer in [1, 2^40] or '-', found '%.60s'", key, ext, b);
+    if (!is_hex16(h)) return perr(s, "%s: %s hash: expected 16 lowercase hex digits or '-', found '%.60s'", key, ext, h);
+    memcpy(out->hash, h, 17);
+    return 0;
+}
+
 static int header_line(P *s, size_t after) {
     RtProg *g = s->p;
     const char *form = header_forms[s->hdr];
-    static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash", "model", "mesh",
-                                              "rank", "peers", "step", "vocab", "kernels", "cuda"};
+    static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash",    "model",  "mesh",
+                                              "rank",        "peers",    "step",    "vocab",  "kernels",
+                                              "object",      "object",   "cuda"};
     if (s->hdr == H_PEERS && strcmp(s->f[0], keys[H_PEERS]) != 0) { /* the optional line */
         if (g->pp > 1)
             return perr(s, "expected '%s' (a pipeline-parallel program names its neighbours), found '%.60s'", form,
@@ -381,16 +490,17 @@ static int header_line(P *s, size_t after) {
     }
     case H_MODEL:
         if (want_nf(s, 2, form)) return -1;
-        if (!is_name(s->f[1])) return perr(s, "model: '%.60s' is not a name", s->f[1]);
+        if (pp_name_bad_at(s->f[1]) >= 0) return perr(s, "model: '%.60s' is not a name", s->f[1]);
         g->model = dupstr(s->f[1]);
         S_ALLOC(g->model);
         break;
     case H_MESH:
         if (want_nf(s, 7, form) || want_word(s, 1, "tp", form) || want_word(s, 3, "pp", form) ||
-            want_word(s, 5, "dp", form) || want_i32(s, 2, "tp", 1, 65536, &g->tp) ||
-            want_i32(s, 4, "pp", 1, 65536, &g->pp) || want_i32(s, 6, "dp", 1, 65536, &g->dp))
+            want_word(s, 5, "dp", form) || want_i32(s, 2, "tp", 1, PP_MAX_RANKS, &g->tp) ||
+            want_i32(s, 4, "pp", 1, PP_MAX_RANKS, &g->pp) || want_i32(s, 6, "dp", 1, PP_MAX_RANKS, &g->dp))
             return -1;
-        if ((int64_t)g->tp * g->pp * g->dp > 65536) return perr(s, "mesh: more than 65536 ranks");
+        if ((int64_t)g->tp * g->pp * g->dp > PP_MAX_RANKS)
+            return perr(s, "mesh: more than %d ranks", PP_MAX_RANKS);
         if (s->stop_at_mesh) {
             s->stopped = 1;
             return 0;
@@ -425,9 +535,9 @@ static int header_line(P *s, size_t after) {
     case H_STEP:
         if (want_nf(s, 9, form) || want_word(s, 1, "micro_batch", form) || want_word(s, 3, "seq", form) ||
             want_word(s, 5, "microbatches", form) || want_word(s, 7, "schedule", form) ||
-            want_i32(s, 2, "micro_batch", 1, MAX_STEP_DIM, &g->micro_batch) ||
-            want_i32(s, 4, "seq", 1, MAX_STEP_DIM, &g->seq) ||
-            want_i32(s, 6, "microbatches", 1, MAX_STEP_DIM, &g->microbatches))
+            want_i32(s, 2, "micro_batch", 1, PP_MAX_STEP_DIM, &g->micro_batch) ||
+            want_i32(s, 4, "seq", 1, PP_MAX_STEP_DIM, &g->seq) ||
+            want_i32(s, 6, "microbatches", 1, PP_MAX_STEP_DIM, &g->microbatches))
             return -1;
         if ((int64_t)g->micro_batch * g->seq > ((int64_t)1 << 30))
             return perr(s, "step: micro_batch * seq is more than 2^30 tokens");
@@ -436,7 +546,7 @@ static int header_line(P *s, size_t after) {
                            "of the step's micro-batches)",
                         g->microbatches, g->dp);
         g->local_microbatches = g->microbatches / g->dp;
-        if (!is_name(s->f[8])) return perr(s, "step: schedule '%.60s' is not a name", s->f[8]);
+        if (pp_name_bad_at(s->f[8]) >= 0) return perr(s, "step: schedule '%.60s' is not a name", s->f[8]);
         g->schedule_name = dupstr(s->f[8]);
         S_ALLOC(g->schedule_name);
         break;
@@ -453,20 +563,25 @@ static int header_line(P *s, size_t after) {
         S_ALLOC(g->kernels_base);
         memcpy(g->kernels_hash, s->f[2], 17);
         break;
+    case H_OBJECT_SO:
+    case H_OBJECT_CL: {
+        int kind = s->hdr == H_OBJECT_SO ? RT_KF_SO : RT_KF_CL;
+        if (want_word(s, 1, rt_kernel_file_ext(kind), form) || want_nf(s, 4, form) ||
+            file_sum(s, 2, kind, "object", &g->file[kind]))
+            return -1;
+        break;
+    }
     case H_CUDA:
-        if (want_nf(s, 4, form)) return -1;
+        if (want_nf(s, 6, form)) return -1;
         if (strncmp(s->f[1], "sm_", 3) || strlen(s->f[1]) > 8 || strlen(s->f[1]) < 5 ||
             strspn(s->f[1] + 3, "0123456789") != strlen(s->f[1] + 3))
             return perr(s, "cuda: '%.60s' is not a GPU architecture (sm_80, sm_90, ...)", s->f[1]);
-        for (int i = 2; i <= 3; i++)
-            if (strcmp(s->f[i], "-") && !is_hex16(s->f[i]))
-                return perr(s, "cuda: %s hash: expected 16 lowercase hex digits or '-', found '%.60s'", i == 2 ? "cubin" : "PTX",
-                            s->f[i]);
-        if ((strcmp(s->f[2], "-") == 0) != (strcmp(s->f[3], "-") == 0))
-            return perr(s, "cuda: the cubin and the PTX come together: both hashes, or both '-'");
+        if (file_sum(s, 2, RT_KF_CUBIN, "cuda", &g->file[RT_KF_CUBIN]) ||
+            file_sum(s, 4, RT_KF_PTX, "cuda", &g->file[RT_KF_PTX]))
+            return -1;
+        if ((g->file[RT_KF_CUBIN].bytes < 0) != (g->file[RT_KF_PTX].bytes < 0))
+            return perr(s, "cuda: the cubin and the PTX come together: both sizes and hashes, or all '-'");
         snprintf(g->cuda_arch, sizeof g->cuda_arch, "%s", s->f[1]);
-        snprintf(g->cubin_hash, sizeof g->cubin_hash, "%s", s->f[2]);
-        snprintf(g->ptx_hash, sizeof g->ptx_hash, "%s", s->f[3]);
         break;
     }
     s->hdr++;
@@ -491,8 +606,8 @@ static int region_line(P *s) {
         if (r == RT_REG_SLOTS) {
             int64_t n;
             if (want_nf(s, 5, "region slots BASE BYTES COUNT") ||
-                want_int(s, 2, "region slots: base", 0, RT_MAX_OFFSET, &g->reg[r].base) ||
-                want_int(s, 3, "region slots: bytes of one slot", 0, RT_MAX_OFFSET, &g->reg[r].bytes) ||
+                want_int(s, 2, "region slots: base", 0, PP_MAX_ARENA, &g->reg[r].base) ||
+                want_int(s, 3, "region slots: bytes of one slot", 0, PP_MAX_ARENA, &g->reg[r].bytes) ||
                 want_int(s, 4, "region slots: count", 1, MAX_SLOTS, &n))
                 return -1;
             g->nslots = (int)n;
@@ -500,16 +615,16 @@ static int region_line(P *s) {
         } else {
             char what[64];
             snprintf(what, sizeof what, "region %s: base", region_names[r]);
-            if (want_nf(s, 4, "region NAME BASE BYTES") || want_int(s, 2, what, 0, RT_MAX_OFFSET, &g->reg[r].base))
+            if (want_nf(s, 4, "region NAME BASE BYTES") || want_int(s, 2, what, 0, PP_MAX_ARENA, &g->reg[r].base))
                 return -1;
             snprintf(what, sizeof what, "region %s: bytes", region_names[r]);
-            if (want_int(s, 3, what, 0, RT_MAX_OFFSET, &g->reg[r].bytes)) return -1;
+            if (want_int(s, 3, what, 0, PP_MAX_ARENA, &g->reg[r].bytes)) return -1;
         }
         if (g->reg[r].base % 64) return perr(s, "region %s: base %lld is not a multiple of 64", region_names[r], (long long)g->reg[r].base);
         return 0;
     }
     if (!strcmp(s->f[0], "arena")) {
-        if (want_nf(s, 2, "arena BYTES") || want_int(s, 1, "arena", 1, RT_MAX_OFFSET, &g->arena)) return -1;
+        if (want_nf(s, 2, "arena BYTES") || want_int(s, 1, "arena", 1, PP_MAX_ARENA, &g->arena)) return -1;
         for (int r = 0; r < RT_NREG; r++)
             if (!s->reg_line[r] && r != RT_REG_WORKSPACE)
                 return perr(s, "region %s is missing (every region is given before 'arena')", region_names[r]);
@@ -555,9 +670,9 @@ static int shard_clause(P *s, RtParam *q, int i) {
     if (i + 4 >= s->nf) return perr(s, "param %.200s: '%s' needs 4 integers", name, form);
     int64_t dim, start, len, dense;
     if (want_int(s, i + 1, "shard: DIM", 0, RT_MAX_NDIM - 1, &dim) ||
-        want_int(s, i + 2, "shard: START", 0, RT_MAX_OFFSET, &start) ||
-        want_int(s, i + 3, "shard: LEN", 1, RT_MAX_OFFSET, &len) ||
-        want_int(s, i + 4, "shard: DENSE", 1, RT_MAX_OFFSET, &dense))
+        want_int(s, i + 2, "shard: START", 0, PP_MAX_NUMEL, &start) ||
+        want_int(s, i + 3, "shard: LEN", 1, PP_MAX_NUMEL, &len) ||
+        want_int(s, i + 4, "shard: DENSE", 1, PP_MAX_NUMEL, &dense))
         return -1;
     if (dim >= q->ndim)
         return perr(s, "param %.200s: shard DIM %lld, but the param has %d dims", name, (long long)dim, q->ndim);
@@ -568,7 +683,7 @@ static int shard_clause(P *s, RtParam *q, int i) {
         return perr(s, "param %.200s: shard START %lld is not inside the dense dim %lld of %lld rows", name,
                     (long long)start, (long long)dim, (long long)dense);
     int64_t numel = q->numel / len;
-    if (numel > RT_MAX_OFFSET / dense)
+    if (numel > PP_MAX_NUMEL / dense)
         return perr(s, "param %.200s: the dense tensor has more than 2^40 elements", name);
     q->sharded = 1;
     q->shard_dim = (int)dim;
@@ -590,7 +705,7 @@ static int param_line(P *s) {
     if (want_int(s, 1, "param: index", 0, INT32_MAX, &idx)) return -1;
     q->index = (int)idx;
     if (s->nf < 10) return perr(s, "expected '%s'", PARAM_FORM);
-    if (!is_name(s->f[2])) return perr(s, "param: '%.60s' is not a checkpoint name", s->f[2]);
+    if (pp_name_bad_at(s->f[2]) >= 0) return perr(s, "param: '%.60s' is not a checkpoint name", s->f[2]);
     for (int i = 0; i < g->nparams; i++)
         if (!strcmp(g->params[i].name, s->f[2]))
             return perr(s, "param: checkpoint name '%.200s' is already param %d (line %d)", s->f[2], i, g->params[i].line);
@@ -714,7 +829,7 @@ static int finish_params(P *s) {
 
 static int buffer_line(P *s) {
     if (s->nf < 5) return perr(s, "expected 'buffer NAME f32|i32 [SHAPE] @OFF|$OFF [FLAG...]'");
-    if (!is_name(s->f[1])) return perr(s, "buffer: '%.60s' is not a name", s->f[1]);
+    if (pp_name_bad_at(s->f[1]) >= 0) return perr(s, "buffer: '%.60s' is not a name", s->f[1]);
     if (strcmp(s->f[2], "f32") && strcmp(s->f[2], "i32"))
         return perr(s, "buffer %.100s: dtype '%.60s' (expected f32 or i32)", s->f[1], s->f[2]);
     int ndim;
@@ -726,7 +841,7 @@ static int buffer_line(P *s) {
         check_extent(s, what, &p, numel * 4))
         return -1;
     for (int i = 5; i < s->nf; i++)
-        if (!is_name(s->f[i])) return perr(s, "buffer %.100s: flag '%.60s' is not a word", s->f[1], s->f[i]);
+        if (pp_name_bad_at(s->f[i]) >= 0) return perr(s, "buffer %.100s: flag '%.60s' is not a word", s->f[1], s->f[i]);
     RtProg *g = s->p;
     if (grow(s, (void **)&g->buffers, &s->cap_buffers, g->nbuffers + 1, sizeof *g->buffers)) return -1;
     RtBuffer *b = &g->buffers[g->nbuffers];
@@ -797,7 +912,7 @@ static int finish_boundaries(P *s) {
 static int model_line(P *s) {
     RtProg *g = s->p;
     if (want_nf(s, 3, "model_param NAME [SHAPE]")) return -1;
-    if (!is_name(s->f[1])) return perr(s, "model_param: '%.60s' is not a checkpoint name", s->f[1]);
+    if (pp_name_bad_at(s->f[1]) >= 0) return perr(s, "model_param: '%.60s' is not a checkpoint name", s->f[1]);
     for (int i = 0; i < g->nmodel; i++)
         if (!strcmp(g->mparams[i].name, s->f[1]))
             return perr(s, "model_param %.200s is given twice (first on line %d)", s->f[1], g->mparams[i].line);
@@ -921,12 +1036,12 @@ static int parse_gemm(P *s, RtInstr *in) {
         return -1;
     if (parse_float(s->f[6], &in->alpha)) return perr(s, "gemm: ALPHA '%.60s' is not a finite number", s->f[6]);
     if (parse_ptr(s, s->f[7], "gemm: A", &in->p[0], NULL) || want_i32(s, 8, "gemm: LDA", 1, INT_MAX, &in->lda) ||
-        want_int(s, 9, "gemm: SA", 0, RT_MAX_OFFSET, &in->sa) || parse_ptr(s, s->f[10], "gemm: B", &in->p[1], NULL) ||
-        want_i32(s, 11, "gemm: LDB", 1, INT_MAX, &in->ldb) || want_int(s, 12, "gemm: SB", 0, RT_MAX_OFFSET, &in->sb))
+        want_int(s, 9, "gemm: SA", 0, PP_MAX_ARENA, &in->sa) || parse_ptr(s, s->f[10], "gemm: B", &in->p[1], NULL) ||
+        want_i32(s, 11, "gemm: LDB", 1, INT_MAX, &in->ldb) || want_int(s, 12, "gemm: SB", 0, PP_MAX_ARENA, &in->sb))
         return -1;
     if (parse_float(s->f[13], &in->beta)) return perr(s, "gemm: BETA '%.60s' is not a finite number", s->f[13]);
     if (parse_ptr(s, s->f[14], "gemm: C", &in->p[2], NULL) || want_i32(s, 15, "gemm: LDC", 1, INT_MAX, &in->ldc) ||
-        want_int(s, 16, "gemm: SC", 0, RT_MAX_OFFSET, &in->sc) || want_i32(s, 17, "gemm: BATCH", 1, MAX_BATCH, &in->batch))
+        want_int(s, 16, "gemm: SC", 0, PP_MAX_ARENA, &in->sc) || want_i32(s, 17, "gemm: BATCH", 1, MAX_BATCH, &in->batch))
         return -1;
     int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k;
     int64_t br = in->tb ? in->n : in->k, bc = in->tb ? in->k : in->n;
@@ -1032,8 +1147,8 @@ static int parse_allreduce(P *s, RtInstr *in) {
         in->group = RT_G_DP;
     } else if (!strncmp(gr, "tp/", 3)) {
         int64_t r;
-        if (parse_int(gr + 3, 1, 65536, &r))
-            return perr(s, "allreduce: group '%.60s': R in tp/R is not an integer in [1, 65536]", gr);
+        if (parse_int(gr + 3, 1, PP_MAX_RANKS, &r))
+            return perr(s, "allreduce: group '%.60s': R in tp/R is not an integer in [1, %d]", gr, PP_MAX_RANKS);
         if (g->tp % r)
             return perr(s, "allreduce: group tp/%lld: %lld does not divide tp %d", (long long)r, (long long)r, g->tp);
         in->group = RT_G_TP_SUB;
@@ -1102,7 +1217,7 @@ static int instr_line(P *s) {
     } else if (!strcmp(op, "zero")) {
         in->kind = RT_I_ZERO;
         rc = want_nf(s, 3, "zero DST BYTES") || parse_ptr(s, s->f[1], "zero", &in->p[0], NULL) ||
-             want_int(s, 2, "zero: bytes", 1, RT_MAX_OFFSET, &in->bytes) || check_extent(s, "zero", &in->p[0], in->bytes);
+             want_int(s, 2, "zero: bytes", 1, PP_MAX_ARENA, &in->bytes) || check_extent(s, "zero", &in->p[0], in->bytes);
     } else if (!strcmp(op, "kernel")) {
         in->kind = RT_I_KERNEL;
         rc = parse_kernel(s, in);
@@ -1420,7 +1535,7 @@ static int line(P *s, size_t after) {
             return 0;
         }
         if (!strcmp(k, "schedule")) {
-            if (s->nf > 2 || (s->nf == 2 && !is_name(s->f[1])))
+            if (s->nf > 2 || (s->nf == 2 && pp_name_bad_at(s->f[1]) >= 0))
                 return perr(s, "expected 'schedule' or 'schedule NAME'");
             return start_schedule(s);
         }
@@ -1481,9 +1596,8 @@ static int parse_all(P *s) {
         size_t end = nl ? (size_t)(nl - t) : len;
         size_t after = nl ? end + 1 : len;
         size_t n = end - pos;
-        for (size_t i = pos; i < end; i++) {
+        for (size_t i = pos; i < end; i++) { /* comments included: a listing is text throughout */
             unsigned char c = (unsigned char)t[i];
-            if (c == '#') break;
             if (c == 0) { rc = perr(s, "NUL byte (a listing is text)"); break; }
             if (c == '\r') { rc = perr(s, "carriage return (lines end with \\n alone)"); break; }
             if (c < ' ' && c != '\t') { rc = perr(s, "control character 0x%02x", c); break; }

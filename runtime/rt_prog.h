@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pp_limits.h"
 #include "rt_io.h"
 
 /*
@@ -13,11 +14,11 @@
  * what was expected. Nothing is printed. docs/stage-format.md is the contract.
  */
 
-#define RT_PROG_VERSION 2  /* the listing format version this ppr reads */
+#define RT_PROG_VERSION 3  /* the listing format version this ppr reads */
 #define RT_PPR_VERSION "0.1.0"
 #define RT_MAX_NDIM 8      /* dims of a param or buffer shape */
 #define RT_MAX_KARGS 64    /* arguments of one kernel instruction */
-#define RT_MAX_OFFSET ((int64_t)1 << 40) /* arena bytes, offsets, extents, strides: at most 1 TiB */
+#define RT_MAX_OFFSET PP_MAX_ARENA /* arena bytes, offsets, extents, strides: at most 1 TiB (pp_limits.h) */
 #define RT_MAX_BLOCK 1024  /* threads per block of a kernel launch: a power of two up to this */
 #define RT_MAX_LOCAL 65536 /* local (shared) memory bytes of a kernel launch */
 #define RT_MAX_GRID ((int64_t)INT32_MAX) /* blocks of a kernel launch */
@@ -178,12 +179,24 @@ typedef struct {
     int64_t dense_dims[RT_MAX_NDIM], dense_numel; /* the dense tensor (== dims, numel when not sharded) */
 } RtParam;
 
+/* The kernel files a listing names, by their extension: NAME.so (cpu), NAME.cl (opencl),
+ * NAME.cubin and NAME.ptx (cuda). */
+typedef enum { RT_KF_SO, RT_KF_CL, RT_KF_CUBIN, RT_KF_PTX, RT_NKF } RtKernelFile;
+
+/* What the listing says of one kernel file: its size and FNV-1a 64 hash (`object so BYTES HEX`,
+ * `object cl ...`, the `cuda` line's pairs); bytes -1 and hash "-" when it names no such file. */
+typedef struct {
+    int64_t bytes;
+    char hash[17];
+    int line;
+} RtFileSum;
+
 typedef struct RtProg {
     char *path; /* as given to rt_prog_load / rt_prog_parse; used in every message */
     char *compiler, *model, *schedule_name;
     char *kernels_base; /* `kernels NAME HASH`: NAME.so (cpu), NAME.cl (opencl), NAME.cubin/.ptx (cuda) */
-    char cuda_arch[16]; /* `cuda ARCH CUBIN PTX`: the target of NAME.cubin, */
-    char cubin_hash[17], ptx_hash[17]; /* and the files' FNV-1a hashes, or "-": not compiled */
+    char cuda_arch[16]; /* `cuda ARCH ...`: the target of NAME.cubin */
+    RtFileSum file[RT_NKF]; /* per RtKernelFile: the file's bytes and hash, checked before it is loaded */
     char kernels_hash[17];
     uint64_t hash;
     int tp, pp, dp, rank, stage, tp_rank, dp_rank;
@@ -220,6 +233,14 @@ int rt_prog_load(const char *path, RtProg **out, char *err, size_t errlen);
 void rt_prog_free(RtProg *p); /* NULL ok */
 
 uint64_t rt_fnv1a64(const void *data, size_t n);
+const char *rt_kernel_file_ext(int kind); /* "so", "cl", "cubin", "ptx" */
+/* DIR/<kernels base>.EXT, the kernel file of RtKernelFile kind, read whole and checked against
+ * the listing before any device uses it: its size, then its FNV-1a 64 hash. Returns its bytes
+ * (NUL-terminated; *len without the NUL, which the caller frees) or NULL with a message naming
+ * the file, the listing's line and the expected and found size or hash. path (may be NULL)
+ * receives the file's path. */
+char *rt_kernel_file_read(const RtProg *p, const char *dir, int kind, size_t *len, char *path, size_t pathlen,
+                          char *err, size_t errlen);
 const char *rt_region_name(int r);
 const char *rt_block_name(int b);
 const char *rt_scalar_name(int s);

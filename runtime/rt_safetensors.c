@@ -655,6 +655,52 @@ static int parse_header(JP *p, RtStFile *f) {
     return 0;
 }
 
+/* Tensors by the start of their bytes (then the end, then header order). */
+typedef struct {
+    uint64_t begin, end;
+    int idx;
+} StSpan;
+
+static int cmp_span(const void *a, const void *b) {
+    const StSpan *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* No byte of the data section belongs to two tensors. The format requires more -- the tensors,
+ * in the order of their offsets, tile the data section exactly -- but holes and trailing bytes
+ * change nothing a tensor reads, and are tolerated; the header may list tensors in any order.
+ * Empty tensors hold no bytes and overlap nothing. 0, or -1 naming both tensors. */
+static int check_overlaps(const RtStFile *f, const char *path, char *err, size_t errlen) {
+    if (f->n < 2) return 0;
+    StSpan *v = malloc((size_t)f->n * sizeof *v);
+    if (!v) {
+        set_err(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    int m = 0;
+    for (int i = 0; i < f->n; i++)
+        if (f->t[i].end > f->t[i].begin) v[m++] = (StSpan){f->t[i].begin, f->t[i].end, i};
+    qsort(v, (size_t)m, sizeof *v, cmp_span);
+    int far = -1, rc = 0; /* the span seen so far that reaches furthest */
+    for (int k = 0; k < m && !rc; k++) {
+        if (far >= 0 && v[k].begin < v[far].end) {
+            const StTensor *a = &f->t[v[far].idx < v[k].idx ? v[far].idx : v[k].idx];
+            const StTensor *b = &f->t[v[far].idx < v[k].idx ? v[k].idx : v[far].idx];
+            set_err(err, errlen,
+                    "%s: tensors '" NAME_FMT "' (data_offsets [%llu, %llu]) and '" NAME_FMT
+                    "' (data_offsets [%llu, %llu]) overlap: every byte of the data belongs to one tensor",
+                    path, a->name, (unsigned long long)a->begin, (unsigned long long)a->end, b->name,
+                    (unsigned long long)b->begin, (unsigned long long)b->end);
+            rc = -1;
+        }
+        if (far < 0 || v[k].end > v[far].end) far = k;
+    }
+    free(v);
+    return rc;
+}
+
 static int cmp_idx(const void *a, const void *b) {
     const StIdx *x = a, *y = b;
     int c = strcmp(x->name, y->name);
@@ -805,6 +851,7 @@ int rt_st_open(const char *path, RtStFile **out, char *err, size_t errlen) {
                 goto fail;
             }
     }
+    if (check_overlaps(f, path, err, errlen)) goto fail;
     *out = f;
     return 0;
 fail:

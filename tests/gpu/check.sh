@@ -19,7 +19,7 @@ if ! "$build/ppc" examples/tiny.pdl -o "$work/probe" >"$work/probe.log" 2>&1; th
   echo "gpu-check: ppc failed:"; cat "$work/probe.log"; exit 1
 fi
 if ! grep -q '^cuda sm_[0-9]* [0-9a-f]' "$work/probe/rank0.prog"; then
-  echo "gpu-check: ppc was built without the CUDA toolkit (no cubins: 'cuda ... - -'); build on a machine with it"
+  echo "gpu-check: ppc was built without the CUDA toolkit (no cubins: 'cuda ... - - - -'); build on a machine with it"
   exit 1
 fi
 if ! timeout 120 "$build/ppr" "$work/probe" --device cuda --steps 1 >"$work/probe.out" 2>&1; then

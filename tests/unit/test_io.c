@@ -588,6 +588,14 @@ static void test_bad_files(T *t) {
         {"__metadata__ non-string value", "{\"__metadata__\":{\"k\":1}}", "__metadata__", "'k' must be a string", 0},
         {"__metadata__ nested object", "{\"__metadata__\":{\"k\":{}}}", "__metadata__", "must be a string", 0},
         {"duplicate __metadata__", "{\"__metadata__\":{},\"__metadata__\":{}}", "duplicate \"__metadata__\"", NULL, 0},
+        {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+         "tensors 'a' (data_offsets [0, 8]) and 'b' (data_offsets [4, 12]) overlap", NULL, 12},
+        {"two tensors on the same bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+         "tensors 'a' (data_offsets [0, 4]) and 'b' (data_offsets [0, 4]) overlap", NULL, 4},
+        {"overlap listed out of order", "{\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}",
+         "tensors 'c' (data_offsets [8, 12]) and 'a' (data_offsets [0, 16]) overlap", NULL, 20},
+        {"a tensor inside a long one, not its neighbour", "{\"a\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[24,28]}}",
+         "overlap", "'a' (data_offsets [0, 32])", 32},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         expect_bad_hdr(t, cases[c].label, cases[c].hdr, cases[c].dlen, cases[c].e1, cases[c].e2);
@@ -611,6 +619,26 @@ static void test_bad_files(T *t) {
         RtStFile *f = NULL;
         int rc = rt_st_open(p, &f, err, sizeof err);
         check(t, rc == 0 && rt_st_count(f) == 1, "bad file control: moderate nesting in an ignored key is accepted [%s]",
+              rc ? err : "ok");
+        rt_st_close(f);
+        unlink(p);
+    }
+    /* what the overlap check lets through: any header order, holes, empty tensors anywhere */
+    {
+        const char *hdr = "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+                          "\"z\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[2,2]},"
+                          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+        float d3[3] = {1.5f, -7.0f, 2.25f}; /* a, a hole, b */
+        img = st_image(hdr, strlen(hdr), UINT64_MAX, d3, sizeof d3, &n);
+        tpath(t, "order.safetensors", p, sizeof p);
+        write_bytes(p, img, n);
+        free(img);
+        RtStFile *f = NULL;
+        float a = 0, b = 0;
+        int rc = rt_st_open(p, &f, err, sizeof err);
+        int ok = rc == 0 && rt_st_read_f32(f, rt_st_find(f, "a"), &a, 1, err, sizeof err) == 0 &&
+                 rt_st_read_f32(f, rt_st_find(f, "b"), &b, 1, err, sizeof err) == 0 && a == 1.5f && b == 2.25f;
+        check(t, ok, "tensors listed out of order, with a hole and an empty tensor inside another's bytes, open [%s]",
               rc ? err : "ok");
         rt_st_close(f);
         unlink(p);
@@ -832,6 +860,20 @@ static void expect_data_bad(T *t, const char *label, const unsigned char *img, s
     unlink(p);
 }
 
+/* Like expect_data_bad, for a file of the given name. */
+static void expect_data_named(T *t, const char *label, const char *name, const void *img, size_t n, const char *e1,
+                              const char *e2) {
+    char p[256], err[512] = "";
+    tpath(t, name, p, sizeof p);
+    write_bytes(p, img, n);
+    RtData *d = (RtData *)&d;
+    int rc = rt_data_open(p, &d, err, sizeof err);
+    check(t, rc != 0 && d == NULL && strstr(err, p) && (!e1 || strstr(err, e1)) && (!e2 || strstr(err, e2)),
+          "data: %s [%s]", label, err);
+    if (rc == 0) rt_data_close(d);
+    unlink(p);
+}
+
 /* Direct computation of the batch order (128-bit to also cover int64 overflow / negative steps). */
 static int check_batch(const RtData *d, const int32_t *all, int64_t len, int64_t s, int m, int M, int B, int S) {
     size_t cnt = (size_t)B * (size_t)S;
@@ -950,22 +992,42 @@ static void test_data(T *t) {
     expect_data_bad(t, "empty file", img, 0, "empty", NULL);
     free(img);
 
-    /* bad magic -> text mode */
+    /* a file that claims to be llm.c (a .bin name, or a date-like first int32) but is not one is an
+     * error naming the expected magic, never read as text */
     img = llmc_image(RT_DATA_LLMC_MAGIC + 1, 1, 10, tok, 10, 0, &n);
-    write_bytes(p, img, n);
-    rc = rt_data_open(p, &d, err, sizeof err);
-    check(t, rc == 0 && rt_data_len(d) == (int64_t)n && rt_data_max_token(d) <= 255,
-          "data: wrong magic is read as text (%lld byte tokens) [%s]", (long long)rt_data_len(d), rc ? err : "ok");
-    rt_data_close(d);
+    expect_data_bad(t, "a .bin file with a wrong magic", img, n, "first int32 20240521", "magic 20240520");
+    expect_data_named(t, "a date-like magic, not named .bin", "tok.dat", img, n, "starts like an llm.c file (first int32 20240521)",
+                      "magic 20240520");
+    free(img);
+    img = llmc_image(20240326, 3, 10, tok, 10, 0, &n);
+    expect_data_named(t, "an llm.c model checkpoint", "gpt2_124M.txt", img, n, "an llm.c model checkpoint (magic 20240326)",
+                      "magic 20240520");
+    free(img);
+    img = llmc_image(20240328, 2, 10, tok, 10, 0, &n);
+    expect_data_named(t, "an llm.c tokenizer", "gpt2_tokenizer.data", img, n, "an llm.c tokenizer (magic 20240328)",
+                      "magic 20240520");
+    free(img);
+    img = llmc_image((int32_t)0x88D83401 /* 20240520 byte-swapped */, 1, 10, tok, 10, 0, &n);
+    expect_data_named(t, "a big-endian llm.c token file", "be.tok", img, n, "20240520 big-endian", "little-endian");
     free(img);
     img = llmc_image(RT_DATA_LLMC_MAGIC, 1, 10, tok, 10, 0, &n);
-    write_bytes(p, img, 3); /* 3 bytes of the magic: too short to be llm.c */
-    rc = rt_data_open(p, &d, err, sizeof err);
-    check(t, rc == 0 && rt_data_len(d) == 3, "data: 3-byte file is text [%s]", rc ? err : "ok");
-    rt_data_close(d);
+    expect_data_bad(t, "a 3-byte .bin file", img, 3, "3 bytes, too short for an llm.c token file", "magic 20240520");
+    expect_data_named(t, "a .BIN name (any case)", "TOK.BIN", "hello world\n", 12, "first int32 1819043176", "magic 20240520");
     free(img);
+    {
+        char tp[256];
+        tpath(t, "short.txt", tp, sizeof tp); /* 3 bytes of the magic, not named .bin: too short to claim llm.c */
+        unsigned char m3[3] = {0x88, 0xD8, 0x34};
+        write_bytes(tp, m3, 3);
+        rc = rt_data_open(tp, &d, err, sizeof err);
+        check(t, rc == 0 && rt_data_len(d) == 3, "data: 3-byte file not named .bin is text [%s]", rc ? err : "ok");
+        rt_data_close(d);
+        unlink(tp);
+    }
 
     /* text */
+    unlink(p);
+    tpath(t, "tok.txt", p, sizeof p);
     const char *txt = "hello world\n";
     write_bytes(p, txt, strlen(txt));
     rc = rt_data_open(p, &d, err, sizeof err);

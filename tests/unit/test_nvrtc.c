@@ -1,10 +1,11 @@
 /* test_nvrtc.c — ppc's CUDA kernels: `ppc -o` compiles every stage's kernels_sN.cu with NVRTC to
  * kernels_sN.cubin (for --arch, sm_90 by default) and kernels_sN.ptx, and names both hashes on the
- * listing's `cuda` line. For every example model, dense and on tp 2 / pp 2 meshes, every stage's
- * files are checked against the listing; a second compile, from a cold cache, gives the same bytes;
- * every --arch compiles; and an NVRTC failure (cg_nvrtc on a broken source) is an error that prints
- * NVRTC's log and the generated line it names. Without a CUDA toolkit ppc writes `cuda ARCH - -`
- * and this test says so. */
+ * listing's `cuda` line with their sizes. For every example model, dense and on tp 2 / pp 2 meshes,
+ * every stage's files are checked against the listing; a second compile, from a cold cache, gives
+ * the same bytes; a damaged cache entry is compiled again, never copied; every --arch compiles; and
+ * an NVRTC failure (cg_nvrtc on a broken source) is an error that prints NVRTC's log and the
+ * generated line it names. Without a CUDA toolkit ppc writes `cuda ARCH - - - -` and this test
+ * says so. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,13 +62,13 @@ static char *file(const char *path, size_t *len) {
   return s;
 }
 
-/* The `cuda` line of DIR/rankR.prog: the arch and the two hashes. */
-static int cuda_line(const char *dir, int rank, char *arch, char *cubin, char *ptx) {
+/* The `cuda` line of DIR/rankR.prog: the arch, the cubin's size and hash, the PTX's ("-" for none). */
+static int cuda_line(const char *dir, int rank, char *arch, char *ncubin, char *cubin, char *nptx, char *ptx) {
   char path[1200];
   snprintf(path, sizeof path, "%s/rank%d.prog", dir, rank);
   char *t = slurp(path);
   char *l = t ? strstr(t, "\ncuda ") : NULL;
-  int ok = l && sscanf(l, "\ncuda %15s %16s %16s", arch, cubin, ptx) == 3;
+  int ok = l && sscanf(l, "\ncuda %15s %20s %16s %20s %16s", arch, ncubin, cubin, nptx, ptx) == 5;
   free(t);
   return ok ? 0 : -1;
 }
@@ -83,7 +84,7 @@ static int same_file(const char *a, const char *b) {
 
 /* Every stage of a compiled directory: its cubin and PTX exist and hash as its listings say. */
 static void check_dir(const char *dir, const char *what, const char *want_arch) {
-  char prog[1200], arch[16], hc[17], hp[17];
+  char prog[1200], arch[16], hc[17], hp[17], nc[21], np[21];
   int tp = 1, pp = 1, ok = 1, stages = 0;
   char why[2048] = "";
   snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
@@ -91,21 +92,22 @@ static void check_dir(const char *dir, const char *what, const char *want_arch) 
   if (!t || sscanf(strstr(t, "\nmesh ") ? strstr(t, "\nmesh ") : "", "\nmesh tp %d pp %d", &tp, &pp) != 2) ok = 0;
   free(t);
   for (int s = 0; s < pp && ok; s++, stages++) {
-    if (cuda_line(dir, s * tp, arch, hc, hp)) {
+    if (cuda_line(dir, s * tp, arch, nc, hc, np, hp)) {
       snprintf(why, sizeof why, "stage %d: no cuda line", s);
       ok = 0;
       break;
     }
-    const char *ext[2] = {"cubin", "ptx"}, *want[2] = {hc, hp};
+    const char *ext[2] = {"cubin", "ptx"}, *want[2] = {hc, hp}, *wantn[2] = {nc, np};
     for (int k = 0; k < 2 && ok; k++) {
-      char path[1300];
+      char path[1300], sz[32];
       size_t n = 0;
       snprintf(path, sizeof path, "%s/kernels_s%d.%s", dir, s, ext[k]);
       char *b = file(path, &n), h[17];
       snprintf(h, sizeof h, "%016llx", b ? (unsigned long long)cg_fnv1a(b, n) : 0ULL);
-      if (!b || n == 0 || strcmp(h, want[k]) || strcmp(arch, want_arch)) {
-        snprintf(why, sizeof why, "stage %d: %s %s (hash %s, the listing says %s for %s)", s, path, b ? "differs" : "missing",
-                 h, want[k], arch);
+      snprintf(sz, sizeof sz, "%zu", n);
+      if (!b || n == 0 || strcmp(h, want[k]) || strcmp(sz, wantn[k]) || strcmp(arch, want_arch)) {
+        snprintf(why, sizeof why, "stage %d: %s %s (%s bytes, hash %s; the listing says %s bytes, %s for %s)", s, path,
+                 b ? "differs" : "missing", sz, h, wantn[k], want[k], arch);
         ok = 0;
       }
       free(b);
@@ -152,10 +154,11 @@ int main(int argc, char **argv) {
   const char *slash = strrchr(argv[0], '/');
   if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
   if (!cg_nvrtc_available()) {
-    char dir[700], arch[16], hc[17], hp[17];
+    char dir[700], arch[16], hc[17], hp[17], nc[21], np[21];
     snprintf(dir, sizeof dir, "%s/nvrtc/none", bin);
-    int ok = !ppc("examples/tiny.pdl", "", dir, "") && !cuda_line(dir, 0, arch, hc, hp) && !strcmp(hc, "-");
-    check(ok, "without a CUDA toolkit ppc writes 'cuda sm_90 - -' (no cubins; ppr --device cuda says so)");
+    int ok = !ppc("examples/tiny.pdl", "", dir, "") && !cuda_line(dir, 0, arch, nc, hc, np, hp) && !strcmp(hc, "-") &&
+             !strcmp(nc, "-") && !strcmp(hp, "-") && !strcmp(np, "-");
+    check(ok, "without a CUDA toolkit ppc writes 'cuda sm_90 - - - -' (no cubins; ppr --device cuda says so)");
     printf("SKIP nvrtc: ppc was built without a CUDA toolkit (nvrtc.h); %d cases not compiled\n", NCASES);
     printf("%d passed, %d failed\n", pass, fail);
     return fail != 0;
@@ -185,6 +188,37 @@ int main(int argc, char **argv) {
       if (!ok) printf("  | %s and %s differ\n", pa, pb);
     }
     check(ok, "tiny tp 2 pp 2 compiled again from a cold cache: the listings, cubins, PTX and OpenCL C are the same bytes");
+  }
+  /* a damaged cache entry (a truncated cubin, a PTX with one byte changed, a truncated C object) is
+   * compiled again, never copied: the files equal those of the first compile, into the same
+   * directory, and the repaired entries serve the next compile */
+  {
+    char a[700], saved[700], env[800], cache[750], cmd[4096], pa[800], pb[800];
+    snprintf(a, sizeof a, "%s/nvrtc/damaged", bin);
+    snprintf(saved, sizeof saved, "%s/nvrtc/damaged-first", bin);
+    snprintf(cache, sizeof cache, "%s/nvrtc/damaged-cache", bin);
+    snprintf(env, sizeof env, "PPC_CACHE=%s", cache);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", cache, saved);
+    int ok = !system(cmd) && !ppc("examples/tiny.pdl", "", a, env);
+    snprintf(cmd, sizeof cmd,
+             "cp -r %s %s && for f in %s/*.cubin %s/*.so; do truncate -s 100 \"$f\" || exit 1; done && "
+             "for f in %s/*.ptx; do printf X | dd of=\"$f\" bs=1 seek=200 conv=notrunc 2>/dev/null || exit 1; done",
+             a, saved, cache, cache, cache);
+    ok = ok && !system(cmd);
+    for (int round = 0; round < 2 && ok; round++) { /* round 0: from the damaged cache; 1: from the repaired one */
+      ok = !ppc("examples/tiny.pdl", "", a, env);
+      const char *files[] = {"rank0.prog", "kernels_s0.so", "kernels_s0.cubin", "kernels_s0.ptx", "kernels_s0.cl"};
+      for (size_t k = 0; k < sizeof files / sizeof *files && ok; k++) {
+        snprintf(pa, sizeof pa, "%s/%s", saved, files[k]);
+        snprintf(pb, sizeof pb, "%s/%s", a, files[k]);
+        ok = same_file(pa, pb);
+        if (!ok) printf("  | round %d: %s and %s differ\n", round, pa, pb);
+      }
+    }
+    snprintf(cmd, sizeof cmd, "for f in %s/*.cubin %s/*.so; do [ $(wc -c < \"$f\") -gt 100 ] || exit 1; done", cache, cache);
+    ok = ok && !system(cmd);
+    check(ok, "damaged cache entries (cubin and C object truncated, PTX changed) are compiled again: the same files as a "
+              "clean compile, and the entries repaired");
   }
   /* every target */
   static const char *const archs[] = {"sm_80", "sm_89", "sm_100"};

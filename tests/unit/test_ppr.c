@@ -21,14 +21,16 @@
 /* Everything after the hash line. Rows are r = b*S + s. x = E[tok]; h_b = x_b P (batched gemm,
  * one batch element per row b of the micro-batch); y = h * gain; logits = y E^T (the tied head);
  * loss = mean cross-entropy. */
-static const char *const BODY =
+static const char *const BODY_T =
     "model testlin\n"
     "mesh tp 1 pp 1 dp 1\n"
     "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
     "step micro_batch 2 seq 4 microbatches 2 schedule gpipe\n"
     "vocab 16\n"
     "kernels k 0123456789abcdef\n"
-    "cuda sm_90 - -\n"
+    "object so @SO\n" /* k.so's size and hash, known once it is compiled (main) */
+    "object cl - -\n"
+    "cuda sm_90 - - - -\n"
     "\n"
     "region params  0    832\n"
     "region grads   832  832\n"
@@ -92,6 +94,9 @@ static const char *const BODY =
     "  B 1 1\n"
     "  OPT\n"
     "end\n";
+
+/* The bodies with k.so's `object so` line filled in (main). */
+static const char *BODY, *STAGE0, *STAGE1;
 
 static const char *const KERNELS =
     "/* hand-written kernels for test_ppr */\n"
@@ -198,6 +203,19 @@ static int write_bytes(const char *p, const void *b, size_t n) {
     return (fclose(fp) == 0 && w == n) ? 0 : -1;
 }
 
+/* The whole file and its length; NULL when it cannot be read. */
+static char *read_bytes(const char *p, size_t *n) {
+    FILE *fp = fopen(p, "rb");
+    if (!fp) return NULL;
+    size_t cap = 4096, len = 0, r;
+    char *b = malloc(cap);
+    while ((r = fread(b + len, 1, cap - len, fp)) > 0)
+        if ((len += r) == cap) b = realloc(b, cap *= 2);
+    fclose(fp);
+    *n = len;
+    return b;
+}
+
 static char *read_text(const char *p) {
     FILE *fp = fopen(p, "rb");
     if (!fp) return NULL;
@@ -224,9 +242,18 @@ static uint64_t fnv(const char *s, size_t n) {
 static char *listing(const char *body) {
     size_t n = strlen(body) + 128;
     char *s = malloc(n);
-    snprintf(s, n, "ppr-program 2\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
+    snprintf(s, n, "ppr-program 3\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
              body);
     return s;
+}
+
+/* The `object so ...` line of body, without its newline (a static buffer). */
+static const char *so_line_of(const char *body) {
+    static char line[128];
+    const char *at = strstr(body, "object so ");
+    size_t n = at ? strcspn(at, "\n") : 0;
+    snprintf(line, sizeof line, "%.*s", (int)n, at ? at : "");
+    return line;
 }
 
 /* body with the first occurrence of `from` replaced by `to` (must occur). Caller frees. */
@@ -818,12 +845,12 @@ static void test_listing_errors(void) {
     expect_fail("an edited listing", args, want);
 
     t = listing(BODY);
-    t[strlen("ppr-program ")] = '3';
+    t[strlen("ppr-program ")] = '4';
     make_dir("v2", t);
     free(t);
     snprintf(args, sizeof args, "%s/v2", tdir);
-    snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 3, this ppr reads 2", tdir);
-    expect_fail("format version 3", args, want);
+    snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 4, this ppr reads 3", tdir);
+    expect_fail("format version 4", args, want);
 
     struct {
         const char *name, *from, *to, *needle_fmt;
@@ -865,16 +892,66 @@ static void test_listing_errors(void) {
     make_prog("noso", b);
     free(b);
     snprintf(args, sizeof args, "%s/noso", tdir);
-    expect_fail("a missing kernel object", args, "gone.so: cannot open the kernel object named by");
+    expect_fail("a missing kernel object", args, "gone.so: cannot open the kernel file named by the listing's 'kernels' line");
 
-    b = replace(BODY, "kernels k ", "kernels junk ");
+    /* a file that is not a shared library, which the listing names by its size and hash: dlopen refuses it */
+    char junk_line[64];
+    snprintf(junk_line, sizeof junk_line, "object so 16 %016llx", (unsigned long long)fnv("not an ELF file\n", 16));
+    char *b2 = replace(BODY, "kernels k ", "kernels junk ");
+    b = replace(b2, so_line_of(BODY), junk_line);
+    free(b2);
     make_prog("junkso", b);
     free(b);
-    char jp[512];
+    char jp[700];
     snprintf(jp, sizeof jp, "%s/junkso/junk.so", tdir);
     write_bytes(jp, "not an ELF file\n", 16);
     snprintf(args, sizeof args, "%s/junkso", tdir);
     expect_fail("a kernel object that is not a shared library", args, "junk.so: cannot load the kernel object");
+
+    /* a damaged kernel object is refused before dlopen (which would die of SIGBUS on a truncated one) */
+    char kp[512];
+    path(kp, sizeof kp, "k.so");
+    size_t kn = 0;
+    char *kso = read_bytes(kp, &kn);
+    struct {
+        const char *name, *what;
+        size_t len;
+        long flip;
+        const char *needle;
+    } damaged[] = {
+        {"so_trunc", "a truncated kernel object", 1000, -1, "%s: has 1000 bytes, expected %zu (the listing's 'object so' line, %s:10)"},
+        {"so_empty", "an empty kernel object", 0, -1, "%s: has 0 bytes, expected %zu (the listing's 'object so' line, %s:10)"},
+        {"so_flip", "a kernel object with one byte changed", 0, 100,
+         "%s: its content hash (FNV-1a 64 of its %zu bytes) is %s, expected %s (the listing's 'object so' line, %s:10)"},
+    };
+    for (size_t k = 0; kso && k < sizeof damaged / sizeof *damaged; k++) {
+        size_t len = damaged[k].flip >= 0 ? kn : damaged[k].len;
+        make_prog(damaged[k].name, BODY);
+        char dp[512], lp[600], needle[1024];
+        snprintf(dp, sizeof dp, "%s/%s", tdir, damaged[k].name);
+        snprintf(jp, sizeof jp, "%s/k.so", dp);
+        snprintf(lp, sizeof lp, "%s/rank0.prog", dp);
+        unlink(jp); /* the link to the good object */
+        if (damaged[k].flip >= 0) kso[damaged[k].flip] ^= 0x40;
+        write_bytes(jp, kso, len);
+        if (damaged[k].flip >= 0) {
+            char got[17], want[17];
+            snprintf(got, sizeof got, "%016llx", (unsigned long long)fnv(kso, kn));
+            kso[damaged[k].flip] ^= 0x40;
+            snprintf(want, sizeof want, "%016llx", (unsigned long long)fnv(kso, kn));
+            snprintf(needle, sizeof needle, damaged[k].needle, jp, kn, got, want, lp);
+        } else {
+            snprintf(needle, sizeof needle, damaged[k].needle, jp, kn, lp);
+        }
+        expect_fail(damaged[k].what, dp, needle);
+    }
+    free(kso);
+    b = replace(BODY, so_line_of(BODY), "object so - -");
+    make_prog("so_none", b);
+    free(b);
+    snprintf(args, sizeof args, "%s/so_none", tdir);
+    snprintf(want, sizeof want, "%s/so_none/rank0.prog:10: the listing's 'object so' line names no so file", tdir);
+    expect_fail("a listing that names no kernel object ('object so - -')", args, want);
 
     b = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 2 pp 1 dp 1");
     make_prog("tp2", b);
@@ -918,7 +995,7 @@ static void test_cli(void) {
     rc = run("--help");
     check(rc == 0 && strstr(out, "usage: ppr DIR") && strstr(out, "--save-grads"), "--help: usage on stdout, exit 0");
     rc = run("--version");
-    check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 2"), "--version");
+    check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 3"), "--version");
     char p[512];
     path(p, sizeof p, "data.bin");
     snprintf(args, sizeof args, "%s/main --data=%s --steps=1 --save %s/no/such/dir/w.safetensors", tdir, p, tdir);
@@ -932,7 +1009,7 @@ static void test_cli(void) {
 /* Stage 0 holds the embedding (tied, shared: the owner) and sends x; stage 1 receives x, holds
  * gain, proj and a copy of the embedding for the head, computes the loss and sends dx back; the
  * two embedding gradients are summed by allreduce_tied. */
-static const char *const STAGE0 =
+static const char *const STAGE0_T =
     "model testlin\n"
     "mesh tp 1 pp 2 dp 1\n"
     "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
@@ -940,7 +1017,9 @@ static const char *const STAGE0 =
     "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
     "vocab 16\n"
     "kernels k 0123456789abcdef\n"
-    "cuda sm_90 - -\n"
+    "object so @SO\n" /* k.so's size and hash, known once it is compiled (main) */
+    "object cl - -\n"
+    "cuda sm_90 - - - -\n"
     "\n"
     "region params  0    512\n"
     "region grads   512  512\n"
@@ -988,7 +1067,7 @@ static const char *const STAGE0 =
     "  OPT\n"
     "end\n";
 
-static const char *const STAGE1 =
+static const char *const STAGE1_T =
     "model testlin\n"
     "mesh tp 1 pp 2 dp 1\n"
     "rank 1 stage 1 tp_rank 0 dp_rank 0\n"
@@ -996,7 +1075,9 @@ static const char *const STAGE1 =
     "step micro_batch 2 seq 4 microbatches 2 schedule 1f1b\n"
     "vocab 16\n"
     "kernels k 0123456789abcdef\n"
-    "cuda sm_90 - -\n"
+    "object so @SO\n" /* k.so's size and hash, known once it is compiled (main) */
+    "object cl - -\n"
+    "cuda sm_90 - - - -\n"
     "\n"
     "region params  0    896\n"
     "region grads   896  896\n"
@@ -1270,8 +1351,8 @@ static void test_pipeline_mpi(const W *w) {
     free(b1);
     snprintf(args, sizeof args, "%s/pipe_deadlock --steps 1", tdir);
     expect_mpi_fail("schedules that would deadlock", 2, args, "the schedules' messages cannot all complete");
-    check(strstr(out, "pipe_deadlock/rank0.prog:52: rank 0 waits in 'comm recv_bwd 0 0'") &&
-              strstr(out, "pipe_deadlock/rank1.prog:74: rank 1 waits in 'comm recv_fwd 1 0'"),
+    check(strstr(out, "pipe_deadlock/rank0.prog:54: rank 0 waits in 'comm recv_bwd 0 0'") &&
+              strstr(out, "pipe_deadlock/rank1.prog:76: rank 1 waits in 'comm recv_fwd 1 0'"),
           "the deadlock message names where each rank waits");
 
     b0 = replace(STAGE0, "model_param gain [8]\n", "model_param gain [9]\n");
@@ -1308,6 +1389,31 @@ static void expect_parse_error(const char *what, const char *from, const char *t
     expect_parse_error_in(BODY, what, from, to, needle);
 }
 
+/* BODY with from replaced by to, whose byte \001 becomes `byte` (a NUL too: the listing is parsed
+ * with its length), rehashed; needle NULL: it must load. */
+static void expect_parse_byte(const char *what, const char *from, const char *to, unsigned char byte, const char *needle) {
+    char *b = replace(BODY, from, to);
+    size_t n = strlen(b);
+    int line = line_of(b, to);
+    for (const char *q = to; *q != '\001'; q++) line += *q == '\n';
+    *strchr(b, '\001') = (char)byte;
+    char *t = malloc(n + 128);
+    int hl = snprintf(t, n + 128, "ppr-program 3\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
+    memcpy(t + hl, b, n);
+    char err[2048] = "", n2[512] = "";
+    RtProg *p = NULL;
+    int rc = rt_prog_parse("t.prog", t, (size_t)hl + n, &p, err, sizeof err);
+    rt_prog_free(p);
+    if (needle) {
+        snprintf(n2, sizeof n2, needle, line);
+        if (!check(rc != 0 && strstr(err, n2), "parser: %s -> '%s'", what, n2)) printf("  | got: %s\n", err);
+    } else if (!check(rc == 0, "parser: %s loads", what)) {
+        printf("  | got: %s\n", err);
+    }
+    free(b);
+    free(t);
+}
+
 /* The listing rules of pipeline programs: boundaries, flags, model params, comm entries. */
 static void test_pipeline_parser(void) {
     char err[2048] = "";
@@ -1336,9 +1442,9 @@ static void test_pipeline_parser(void) {
     /* boundaries */
     expect_parse_error_in(S0, "a boundary toward no stage", "boundary recv_bwd @2432 256 [2,4,8]\n",
                           "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_fwd $0 64\n",
-                          ":23: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
+                          ":25: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
     expect_parse_error_in(S0, "a missing boundary", "boundary recv_bwd @2432 256 [2,4,8]\n", "",
-                          ":22: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
+                          ":24: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
     expect_parse_error_in(S1, "recv_fwd in the arena", "boundary recv_fwd $0 256", "boundary recv_fwd @0 256",
                           ":%d: boundary recv_fwd: '@0': the received hidden state lives in the micro-batch's slot ($OFF)");
     expect_parse_error_in(S0, "a boundary shape of other bytes", "@2176 256 [2,4,8]", "@2176 256 [2,4,9]",
@@ -1347,7 +1453,7 @@ static void test_pipeline_parser(void) {
                           ":%d: boundary recv_bwd: @2436 + 256 bytes leaves the arena (2688 bytes)");
     expect_parse_error_in(S0, "a boundary given twice", "boundary recv_bwd @2432 256 [2,4,8]\n",
                           "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_bwd @2432 256\n",
-                          ":23: boundary recv_bwd is given twice (first on line 22)");
+                          ":25: boundary recv_bwd is given twice (first on line 24)");
     expect_parse_error_in(S0, "a boundary after the params", "model_param emb.weight [16,8]\n",
                           "boundary send_bwd @0 4\nmodel_param emb.weight [16,8]\n",
                           ":%d: boundary after a param line (boundaries come first)");
@@ -1364,20 +1470,20 @@ static void test_pipeline_parser(void) {
     expect_parse_error("shared with one stage", " decay 1 tied\n", " decay 1 tied shared\n",
                        ":%d: param emb.weight: shared, but the mesh has one pipeline stage (pp 1)");
     expect_parse_error_in(S1, "a param not among the model params", "model_param gain [8]\n", "",
-                          "t.prog:23: param gain is not one of the model's params");
+                          "t.prog:25: param gain is not one of the model's params");
     expect_parse_error_in(S1, "a param of another shape than its model_param", "model_param gain [8]",
                           "model_param gain [4]", "param gain: its shape differs from its model_param line");
     expect_parse_error_in(S1, "a model_param twice", "model_param gain [8]\n", "model_param gain [8]\nmodel_param gain [8]\n",
-                          ":28: model_param gain is given twice (first on line 27)");
+                          ":30: model_param gain is given twice (first on line 29)");
     expect_parse_error_in(S1, "a param after the model params", "model_param proj.weight [8,8]\n",
                           "model_param proj.weight [8,8]\nparam 3 z f32 [1] @832 init ones decay 0\n",
-                          ":29: param after a model_param line (params come first)");
+                          ":31: param after a model_param line (params come first)");
     /* allreduce_tied */
     expect_parse_error_in(S1, "allreduce_tied after grad_norm", "  allreduce_tied @1280 512\n  grad_norm sumsq <<<1,1,0>>> @6272:12\n",
                           "  grad_norm sumsq <<<1,1,0>>> @6272:12\n  allreduce_tied @1280 512\n",
-                          ":63: allreduce_tied after grad_norm (line 62): the norm needs the summed gradients");
+                          ":65: allreduce_tied after grad_norm (line 64): the norm needs the summed gradients");
     expect_parse_error_in(S1, "no allreduce_tied for a shared param", "  allreduce_tied @1280 512\n", "",
-                          "param emb.weight (line 25) is shared, but no allreduce_tied of the optimizer block sums its "
+                          "param emb.weight (line 27) is shared, but no allreduce_tied of the optimizer block sums its "
                           "gradient (@1280, 512 bytes)");
     expect_parse_error_in(S1, "allreduce_tied outside the grads", "allreduce_tied @1280 512", "allreduce_tied @384 512",
                           ":%d: allreduce_tied: @384 + 512 bytes is not inside the grads region [896, 1792)");
@@ -1388,7 +1494,7 @@ static void test_pipeline_parser(void) {
                        ":%d: allreduce_tied, but no param is marked shared");
     /* comm entries */
     expect_parse_error("comm in a one-stage program", "  F 1 1\n", "  F 1 1\n  comm send_fwd 1 1\n",
-                       ":69: comm send_fwd: this stage has no 'boundary send_fwd' line");
+                       ":71: comm send_fwd: this stage has no 'boundary send_fwd' line");
     expect_parse_error_in(S0, "an unknown comm op", "  comm send_fwd 0 0\n", "  comm send 0 0\n",
                           ":%d: comm: unknown op 'send' (expected send_fwd, recv_fwd, send_bwd or recv_bwd)");
     expect_parse_error_in(S0, "comm with 3 fields", "  comm send_fwd 0 0\n", "  comm send_fwd 0\n",
@@ -1397,21 +1503,21 @@ static void test_pipeline_parser(void) {
                           ":%d: send_fwd 0 0 before F 0");
     expect_parse_error_in(S0, "send_fwd from the arena after another F", "  F 0 0\n  comm send_fwd 0 0\n  F 1 1\n",
                           "  F 0 0\n  F 1 1\n  comm send_fwd 0 0\n",
-                          ":51: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F or B between");
+                          ":53: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F or B between");
     expect_parse_error_in(S0, "send_fwd in another slot", "  comm send_fwd 0 0\n", "  comm send_fwd 0 1\n",
                           ":%d: send_fwd 0 1: micro-batch 0's forward ran in slot 0");
     expect_parse_error_in(S0, "a second send_fwd", "  comm recv_bwd 1 1\n", "  comm recv_bwd 1 1 send_fwd 1 1\n",
                           ":%d: a second send_fwd for micro-batch 1");
     expect_parse_error_in(S0, "B before its recv_bwd", "  comm recv_bwd 1 1\n", "",
-                          ":54: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
+                          ":56: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
     expect_parse_error_in(S0, "an F while a received gradient waits in the arena", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n",
                           "  comm send_fwd 1 1 recv_bwd 0 0\n  F 0 0\n",
-                          ":53: F 0 0: the gradient received for micro-batch 0 (line 52) is in the arena, where this block may write");
+                          ":55: F 0 0: the gradient received for micro-batch 0 (line 54) is in the arena, where this block may write");
     expect_parse_error_in(S0, "two received gradients in one arena buffer", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n  comm recv_bwd 1 1\n",
                           "  comm send_fwd 1 1 recv_bwd 0 0\n  comm recv_bwd 1 1\n  B 0 0\n",
-                          ":53: recv_bwd 1 1: the gradient received for micro-batch 0 (line 52) is still waiting");
+                          ":55: recv_bwd 1 1: the gradient received for micro-batch 0 (line 54) is still waiting");
     expect_parse_error_in(S0, "OPT before every message", "  comm send_fwd 1 1 recv_bwd 0 0\n", "  comm recv_bwd 0 0\n",
-                          ":56: OPT before send_fwd of micro-batch 1");
+                          ":58: OPT before send_fwd of micro-batch 1");
     expect_parse_error_in(S1, "F before its recv_fwd", "  comm recv_fwd 0 0\n  F 0 0\n", "  F 0 0\n  comm recv_fwd 0 0\n",
                           ":%d: F 0 0 before recv_fwd 0 0 (the stage's input comes from the previous stage)");
     expect_parse_error_in(S1, "recv_fwd into a busy slot", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
@@ -1420,7 +1526,7 @@ static void test_pipeline_parser(void) {
     expect_parse_error_in(S1, "send_bwd before its B", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
                           "  comm send_bwd 0 0\n  B 0 0\n  comm recv_fwd 1 0\n", ":%d: send_bwd 0 0 before B 0");
     expect_parse_error_in(S1, "two buffers of one comm entry overlap", "boundary send_bwd @6016 256", "boundary send_bwd @3584 256",
-                          ":74: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
+                          ":76: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
     expect_parse_error_in(S1, "comm after OPT", "  OPT\n", "  OPT\n  comm send_bwd 1 0\n",
                           "'comm' after OPT (OPT is the schedule's last entry)");
 }
@@ -1483,7 +1589,7 @@ static void test_tp_parser(void) {
                           "tied shard 0 0 8 12", ":%d: param emb.weight: tied, so its first dim 12 must be the vocab 16");
     expect_parse_error_in(tb, "a dense shape other than the model_param's", "model_param proj.weight [8,8]",
                           "model_param proj.weight [8,6]",
-                          "t.prog:22: param proj.weight: its dense shape differs from its model_param line (line 25)");
+                          "t.prog:24: param proj.weight: its dense shape differs from its model_param line (line 27)");
     /* allreduce */
     expect_parse_error_in(tb, "allreduce tp/R with R not dividing tp", "allreduce tp/2 sum", "allreduce tp/3 sum",
                           ":%d: allreduce: group tp/3: 3 does not divide tp 2");
@@ -1503,7 +1609,7 @@ static void test_tp_parser(void) {
                           ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES')");
     expect_parse_error_in(tb, "allreduce of gradients after grad_norm", "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                           "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  allreduce tp sum @1344 32\n",
-                          ":66: allreduce of gradients after grad_norm (line 65): the norm needs the summed gradients");
+                          ":68: allreduce of gradients after grad_norm (line 67): the norm needs the summed gradients");
     free(tb);
 
     /* data parallelism: microbatches is the step's M, each replica's schedule runs M/dp of them */
@@ -1519,12 +1625,12 @@ static void test_tp_parser(void) {
     rt_prog_free(p);
     free(t);
     expect_parse_error_in(db, "a schedule running the step's M micro-batches in one replica", "  F 0 0\n  B 0 0\n",
-                          "  F 0 0\n  B 0 0\n  F 1 1\n", ":70: micro-batch: expected an integer in [0, 0], found '1'");
+                          "  F 0 0\n  B 0 0\n  F 1 1\n", ":72: micro-batch: expected an integer in [0, 0], found '1'");
     expect_parse_error_in(db, "microbatches not a multiple of dp", "microbatches 2", "microbatches 3",
                           ":%d: step: microbatches 3 is not a multiple of dp 2");
     expect_parse_error_in(db, "allreduce dp over part of the gradients", "allreduce dp sum @832 832",
                           "allreduce dp sum @832 512",
-                          "param gain (line 21): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
+                          "param gain (line 23): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
                           "(@1344, 32 bytes) over the replicas");
     free(db);
 }
@@ -1577,39 +1683,74 @@ static void test_parser(void) {
                        ":7: peers: prev: expected an integer in [-1, 0], found '-2'");
     expect_parse_error("a data-parallel mesh whose replicas' gradients are never summed", "mesh tp 1 pp 1 dp 1",
                        "mesh tp 1 pp 1 dp 2",
-                       "param emb.weight (line 20): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
+                       "param emb.weight (line 22): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
                        "gradient (@832, 512 bytes) over the replicas");
     expect_parse_error("a pipeline mesh without a peers line", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 2 dp 1",
                        ":7: expected 'peers prev P next N' (a pipeline-parallel program names its neighbours), found 'step'");
     expect_parse_error("schedule with two words", "schedule\n", "schedule a b\n", ":%d: expected 'schedule' or 'schedule NAME'");
     expect_parse_error("CRLF line ends", "model testlin\n", "model testlin\r\n", ":%d: carriage return");
+    /* a listing is text throughout: NUL and control bytes are errors in comments too; bytes >= 0x80 may
+     * appear there */
+    expect_parse_byte("a NUL byte in a comment", "# two micro-batches in flight", "# two micro-batches\001in flight", 0,
+                      ":%d: NUL byte (a listing is text)");
+    expect_parse_byte("a NUL byte in the first line's comment", "model testlin\n", "model testlin # \001\n", 0,
+                      ":%d: NUL byte (a listing is text)");
+    expect_parse_byte("a NUL byte in a comment line after the schedule", "  OPT\nend\n", "  OPT\nend\n# done\001\n", 0,
+                      ":%d: NUL byte (a listing is text)");
+    expect_parse_byte("a bell character in a comment", "# two micro-batches in flight", "# two micro-batches\001in flight",
+                      7, ":%d: control character 0x07");
+    expect_parse_byte("a carriage return in a comment", "# two micro-batches in flight",
+                      "# two micro-batches\001in flight", '\r', ":%d: carriage return");
+    expect_parse_byte("a byte >= 0x80 in a comment", "# two micro-batches in flight", "# two micro-batches\001in flight",
+                      0xe9, NULL);
     expect_parse_error("header order", "mesh tp 1 pp 1 dp 1\nrank", "rank 0 stage 0 tp_rank 0 dp_rank 0\nmesh tp 1 pp 1 dp 1\nrank",
                        ":%d: expected 'mesh tp N pp N dp N' (the header lines come in a fixed order)");
     expect_parse_error("no vocab line", "vocab 16\n", "", ":8: expected 'vocab N'");
     expect_parse_error("vocab 0", "vocab 16\n", "vocab 0\n", ":%d: vocab: expected an integer in [1, 2147483647], found '0'");
     expect_parse_error("tied param whose first dim is not the vocab", "vocab 16\n", "vocab 17\n",
                        "param emb.weight: tied, so its first dim 16 must be the vocab 17");
-    expect_parse_error("cuda line with a bad target", "cuda sm_90 - -", "cuda volta - -",
+    expect_parse_error("cuda line with a bad target", "cuda sm_90 - - - -", "cuda volta - - - -",
                        ":%d: cuda: 'volta' is not a GPU architecture (sm_80, sm_90, ...)");
-    expect_parse_error("cuda line with one hash", "cuda sm_90 - -", "cuda sm_90 0123456789abcdef -",
-                       ":%d: cuda: the cubin and the PTX come together: both hashes, or both '-'");
-    expect_parse_error("cuda line with a short hash", "cuda sm_90 - -", "cuda sm_90 0123 -",
+    expect_parse_error("cuda line with the cubin alone", "cuda sm_90 - - - -", "cuda sm_90 12 0123456789abcdef - -",
+                       ":%d: cuda: the cubin and the PTX come together: both sizes and hashes, or all '-'");
+    expect_parse_error("cuda line with a size and no hash", "cuda sm_90 - - - -", "cuda sm_90 12 - 8 0123456789abcdef",
+                       ":%d: cuda: the cubin file's size and hash come together: both, or both '-'");
+    expect_parse_error("cuda line with a short hash", "cuda sm_90 - - - -", "cuda sm_90 12 0123 8 0123456789abcdef",
                        ":%d: cuda: cubin hash: expected 16 lowercase hex digits or '-', found '0123'");
-    expect_parse_error("no cuda line", "cuda sm_90 - -\n", "",
-                       ":11: expected 'cuda ARCH CUBIN-HEX16|- PTX-HEX16|-' (the header lines come in a fixed order)");
+    expect_parse_error("cuda line of version 2 (hashes without sizes)", "cuda sm_90 - - - -", "cuda sm_90 - -",
+                       ":%d: expected 6 fields, found 4 (the line reads 'cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- "
+                       "PTX-BYTES|- PTX-HEX16|-')");
+    expect_parse_error("no cuda line", "cuda sm_90 - - - -\n", "",
+                       ":13: expected 'cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- PTX-BYTES|- PTX-HEX16|-' (the header lines "
+                       "come in a fixed order)");
+    /* the kernel files' sizes and hashes (version 3) */
+    expect_parse_error("no object lines", "object cl - -\n", "",
+                       ":11: expected 'object cl BYTES|- HEX16|-' (the header lines come in a fixed order), found 'cuda'");
+    expect_parse_error("object lines out of order", "object cl - -\n", "object so - -\n",
+                       ":%d: expected 'cl', found 'so' (the line reads 'object cl BYTES|- HEX16|-')");
+    expect_parse_error("an object line of an unknown file", "object cl - -", "object dll - -",
+                       ":%d: expected 'cl', found 'dll' (the line reads 'object cl BYTES|- HEX16|-')");
+    expect_parse_error("an object line with a size but no hash", "object cl - -", "object cl 100 -",
+                       ":%d: object: the cl file's size and hash come together: both, or both '-'");
+    expect_parse_error("an object line with a zero size", "object cl - -", "object cl 0 0123456789abcdef",
+                       ":%d: object: cl bytes: expected an integer in [1, 2^40] or '-', found '0'");
+    expect_parse_error("an object line with an upper-case hash", "object cl - -", "object cl 10 0123456789ABCDEF",
+                       ":%d: object: cl hash: expected 16 lowercase hex digits or '-', found '0123456789ABCDEF'");
+    expect_parse_error("an object line with a third field", "object cl - -", "object cl 10 0123456789abcdef x",
+                       ":%d: expected 4 fields, found 5 (the line reads 'object cl BYTES|- HEX16|-')");
     expect_parse_error("kernel files with a path", "kernels k ", "kernels ../k ",
                        ":%d: kernels: '../k' is not a name (letters, digits, '_')");
     expect_parse_error("regions overlap", "region scratch 6272 1344", "region scratch 6208 1344",
-                       "regions slots (line 16) and scratch (line 17) overlap");
-    expect_parse_error("region past the arena", "arena 7616", "arena 7600", "region scratch (line 17) ends at byte 7616, past the arena (7600 bytes)");
+                       "regions slots (line 18) and scratch (line 19) overlap");
+    expect_parse_error("region past the arena", "arena 7616", "arena 7600", "region scratch (line 19) ends at byte 7616, past the arena (7600 bytes)");
     expect_parse_error("grads size differs", "region grads   832  832", "region grads   832  768",
-                       "region grads (line 13) has 768 bytes, region params 832: they share one layout");
+                       "region grads (line 15) has 768 bytes, region params 832: they share one layout");
     expect_parse_error("missing region", "region adam_v  2496 832\n", "", "region adam_v is missing (every region is given before 'arena')");
     expect_parse_error("unaligned slot size", "region slots   3328 1472 2", "region slots   3328 1480 2",
                        "the bytes of one slot are not a multiple of 64");
     expect_parse_error("param outside the params region", "@576 init normal", "@640 init normal",
                        "param proj.weight: @640 + 256 bytes is not inside the params region [0, 832)");
-    expect_parse_error("params overlap", "[8] @512 init ones", "[8] @448 init ones", "params emb.weight (line 20) and gain (line 21) overlap");
+    expect_parse_error("params overlap", "[8] @512 init ones", "[8] @448 init ones", "params emb.weight (line 22) and gain (line 23) overlap");
     expect_parse_error("duplicate param index", "param 2 proj.weight", "param 1 proj.weight", "param index 1 is given twice");
     expect_parse_error("param index gap", "param 2 proj.weight", "param 5 proj.weight", "param index 5, but there are 3 params");
     expect_parse_error("duplicate checkpoint name", "param 2 proj.weight", "param 2 gain",
@@ -1649,7 +1790,7 @@ static void test_parser(void) {
                        "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
     expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n", "block optimizer\nend\nblock optimizer2\n",
                        "the optimizer block has no grad_norm");
-    expect_parse_error("two forward blocks", "block backward", "block forward", ":47: a second forward block (the first is on line 37)");
+    expect_parse_error("two forward blocks", "block backward", "block forward", ":49: a second forward block (the first is on line 39)");
     expect_parse_error("block not ended", "  loss $1408\nend\n", "  loss $1408\n", "'block' inside block forward");
     expect_parse_error("B before F", "  F 0 0\n  F 1 1\n  B 0 0\n", "  B 0 0\n  F 0 0\n  F 1 1\n", ":%d: B 0 0 before F 0");
     expect_parse_error("B in the wrong slot", "  B 1 1\n", "  B 1 0\n", ":%d: B 1 0: micro-batch 1's forward did not run in slot 0");
@@ -1666,7 +1807,7 @@ static void test_parser(void) {
     rc = parse_msg("\x7f" "ELF\x02\x01", err, sizeof err);
     check(rc && strstr(err, "t.prog:1: control character 0x02"), "parser: binary garbage [%s]", err);
     rc = parse_msg("hello world\n", err, sizeof err);
-    check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 2'"), "parser: text that is not a listing");
+    check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 3'"), "parser: text that is not a listing");
 }
 
 /* Every operand of a parsed program, checked element by element against the arena/slot. */
@@ -1852,14 +1993,14 @@ static void fuzz_body(const char *what, const char *body, int iters) {
         int rc;
         if (rnd(10) == 0) { /* raw: the hash is stale */
             char *t = malloc(n + 64);
-            int hl = snprintf(t, n + 64, "ppr-program 2\ncompiler ppc test\nhash %016llx\n",
+            int hl = snprintf(t, n + 64, "ppr-program 3\ncompiler ppc test\nhash %016llx\n",
                               (unsigned long long)fnv(body, blen));
             memcpy(t + hl, b, n);
             rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
             free(t);
         } else { /* rehashed, with embedded NULs kept (n bytes) */
             char *t = malloc(n + 64);
-            int hl = snprintf(t, n + 64, "ppr-program 2\ncompiler ppc test\nhash %016llx\n",
+            int hl = snprintf(t, n + 64, "ppr-program 3\ncompiler ppc test\nhash %016llx\n",
                               (unsigned long long)fnv(b, n));
             memcpy(t + hl, b, n);
             rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
@@ -1911,6 +2052,20 @@ int main(int argc, char **argv) {
         printf("%d passed, %d failed\n", npass, nfail);
         return 1;
     }
+    /* the bodies name k.so's size and hash, as ppc names the objects it writes */
+    path(kc, sizeof kc, "k.so");
+    size_t kn = 0;
+    char *kso = read_bytes(kc, &kn);
+    if (!check(kso != NULL && kn > 0, "read back %s (%zu bytes)", kc, kn)) {
+        printf("%d passed, %d failed\n", npass, nfail);
+        return 1;
+    }
+    char so_line[64];
+    snprintf(so_line, sizeof so_line, "object so %zu %016llx", kn, (unsigned long long)fnv(kso, kn));
+    free(kso);
+    BODY = replace(BODY_T, "object so @SO", so_line);
+    STAGE0 = replace(STAGE0_T, "object so @SO", so_line);
+    STAGE1 = replace(STAGE1_T, "object so @SO", so_line);
     make_prog("main", BODY);
 
     W w;
@@ -1941,6 +2096,9 @@ int main(int argc, char **argv) {
     test_pipeline_mpi(&w);
     test_pipeline_parser();
 
+    free((char *)BODY);
+    free((char *)STAGE0);
+    free((char *)STAGE1);
     if (!nfail) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
         if (system(cmd) != 0) printf("note: could not remove %s\n", tdir);
