@@ -5,14 +5,19 @@
 #include "rt_prog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ERRLEN 65536
+#define EXIT_STOPPED 75 /* SIGTERM or SIGINT stopped the run at a step boundary (sysexits' EX_TEMPFAIL) */
 
 static const char usage[] =
     "usage: ppr DIR [options]\n"
@@ -42,13 +47,21 @@ static const char usage[] =
     "  --log FILE.jsonl            one JSON object per step\n"
     "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), and\n"
     "                              the measured bubble fraction of each rank\n"
+    "  --timeout SECONDS           the watchdog: a rank whose message or collective makes no\n"
+    "                              progress for this long says what it waits for, and the job\n"
+    "                              ends (default 300; 0: wait forever)\n"
     "  --quiet                     no per-step lines on stdout\n"
     "  --help                      this text\n"
-    "  --version                   ppr's version and the listing format it reads\n";
+    "  --version                   ppr's version and the listing format it reads\n"
+    "\n"
+    "SIGTERM or SIGINT (to a rank, or to mpirun, which passes SIGTERM on) stops every rank after\n"
+    "the current step; --save and --trace are written, and ppr exits with status 75. A second\n"
+    "signal ends the rank at once, without saving. docs/reliability.md has the details.\n";
 
 typedef struct {
     const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
     uint64_t seed;
+    double timeout;
     int have_seed, quiet, tf32;
     int64_t steps;
     RtHyper h;
@@ -166,6 +179,7 @@ static void parse_cli(int argc, char **argv, Cli *c) {
     memset(c, 0, sizeof *c);
     c->seed = 1;
     c->steps = 1;
+    c->timeout = RT_COMM_TIMEOUT;
     c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -204,7 +218,7 @@ static void parse_cli(int argc, char **argv, Cli *c) {
         }
         static const char *const with_value[] = {"--init", "--seed", "--data", "--steps", "--lr", "--beta1", "--beta2",
                                                  "--eps", "--wd", "--clip", "--save-grads", "--save", "--log",
-                                                 "--trace", "--device"};
+                                                 "--trace", "--device", "--timeout"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(flag, with_value[k]);
         if (!known) bad_usage("unknown option '%s'", a);
@@ -231,6 +245,7 @@ static void parse_cli(int argc, char **argv, Cli *c) {
         else if (!strcmp(flag, "--log")) c->log = v;
         else if (!strcmp(flag, "--trace")) c->trace = v;
         else if (!strcmp(flag, "--device")) c->device = v;
+        else if (!strcmp(flag, "--timeout")) c->timeout = num(flag, v, 0, 1e9, 0, 0);
         if (!*v) bad_usage("%s: empty value", flag);
     }
     if (!c->dir) bad_usage("no program directory DIR");
@@ -243,6 +258,100 @@ static void parse_cli(int argc, char **argv, Cli *c) {
     if (c->tf32 && kind != RT_DEV_CUDA) bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
     if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
     if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
+    /* the files rank 0 writes: not one file for two of them */
+    const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
+    static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++)
+            if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
+                bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
+}
+
+/* ---- output files, checked before the first step ---------------------------------------------- */
+
+/* flag's path will be written (created, or replaced through a temporary file in its directory):
+ * its directory exists and takes new files, and the path, if it exists, is a writable regular
+ * file. Nothing is changed. 0, or -1 with a message naming the option and the path. */
+static int check_output(const char *flag, const char *path, char *e, size_t elen) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: it is a directory", flag, path);
+        if (!S_ISREG(st.st_mode))
+            return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: not a regular file", flag, path);
+        int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC); /* no O_TRUNC: the file stays as it is */
+        if (fd < 0)
+            return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s", flag, path, strerror(errno));
+        close(fd);
+    } else if (errno != ENOENT) {
+        return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s", flag, path, strerror(errno));
+    }
+    size_t n = strlen(path);
+    char *dir = malloc(n + 32);
+    if (!dir) return rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+    const char *slash = strrchr(path, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == path) strcpy(dir, "/");
+    else snprintf(dir, n + 1, "%.*s", (int)(slash - path), path);
+    int rc = 0;
+    if (stat(dir, &st) != 0)
+        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: the directory %s %s", flag, path, dir,
+                        errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s is not a directory", flag, path,
+                        dir);
+    else { /* a file made and removed: the test that counts (permissions, a read-only file system, quota) */
+        size_t dl = strlen(dir);
+        snprintf(dir + dl, 32, "/.ppr-check-XXXXXX");
+        int fd = mkstemp(dir);
+        dir[dl] = 0;
+        if (fd < 0)
+            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: cannot create files in %s: %s",
+                            flag, path, dir, strerror(errno));
+        else {
+            dir[dl] = '/';
+            close(fd);
+            unlink(dir);
+        }
+    }
+    free(dir);
+    return rc;
+}
+
+/* ---- SIGTERM and SIGINT: stop at the end of the step ------------------------------------------- */
+
+static char stop_note[2][160]; /* what rank 0's handler writes (async-signal-safe: prepared) */
+
+static void on_stop_signal(int sig) {
+    if (rt_comm_stop_requested()) { /* the second: end now, as the signal would have */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    rt_comm_request_stop(sig);
+    if (me == 0) { /* once for the job: mpirun passes its SIGTERM to every rank */
+        const char *m = stop_note[sig == SIGINT];
+        ssize_t w = write(STDERR_FILENO, m, strlen(m));
+        (void)w;
+    }
+}
+
+static void catch_stop_signals(void) {
+    for (int k = 0; k < 2; k++)
+        snprintf(stop_note[k], sizeof stop_note[k],
+                 "ppr: rank %d: %s: stopping after this step (a second signal ends the rank now, without saving)\n", me,
+                 k ? "SIGINT" : "SIGTERM");
+    struct sigaction sa, was;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    static const int sigs[2] = {SIGTERM, SIGINT};
+    for (int k = 0; k < 2; k++) {
+        CHECK_IO(sigaction(sigs[k], NULL, &was) == 0, "sigaction: %s", strerror(errno));
+        if (was.sa_handler == SIG_IGN) continue; /* ignored when ppr started (a background job of a script): kept so */
+        CHECK_IO(sigaction(sigs[k], &sa, NULL) == 0, "sigaction: %s", strerror(errno));
+    }
 }
 
 /* ---- gathering params to rank 0 (--save, --save-grads) ----------------------------------- */
@@ -452,6 +561,7 @@ static int save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
     GradSave *g = ctx;
     if (g->done) return 0;
     g->done = 1;
+    rt_comm_set_what(comm, "--save-grads: the gradients to rank 0");
     return save_params(g->p, x, g->path, 1, e, elen);
 }
 
@@ -480,6 +590,7 @@ static const char *event_cat(int kind) {
 /* walls/comps: this rank's per-step wall and compute times (ms). Collective. */
 static void write_trace(const RtProg *p, RtExec *x, const char *path, const double *walls, const double *comps,
                         int64_t nsteps) {
+    rt_comm_set_what(comm, "--trace: the timelines to rank 0");
     int64_t nev = 0;
     int oom = 0;
     const RtEvent *ev = rt_exec_events(x, &nev, &oom);
@@ -600,6 +711,7 @@ static char *prog_path(const char *dir, int r) {
 
 int main(int argc, char **argv) {
     Cli c;
+    int rc;
     parse_cli(argc, argv, &c);
     /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
      * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when
@@ -609,6 +721,17 @@ int main(int argc, char **argv) {
     if (rt_comm_init(&argc, &argv, &comm, err, sizeof err)) die(err);
     me = rt_comm_rank(comm);
     nranks = rt_comm_size(comm);
+    rt_comm_set_timeout(comm, c.timeout);
+    rt_comm_set_what(comm, "the start-up");
+    catch_stop_signals();
+
+    /* the files rank 0 will write, before anything takes time */
+    rc = 0;
+    static const char *const out_flags[4] = {"--save", "--save-grads", "--log", "--trace"};
+    const char *outs[4] = {c.save, c.save_grads, c.log, c.trace};
+    for (int k = 0; k < 4 && me == 0 && !rc; k++)
+        if (outs[k]) rc = check_output(out_flags[k], outs[k], err, sizeof err);
+    settle(rc);
 
     /* the world size the programs were compiled for, before anything collective */
     char *path0 = prog_path(c.dir, 0);
@@ -627,7 +750,7 @@ int main(int argc, char **argv) {
 
     char *path = prog_path(c.dir, me);
     RtProg *p = NULL;
-    int rc = rt_prog_load(path, &p, err, sizeof err);
+    rc = rt_prog_load(path, &p, err, sizeof err);
     if (!rc && p->rank != me) {
         snprintf(err, sizeof err, "%s: the listing says 'rank %d': it is rank %d's program, not rank %d's", path, p->rank,
                  p->rank, me);
@@ -696,6 +819,8 @@ int main(int argc, char **argv) {
         rt_exec_trace(x, rt_now_ms());
     }
     GradSave gs = {p, c.save_grads, 0};
+    int64_t done = 0;
+    int stop_sig = 0, stop_rank = -1;
     for (int64_t s = 0; s < c.steps; s++) {
         double t0 = rt_now_ms(), loss = 0, gnorm = 0;
         int rc = rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err,
@@ -730,13 +855,23 @@ int main(int argc, char **argv) {
             }
             exit_all(1);
         }
+        done = s + 1;
+        /* a signal: every rank learnt it with the step's loss, and stops here together */
+        if (done < c.steps && rt_comm_stopping(comm, &stop_sig, &stop_rank)) break;
     }
     if (log) CHECK_IO(fclose(log) == 0, "%s: close failed: %s", c.log, strerror(errno));
+    if (stop_sig && me == 0) {
+        printf("ppr: %s on rank %d: stopped after step %lld of %lld%s%s\n", stop_sig == SIGINT ? "SIGINT" : "SIGTERM",
+               stop_rank, (long long)done, (long long)c.steps, c.save ? "; saving the weights to " : "",
+               c.save ? c.save : "");
+        CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+    }
+    if (c.save) rt_comm_set_what(comm, "--save: the weights to rank 0");
     if (c.save && save_params(p, x, c.save, 0, err, sizeof err)) {
         if (me == 0) print_err(err);
         exit_all(1);
     }
-    if (c.trace) write_trace(p, x, c.trace, walls, comps, c.steps);
+    if (c.trace) write_trace(p, x, c.trace, walls, comps, done);
 
     free(walls);
     free(comps);
@@ -747,5 +882,5 @@ int main(int argc, char **argv) {
     rt_prog_free(p);
     free(path);
     rt_comm_finalize(comm);
-    return 0;
+    return stop_sig ? EXIT_STOPPED : 0;
 }

@@ -33,6 +33,54 @@ int rt_comm_size(const RtComm *c);                   /* world size */
 int rt_comm_uses_mpi(const RtComm *c);
 int rt_comm_local_rank(const RtComm *c);             /* among the ranks on this machine */
 
+/* ---- the watchdog ---------------------------------------------------------------------------- */
+
+/*
+ * Every wait for a message or a collective over MPI is a nonblocking operation polled with
+ * MPI_Testsome: for 50 us with sched_yield between polls, then sleeping between them (50 us at
+ * first, each sleep 1.5 times the last, up to 1 ms), so a waiting rank does not spin on a core.
+ * When a wait makes no progress (no request of it completes; time the process did not run does
+ * not count) for the timeout, the rank prints "ppr: rank R: error: no progress for T s: waiting
+ * for rank P (WHAT; WHERE)" and tells every other rank (a message on a communicator of its own);
+ * each rank that has been waiting itself for the grace period (a quarter of the timeout, at most
+ * 1 s) prints what it waits for the same way, and after that period the job ends with MPI_Abort
+ * (exit status 1). Of a collective, the ranks named are the members of its group that did not
+ * report being in the same call. With NCCL, the device's queue is watched the same way
+ * (rt_comm_wait, rt_comm_before_host), naming its first NCCL operation.
+ */
+#define RT_COMM_TIMEOUT 300.0 /* seconds, the default */
+void rt_comm_set_timeout(RtComm *c, double seconds); /* 0: wait forever */
+
+/* What the rank is doing, named in the watchdog's message (the executor and ppr set it before
+ * the messages and collectives they start). Fields of -1 (0 for line, NULL for strings) are left
+ * out. */
+typedef struct {
+    int64_t step;     /* 0-based; printed 1-based */
+    int entry;        /* the schedule entry */
+    int block, instr; /* RT_BLK_* and the instruction's index in it */
+    int mb;           /* the micro-batch (the listing's local number) */
+    int line;         /* the listing's line */
+    const char *file; /* the listing */
+    const char *what; /* why, in words: "the step's loss", "--save: the weights to rank 0" */
+} RtWhere;
+void rt_comm_set_where(RtComm *c, const RtWhere *w);
+void rt_comm_set_what(RtComm *c, const char *what); /* outside a step: only what */
+
+/* ---- stopping at a step boundary (SIGTERM, SIGINT) --------------------------------------------- */
+
+/* Async-signal-safe: this process asks the world to stop after the current step (sig: the
+ * signal's number, > 0). */
+void rt_comm_request_stop(int sig);
+/* This process's request: the signal, or 0; -1 when the watchdog is ending the job (a signal has
+ * nothing to stop then). */
+int rt_comm_stop_requested(void);
+/* rt_comm_sum that also tells every rank whether any rank asked to stop (rt_comm_request_stop
+ * before its call): the same answer on every rank, read with rt_comm_stopping. Collective. */
+double rt_comm_step_sum(RtComm *c, double v);
+/* After rt_comm_step_sum: 1 when some rank asked to stop; *sig and *rank: the first such rank's
+ * signal and world rank. */
+int rt_comm_stopping(const RtComm *c, int *sig, int *rank);
+
 /* ---- collectives over the world (every rank calls them, in the same order) ---------------- */
 
 int rt_comm_all_ok(RtComm *c, int ok); /* 1 when ok is non-zero on every rank */
@@ -69,11 +117,16 @@ void rt_comm_groups(RtComm *c, const RtProg *p);
  * staged through host memory does, and rank 0 says so once. Other devices: MPI. Collective. */
 void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p);
 /* Waits for the device's queued work (with NCCL: watching for its asynchronous errors meanwhile;
- * a failed or dead peer ends the job). 0, or -1 with the device's message. */
+ * a failed or dead peer ends the job, and so does no progress for the timeout). 0, or -1 with the
+ * device's message. */
 int rt_comm_wait(RtComm *c, RtDev *d);
+/* Before the host reads or writes the device (which waits for the device's queue): with NCCL,
+ * rt_comm_wait, so that a stuck message is watched; otherwise nothing (0). */
+int rt_comm_before_host(RtComm *c, RtDev *d);
 
 /* The pipeline's point-to-point messages: post them all (MPI_Isend / MPI_Irecv on the world
- * communicator, peer = a world rank), then wait for all of them (MPI_Waitall). */
+ * communicator, peer = a world rank), then wait for all of them (polled, under the watchdog). The
+ * tag says what a message is (rt_boundary_msg): 2*mb for activations, 2*mb + 1 for gradients. */
 typedef struct {
     int send; /* 1: MPI_Isend, 0: MPI_Irecv */
     int peer, tag;

@@ -35,6 +35,7 @@ typedef struct {
     char *err;
     size_t errlen;
     double hook_ms, coll_ms; /* --trace: time in the hook, and in collectives inside OPT */
+    int entry; /* the schedule entry running */
 } Step;
 
 double rt_now_ms(void) {
@@ -97,7 +98,9 @@ static int64_t grad_shift(const RtProg *p) { return p->reg[RT_REG_GRADS].base - 
 
 int rt_exec_read_param(RtExec *x, int i, int grad, float *dst, char *err, size_t errlen) {
     const RtParam *q = &x->p->params[i];
-    if (rt_dev_read(x->dev, q->off + (grad ? grad_shift(x->p) : 0), dst, q->numel * 4)) return dev_failed(x, err, errlen);
+    if (rt_comm_before_host(x->comm, x->dev) ||
+        rt_dev_read(x->dev, q->off + (grad ? grad_shift(x->p) : 0), dst, q->numel * 4))
+        return dev_failed(x, err, errlen);
     return 0;
 }
 
@@ -105,6 +108,12 @@ int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t er
     const RtParam *q = &x->p->params[i];
     if (rt_dev_write(x->dev, q->off, src, q->numel * 4)) return dev_failed(x, err, errlen);
     return 0;
+}
+
+/* For the watchdog's message: the instruction n of block b (for micro-batch mb) runs. */
+static void where(Step *s, int b, int n, int mb, const RtInstr *in, const char *what) {
+    rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step, .entry = s->entry, .block = b, .instr = n, .mb = mb,
+                                              .line = in->line, .file = s->x->p->path, .what = what});
 }
 
 /* The arena offset of an operand: $ operands are relative to the micro-batch's slot. */
@@ -131,7 +140,8 @@ static int grad_norm(Step *s, const RtInstr *in) {
         if (rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a)) return -1;
         any = 1;
     }
-    if (any && rt_dev_read(x->dev, base, x->partials, 4 * grid * p->nparams)) return -1;
+    if (any && (rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * grid * p->nparams)))
+        return -1;
     double local = 0;
     for (int i = 0; i < p->nparams; i++)
         if (p->params[i].owned)
@@ -167,7 +177,9 @@ static int run_block(Step *s, int b, int mb, int slot) {
             int32_t *tok = x->batch, *lab = x->batch + bs;
             rt_data_batch(s->d, s->step, g->dp_rank * g->local_microbatches + mb, g->microbatches, g->micro_batch, g->seq,
                           in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
-            if (in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
+            where(s, b, n, mb, in, NULL);
+            rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
+            if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
             if (!rc && in->p[1].present) rc = rt_dev_write(dev, at(g, &in->p[1], slot), lab, bs * 4);
             break;
         }
@@ -193,10 +205,14 @@ static int run_block(Step *s, int b, int mb, int slot) {
             rc = rt_dev_gemm(dev, &m);
             break;
         }
-        case RT_I_SEED: rc = rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value); break;
+        case RT_I_SEED:
+            where(s, b, n, mb, in, NULL);
+            rc = rt_comm_before_host(x->comm, dev) || rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value);
+            break;
         case RT_I_LOSS: {
             float v = 0;
-            rc = rt_dev_read(dev, at(g, &in->p[0], slot), &v, sizeof v);
+            where(s, b, n, mb, in, NULL);
+            rc = rt_comm_before_host(x->comm, dev) || rt_dev_read(dev, at(g, &in->p[0], slot), &v, sizeof v);
             s->loss += (double)v / g->microbatches;
             break;
         }
@@ -204,6 +220,7 @@ static int run_block(Step *s, int b, int mb, int slot) {
         case RT_I_ALLREDUCE: {
             double c0 = s->tr ? rt_dev_time_ms(dev) : 0;
             int64_t off = at(g, &in->p[0], slot);
+            where(s, b, n, mb, in, NULL);
             if (in->kind == RT_I_ALLREDUCE_TIED) rt_comm_allreduce_emb(x->comm, dev, off, in->bytes / 4);
             else rt_comm_allreduce(x->comm, dev, in->group, in->sub, in->op, off, in->bytes / 4);
             if (s->tr) {
@@ -230,6 +247,7 @@ static int run_block(Step *s, int b, int mb, int slot) {
                     rt_trace_add(x->prof, RT_EV_HOOK, s->step, h0, h1, "save-grads");
                 }
             }
+            where(s, b, n, mb, in, "the gradient norm");
             rc = grad_norm(s, in);
             break;
         }
@@ -241,6 +259,8 @@ static int run_block(Step *s, int b, int mb, int slot) {
 
 /* A comm entry: post its messages, then wait for them. */
 static void run_comm(Step *s, const RtEntry *en) {
+    rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step, .entry = s->entry, .block = -1, .instr = -1, .mb = -1,
+                                              .line = en->line, .file = s->x->p->path});
     RtExec *x = s->x;
     const RtProg *g = x->p;
     RtP2p ops[2];
@@ -296,6 +316,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     for (int e = 0; e < g->nentries; e++) {
         const RtEntry *en = &g->sched[e];
         double t0 = timed ? rt_dev_time_ms(dev) : 0;
+        s.entry = e;
         int rc = 0;
         switch (en->kind) {
         case RT_E_ZERO_GRADS:
@@ -335,12 +356,16 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     /* without an OPT entry (a program always has one) the hook still sees the gradients */
     if (s.hook && s.hook(ctx, x, err, errlen)) return -1;
     /* the step ends when its work has run */
+    rt_comm_set_where(x->comm, &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1,
+                                          .what = "the end of the step's queued work"});
     if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
     /* the loss: the last stage's, summed over its tp_rank 0 ranks of every replica (each loss value
      * is divided by the global M already); the same everywhere */
     double t0 = s.tr ? rt_now_ms() : 0;
     double mine = g->stage == g->pp - 1 && g->tp_rank == 0 ? s.loss : 0.0;
-    s.loss = rt_comm_sum(x->comm, mine);
+    rt_comm_set_where(x->comm, &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1,
+                                          .what = "the step's loss"});
+    s.loss = rt_comm_step_sum(x->comm, mine); /* and whether a rank asked to stop (SIGTERM, SIGINT) */
     if (s.tr) {
         double t1 = rt_now_ms();
         if (rt_comm_size(x->comm) > 1) rt_trace_add(x->prof, RT_EV_COLL, step, t0, t1, "loss sum");

@@ -2,12 +2,15 @@
  * gets the bits of a reduction in the group's rank order), shards of the dense tensors (--seed and
  * --init give each rank its slice, --save reassembles the dense tensor, padding rows dropped), a
  * padded vocabulary trained over a mesh against the one-rank run, and the start-up checks of the
- * ranks' listings (every dense row owned once, the same collectives in every TP group). */
+ * ranks' listings (every dense row owned once, the same collectives in every TP group), and the
+ * watchdog of a collective that a rank never joins. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rt_comm.h"
 #include "rt_dev.h"
@@ -67,6 +70,39 @@ static float value(int r, int64_t i, int op) {
     return (float)ldexp((double)(int)(h % 2001) - 1000.0, (int)((h >> 20) % 21) - 20);
 }
 
+/* A listing as rt_mesh_check needs it for rank me of a tp x dp world: the mesh, and the tp/R
+ * groups its blocks use (subs[0..*nsub)). */
+static RtProg *fake_prog(int tp, int dp, int me, int *subs, int *nsub_out) {
+    RtProg *p = calloc(1, sizeof *p);
+    p->path = strdup("allreduce.prog");
+    p->model = strdup("allreduce");
+    p->tp = tp;
+    p->pp = 1;
+    p->dp = dp;
+    p->rank = me;
+    p->tp_rank = me % tp;
+    p->dp_rank = me / tp;
+    p->prev = p->next = -1;
+    p->micro_batch = p->seq = 1;
+    p->microbatches = p->local_microbatches = dp;
+    p->vocab = 1;
+    p->tied = -1;
+    int nsub = 0;
+    for (int r = 1; r <= tp; r++)
+        if (tp % r == 0) subs[nsub++] = r;
+    p->blk[RT_BLK_FORWARD].ins = calloc((size_t)nsub, sizeof(RtInstr));
+    p->blk[RT_BLK_FORWARD].n = nsub;
+    for (int k = 0; k < nsub; k++) {
+        RtInstr *x = &p->blk[RT_BLK_FORWARD].ins[k];
+        x->kind = RT_I_ALLREDUCE;
+        x->group = RT_G_TP_SUB;
+        x->sub = subs[k];
+        x->bytes = 4;
+    }
+    *nsub_out = nsub;
+    return p;
+}
+
 /* The buffers live in a device's arena: on cpu MPI reduces the arena itself, on opencl through a
  * host copy. */
 static int allreduce_child(int argc, char **argv, int tp, int dp, const char *device) {
@@ -82,33 +118,8 @@ static int allreduce_child(int argc, char **argv, int tp, int dp, const char *de
         rt_comm_finalize(c);
         return 1;
     }
-    /* a listing as rt_mesh_check needs it: the mesh, and the tp/R groups its blocks use */
-    RtProg *p = calloc(1, sizeof *p);
-    p->path = strdup("allreduce.prog");
-    p->model = strdup("allreduce");
-    p->tp = tp;
-    p->pp = 1;
-    p->dp = dp;
-    p->rank = me;
-    p->tp_rank = me % tp;
-    p->dp_rank = me / tp;
-    p->prev = p->next = -1;
-    p->micro_batch = p->seq = 1;
-    p->microbatches = p->local_microbatches = dp;
-    p->vocab = 1;
-    p->tied = -1;
     int subs[8], nsub = 0;
-    for (int r = 1; r <= tp; r++)
-        if (tp % r == 0) subs[nsub++] = r;
-    p->blk[RT_BLK_FORWARD].ins = calloc((size_t)nsub, sizeof(RtInstr));
-    p->blk[RT_BLK_FORWARD].n = nsub;
-    for (int k = 0; k < nsub; k++) {
-        RtInstr *x = &p->blk[RT_BLK_FORWARD].ins[k];
-        x->kind = RT_I_ALLREDUCE;
-        x->group = RT_G_TP_SUB;
-        x->sub = subs[k];
-        x->bytes = 4;
-    }
+    RtProg *p = fake_prog(tp, dp, me, subs, &nsub);
     int model_tied = 0;
     if (rt_mesh_check(c, p, "allreduce", &model_tied, err, sizeof err)) {
         fprintf(stderr, "rank %d: %s\n", me, err);
@@ -189,6 +200,91 @@ static void test_allreduce(const char *self) {
         if (rc || !t || !strstr(t, want)) printf("  | %s\n", t ? t : "(no output)");
         free(t);
     }
+}
+
+/* ---- the watchdog, inside an MPI world (test_tp --watchdog stall|late under mpirun -np 3) ---- */
+
+/* A TP group of 3 runs an allreduce; rank 2 comes 2 s late (late: the others wait, --timeout 0)
+ * or not at all (stall: --timeout 1). */
+static int watchdog_child(int argc, char **argv, const char *mode) {
+    char err[4096];
+    RtComm *c = NULL;
+    if (rt_comm_init(&argc, &argv, &c, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int me = rt_comm_rank(c), subs[8], nsub = 0, model_tied = 0, stall = !strcmp(mode, "stall");
+    RtProg *p = fake_prog(3, 1, me, subs, &nsub);
+    RtDev *dev = NULL;
+    if (rt_comm_size(c) != 3 || rt_mesh_check(c, p, "watchdog", &model_tied, err, sizeof err)) {
+        fprintf(stderr, "rank %d: 3 ranks expected; %s\n", me, err);
+        rt_comm_finalize(c);
+        return 1;
+    }
+    rt_comm_groups(c, p);
+    if (rt_dev_open("cpu", rt_comm_local_rank(c), &dev, err, sizeof err) || rt_dev_alloc(dev, 64)) {
+        fprintf(stderr, "rank %d: %s\n", me, dev ? rt_dev_error(dev) : err);
+        rt_comm_finalize(c);
+        return 1;
+    }
+    rt_comm_set_timeout(c, stall ? 1 : 0);
+    rt_comm_set_where(c, &(RtWhere){.step = 2, .entry = 5, .block = RT_BLK_BACKWARD, .instr = 7, .mb = 1, .line = 42,
+                                    .file = "fake.prog"});
+    if (me == 2) sleep(stall ? 60 : 2); /* stall: the job ends before */
+    rt_comm_allreduce(c, dev, RT_G_TP, 0, RT_OP_SUM, 0, 5);
+    if (me == 0) printf("watchdog %s: the allreduce is done\n", mode);
+    rt_dev_close(dev);
+    rt_prog_free(p);
+    rt_comm_finalize(c);
+    return 0;
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The line of text t that starts with prefix, in line (empty when there is none). */
+static void line_of(const char *t, const char *prefix, char *line, size_t n) {
+    line[0] = 0;
+    for (const char *l = t; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, prefix, strlen(prefix))) {
+            size_t k = strchr(l, '\n') ? (size_t)(strchr(l, '\n') - l) : strlen(l);
+            snprintf(line, n, "%.*s", (int)(k < n ? k : n - 1), l);
+            return;
+        }
+}
+
+static void test_watchdog(const char *self) {
+    char out[1024], l0[1024], l1[1024];
+    static const char want[] = "waiting for rank 2 (allreduce tp sum of 5 floats; step 3, micro-batch 1, schedule entry 5, "
+                               "backward instruction 7 at fake.prog:42)";
+    snprintf(out, sizeof out, "%s/watchdog_stall.txt", dir);
+    double t0 = seconds();
+    quiet = 1;
+    int rc = sh(MPIRUN "-np 3 %s --watchdog stall > %s 2>&1", self, out);
+    quiet = 0;
+    double took = seconds() - t0;
+    char *t = read_text(out, NULL);
+    line_of(t ? t : "", "ppr: rank 0: error: no progress for ", l0, sizeof l0);
+    line_of(t ? t : "", "ppr: rank 1: error: no progress for ", l1, sizeof l1);
+    int ok = rc != 0 && took < 20 && strstr(l0, want) && strstr(l1, want) && !strstr(t, "ppr: rank 2: error");
+    check(ok, "watchdog: a TP group of 3 whose rank 2 never joins the allreduce, --timeout 1: ranks 0 and 1 each name "
+              "rank 2 alone (not each other, both being in the call) and where they are; the job ends non-zero in %.1f s",
+          took);
+    if (!ok) printf("  | exit %d\n  | %s\n", rc, t ? t : "(no output)");
+    free(t);
+
+    snprintf(out, sizeof out, "%s/watchdog_late.txt", dir);
+    t0 = seconds();
+    rc = sh(MPIRUN "-np 3 %s --watchdog late > %s 2>&1", self, out);
+    took = seconds() - t0;
+    t = read_text(out, NULL);
+    ok = rc == 0 && t && strstr(t, "watchdog late: the allreduce is done") && took >= 2;
+    check(ok, "watchdog: --timeout 0 waits as long as it takes (rank 2 joins 2 s late, the allreduce completes)");
+    if (!ok) printf("  | exit %d\n  | %s\n", rc, t ? t : "(no output)");
+    free(t);
 }
 
 /* ---- safetensors helpers ------------------------------------------------------------------- */
@@ -552,11 +648,13 @@ static void test_listings(void) {
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--allreduce"))
         return allreduce_child(argc, argv, atoi(argv[2]), atoi(argv[3]), argv[4]);
+    if (argc == 3 && !strcmp(argv[1], "--watchdog")) return watchdog_child(argc, argv, argv[2]);
     const char *slash = strrchr(argv[0], '/');
     if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
     snprintf(dir, sizeof dir, "%s/tp", bin);
     if (sh("rm -rf %s && mkdir -p %s", dir, dir)) return 1;
     test_allreduce(argv[0]);
+    test_watchdog(argv[0]);
     test_shards();
     test_listings();
     printf("%d passed, %d failed\n", pass, fail);

@@ -1,0 +1,79 @@
+#!/bin/sh
+# ppr_outputs.sh BUILD_DIR - the files ppr writes (--save, --save-grads, --log, --trace) are
+# checked before anything else runs: a path that cannot be written fails within seconds of the
+# start, naming the option and the path, instead of after the last step. Last line:
+# "N passed, M failed".
+set -u
+build=${1:?usage: ppr_outputs.sh BUILD_DIR}
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+"$build/ppc" examples/tiny.pdl -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 &&
+  "$build/ppc" examples/tiny.pdl --tp 2 --pp 2 --microbatches 4 -o "$tmp/t2p2" >>"$tmp/ppc.txt" 2>&1 || {
+  cat "$tmp/ppc.txt"
+  bad "ppc examples/tiny.pdl"
+  echo "$pass passed, $fail failed"
+  exit 1
+}
+mkdir "$tmp/adir"
+
+# run LIMIT WHAT EXPECTED CMD...: CMD (a million steps: minutes of training) must fail (exit 1)
+# within LIMIT seconds, its output containing EXPECTED
+run() {
+  limit=$1 what=$2 want=$3
+  shift 3
+  t0=$(now)
+  timeout 120 "$@" >"$tmp/out.txt" 2>&1
+  rc=$?
+  took=$(elapsed "$t0" "$(now)")
+  if [ "$rc" -eq 1 ] && grep -qF -- "$want" "$tmp/out.txt" && awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t < l) }'; then
+    ok "$what: fails in $took s: $want"
+  else
+    bad "$what: should fail (exit 1) within $limit s saying '$want' (exit $rc after $took s)"
+    head -n 5 "$tmp/out.txt"
+  fi
+}
+
+for opt in --save --save-grads --log --trace; do
+  run 2 "one rank, $opt /nonexistent/x" "ppr: error: $opt /nonexistent/x: cannot open for writing: the directory /nonexistent does not exist" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /nonexistent/x
+  run 2 "one rank, $opt DIRECTORY" "ppr: error: $opt $tmp/adir: cannot open for writing: it is a directory" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" "$tmp/adir"
+  run 2 "one rank, $opt /etc/passwd/x" "ppr: error: $opt /etc/passwd/x: cannot open for writing: Not a directory" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /etc/passwd/x
+  run 2 "one rank, $opt /dev/null" "ppr: error: $opt /dev/null: cannot open for writing: not a regular file" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /dev/null
+  run 10 "tp 2 x pp 2, $opt /nonexistent/x" "ppr: error: $opt /nonexistent/x: cannot open for writing: the directory /nonexistent does not exist" \
+    $MPIRUN -np 4 "$build/ppr" "$tmp/t2p2" --steps 1000000 --quiet "$opt" /nonexistent/x
+  n=$(grep -c "^ppr: error: $opt /nonexistent/x" "$tmp/out.txt")
+  if [ "$n" -eq 1 ]; then
+    ok "tp 2 x pp 2, $opt /nonexistent/x: the message is printed once"
+  else
+    bad "tp 2 x pp 2, $opt /nonexistent/x: the message should be printed once ($n times)"
+  fi
+done
+run 2 "--save and --log of one file" "ppr: error: --save and --log name the same file '$tmp/x'" \
+  "$build/ppr" "$tmp/one" --steps 1000000 --quiet --save "$tmp/x" --log "$tmp/x"
+
+# what can be written is: an existing file (replaced), a new file in the current directory
+echo old >"$tmp/log.jsonl"
+ppr=$(cd "$build" && pwd)/ppr
+if (cd "$tmp" && "$ppr" one --steps 2 --quiet --log log.jsonl --save w.safetensors --save-grads g.safetensors \
+  --trace t.json >out.txt 2>&1) && grep -q '"step":2' "$tmp/log.jsonl" && ! grep -q old "$tmp/log.jsonl" &&
+  [ -s "$tmp/w.safetensors" ] && [ -s "$tmp/g.safetensors" ] && [ -s "$tmp/t.json" ] &&
+  [ -z "$(find "$tmp" -name '.ppr-check-*')" ]; then
+  ok "an existing --log file is replaced; --save, --save-grads, --trace without a directory part are written; no check file is left"
+else
+  bad "writable paths should be written"
+  cat "$tmp/out.txt"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
