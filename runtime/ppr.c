@@ -5,6 +5,7 @@
 #include "rt_prog.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -27,31 +28,40 @@ static const char usage[] =
     "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
     "1-rank world.\n"
     "\n"
-    "  --device D                  where the program runs: cpu (the default; also PPR_DEVICE),\n"
-    "                              opencl, opencl:N (the N-th OpenCL device), cuda, cuda:N\n"
+    "Where it runs:\n"
+    "  --device D                  cpu (the default; also PPR_DEVICE), opencl, opencl:N (the N-th\n"
+    "                              OpenCL device), cuda, cuda:N\n"
     "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
+    "\n"
+    "Weights and data:\n"
     "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
-    "  --data FILE                 training tokens: an llm.c token file, or text whose bytes are\n"
-    "                              the tokens (default: a built-in English text)\n"
+    "  --data FILE                 training tokens: an llm.c token file (magic 20240520; a *.bin\n"
+    "                              file must be one), or text whose bytes are the tokens\n"
+    "                              (default: a built-in English text)\n"
+    "\n"
+    "Training (AdamW):\n"
     "  --steps N                   training steps (default 1)\n"
-    "  --lr F                      AdamW learning rate (default 1e-3)\n"
+    "  --lr F                      learning rate (default 1e-3)\n"
     "  --beta1 F                   (default 0.9)\n"
     "  --beta2 F                   (default 0.95)\n"
     "  --eps F                     (default 1e-8)\n"
     "  --wd F                      weight decay of the params marked decay 1 (default 0.1)\n"
     "  --clip F                    clip the global gradient norm to F (default: no clipping)\n"
+    "\n"
+    "Outputs (checked writable before the first step):\n"
+    "  --save W.safetensors        the weights after the last step\n"
     "  --save-grads G.safetensors  the first step's gradients, accumulated over the micro-batches,\n"
     "                              before clipping\n"
-    "  --save W.safetensors        the weights after the last step\n"
     "  --log FILE.jsonl            one JSON object per step\n"
     "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), and\n"
     "                              the measured bubble fraction of each rank\n"
+    "  --quiet                     no per-step lines on stdout\n"
+    "\n"
     "  --timeout SECONDS           the watchdog: a rank whose message or collective makes no\n"
     "                              progress for this long says what it waits for, and the job\n"
     "                              ends (default 300; 0: wait forever)\n"
-    "  --quiet                     no per-step lines on stdout\n"
-    "  --help                      this text\n"
+    "  -h, --help                  this text\n"
     "  --version                   ppr's version and the listing format it reads\n"
     "\n"
     "SIGTERM or SIGINT (to a rank, or to mpirun, which passes SIGTERM on) stops every rank after\n"
@@ -79,8 +89,7 @@ static void bad_usage(const char *fmt, ...) {
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\n", stderr);
-    fputs(usage, stderr);
+    fputs("\nusage: ppr DIR [options]  ('ppr --help' lists them)\n", stderr);
     exit(1);
 }
 
@@ -181,72 +190,66 @@ static void parse_cli(int argc, char **argv, Cli *c) {
     c->steps = 1;
     c->timeout = RT_COMM_TIMEOUT;
     c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--version")) {
-            printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION);
-            exit(0);
-        }
-        if (!strcmp(a, "--quiet")) {
-            c->quiet = 1;
-            continue;
-        }
-        if (!strcmp(a, "--tf32")) {
-            c->tf32 = 1;
-            continue;
-        }
-        if (a[0] != '-' || !a[1]) {
-            if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, a);
-            c->dir = a;
-            continue;
-        }
-        /* --flag VALUE or --flag=VALUE */
+    enum { O_INIT = 256, O_SEED, O_DATA, O_STEPS, O_LR, O_BETA1, O_BETA2, O_EPS, O_WD, O_CLIP, O_SAVE_GRADS, O_SAVE,
+           O_LOG, O_TRACE, O_DEVICE, O_TIMEOUT, O_QUIET, O_TF32, O_VERSION };
+    static const struct option longs[] = {
+        {"init", required_argument, NULL, O_INIT},   {"seed", required_argument, NULL, O_SEED},
+        {"data", required_argument, NULL, O_DATA},   {"steps", required_argument, NULL, O_STEPS},
+        {"lr", required_argument, NULL, O_LR},       {"beta1", required_argument, NULL, O_BETA1},
+        {"beta2", required_argument, NULL, O_BETA2}, {"eps", required_argument, NULL, O_EPS},
+        {"wd", required_argument, NULL, O_WD},       {"clip", required_argument, NULL, O_CLIP},
+        {"save-grads", required_argument, NULL, O_SAVE_GRADS},
+        {"save", required_argument, NULL, O_SAVE},   {"log", required_argument, NULL, O_LOG},
+        {"trace", required_argument, NULL, O_TRACE}, {"device", required_argument, NULL, O_DEVICE},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"quiet", no_argument, NULL, O_QUIET},       {"tf32", no_argument, NULL, O_TF32},
+        {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, O_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0; /* the messages below name the option as it was written */
+    for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
+        /* the option as written: argv's last for a missing value or an unknown one, else its name */
+        const char *a = argv[optind - 1], *v = optarg;
         char flag[32];
-        const char *v;
-        const char *eq = strchr(a, '=');
-        if (eq && (size_t)(eq - a) < sizeof flag) {
-            memcpy(flag, a, (size_t)(eq - a));
-            flag[eq - a] = 0;
-            v = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", a);
-            v = NULL;
-        }
-        static const char *const with_value[] = {"--init", "--seed", "--data", "--steps", "--lr", "--beta1", "--beta2",
-                                                 "--eps", "--wd", "--clip", "--save-grads", "--save", "--log",
-                                                 "--trace", "--device", "--timeout"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(flag, with_value[k]);
-        if (!known) bad_usage("unknown option '%s'", a);
-        if (!v) {
-            if (i + 1 >= argc) bad_usage("%s needs a value", flag);
-            v = argv[++i];
-        }
-        if (!strcmp(flag, "--init")) c->init = v;
-        else if (!strcmp(flag, "--seed")) {
+        if (li >= 0) snprintf(flag, sizeof flag, "--%s", longs[li].name);
+        else snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
+        if (v && !*v) bad_usage("%s: empty value", flag);
+        switch (o) {
+        case 'h': fputs(usage, stdout); exit(0);
+        case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
+        case O_QUIET: c->quiet = 1; break;
+        case O_TF32: c->tf32 = 1; break;
+        case O_INIT: c->init = v; break;
+        case O_SEED:
             c->seed = count(flag, v, UINT64_MAX);
             c->have_seed = 1;
-        } else if (!strcmp(flag, "--data")) c->data = v;
-        else if (!strcmp(flag, "--steps")) c->steps = (int64_t)count(flag, v, 1000000000);
-        else if (!strcmp(flag, "--lr")) c->h.lr = num(flag, v, 0, 1e9, 0, 0);
-        else if (!strcmp(flag, "--beta1")) c->h.beta1 = num(flag, v, 0, 1, 0, 1);
-        else if (!strcmp(flag, "--beta2")) c->h.beta2 = num(flag, v, 0, 1, 0, 1);
-        else if (!strcmp(flag, "--eps")) c->h.eps = num(flag, v, 0, 1e9, 1, 0);
-        else if (!strcmp(flag, "--wd")) c->h.wd = num(flag, v, 0, 1e9, 0, 0);
-        else if (!strcmp(flag, "--clip")) {
+            break;
+        case O_DATA: c->data = v; break;
+        case O_STEPS: c->steps = (int64_t)count(flag, v, 1000000000); break;
+        case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
+        case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
+        case O_BETA2: c->h.beta2 = num(flag, v, 0, 1, 0, 1); break;
+        case O_EPS: c->h.eps = num(flag, v, 0, 1e9, 1, 0); break;
+        case O_WD: c->h.wd = num(flag, v, 0, 1e9, 0, 0); break;
+        case O_CLIP:
             c->h.clip = num(flag, v, 0, 1e30, 1, 0);
             c->h.use_clip = 1;
-        } else if (!strcmp(flag, "--save-grads")) c->save_grads = v;
-        else if (!strcmp(flag, "--save")) c->save = v;
-        else if (!strcmp(flag, "--log")) c->log = v;
-        else if (!strcmp(flag, "--trace")) c->trace = v;
-        else if (!strcmp(flag, "--device")) c->device = v;
-        else if (!strcmp(flag, "--timeout")) c->timeout = num(flag, v, 0, 1e9, 0, 0);
-        if (!*v) bad_usage("%s: empty value", flag);
+            break;
+        case O_SAVE_GRADS: c->save_grads = v; break;
+        case O_SAVE: c->save = v; break;
+        case O_LOG: c->log = v; break;
+        case O_TRACE: c->trace = v; break;
+        case O_DEVICE: c->device = v; break;
+        case O_TIMEOUT: c->timeout = num(flag, v, 0, 1e9, 0, 0); break;
+        case ':': bad_usage("%s needs a value", flag); break;
+        default: /* '?': getopt_long's answer for an option it does not know */
+            if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
+            bad_usage("unknown option '%s'", a);
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
+        c->dir = argv[i];
     }
     if (!c->dir) bad_usage("no program directory DIR");
     if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";

@@ -983,7 +983,7 @@ static void test_cli(void) {
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         snprintf(args, sizeof args, "%s%s%s", bad[k].args[0] == 0 ? "" : tdir, bad[k].args[0] == 0 ? "" : "/main ", bad[k].args);
         int rc = run(args);
-        int ok = rc == 1 && sane(rc) && strstr(out, bad[k].needle) && strstr(out, "usage: ppr DIR");
+        int ok = rc == 1 && sane(rc) && strstr(out, bad[k].needle) && strstr(out, "usage: ppr DIR [options]  ('ppr --help' lists them)");
         if (!check(ok, "bad flags '%s': usage and exit 1, saying '%s'", bad[k].args, bad[k].needle)) {
             printf("  | exit %d\n", rc);
             show();
