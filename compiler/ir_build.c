@@ -881,7 +881,7 @@ static char *expand_ckpt(Builder *b, const Stmt *s) {
     if (c >= 127)
       err(b, at, "the checkpoint name has a byte that is not ASCII (0x%02x): names are printable ASCII", c);
     else
-      err(b, at, "the checkpoint name has a space, quote, backslash or control character");
+      err(b, at, "the checkpoint name has a space, quote, backslash, '#' or control character");
     return NULL;
   }
   if (b->loopvar && !used) {
@@ -1160,7 +1160,7 @@ static void stmts(Builder *b, const Stmt *s) {
     case S_MODEL:
       if (b->depth) { err(b, s->loc, "'model' belongs at the top of the file"); break; }
       if (pp_name_bad_at(s->name) >= 0) {
-        err(b, s->name_loc, "the model name must be 1 to %d bytes of printable ASCII without space, quote or backslash",
+        err(b, s->name_loc, "the model name must be 1 to %d bytes of printable ASCII without space, quote, backslash or '#'",
             PP_MAX_NAME);
         break;
       }
@@ -1291,7 +1291,7 @@ static char *model_name_from_path(const char *path) {
   size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
   char *name = xstrndup(base, n < PP_MAX_NAME ? n : PP_MAX_NAME);
   for (char *c = name; *c; c++) /* "my model.pdl": a name the listing can carry */
-    if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 127 || *c == '"' || *c == '\\') *c = '_';
+    if (pp_name_bad_at((char[]){*c, 0}) >= 0) *c = '_';
   if (!*name) name = (free(name), xstrdup("model"));
   return name;
 }

@@ -15,7 +15,7 @@
 #define PP_MAX_LAYERS 100000                 /* repetitions of the repeated layer */
 
 /* A name that a listing can carry as one field and a safetensors header as one key: printable
- * ASCII without space, quote or backslash, 1 to PP_MAX_NAME bytes. Returns the offset of the
+ * ASCII without space, quote, backslash or '#' (a listing's comment), 1 to PP_MAX_NAME bytes. Returns the offset of the
  * first byte that is not allowed, or -1 when the name is good (a length error reports 0 for an
  * empty name and PP_MAX_NAME for a long one). */
 static inline int64_t pp_name_bad_at(const char *s) {
@@ -24,7 +24,7 @@ static inline int64_t pp_name_bad_at(const char *s) {
   if (n > PP_MAX_NAME) return PP_MAX_NAME;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (c <= ' ' || c >= 127 || c == '"' || c == '\\') return (int64_t)i;
+    if (c <= ' ' || c >= 127 || c == '"' || c == '\\' || c == '#') return (int64_t)i;
   }
   return -1;
 }
