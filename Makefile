@@ -18,7 +18,8 @@ LDLIBS := -lm
 
 GEN      := $(BUILD)/gen
 COMPILER := $(wildcard compiler/*.c)
-RUNTIME  := runtime/rt_safetensors.c runtime/rt_data.c
+RUNTIME  := runtime/rt_safetensors.c runtime/rt_data.c runtime/rt_util.c
+RT_LIBS  := -ljansson # the safetensors header JSON (Debian: libjansson-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
 TEMPLATES := $(sort $(wildcard kernels/*.h))
 OBJ      := $(patsubst %.c,$(BUILD)/%.o,$(COMPILER)) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/kernels_embed.o
@@ -49,7 +50,7 @@ MPI_CFLAGS = $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/nul
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c 2>/dev/null)
 # OpenCL (Debian: ocl-icd-opencl-dev, opencl-headers; the CPU's driver pocl-opencl-icd) and
 # CLBlast (libclblast-dev) for the opencl device.
-PPR_LIBS  = -lopenblas -lclblast -lOpenCL -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
+PPR_LIBS  = -lopenblas -lclblast -lOpenCL $(RT_LIBS) -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
 RT_SRC   := runtime/rt_prog.c runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
             runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c $(RUNTIME)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
@@ -107,8 +108,8 @@ $(PPR): $(BUILD)/runtime/ppr.o $(RT_OBJ)
 
 # ---- tests ------------------------------------------------------------------------------------
 UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition
-$(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
 $(BUILD)/test_gemm: tests/unit/test_gemm.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) $(BLAS_INC) -o $@ tests/unit/test_gemm.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
@@ -128,16 +129,16 @@ $(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
-$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) runtime/rt_io.h
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # per-op finite-difference gradient checks of the small models in tests/gradcheck/
-$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) runtime/rt_io.h
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # every mesh and schedule against the one-rank run, over MPI
-$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) runtime/rt_io.h
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # tensor and data parallelism: the allreduce (run by itself under mpirun), shards, start-up checks
 $(BUILD)/test_tp: tests/unit/test_tp.c $(RT_OBJ) $(RT_HDR)

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* dl_iterate_phdr, for pin_libraries */
 #endif
 #include "rt_comm.h"
+#include "rt_util.h"
 
 #include <mpi.h>
 #include <sched.h>
@@ -110,12 +111,6 @@ _Noreturn void rt_comm_internal(const char *what, const char *file, int line) {
 }
 
 /* ---- the watchdog ---------------------------------------------------------------------------- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_ns(long ns) {
     struct timespec ts = {0, ns};
@@ -241,7 +236,7 @@ _Noreturn static void stuck(RtComm *c, const Wait *w, const MPI_Request *req, co
     /* the job ends: a SIGTERM (Open MPI's MPI_Abort sends one before SIGKILL) has nothing to stop,
      * and ends the rank as a second one would */
     stop_signal = -1;
-    double t = now_s();
+    double t = rt_util_now_s();
     int n = c->size, nsent = 0;
     Notice mine = {.rank = c->rank, .timed_out = timed_out, .in_coll = w->g != MPI_COMM_NULL, .gid = w->gid, .seq = w->seq,
                    .waited = t - since};
@@ -264,7 +259,7 @@ _Noreturn static void stuck(RtComm *c, const Wait *w, const MPI_Request *req, co
         int done = 0;
         if (nsent) MPI_CHECK(MPI_Testall(nsent, sent, &done, MPI_STATUSES_IGNORE));
         sleep_ns(NAP_MAX);
-    } while (now_s() - t < grace);
+    } while (rt_util_now_s() - t < grace);
 
     /* whom this rank waits for */
     int *who = malloc((size_t)(n + MAX_REQ) * sizeof *who), nwho = 0;
@@ -331,7 +326,7 @@ _Noreturn static void stuck(RtComm *c, const Wait *w, const MPI_Request *req, co
 static void wait_reqs(RtComm *c, int n, MPI_Request *req, const Wait *w) {
     int idx[MAX_REQ], left = n;
     long nap = NAP_MIN;
-    double since = now_s(), last = since;
+    double since = rt_util_now_s(), last = since;
     if (n > MAX_REQ) RT_INTERNAL("too many requests in one wait");
     for (;;) {
         int out = 0;
@@ -339,11 +334,11 @@ static void wait_reqs(RtComm *c, int n, MPI_Request *req, const Wait *w) {
         if (out == MPI_UNDEFINED) return; /* every request was done already */
         if (out > 0) {
             if ((left -= out) <= 0) return;
-            since = now_s();
+            since = rt_util_now_s();
             nap = NAP_MIN;
             continue;
         }
-        double t = now_s();
+        double t = rt_util_now_s();
         if (t - since < SPIN) { /* a short wait is over soon: poll, letting others run meanwhile */
             sched_yield();
             continue;
@@ -757,7 +752,7 @@ int rt_comm_wait(RtComm *c, RtDev *d) {
 #ifdef PPR_CUDA
     if (c && c->nccl) {
         struct timespec nap = {0, 100000}; /* 0.1 ms */
-        double since = now_s();
+        double since = rt_util_now_s();
         for (;;) {
             int q = rt_dev_query(d);
             if (q <= 0) {
@@ -774,7 +769,7 @@ int rt_comm_wait(RtComm *c, RtDev *d) {
                     nccl_fail(e, "a collective or message (ncclCommGetAsyncError)", __FILE__, __LINE__);
                 }
             }
-            double t = now_s();
+            double t = rt_util_now_s();
             int late = c->timeout > 0 && t - since >= c->timeout;
             if (late || notice_waiting(c)) { /* the device's queue is stuck: name its first NCCL operation */
                 Wait w = {.op = c->nccl_op ? c->nccl_op : "the device's queued work", .g = c->nccl_g, .seq = c->nccl_seq,

@@ -1,24 +1,13 @@
 /* rt_data.c - token data sets (llm.c uint16 token files or raw-byte text) and the deterministic batch order. */
 #include "rt_io.h"
+#include "rt_util.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define LLMC_HEADER_BYTES 1024 /* 256 int32 */
 #define LLMC_MODEL_MAGIC 20240326     /* llm.c's model checkpoint (gpt2_124M.bin) */
 #define LLMC_TOKENIZER_MAGIC 20240328 /* llm.c's tokenizer (gpt2_tokenizer.bin) */
-
-#if defined(__GNUC__)
-#define RT_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define RT_PRINTF(a, b)
-#endif
 
 struct RtData {
     int64_t n;                /* token count */
@@ -27,15 +16,6 @@ struct RtData {
     const unsigned char *tok; /* first token inside buf */
     int max_token;
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) RT_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static int32_t rd_i32(const unsigned char *b) {
     uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
@@ -76,29 +56,32 @@ static int llmc_impostor(const char *name, const unsigned char *buf, size_t size
     static const char *const want = "expected an llm.c token file: int32 magic 20240520 (little-endian), version 1";
     if (size < 4) {
         if (!ends_with_bin(name)) return 0;
-        set_err(err, errlen, "%s: %zu bytes, too short for an llm.c token file (%s): a --data file named *.bin is one; "
-                "name a text file otherwise", name, size, want);
+        rt_util_set_err(err, errlen,
+                        "%s: %zu bytes, too short for an llm.c token file (%s): a --data file named *.bin is one; "
+                        "name a text file otherwise", name, size, want);
         return -1;
     }
     int32_t le = rd_i32(buf);
     int64_t be = (int64_t)((uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3]);
     if (le == LLMC_MODEL_MAGIC || le == LLMC_TOKENIZER_MAGIC) {
-        set_err(err, errlen, "%s: an llm.c %s (magic %d), not a token file: %s", name,
-                le == LLMC_MODEL_MAGIC ? "model checkpoint" : "tokenizer", (int)le, want);
+        rt_util_set_err(err, errlen, "%s: an llm.c %s (magic %d), not a token file: %s", name,
+                        le == LLMC_MODEL_MAGIC ? "model checkpoint" : "tokenizer", (int)le, want);
         return -1;
     }
     if (be == RT_DATA_LLMC_MAGIC) {
-        set_err(err, errlen, "%s: starts with the llm.c token magic 20240520 big-endian: %s", name, want);
+        rt_util_set_err(err, errlen, "%s: starts with the llm.c token magic 20240520 big-endian: %s", name, want);
         return -1;
     }
     if (date_like(le) || date_like(be)) {
-        set_err(err, errlen, "%s: starts like an llm.c file (first int32 %lld) but not with the token file magic: %s",
-                name, (long long)(date_like(le) ? le : be), want);
+        rt_util_set_err(err, errlen,
+                        "%s: starts like an llm.c file (first int32 %lld) but not with the token file magic: %s", name,
+                        (long long)(date_like(le) ? le : be), want);
         return -1;
     }
     if (ends_with_bin(name)) {
-        set_err(err, errlen, "%s: first int32 %d: %s (a --data file named *.bin is one; name a text file otherwise)",
-                name, (int)le, want);
+        rt_util_set_err(err, errlen,
+                        "%s: first int32 %d: %s (a --data file named *.bin is one; name a text file otherwise)", name,
+                        (int)le, want);
         return -1;
     }
     return 0;
@@ -108,40 +91,41 @@ static int llmc_impostor(const char *name, const unsigned char *buf, size_t size
 static int from_buffer(const char *name, unsigned char *buf, size_t size, int detect, RtData **out, char *err,
                        size_t errlen) {
     if (size == 0) {
-        set_err(err, errlen, "%s: empty token data (0 bytes)", name);
+        rt_util_set_err(err, errlen, "%s: empty token data (0 bytes)", name);
         free(buf);
         return -1;
     }
     RtData *d = calloc(1, sizeof *d);
     if (!d) {
-        set_err(err, errlen, "%s: out of memory", name);
+        rt_util_set_err(err, errlen, "%s: out of memory", name);
         free(buf);
         return -1;
     }
     d->buf = buf;
     if (detect && size >= 4 && rd_i32(buf) == RT_DATA_LLMC_MAGIC) {
         if (size < LLMC_HEADER_BYTES) {
-            set_err(err, errlen,
-                    "%s: llm.c token file truncated: expected at least %d header bytes, file has %zu", name,
-                    LLMC_HEADER_BYTES, size);
+            rt_util_set_err(err, errlen,
+                            "%s: llm.c token file truncated: expected at least %d header bytes, file has %zu", name,
+                            LLMC_HEADER_BYTES, size);
             goto fail;
         }
         int32_t version = rd_i32(buf + 4), count = rd_i32(buf + 8);
         if (version != 1) {
-            set_err(err, errlen, "%s: llm.c token file: unsupported version %d (expected 1)", name, (int)version);
+            rt_util_set_err(err, errlen, "%s: llm.c token file: unsupported version %d (expected 1)", name,
+                            (int)version);
             goto fail;
         }
         if (count <= 0) {
-            set_err(err, errlen, "%s: llm.c token file: token count %d (expected > 0)", name, (int)count);
+            rt_util_set_err(err, errlen, "%s: llm.c token file: token count %d (expected > 0)", name, (int)count);
             goto fail;
         }
         uint64_t expect = LLMC_HEADER_BYTES + 2 * (uint64_t)count;
         if ((uint64_t)size != expect) {
-            set_err(err, errlen,
-                    "%s: llm.c token file %s: header says %d tokens, expected %llu bytes (%d + 2*%d), "
-                    "file has %zu",
-                    name, (uint64_t)size < expect ? "truncated" : "has trailing bytes", (int)count,
-                    (unsigned long long)expect, LLMC_HEADER_BYTES, (int)count, size);
+            rt_util_set_err(err, errlen,
+                            "%s: llm.c token file %s: header says %d tokens, expected %llu bytes (%d + 2*%d), "
+                            "file has %zu",
+                            name, (uint64_t)size < expect ? "truncated" : "has trailing bytes", (int)count,
+                            (unsigned long long)expect, LLMC_HEADER_BYTES, (int)count, size);
             goto fail;
         }
         d->n = count;
@@ -150,7 +134,7 @@ static int from_buffer(const char *name, unsigned char *buf, size_t size, int de
     } else {
         if (detect && llmc_impostor(name, buf, size, err, errlen)) goto fail;
         if ((uint64_t)size > (uint64_t)INT64_MAX) {
-            set_err(err, errlen, "%s: too large", name);
+            rt_util_set_err(err, errlen, "%s: too large", name);
             goto fail;
         }
         d->n = (int64_t)size;
@@ -168,71 +152,28 @@ fail:
 int rt_data_open(const char *path, RtData **out, char *err, size_t errlen) {
     if (out) *out = NULL;
     if (!path || !out) {
-        set_err(err, errlen, "rt_data_open: NULL %s", path ? "out" : "path");
+        rt_util_set_err(err, errlen, "rt_data_open: NULL %s", path ? "out" : "path");
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        set_err(err, errlen, "%s: empty token data (0 bytes)", path);
-        return -1;
-    }
-    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
-        close(fd);
-        set_err(err, errlen, "%s: file too large for this address space", path);
-        return -1;
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    unsigned char *buf = malloc(size);
-    if (!buf) {
-        close(fd);
-        set_err(err, errlen, "%s: out of memory reading %zu bytes", path, size);
-        return -1;
-    }
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            set_err(err, errlen, "%s: read failed after %zu of %zu bytes: %s", path, got, size,
-                    r < 0 ? strerror(errno) : "unexpected end of file");
-            close(fd);
-            free(buf);
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
+    size_t size;
+    unsigned char *buf = (unsigned char *)rt_util_read_file(path, NULL, SIZE_MAX - 1, &size, err, errlen);
+    if (!buf) return -1;
     return from_buffer(path, buf, size, 1, out, err, errlen);
 }
 
 int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err, size_t errlen) {
     if (out) *out = NULL;
     if (!out || (!bytes && n > 0)) {
-        set_err(err, errlen, "<memory>: rt_data_from_memory: NULL argument");
+        rt_util_set_err(err, errlen, "<memory>: rt_data_from_memory: NULL argument");
         return -1;
     }
     if (n == 0) {
-        set_err(err, errlen, "<memory>: empty token data (0 bytes)");
+        rt_util_set_err(err, errlen, "<memory>: empty token data (0 bytes)");
         return -1;
     }
     unsigned char *buf = malloc(n);
     if (!buf) {
-        set_err(err, errlen, "<memory>: out of memory copying %zu bytes", n);
+        rt_util_set_err(err, errlen, "<memory>: out of memory copying %zu bytes", n);
         return -1;
     }
     memcpy(buf, bytes, n);

@@ -1,5 +1,6 @@
 /* rt_dev.c - the devices by name (--device cpu|opencl[:N]|cuda[:N]), the device clock and the devices' failure messages. */
 #include "rt_dev.h"
+#include "rt_util.h"
 
 #include <limits.h>
 #include <math.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *const kind_names[RT_NDEV] = {"cpu", "opencl", "cuda"}; /* ORDER RtDevKind */
 #ifdef PPR_CUDA
@@ -61,9 +61,7 @@ RtGemm rt_gemm_colmajor(const RtGemm *g) {
 
 double rt_dev_time_ms(RtDev *d) {
     int rc = rt_dev_sync(d);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return rc ? NAN : (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return rc ? NAN : rt_util_now_s() * 1e3;
 }
 
 int rt_dev_fail_at(RtDev *d, const char *file, int line, const char *fmt, ...) {

@@ -3,12 +3,12 @@
 #include "rt_dev.h"
 #include "rt_prof.h"
 #include "rt_prog.h"
+#include "rt_util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct RtExec {
     const RtProg *p;
@@ -38,11 +38,7 @@ typedef struct {
     int entry; /* the schedule entry running */
 } Step;
 
-double rt_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+double rt_now_ms(void) { return rt_util_now_s() * 1e3; }
 
 void rt_exec_set_comm(RtExec *x, RtComm *c) { x->comm = c; }
 RtDev *rt_exec_device(RtExec *x) { return x->dev; }

@@ -1,5 +1,6 @@
 /* rt_init.c - parameter initialisation: the mesh-independent seeded normal, ones, zeros, or a safetensors checkpoint. */
 #include "rt_prog.h"
+#include "rt_util.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -182,7 +183,7 @@ static int finish_msg(Msg *m, char *err, size_t errlen) {
     if (m->oom) rc = RT_FAIL("out of memory");
     else if (m->n) {
         while (m->n && m->b[m->n - 1] == '\n') m->b[--m->n] = 0;
-        if (err && errlen) snprintf(err, errlen, "%s", m->b);
+        rt_util_set_err(err, errlen, "%s", m->b);
         rc = -1;
     }
     free(m->b);
@@ -311,11 +312,10 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
             /* the element's dense index, for the message */
             int64_t o = i / (sh.len * sh.inner), r = i / sh.inner % sh.len, j = i % sh.inner;
             long long di = (long long)((o * sh.dense + sh.start + r) * sh.inner + j);
-            if (err && errlen)
-                snprintf(err, errlen,
-                     "%s: tensor %s differs from %s at element %lld (%.9g vs %.9g): the head is tied to the embedding, "
-                     "so a checkpoint may hold %s only as a copy of it",
-                     path, TIED_HEAD_NAME, q->name, di, (double)h[i], (double)e[i], TIED_HEAD_NAME);
+            rt_util_set_err(err, errlen,
+                            "%s: tensor %s differs from %s at element %lld (%.9g vs %.9g): the head is tied to the "
+                            "embedding, so a checkpoint may hold %s only as a copy of it",
+                            path, TIED_HEAD_NAME, q->name, di, (double)h[i], (double)e[i], TIED_HEAD_NAME);
             rc = -1;
         }
         free(h);

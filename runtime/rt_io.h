@@ -28,7 +28,8 @@ typedef struct RtStFile RtStFile;
 /* Open and validate a safetensors file (mmap'ed, read fallback). Accepted dtypes:
  * F32, F16, BF16. "__metadata__" (string -> string) is validated and skipped;
  * unknown keys inside a tensor entry are ignored. Checks: header length vs file
- * size and limit, strict JSON, duplicate names, end >= begin, byte span ==
+ * size and limit, strict JSON (parsed by jansson: no key twice in any object,
+ * only whitespace -- the padding -- after the object), end >= begin, byte span ==
  * product(shape) * dtype size (overflow checked), all data inside the file, no
  * two tensors' byte ranges overlap (an error naming both; an empty tensor holds
  * no bytes). The header may list the tensors in any order; holes between

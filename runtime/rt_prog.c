@@ -1,5 +1,6 @@
 /* rt_prog.c - the strict parser of ppr program listings (docs/stage-format.md) into an RtProg. */
 #include "rt_prog.h"
+#include "rt_util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -8,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* The limits shared with ppc (ranks, arena, elements, step dims, names) are pp_limits.h's. */
 #define MAX_FIELDS 128                          /* fields of one line */
@@ -27,15 +27,6 @@ int rt_fail_at(char *err, size_t errlen, const char *file, int line, const char 
     va_end(ap);
     if (n >= 0 && (size_t)n < errlen) snprintf(err + n, errlen - (size_t)n, " [%s:%d]", file, line);
     return -1;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) RT_FMT(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 uint64_t rt_fnv1a64(const void *data, size_t n) {
@@ -80,62 +71,32 @@ char *rt_kernel_file_read(const RtProg *p, const char *dir, int kind, size_t *le
              rt_kernel_file_ext(kind));
     const RtFileSum *want = &p->file[kind < 0 || kind >= RT_NKF ? 0 : kind];
     if (kind < 0 || kind >= RT_NKF || want->bytes < 0) {
-        set_err(err, errlen,
-                "%s:%d: the listing's %s line names no %s file ('- -': the listing was printed by ppc --emit program, "
-                "or ppc had no NVRTC for a cubin): compile the program with ppc -o DIR",
-                p->path, want->line, file_sum_line(kind), rt_kernel_file_ext(kind));
+        rt_util_set_err(err, errlen,
+                        "%s:%d: the listing's %s line names no %s file ('- -': the listing was printed by ppc "
+                        "--emit program, or ppc had no NVRTC for a cubin): compile the program with ppc -o DIR",
+                        p->path, want->line, file_sum_line(kind), rt_kernel_file_ext(kind));
         return NULL;
     }
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        set_err(err, errlen, "%s: cannot open the kernel file named by the listing's 'kernels' line: %s", path,
-                strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0) {
-        int e = errno;
-        fclose(fp);
-        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(e));
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(fp);
-        set_err(err, errlen, "%s: not a regular file (the kernel file named by the listing's 'kernels' line)", path);
-        return NULL;
-    }
-    if ((int64_t)st.st_size != want->bytes) {
-        fclose(fp);
-        set_err(err, errlen,
-                "%s: has %lld bytes, expected %lld (the listing's %s line, %s:%d): the file is damaged (truncated?) "
-                "or from another ppc run; compile the program again",
-                path, (long long)st.st_size, (long long)want->bytes, file_sum_line(kind), p->path, want->line);
-        return NULL;
-    }
-    size_t n = (size_t)want->bytes;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(fp);
-        set_err(err, errlen, "%s: out of memory reading its %zu bytes", path, n);
-        return NULL;
-    }
-    size_t got = fread(buf, 1, n, fp);
-    int rerr = ferror(fp);
-    fclose(fp);
-    if (got != n || rerr) {
+    size_t n;
+    char *buf = rt_util_read_file(path, "the kernel file named by the listing's 'kernels' line", (size_t)want->bytes,
+                                  &n, err, errlen);
+    if (!buf && n == 0) return NULL;
+    if (n != (size_t)want->bytes) {
         free(buf);
-        set_err(err, errlen, "%s: read %zu of %zu bytes", path, got, n);
+        rt_util_set_err(err, errlen,
+                        "%s: has %zu bytes, expected %lld (the listing's %s line, %s:%d): the file is damaged "
+                        "(truncated?) or from another ppc run; compile the program again",
+                        path, n, (long long)want->bytes, file_sum_line(kind), p->path, want->line);
         return NULL;
     }
-    buf[n] = 0;
     char found[17];
     snprintf(found, sizeof found, "%016llx", (unsigned long long)rt_fnv1a64(buf, n));
     if (strcmp(found, want->hash)) {
         free(buf);
-        set_err(err, errlen,
-                "%s: its content hash (FNV-1a 64 of its %lld bytes) is %s, expected %s (the listing's %s line, %s:%d): "
-                "the file is damaged or from another ppc run; compile the program again",
-                path, (long long)want->bytes, found, want->hash, file_sum_line(kind), p->path, want->line);
+        rt_util_set_err(err, errlen,
+                        "%s: its content hash (FNV-1a 64 of its %lld bytes) is %s, expected %s (the listing's %s "
+                        "line, %s:%d): the file is damaged or from another ppc run; compile the program again",
+                        path, (long long)want->bytes, found, want->hash, file_sum_line(kind), p->path, want->line);
         return NULL;
     }
     if (len) *len = n;
@@ -231,7 +192,7 @@ static int perr(P *s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    set_err(s->err, s->errlen, "%s:%d: %s", s->path, s->line, msg);
+    rt_util_set_err(s->err, s->errlen, "%s:%d: %s", s->path, s->line, msg);
     return -1;
 }
 
@@ -459,8 +420,8 @@ static int header_line(P *s, size_t after) {
         if (s->nf != 2 || parse_int(s->f[1], INT64_MIN, INT64_MAX, &v))
             return perr(s, "not a ppr program listing: the first line must be 'ppr-program %d'", RT_PROG_VERSION);
         if (v != RT_PROG_VERSION) {
-            set_err(s->err, s->errlen, "%s: format version %lld, this ppr reads %d", s->path, (long long)v,
-                    RT_PROG_VERSION);
+            rt_util_set_err(s->err, s->errlen, "%s: format version %lld, this ppr reads %d", s->path, (long long)v,
+                            RT_PROG_VERSION);
             return -1;
         }
         break;
@@ -483,7 +444,8 @@ static int header_line(P *s, size_t after) {
         g->hash = strtoull(s->f[1], NULL, 16);
         uint64_t h = rt_fnv1a64(s->text + after, s->len - after);
         if (h != g->hash) {
-            set_err(s->err, s->errlen, "%s: content hash mismatch: edited by hand, or written by another ppc", s->path);
+            rt_util_set_err(s->err, s->errlen, "%s: content hash mismatch: edited by hand, or written by another ppc",
+                            s->path);
             return -1;
         }
         break;
@@ -1566,21 +1528,22 @@ static int at_eof(P *s) {
     switch (s->sec) {
     case SEC_HEADER:
         if (s->hdr == H_VERSION) {
-            set_err(s->err, s->errlen, "%s: empty: not a ppr program listing", s->path);
+            rt_util_set_err(s->err, s->errlen, "%s: empty: not a ppr program listing", s->path);
             return -1;
         }
-        set_err(s->err, s->errlen, "%s: ends inside the header: expected '%s'", s->path, header_forms[s->hdr]);
+        rt_util_set_err(s->err, s->errlen, "%s: ends inside the header: expected '%s'", s->path, header_forms[s->hdr]);
         return -1;
-    case SEC_REGIONS: set_err(s->err, s->errlen, "%s: ends before 'arena BYTES'", s->path); return -1;
+    case SEC_REGIONS: rt_util_set_err(s->err, s->errlen, "%s: ends before 'arena BYTES'", s->path); return -1;
     case SEC_BLOCK:
-        set_err(s->err, s->errlen, "%s: ends inside block %s (line %d): no 'end'", s->path, block_names[s->cur_blk],
-                g->blk[s->cur_blk].line);
+        rt_util_set_err(s->err, s->errlen, "%s: ends inside block %s (line %d): no 'end'", s->path,
+                        block_names[s->cur_blk], g->blk[s->cur_blk].line);
         return -1;
     case SEC_SCHEDULE:
-        set_err(s->err, s->errlen, "%s: ends inside the schedule (line %d): no 'end'", s->path, s->schedule_line);
+        rt_util_set_err(s->err, s->errlen, "%s: ends inside the schedule (line %d): no 'end'", s->path,
+                        s->schedule_line);
         return -1;
     case SEC_DONE: return 0;
-    default: set_err(s->err, s->errlen, "%s: ends without a schedule", s->path); return -1;
+    default: rt_util_set_err(s->err, s->errlen, "%s: ends without a schedule", s->path); return -1;
     }
 }
 
@@ -1681,36 +1644,12 @@ int rt_prog_parse(const char *path, const char *text, size_t len, RtProg **out, 
 
 static int load(const char *path, int stop_at_mesh, RtProg **out, char *err, size_t errlen) {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return RT_FAIL("%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0) {
-        int e = errno;
-        fclose(fp);
-        return RT_FAIL("%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(fp);
-        set_err(err, errlen, "%s: not a regular file", path);
-        return -1;
-    }
-    if ((uint64_t)st.st_size > MAX_LISTING) {
-        fclose(fp);
-        set_err(err, errlen, "%s: %lld bytes: too large for a listing (at most 1 GiB)", path, (long long)st.st_size);
-        return -1;
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n ? n : 1);
+    size_t n;
+    char *buf = rt_util_read_file(path, NULL, MAX_LISTING, &n, err, errlen);
     if (!buf) {
-        fclose(fp);
-        return RT_FAIL("out of memory reading %s", path);
-    }
-    size_t got = n ? fread(buf, 1, n, fp) : 0;
-    int rerr = ferror(fp);
-    fclose(fp);
-    if (got != n || rerr) {
-        free(buf);
-        return RT_FAIL("%s: read %zu of %zu bytes", path, got, n);
+        if (n > MAX_LISTING)
+            rt_util_set_err(err, errlen, "%s: %zu bytes: too large for a listing (at most 1 GiB)", path, n);
+        return -1;
     }
     int rc = parse_text(path, buf, n, stop_at_mesh, out, err, errlen);
     free(buf);

@@ -24,6 +24,8 @@ have_hdr CL/cl.h       || need="$need opencl-headers"
 [ -e /usr/lib/x86_64-linux-gnu/libOpenCL.so ] || need="$need ocl-icd-opencl-dev"
 have_hdr clblast_c.h   || need="$need libclblast-dev"
 ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need="$need pocl-opencl-icd"
+# jansson for ppr's safetensors reader: it parses the header JSON
+have_hdr jansson.h     || need="$need libjansson-dev"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
   echo "deps: installing$need"

@@ -522,30 +522,30 @@ static void test_bad_files(T *t) {
         size_t dlen;
     } cases[] = {
         {"whitespace-only header", "        ", "empty", NULL, 0},
-        {"trailing comma in object", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", "expected a string key", NULL, 4},
-        {"trailing comma in array", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,],\"data_offsets\":[0,4]}}", "non-negative", NULL, 4},
-        {"missing colon", "{\"a\" {}}", "expected ':'", NULL, 0},
-        {"unterminated string", "{\"a\":{\"dtype\":\"F32", "unterminated string", NULL, 0},
-        {"unterminated object", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "expected ',' or '}'", NULL, 4},
+        {"trailing comma in object", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", "string or '}' expected", NULL, 4},
+        {"trailing comma in array", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,],\"data_offsets\":[0,4]}}", "'a'", "unexpected token near ']'", 4},
+        {"missing colon", "{\"a\" {}}", "':' expected", NULL, 0},
+        {"unterminated string", "{\"a\":{\"dtype\":\"F32", "'a'", "premature end of input", 0},
+        {"unterminated object", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "'}' expected near end of file", NULL, 4},
         {"bad escape", "{\"a\\x\":{}}", "invalid escape", NULL, 0},
-        {"short \\u escape", "{\"a\\u00\":{}}", "\\u escape", NULL, 0},
-        {"non-hex \\u escape", "{\"a\\u00g0\":{}}", "\\u escape", NULL, 0},
-        {"lone high surrogate", "{\"\\ud800\":{}}", "unpaired high surrogate", NULL, 0},
-        {"lone low surrogate", "{\"\\udc00x\":{}}", "unpaired low surrogate", NULL, 0},
-        {"high surrogate + non-low", "{\"\\ud800\\u0041\":{}}", "unpaired high surrogate", NULL, 0},
+        {"short \\u escape", "{\"a\\u00\":{}}", "invalid escape", NULL, 0},
+        {"non-hex \\u escape", "{\"a\\u00g0\":{}}", "invalid escape", NULL, 0},
+        {"lone high surrogate", "{\"\\ud800\":{}}", "invalid Unicode '\\uD800'", NULL, 0},
+        {"lone low surrogate", "{\"\\udc00x\":{}}", "invalid Unicode '\\uDC00'", NULL, 0},
+        {"high surrogate + non-low", "{\"\\ud800\\u0041\":{}}", "invalid Unicode '\\uD800\\u0041'", NULL, 0},
         {"\\u0000 in name", "{\"a\\u0000b\":{}}", "NUL", NULL, 0},
         {"raw control char in string", "{\"a\tb\":{}}", "control character", NULL, 0},
         {"invalid UTF-8 byte", "{\"a\xff\":{}}", "UTF-8", NULL, 0},
         {"overlong UTF-8", "{\"\xc0\xaf\":{}}", "UTF-8", NULL, 0},
         {"UTF-8 surrogate", "{\"\xed\xa0\x80\":{}}", "UTF-8", NULL, 0},
         {"truncated UTF-8", "{\"\xe2\x98\":{}}", "UTF-8", NULL, 0},
-        {"leading zero", "{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", "leading zero", NULL, 4},
-        {"number '1.'", "{\"a\":{\"x\":1.}}", "invalid number", NULL, 0},
-        {"number '-'", "{\"a\":{\"x\":-}}", "invalid number", NULL, 0},
-        {"number '1e'", "{\"a\":{\"x\":1e}}", "exponent", NULL, 0},
-        {"number '.5'", "{\"a\":{\"x\":.5}}", "unexpected character", NULL, 0},
-        {"bad literal", "{\"a\":{\"x\":tru}}", "invalid literal", NULL, 0},
-        {"single quotes", "{'a':{}}", "expected a string key", NULL, 0},
+        {"leading zero", "{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", "'a'", "invalid token near '0'", 4},
+        {"number '1.'", "{\"a\":{\"x\":1.}}", "'a'", "invalid token near '1.'", 0},
+        {"number '-'", "{\"a\":{\"x\":-}}", "'a'", "invalid token near '-'", 0},
+        {"number '1e'", "{\"a\":{\"x\":1e}}", "'a'", "invalid token near '1e'", 0},
+        {"number '.5'", "{\"a\":{\"x\":.5}}", "'a'", "invalid token near '.'", 0},
+        {"bad literal", "{\"a\":{\"x\":tru}}", "'a'", "invalid token near 'tru'", 0},
+        {"single quotes", "{'a':{}}", "string or '}' expected", NULL, 0},
         {"garbage after object", "{} x", "unexpected data after", NULL, 0},
         {"second object", "{}{}", "unexpected data after", NULL, 0},
         {"non-object: array", "[]", "not a JSON object", NULL, 0},
@@ -567,8 +567,8 @@ static void test_bad_files(T *t) {
         {"negative shape", "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "'w'", "non-negative", 4},
         {"fractional shape", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", "'w'", "non-negative", 8},
         {"exponent shape", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,4]}}", "'w'", "non-negative", 4},
-        {"shape beyond uint64", "{\"w\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,4]}}", "'w'", "non-negative", 4},
-        {"shape beyond int64", "{\"w\":{\"dtype\":\"F32\",\"shape\":[9223372036854775808],\"data_offsets\":[0,4]}}", "'w'", "2^63-1", 4},
+        {"shape beyond uint64", "{\"w\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,4]}}", "'w'", "too big integer", 4},
+        {"shape beyond int64", "{\"w\":{\"dtype\":\"F32\",\"shape\":[9223372036854775808],\"data_offsets\":[0,4]}}", "'w'", "too big integer", 4},
         {"string in shape", "{\"w\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", "'w'", "non-negative", 8},
         {"17 dims", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", "'w'", "more than 16", 4},
         {"shape product overflow", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}", "'w'", "overflow", 4},
@@ -588,6 +588,9 @@ static void test_bad_files(T *t) {
         {"__metadata__ non-string value", "{\"__metadata__\":{\"k\":1}}", "__metadata__", "'k' must be a string", 0},
         {"__metadata__ nested object", "{\"__metadata__\":{\"k\":{}}}", "__metadata__", "must be a string", 0},
         {"duplicate __metadata__", "{\"__metadata__\":{},\"__metadata__\":{}}", "duplicate \"__metadata__\"", NULL, 0},
+        {"duplicate key in __metadata__", "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", "\"__metadata__\": duplicate key \"k\"", NULL, 0},
+        {"duplicate key in an ignored value", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":{\"q\":1,\"q\":2}}}", "'w'", "duplicate key \"q\"", 4},
+        {"number out of range in an ignored value", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1e400}}", "'w'", "real number overflow", 4},
         {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
          "tensors 'a' (data_offsets [0, 8]) and 'b' (data_offsets [4, 12]) overlap", NULL, 12},
         {"two tensors on the same bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
@@ -647,8 +650,27 @@ static void test_bad_files(T *t) {
     {
         const char raw[] = "{\"a\":{\0}}";
         img = st_image(raw, sizeof raw - 1, UINT64_MAX, NULL, 0, &n);
-        expect_bad(t, "NUL byte in header", img, n, "'a'", "expected a string key");
+        expect_bad(t, "NUL byte in header", img, n, "'a'", "NUL byte");
         free(img);
+    }
+    /* the padding after the object: JSON whitespace, nothing else */
+    {
+        const char raw[] = "{}  \0 ";
+        img = st_image(raw, sizeof raw - 1, UINT64_MAX, NULL, 0, &n);
+        expect_bad(t, "NUL byte in the padding", img, n, "unexpected data after", NULL);
+        free(img);
+        snprintf(h, sizeof h, "{\"w\":{%s}} \t\r\n  ", V);
+        unsigned char d4[4] = {0};
+        img = st_image(h, strlen(h), UINT64_MAX, d4, 4, &n);
+        tpath(t, "pad.safetensors", p, sizeof p);
+        write_bytes(p, img, n);
+        free(img);
+        RtStFile *f = NULL;
+        int rc = rt_st_open(p, &f, err, sizeof err);
+        check(t, rc == 0 && rt_st_count(f) == 1, "bad file control: whitespace padding after the header object [%s]",
+              rc ? err : "ok");
+        rt_st_close(f);
+        unlink(p);
     }
     /* truncated data / truncated header from a valid written file */
     {
