@@ -57,7 +57,7 @@ RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_HDR   := $(wildcard runtime/*.h)
 PPR      := $(BUILD)/ppr
 
-.PHONY: all deps test test-torch asan demo clean gpu-check
+.PHONY: all deps test test-torch asan demo clean gpu-check format
 all: $(PPC) $(PPR)
 
 # ---- set-up: tools the build needs, installed with apt-get when root --------------------------
@@ -88,13 +88,15 @@ $(GEN)/lexer.o: $(GEN)/lexer.c
 $(GEN)/parser.o: $(GEN)/parser.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# the compiler's switches over its enums list every case: a half-added op does not compile
+PPC_WARN := -Wswitch-enum
 $(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(PPC_WARN) -c -o $@ $<
 
 $(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(NVRTC_CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(PPC_WARN) $(NVRTC_CFLAGS) -c -o $@ $<
 
 $(PPC): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(NVRTC_LIBS)
@@ -173,6 +175,12 @@ MPIRUN     ?= mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1
 demo: $(PPC) $(PPR)
 	$(PPC) examples/tiny.pdl $(DEMO_MESH) --microbatches 4 -o $(BUILD)/demo
 	$(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo --steps $(DEMO_STEPS) --lr 3e-3 --clip 1
+
+# the one style of .clang-format, applied (tests/scripts/lint_format.sh checks it in make test)
+FORMATTED = $(shell git ls-files 'compiler/*.c' 'compiler/*.h' 'runtime/*.c' 'runtime/*.h' 'tests/unit/*.c' \
+              'tests/unit/*.h' 'tests/fuzz/*.c' 2>/dev/null)
+format:
+	clang-format -i $(FORMATTED)
 
 clean:
 	rm -rf build build-asan

@@ -309,7 +309,7 @@ static void expr(Rend *r, int id) {
                               [K_COS] = "cosf", [K_SIN] = "sinf"};
   static const char *bin[] = {[K_ADD] = "+", [K_SUB] = "-", [K_MUL] = "*", [K_DIV] = "/", [K_IADD] = "+", [K_ISUB] = "-",
                               [K_IMUL] = "*", [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<",
-                              [K_IAND] = "&&"};
+                              [K_IAND] = "&&", [K_FLT] = "<"};
   switch (e->op) {
   case K_F: {
     char buf[40];
@@ -336,7 +336,7 @@ static void expr(Rend *r, int id) {
   case K_EXP: case K_LOG: case K_TANH: case K_SQRT: case K_COS: case K_SIN:
     EMIT("%s(", fn1[e->op]); expr(r, e->a); EMIT(")"); break;
   case K_ADD: case K_SUB: case K_MUL: case K_DIV: case K_IADD: case K_ISUB: case K_IMUL: case K_IDIV: case K_IMOD:
-  case K_IEQ: case K_ILT: case K_IAND:
+  case K_IEQ: case K_ILT: case K_IAND: case K_FLT:
     EMIT("(");
     expr(r, e->a);
     EMIT(" %s ", bin[e->op]);

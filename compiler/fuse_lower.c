@@ -185,8 +185,26 @@ static void kc_emit(Ctx *c, KCall *kc) {
  * Elementwise values: a fused producer's expression is rebuilt inside its consumer
  * ========================================================================================== */
 
+/* Ops computed one element at a time from the same element of each input (elem_expr below): a
+ * single-use one is fused into its consumer's kernel. */
 static bool elementwise(Op op) {
-  return op == OP_ADD || op == OP_MUL || op == OP_SILU || op == OP_GELU || op == OP_SILU_DX || op == OP_GELU_DX;
+  switch (op) {
+  case OP_ADD: case OP_MUL: case OP_SILU: case OP_GELU: case OP_RELU: case OP_SILU_DX: case OP_GELU_DX:
+  case OP_RELU_DX:
+    return true;
+  /* leaves, views, rows, reductions, GEMMs, collectives and pipeline boundaries */
+  case OP_INPUT: case OP_PARAM: case OP_EMBEDDING: case OP_POS_EMBEDDING: case OP_LINEAR: case OP_MATMUL:
+  case OP_RMSNORM: case OP_LAYERNORM: case OP_ROPE: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: case OP_ATTENTION:
+  case OP_CHUNK: case OP_TRANSPOSE_SB: case OP_CROSS_ENTROPY:
+  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
+  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_CONCAT: case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_TP_COPY:
+  case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
+    return false;
+  }
+  return false;
 }
 
 static int sigmoid(Kernel *k, int x) {
@@ -217,6 +235,7 @@ static int elem_expr(Ctx *c, KCall *kc, int node, int idx) {
     int u = kir_e(k, K_MUL, kir_f(k, GELU_C), kir_e(k, K_ADD, x, kir_e(k, K_MUL, kir_f(k, 0.044715), x3, 0), 0), 0);
     return kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_TANH, u, 0, 0), 0), 0);
   }
+  case OP_RELU: return kir_e(k, K_MAX, kir_f(k, 0), a, 0); /* ppk_max(0, x): x when x is NaN, as torch.relu */
   case OP_SILU_DX: {
     /* dy * s * (1 + x (1 - s)), s = sigmoid(x) */
     int dy = kir_let(k, a), x = kir_let(k, b);
@@ -237,8 +256,21 @@ static int elem_expr(Ctx *c, KCall *kc, int node, int idx) {
                    kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, t, t, 0), 0), du, 0), 0);
     return kir_e(k, K_MUL, dy, kir_e(k, K_ADD, d1, d2, 0), 0);
   }
-  default: diag_fatal("internal: %s is not elementwise", ir_ops[n->op].name);
+  case OP_RELU_DX: /* x > 0 ? dy : 0: no gradient at x = 0, as in PyTorch */
+    return kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, 0), b, 0), a, kir_f(k, 0));
+  /* not elementwise(): lowered by their own kernels, never built into another's */
+  case OP_INPUT: case OP_PARAM: case OP_EMBEDDING: case OP_POS_EMBEDDING: case OP_LINEAR: case OP_MATMUL:
+  case OP_RMSNORM: case OP_LAYERNORM: case OP_ROPE: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: case OP_ATTENTION:
+  case OP_CHUNK: case OP_TRANSPOSE_SB: case OP_CROSS_ENTROPY:
+  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
+  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_CONCAT: case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_TP_COPY:
+  case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
+    break;
   }
+  diag_fatal("internal: %s is not elementwise", ir_ops[n->op].name);
 }
 
 static int val(Ctx *c, KCall *kc, int node, int idx) {
@@ -348,7 +380,16 @@ static void lower_gemm(Ctx *c, int id) {
     else gemm(c, id, 'T', 'N', K, Nn, M, X, DY, param_view(g, Nn), 1, batch);
     break;
   }
-  default: break;
+  /* lower_node() calls this for the GEMM ops above only */
+  case OP_INPUT: case OP_PARAM: case OP_EMBEDDING: case OP_POS_EMBEDDING: case OP_RMSNORM: case OP_LAYERNORM:
+  case OP_ROPE: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: case OP_ATTENTION: case OP_SILU: case OP_GELU: case OP_RELU:
+  case OP_ADD: case OP_MUL: case OP_CHUNK: case OP_TRANSPOSE_SB: case OP_CROSS_ENTROPY: case OP_SEED: case OP_CE_DX:
+  case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_BIAS_DB: case OP_RMSNORM_DX: case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ: case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT: case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_TP_COPY:
+  case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
+    diag_fatal("internal: %s is not a GEMM", ir_ops[n->op].name);
   }
 }
 
@@ -1158,7 +1199,9 @@ static void lower_node(Ctx *c, int id) {
   case OP_RMSNORM_DW: case OP_LAYERNORM_DW: lower_norm_dw(c, id); break;
   case OP_ROPE: case OP_ROPE_DX: lower_rope(c, id); break;
   case OP_ATTENTION: case OP_ATTENTION_DQ: case OP_ATTENTION_DK: case OP_ATTENTION_DV: lower_attention(c, id); break;
-  case OP_SILU: case OP_GELU: case OP_ADD: case OP_MUL: case OP_SILU_DX: case OP_GELU_DX: lower_elementwise(c, id); break;
+  case OP_SILU: case OP_GELU: case OP_RELU: case OP_ADD: case OP_MUL: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX:
+    lower_elementwise(c, id);
+    break;
   case OP_CHUNK: lower_chunk(c, id); break;
   case OP_CONCAT: lower_concat(c, id); break;
   case OP_TRANSPOSE_SB:
@@ -1193,7 +1236,6 @@ static void lower_node(Ctx *c, int id) {
     kc_emit(c, &kc);
     break;
   }
-  default: diag_fatal("internal: no lowering for op %d", (int)n->op);
   }
 }
 

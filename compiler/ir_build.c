@@ -257,8 +257,9 @@ static int eval_float(Builder *b, const Expr *e, double *out) {
     *out = e->op == '+' ? l + r : e->op == '-' ? l - r : e->op == '*' ? l * r : l / r;
     if (!isfinite(*out)) { err(b, e->loc, "attribute value is not finite"); return 1; }
     return 0;
-  default: err(b, e->loc, "expected a number"); return 1;
+  case E_CALL: case E_STR: case E_WORD: err(b, e->loc, "expected a number"); return 1;
   }
+  return 1;
 }
 
 /* ============================================================================================
@@ -677,6 +678,7 @@ static int infer(Builder *b, Call *c) {
   }
   case OP_SILU:
   case OP_GELU:
+  case OP_RELU:
     out = N(b, in[0])->shape;
     lay = N(b, in[0])->layout;
     break;
@@ -735,7 +737,15 @@ static int infer(Builder *b, Call *c) {
     lay = LAYOUT_NONE;
     break;
   }
-  default: return -1;
+  /* not callable (a '.' name): tensor() makes calls of the ops above only */
+  case OP_INPUT: case OP_PARAM:
+  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
+  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT:
+  case OP_PARAM_GRAD: case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD:
+  case OP_TP_COPY: case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
+    diag_fatal("internal: a call of %s, which the language cannot call", op);
   }
   int64_t numel = 1;
   for (int i = 0; i < out.nd; i++)
@@ -811,8 +821,9 @@ static int tensor(Builder *b, const Expr *e) {
   case E_INT: err(b, e->loc, "expected a tensor, found the integer %lld", (long long)e->ival); return -1;
   case E_FLOAT: err(b, e->loc, "expected a tensor, found the number %g", e->fval); return -1;
   case E_NEG: err(b, e->loc, "unary '-' does not apply to tensors"); return -1;
-  default: err(b, e->loc, "expected a tensor"); return -1;
+  case E_STR: case E_WORD: err(b, e->loc, "expected a tensor"); return -1;
   }
+  return -1;
 }
 
 /* ============================================================================================

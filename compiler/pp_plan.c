@@ -50,9 +50,22 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   }
   case OP_EMBEDDING: case OP_POS_EMBEDDING: flops = 0; bytes = 8 * out; break;
   case OP_CROSS_ENTROPY: flops = 5 * (double)shape_numel(x); bytes = 8 * (double)shape_numel(x); break;
-  default:
+  /* elementwise and per-row ops: a few flops per input element, every operand read once */
+  case OP_RMSNORM: case OP_LAYERNORM: case OP_ROPE: case OP_SILU: case OP_GELU: case OP_RELU: case OP_ADD:
+  case OP_MUL: case OP_CHUNK: case OP_TRANSPOSE_SB:
+  /* made by pp_split and tp_shard, so in a stage's forward graph only (the partition costs the
+   * whole model's): the data they pass on, as an elementwise op */
+  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_TP_COPY: case OP_TP_REDUCE: case OP_ADD_BIAS:
     for (int k = 0; k < n->nin; k++) bytes += 4 * (double)shape_numel(&g->nodes[n->in[k]].shape);
     flops = 5 * (x ? (double)shape_numel(x) : out);
+    break;
+  /* made by autodiff: costed with their forward op (the factor 3 below) */
+  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
+  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT:
+  case OP_PARAM_GRAD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_ALLREDUCE:
+    diag_fatal("internal: pp_node_cost of %s, a backward op: the forward op's cost counts it", ir_ops[n->op].name);
   }
   return 3 * (flops + BYTE_WEIGHT * bytes);
 }

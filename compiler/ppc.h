@@ -140,12 +140,22 @@ Setting *ast_setting(char *key, Loc key_loc, Expr *val);
  * ir.c — the typed graph
  * ========================================================================================== */
 
+/* One enumerator per line of ops.def. A switch over Op lists every op and has no default: a new
+ * op that misses a pass's rule is a compile error (-Wswitch), docs/adding-an-op.md. */
 typedef enum Op {
 #define X(e, name, mn, mx, attrs, doc) OP_##e,
 #include "ops.def"
 #undef X
-  OP__COUNT
 } Op;
+
+/* How many ops there are: an int outside enum Op, so that no switch over Op needs a case for it. */
+enum {
+  OP__N = 0
+#define X(e, name, mn, mx, attrs, doc) +1
+#include "ops.def"
+#undef X
+};
+#define OP__COUNT ((int)OP__N)
 
 typedef struct OpInfo {
   const char *name;  /* surface name; '.' prefix: not callable from the language */
@@ -308,6 +318,7 @@ typedef enum KOp {
   K_SEL, /* a ? b : c, a an int condition */
   /* int-valued (int64) */
   K_I, K_ROW, K_LDI, K_IV, K_IARG, K_IADD, K_ISUB, K_IMUL, K_IDIV, K_IMOD, K_IEQ, K_ILT, K_IAND, K_ISEL,
+  K_FLT, /* a < b of two floats: an int condition */
 } KOp;
 
 typedef struct KExpr {

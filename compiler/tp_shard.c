@@ -143,7 +143,7 @@ static void node(T *t, int i) {
   for (int k = 0; k < n->nin; k++) in[k] = t->map[n->in[k]];
   Sh s0 = n->nin ? t->sh[in[0]] : SH_REPL;
   Shape x = n->nin ? Nn(t, in[0])->shape : n->shape;
-  int id;
+  int id = -1; /* every case sets it or returns */
   switch (n->op) {
   case OP_INPUT:
   case OP_RECV_FORWARD:
@@ -278,9 +278,23 @@ static void node(T *t, int i) {
     }
     id = clone(t, i, 1, in, n->shape, SH_REPL);
     break;
-  default: /* rope, silu, gelu: shape and sharding of the input */
+  /* per position or per element: the input's shape and sharding (rope's heads are split with
+   * the features) */
+  case OP_ROPE:
+  case OP_SILU:
+  case OP_GELU:
+  case OP_RELU:
     id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0);
     break;
+  case OP_PARAM: diag_fatal("internal: tp_shard's node() given a parameter: param() shards those");
+  /* made by this pass, or by autodiff after it: never in the forward graph it shards */
+  case OP_TP_COPY: case OP_TP_REDUCE: case OP_ADD_BIAS: case OP_ALLREDUCE:
+  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
+  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT:
+  case OP_PARAM_GRAD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD:
+    diag_fatal("internal: %s in the graph tp_shard shards: it is made by a later pass", ir_ops[n->op].name);
   }
   if (i == t->g->loss) t->s->loss = id;
   t->map[i] = id;

@@ -26,6 +26,8 @@ have_hdr clblast_c.h   || need="$need libclblast-dev"
 ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need="$need pocl-opencl-icd"
 # jansson for ppr's safetensors reader: it parses the header JSON
 have_hdr jansson.h     || need="$need libjansson-dev"
+# clang-format: make test keeps the one style of .clang-format (tests/scripts/lint_format.sh)
+have_cmd clang-format  || need="$need clang-format"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
   echo "deps: installing$need"

@@ -268,6 +268,7 @@ def check_ops():
         "layernorm": (models.layernorm(x, w, b, 1e-5) - F.layer_norm(x, (8,), w, b, 1e-5)).abs().max(),
         "gelu_tanh": (models.gelu_tanh(x) - F.gelu(x, approximate="tanh")).abs().max(),
         "silu": (models.silu(x) - F.silu(x)).abs().max(),
+        "relu": (models.relu(x) - F.relu(x)).abs().max(),
     }
     lg = torch.randn(7, 11, generator=g, dtype=dt)
     lb = torch.randint(0, 11, (7,), generator=g)

@@ -35,6 +35,11 @@ def silu(x):
     return x * torch.sigmoid(x)
 
 
+def relu(x):
+    """max(x, 0); the gradient is 0 where x <= 0"""
+    return torch.clamp_min(x, 0.0)
+
+
 def gelu_tanh(x):
     c = math.sqrt(2.0 / math.pi)
     return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x * x * x)))

@@ -30,7 +30,7 @@ static const Model models[] = {
     {"embedding", 1e-2},      {"pos_embedding", 1e-2},    {"linear", 1e-2},         {"linear_bias", 1e-2},
     {"matmul_bias", 1e-2},    {"rmsnorm", 1e-2},          {"layernorm", 1e-2},      {"rope", 1e-2},
     {"heads", 1e-2},          {"attention_gqa", 1e-2},    {"attention_full", 1e-2}, {"attention_scale", 1e-2},
-    {"silu", 1e-2},           {"gelu", 1e-2},             {"add_mul", 1e-2},        {"chunk", 1e-2},
+    {"silu", 1e-2},           {"gelu", 1e-2},  {"relu", 1e-2}, {"add_mul", 1e-2},        {"chunk", 1e-2},
     {"chunk_mixed", 1e-2},    {"transpose_kernel", 1e-2}, {"transpose_gemm", 1e-2}, {"tied", 1e-2},
     {"multi_use", 1e-2},      {"microbatches", 3e-3},
 };
