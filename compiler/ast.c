@@ -100,7 +100,11 @@ static void print_expr(FILE *f, const Expr *e) {
   case E_NAME:
   case E_WORD: fputs(e->name, f); break;
   case E_STR: fprintf(f, "\"%s\"", e->name); break;
-  case E_NEG: fputs("(-", f); print_expr(f, e->lhs); fputc(')', f); break;
+  case E_NEG:
+    fputs("(-", f);
+    print_expr(f, e->lhs);
+    fputc(')', f);
+    break;
   case E_BIN:
     fputc('(', f);
     print_expr(f, e->lhs);
@@ -134,17 +138,32 @@ static void print_stmts(FILE *f, const Stmt *s, int depth) {
     fprintf(f, "%*s", depth * 2, "");
     switch (s->kind) {
     case S_MODEL: fprintf(f, "model \"%s\"\n", s->name); break;
-    case S_DIM: fprintf(f, "dim %s = ", s->name); print_expr(f, s->value); fputc('\n', f); break;
-    case S_INPUT: fprintf(f, "input %s: %s", s->name, s->dtype); print_list(f, s->dims); fputc('\n', f); break;
+    case S_DIM:
+      fprintf(f, "dim %s = ", s->name);
+      print_expr(f, s->value);
+      fputc('\n', f);
+      break;
+    case S_INPUT:
+      fprintf(f, "input %s: %s", s->name, s->dtype);
+      print_list(f, s->dims);
+      fputc('\n', f);
+      break;
     case S_PARAM:
       fprintf(f, "param %s: ", s->name);
       print_list(f, s->dims);
       if (s->ckpt) fprintf(f, " as \"%s\"", s->ckpt);
-      if (s->value) { fputs(" init ", f); print_expr(f, s->value); }
+      if (s->value) {
+        fputs(" init ", f);
+        print_expr(f, s->value);
+      }
       if (s->role) fprintf(f, " tp %s", s->role);
       fputc('\n', f);
       break;
-    case S_LET: fprintf(f, "%s = ", s->name); print_expr(f, s->value); fputc('\n', f); break;
+    case S_LET:
+      fprintf(f, "%s = ", s->name);
+      print_expr(f, s->value);
+      fputc('\n', f);
+      break;
     case S_FOR:
       fprintf(f, "for %s in ", s->name);
       print_expr(f, s->value);

@@ -208,7 +208,8 @@ void kir_if(Kernel *k, int cond) {
 
 void kir_end(Kernel *k) {
   if (k->nopen <= 1) diag_fatal("internal: unbalanced kir_end in %s", k->name);
-  if (k->s[k->open[k->nopen - 1]].kind == KS_REDUCE) diag_fatal("internal: a reduction in %s closed by kir_end", k->name);
+  if (k->s[k->open[k->nopen - 1]].kind == KS_REDUCE)
+    diag_fatal("internal: a reduction in %s closed by kir_end", k->name);
   k->nopen--;
 }
 
@@ -220,15 +221,15 @@ void kir_end(Kernel *k) {
 extern const char ppk_prelude_c[], ppk_prelude_opencl[], ppk_prelude_cuda[];
 
 typedef struct LangTable {
-  const char *name;          /* the --emit word */
-  const char *prelude;       /* pasted once before the kernels: types, math names, ppk_max */
-  const char *kernel_head;   /* before "NAME(": with %d for the block size */
+  const char *name;        /* the --emit word */
+  const char *prelude;     /* pasted once before the kernels: types, math names, ppk_max */
+  const char *kernel_head; /* before "NAME(": with %d for the block size */
   const char *restrict_kw;
-  const char *int_suffix;    /* of a 64-bit integer literal */
-  bool arena_args;           /* pointers are byte offsets into one __global char *ppk_arena */
-  bool threads_as_loops;     /* C: a block's threads are an inner loop; reductions keep T partials */
+  const char *int_suffix;          /* of a 64-bit integer literal */
+  bool arena_args;                 /* pointers are byte offsets into one __global char *ppk_arena */
+  bool threads_as_loops;           /* C: a block's threads are an inner loop; reductions keep T partials */
   const char *tid, *bid, *nblocks; /* the thread's index in its block, the block's, the block count */
-  const char *local_decl;    /* local memory of a reduction's partials: with %d for T */
+  const char *local_decl;          /* local memory of a reduction's partials: with %d for T */
   const char *barrier;
   const char *neg_inf;
 } LangTable;
@@ -305,11 +306,11 @@ typedef struct Rend {
 
 static void expr(Rend *r, int id) {
   const KExpr *e = &r->k->e[id];
-  static const char *fn1[] = {[K_EXP] = "expf", [K_LOG] = "logf", [K_TANH] = "tanhf", [K_SQRT] = "sqrtf",
-                              [K_COS] = "cosf", [K_SIN] = "sinf"};
-  static const char *bin[] = {[K_ADD] = "+", [K_SUB] = "-", [K_MUL] = "*", [K_DIV] = "/", [K_IADD] = "+", [K_ISUB] = "-",
-                              [K_IMUL] = "*", [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<",
-                              [K_IAND] = "&&", [K_FLT] = "<"};
+  static const char *fn1[] = {
+      [K_EXP] = "expf", [K_LOG] = "logf", [K_TANH] = "tanhf", [K_SQRT] = "sqrtf", [K_COS] = "cosf", [K_SIN] = "sinf"};
+  static const char *bin[] = {
+      [K_ADD] = "+",  [K_SUB] = "-",  [K_MUL] = "*",  [K_DIV] = "/", [K_IADD] = "+",  [K_ISUB] = "-", [K_IMUL] = "*",
+      [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<", [K_IAND] = "&&", [K_FLT] = "<"};
   switch (e->op) {
   case K_F: {
     char buf[40];
@@ -321,22 +322,77 @@ static void expr(Rend *r, int id) {
   case K_I: EMIT("%lld%s", (long long)e->i, r->t->int_suffix); break;
   case K_ROW: EMIT("r"); break;
   case K_LD:
-  case K_LDI: EMIT("%s[", r->k->bufs[e->a].name); expr(r, e->b); EMIT("]"); break;
+  case K_LDI:
+    EMIT("%s[", r->k->bufs[e->a].name);
+    expr(r, e->b);
+    EMIT("]");
+    break;
   case K_ARG:
   case K_IARG: EMIT("s%d", e->a); break;
   case K_V:
   case K_IV: EMIT("v%d", e->a); break;
-  case K_TOF: EMIT("(float)("); expr(r, e->a); EMIT(")"); break;
-  case K_NEG: EMIT("(-"); expr(r, e->a); EMIT(")"); break;
-  case K_MAX: EMIT("ppk_max("); expr(r, e->a); EMIT(", "); expr(r, e->b); EMIT(")"); break;
-  case K_POW: EMIT("powf("); expr(r, e->a); EMIT(", "); expr(r, e->b); EMIT(")"); break;
-  case K_RSQRT: EMIT("(1.0f / sqrtf("); expr(r, e->a); EMIT("))"); break;
+  case K_TOF:
+    EMIT("(float)(");
+    expr(r, e->a);
+    EMIT(")");
+    break;
+  case K_NEG:
+    EMIT("(-");
+    expr(r, e->a);
+    EMIT(")");
+    break;
+  case K_MAX:
+    EMIT("ppk_max(");
+    expr(r, e->a);
+    EMIT(", ");
+    expr(r, e->b);
+    EMIT(")");
+    break;
+  case K_POW:
+    EMIT("powf(");
+    expr(r, e->a);
+    EMIT(", ");
+    expr(r, e->b);
+    EMIT(")");
+    break;
+  case K_RSQRT:
+    EMIT("(1.0f / sqrtf(");
+    expr(r, e->a);
+    EMIT("))");
+    break;
   case K_SEL:
-  case K_ISEL: EMIT("("); expr(r, e->a); EMIT(" ? "); expr(r, e->b); EMIT(" : "); expr(r, e->c); EMIT(")"); break;
-  case K_EXP: case K_LOG: case K_TANH: case K_SQRT: case K_COS: case K_SIN:
-    EMIT("%s(", fn1[e->op]); expr(r, e->a); EMIT(")"); break;
-  case K_ADD: case K_SUB: case K_MUL: case K_DIV: case K_IADD: case K_ISUB: case K_IMUL: case K_IDIV: case K_IMOD:
-  case K_IEQ: case K_ILT: case K_IAND: case K_FLT:
+  case K_ISEL:
+    EMIT("(");
+    expr(r, e->a);
+    EMIT(" ? ");
+    expr(r, e->b);
+    EMIT(" : ");
+    expr(r, e->c);
+    EMIT(")");
+    break;
+  case K_EXP:
+  case K_LOG:
+  case K_TANH:
+  case K_SQRT:
+  case K_COS:
+  case K_SIN:
+    EMIT("%s(", fn1[e->op]);
+    expr(r, e->a);
+    EMIT(")");
+    break;
+  case K_ADD:
+  case K_SUB:
+  case K_MUL:
+  case K_DIV:
+  case K_IADD:
+  case K_ISUB:
+  case K_IMUL:
+  case K_IDIV:
+  case K_IMOD:
+  case K_IEQ:
+  case K_ILT:
+  case K_IAND:
+  case K_FLT:
     EMIT("(");
     expr(r, e->a);
     EMIT(" %s ", bin[e->op]);
@@ -484,8 +540,9 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   Rend rr = {k, tables[lang], out, len, cap}, *r = &rr;
   const LangTable *t = r->t;
   KGeom g = kir_geom(k);
-  EMIT("/* %s: %s, %lld rows; <<<%lld, %d, %lld>>> */\n", k->name, k->mode == KM_FLAT ? "a row per thread" : "a row per block",
-       (long long)k->rows, (long long)g.grid, g.block, (long long)g.local);
+  EMIT("/* %s: %s, %lld rows; <<<%lld, %d, %lld>>> */\n", k->name,
+       k->mode == KM_FLAT ? "a row per thread" : "a row per block", (long long)k->rows, (long long)g.grid, g.block,
+       (long long)g.local);
   EMIT(t->kernel_head, k->block);
   EMIT("%s(", k->name);
   if (t->arena_args) EMIT("__global char *ppk_arena");
@@ -512,7 +569,8 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   EMIT("  ");
   if (t->threads_as_loops) {
     /* OpenMP only where there is enough work to pay for the threads */
-    if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1) EMIT("#pragma omp parallel for schedule(static)\n  ");
+    if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1)
+      EMIT("#pragma omp parallel for schedule(static)\n  ");
     EMIT("for (int64_t r = 0; r < %lld%s; r++)", (long long)k->rows, t->int_suffix);
   } else if (k->mode == KM_FLAT) {
     EMIT("for (int64_t r = %s * %d + ppk_tid; r < %lld%s; r += %s * %d)", t->bid, k->block, (long long)k->rows,
@@ -526,7 +584,8 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   if (lang == LANG_C) { /* NAME__call(void **args): the arguments by address, as cuLaunchKernel takes them */
     EMIT("void %s__call(void **a) { %s(", k->name, k->name);
     for (int i = 0; i < k->nbufs; i++)
-      EMIT("%s*(%s%s **)a[%d]", i ? ", " : "", k->bufs[i].written ? "" : "const ", k->bufs[i].is_int ? "int32_t" : "float", i);
+      EMIT("%s*(%s%s **)a[%d]", i ? ", " : "", k->bufs[i].written ? "" : "const ",
+           k->bufs[i].is_int ? "int32_t" : "float", i);
     for (int i = 0; i < k->nargs; i++)
       EMIT("%s*(%s *)a[%d]", i || k->nbufs ? ", " : "", k->arg_int[i] ? "int64_t" : "float", k->nbufs + i);
     EMIT("); }\n");
@@ -536,5 +595,8 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
 
 void cg_render_prelude(Lang lang, char **out, size_t *len, size_t *cap) {
   cg_append(out, len, cap, "/* generated by ppc %s: %s kernels */\n%s\n", PPC_VERSION,
-            lang == LANG_C ? "C" : lang == LANG_OPENCL ? "OpenCL C" : "CUDA C (NVRTC)", tables[lang]->prelude);
+            lang == LANG_C        ? "C"
+            : lang == LANG_OPENCL ? "OpenCL C"
+                                  : "CUDA C (NVRTC)",
+            tables[lang]->prelude);
 }

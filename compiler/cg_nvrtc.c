@@ -1,4 +1,5 @@
-/* cg_nvrtc.c — a stage's CUDA C compiled with NVRTC: a cubin for the target GPU and PTX for newer ones, cached by a hash of the source, the options and NVRTC's version. */
+/* cg_nvrtc.c — a stage's CUDA C compiled with NVRTC: a cubin for the target GPU and PTX for newer ones, cached by a
+ * hash of the source, the options and NVRTC's version. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,13 +33,14 @@ int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, con
 bool cg_nvrtc_available(void) { return true; }
 
 /* Every NVRTC call: on failure the call, where, and NVRTC's message. */
-#define NVRTC_CHECK(call)                                                                                           \
-  do {                                                                                                              \
-    nvrtcResult rc_ = (call);                                                                                       \
-    if (rc_ != NVRTC_SUCCESS) {                                                                                     \
-      fprintf(stderr, "ppc: error: NVRTC: %s failed: %s [%s:%d]\n", #call, nvrtcGetErrorString(rc_), __FILE__, __LINE__); \
-      goto fail;                                                                                                    \
-    }                                                                                                               \
+#define NVRTC_CHECK(call)                                                                                              \
+  do {                                                                                                                 \
+    nvrtcResult rc_ = (call);                                                                                          \
+    if (rc_ != NVRTC_SUCCESS) {                                                                                        \
+      fprintf(stderr, "ppc: error: NVRTC: %s failed: %s [%s:%d]\n", #call, nvrtcGetErrorString(rc_), __FILE__,         \
+              __LINE__);                                                                                               \
+      goto fail;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
 
 /* A cache entry: the payload's FNV-1a hash (8 bytes, little-endian), then the payload. A file that
@@ -135,8 +137,8 @@ int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, con
       log = xmalloc(ln + 1);
       log[0] = 0;
       nvrtcGetProgramLog(prog, log);
-      fprintf(stderr, "ppc: error: NVRTC failed to compile %s/%s for %s: %s\n%s", dir, name, arch, nvrtcGetErrorString(crc),
-              log);
+      fprintf(stderr, "ppc: error: NVRTC failed to compile %s/%s for %s: %s\n%s", dir, name, arch,
+              nvrtcGetErrorString(crc), log);
       print_named_lines(log, name, text);
       free(text);
       goto fail;

@@ -24,7 +24,7 @@ uint64_t cg_fnv1a(const char *s, size_t n) {
 }
 
 static const char *region_name[BC__COUNT] = {"params", "grads",   "adam_m",   "adam_v",
-                                            "slots",  "scratch", "workspace"}; /* ORDER BufClass */
+                                             "slots",  "scratch", "workspace"}; /* ORDER BufClass */
 
 static void operand_x(Buf *b, const Program *p, const Operand *o, bool extent) {
   switch (o->kind) {
@@ -179,8 +179,8 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   OUT(b, "rank %d stage %d tp_rank %d dp_rank %d\n", rank, stage, tp_rank, dp_rank);
   OUT(b, "peers prev %d next %d\n", stage > 0 ? rank_of(c, dp_rank, stage - 1, tp_rank) : -1,
       stage + 1 < c->pp ? rank_of(c, dp_rank, stage + 1, tp_rank) : -1);
-  OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch,
-      (long long)c->seq, (long long)c->microbatches, c->schedule);
+  OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch, (long long)c->seq,
+      (long long)c->microbatches, c->schedule);
   OUT(b, "vocab %lld\n", (long long)g->vocab);
   OUT(b, "kernels %s %016llx\n", f->name, (unsigned long long)f->hash);
   /* each kernel file's size and hash, which ppr checks before it loads the file; '- -' for none
@@ -215,8 +215,8 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     /* replica: another rank holds the same values (a pipeline copy, a replicated tensor on TP
      * rank > 0, a shared kv head, any data-parallel replica but the first): it counts once in
      * the gradient norm and is saved once */
-    bool replica = q->copy || (q->shard_dim < 0 && tp_rank != 0) || (q->shard_rep > 1 && tp_rank % q->shard_rep) ||
-                   dp_rank != 0;
+    bool replica =
+        q->copy || (q->shard_dim < 0 && tp_rank != 0) || (q->shard_rep > 1 && tp_rank % q->shard_rep) || dp_rank != 0;
     OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name, shape_str(&q->shape, sb, sizeof sb),
         (long long)(p->region_off[BC_PARAM] + v->off), init_name(q, ib, sizeof ib), q->shape.nd >= 2,
         q->tied ? " tied" : "", q->shared ? " shared" : "", q->copy ? " copy" : "", replica ? " replica" : "");
@@ -503,8 +503,8 @@ static int file_sums(const char *dir, const StageFiles *f, FileSum *sum) {
     if (file_sum(dir, f->name, k, &sum[k])) return 1;
   }
   if (f->compiled && (sum[KF_CUBIN].hash != f->cubin || sum[KF_PTX].hash != f->ptx)) {
-    fprintf(stderr, "ppc: error: %s/%s.cubin or .ptx changed after NVRTC wrote it (another ppc writing into %s?)\n", dir,
-            f->name, dir);
+    fprintf(stderr, "ppc: error: %s/%s.cubin or .ptx changed after NVRTC wrote it (another ppc writing into %s?)\n",
+            dir, f->name, dir);
     return 1;
   }
   return 0;
@@ -516,7 +516,8 @@ int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const 
   FileSum sum[KF_COUNT];
   if (file_sums(dir, f, sum)) return 1;
   listing_body(&body, p, s, rank, f, sum);
-  OUT(&all, "ppr-program 3\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION, (unsigned long long)cg_fnv1a(body.s, body.len));
+  OUT(&all, "ppr-program 3\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
+      (unsigned long long)cg_fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);
   int rc;
   if (!dir) { /* --emit program */

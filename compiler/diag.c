@@ -124,8 +124,8 @@ static void locate(const Src *s, int off, int *line, int *col, int *lstart, int 
   *lend = end;
 }
 
-#define MAX_ERRORS 20 /* then "too many errors": a flood helps nobody */
-#define SHOWN 160     /* columns of a long source line shown around the culprit */
+#define MAX_ERRORS 20  /* then "too many errors": a flood helps nobody */
+#define SHOWN      160 /* columns of a long source line shown around the culprit */
 
 static void report(Src *s, Loc at, const char *kind, const char *fmt, va_list ap) {
   fflush(stdout);

@@ -12,13 +12,13 @@ typedef struct Ctx {
   Program *p;
   const Graph *g;
   Block *blk;
-  int *nusers;     /* per node: how many nodes read it */
-  int *user;       /* per node: its (last) user */
-  bool *saved;     /* per forward node: read by the backward */
-  bool *inlined;   /* per node: computed inside its consumer's kernel, no buffer */
-  Layout *phys;    /* per node: the physical order of its buffer's two leading axes */
-  bool *att_done;  /* per attention node: its backward is lowered */
-  char **bodies;   /* rendered kernel bodies, for deduplication */
+  int *nusers;    /* per node: how many nodes read it */
+  int *user;      /* per node: its (last) user */
+  bool *saved;    /* per forward node: read by the backward */
+  bool *inlined;  /* per node: computed inside its consumer's kernel, no buffer */
+  Layout *phys;   /* per node: the physical order of its buffer's two leading axes */
+  bool *att_done; /* per attention node: its backward is lowered */
+  char **bodies;  /* rendered kernel bodies, for deduplication */
 } Ctx;
 
 static const IrNode *N(const Ctx *c, int id) { return &c->g->nodes[id]; }
@@ -154,8 +154,8 @@ static int kc_register(Ctx *c, Kernel *k) {
   cg_render_kernel(k, LANG_C, &body, &len, &cap); /* its header names the geometry too */
   Program *p = c->p;
   for (int i = 0; i < p->nk; i++)
-    if (!strcmp(c->bodies[i], body) && !strncmp(p->kernels[i]->name + strcspn(p->kernels[i]->name, "_") + 1, base,
-                                                 strlen(base))) {
+    if (!strcmp(c->bodies[i], body) &&
+        !strncmp(p->kernels[i]->name + strcspn(p->kernels[i]->name, "_") + 1, base, strlen(base))) {
       free(body);
       kir_free(k);
       return i;
@@ -189,26 +189,64 @@ static void kc_emit(Ctx *c, KCall *kc) {
  * single-use one is fused into its consumer's kernel. */
 static bool elementwise(Op op) {
   switch (op) {
-  case OP_ADD: case OP_MUL: case OP_SILU: case OP_GELU: case OP_RELU: case OP_SILU_DX: case OP_GELU_DX:
-  case OP_RELU_DX:
-    return true;
+  case OP_ADD:
+  case OP_MUL:
+  case OP_SILU:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_SILU_DX:
+  case OP_GELU_DX:
+  case OP_RELU_DX: return true;
   /* leaves, views, rows, reductions, GEMMs, collectives and pipeline boundaries */
-  case OP_INPUT: case OP_PARAM: case OP_EMBEDDING: case OP_POS_EMBEDDING: case OP_LINEAR: case OP_MATMUL:
-  case OP_RMSNORM: case OP_LAYERNORM: case OP_ROPE: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: case OP_ATTENTION:
-  case OP_CHUNK: case OP_TRANSPOSE_SB: case OP_CROSS_ENTROPY:
-  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
-  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_CONCAT: case OP_PARAM_GRAD:
-  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_TP_COPY:
-  case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
-    return false;
+  case OP_INPUT:
+  case OP_PARAM:
+  case OP_EMBEDDING:
+  case OP_POS_EMBEDDING:
+  case OP_LINEAR:
+  case OP_MATMUL:
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+  case OP_ROPE:
+  case OP_SPLIT_HEADS:
+  case OP_MERGE_HEADS:
+  case OP_ATTENTION:
+  case OP_CHUNK:
+  case OP_TRANSPOSE_SB:
+  case OP_CROSS_ENTROPY:
+  case OP_SEED:
+  case OP_CE_DX:
+  case OP_EMBEDDING_DW:
+  case OP_POS_EMBEDDING_DW:
+  case OP_LINEAR_DX:
+  case OP_LINEAR_DW:
+  case OP_MATMUL_DX:
+  case OP_MATMUL_DW:
+  case OP_BIAS_DB:
+  case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX:
+  case OP_LAYERNORM_DW:
+  case OP_ROPE_DX:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV:
+  case OP_CONCAT:
+  case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD:
+  case OP_TP_COPY:
+  case OP_TP_REDUCE:
+  case OP_ALLREDUCE:
+  case OP_ADD_BIAS: return false;
   }
   return false;
 }
 
 static int sigmoid(Kernel *k, int x) {
-  return kir_e(k, K_DIV, kir_f(k, 1), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_EXP, kir_e(k, K_NEG, x, 0, 0), 0, 0), 0), 0);
+  return kir_e(k, K_DIV, kir_f(k, 1), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_EXP, kir_e(k, K_NEG, x, 0, 0), 0, 0), 0),
+               0);
 }
 
 #define GELU_C 0.7978845608028654 /* sqrt(2/pi) */
@@ -233,7 +271,8 @@ static int elem_expr(Ctx *c, KCall *kc, int node, int idx) {
     int x = kir_let(k, a);
     int x3 = kir_e(k, K_MUL, x, kir_e(k, K_MUL, x, x, 0), 0);
     int u = kir_e(k, K_MUL, kir_f(k, GELU_C), kir_e(k, K_ADD, x, kir_e(k, K_MUL, kir_f(k, 0.044715), x3, 0), 0), 0);
-    return kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_TANH, u, 0, 0), 0), 0);
+    return kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0),
+                 kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_TANH, u, 0, 0), 0), 0);
   }
   case OP_RELU: return kir_e(k, K_MAX, kir_f(k, 0), a, 0); /* ppk_max(0, x): x when x is NaN, as torch.relu */
   case OP_SILU_DX: {
@@ -251,7 +290,8 @@ static int elem_expr(Ctx *c, KCall *kc, int node, int idx) {
                   kir_e(k, K_ADD, x, kir_e(k, K_MUL, kir_f(k, 0.044715), kir_e(k, K_MUL, x2, x, 0), 0), 0), 0);
     int t = kir_let(k, kir_e(k, K_TANH, u, 0, 0));
     int d1 = kir_e(k, K_MUL, kir_f(k, 0.5), kir_e(k, K_ADD, kir_f(k, 1), t, 0), 0);
-    int du = kir_e(k, K_MUL, kir_f(k, GELU_C), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_MUL, kir_f(k, 3 * 0.044715), x2, 0), 0), 0);
+    int du = kir_e(k, K_MUL, kir_f(k, GELU_C),
+                   kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_MUL, kir_f(k, 3 * 0.044715), x2, 0), 0), 0);
     int d2 = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0),
                    kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, t, t, 0), 0), du, 0), 0);
     return kir_e(k, K_MUL, dy, kir_e(k, K_ADD, d1, d2, 0), 0);
@@ -259,16 +299,48 @@ static int elem_expr(Ctx *c, KCall *kc, int node, int idx) {
   case OP_RELU_DX: /* x > 0 ? dy : 0: no gradient at x = 0, as in PyTorch */
     return kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, 0), b, 0), a, kir_f(k, 0));
   /* not elementwise(): lowered by their own kernels, never built into another's */
-  case OP_INPUT: case OP_PARAM: case OP_EMBEDDING: case OP_POS_EMBEDDING: case OP_LINEAR: case OP_MATMUL:
-  case OP_RMSNORM: case OP_LAYERNORM: case OP_ROPE: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: case OP_ATTENTION:
-  case OP_CHUNK: case OP_TRANSPOSE_SB: case OP_CROSS_ENTROPY:
-  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
-  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_CONCAT: case OP_PARAM_GRAD:
-  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_TP_COPY:
-  case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
-    break;
+  case OP_INPUT:
+  case OP_PARAM:
+  case OP_EMBEDDING:
+  case OP_POS_EMBEDDING:
+  case OP_LINEAR:
+  case OP_MATMUL:
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+  case OP_ROPE:
+  case OP_SPLIT_HEADS:
+  case OP_MERGE_HEADS:
+  case OP_ATTENTION:
+  case OP_CHUNK:
+  case OP_TRANSPOSE_SB:
+  case OP_CROSS_ENTROPY:
+  case OP_SEED:
+  case OP_CE_DX:
+  case OP_EMBEDDING_DW:
+  case OP_POS_EMBEDDING_DW:
+  case OP_LINEAR_DX:
+  case OP_LINEAR_DW:
+  case OP_MATMUL_DX:
+  case OP_MATMUL_DW:
+  case OP_BIAS_DB:
+  case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX:
+  case OP_LAYERNORM_DW:
+  case OP_ROPE_DX:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV:
+  case OP_CONCAT:
+  case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD:
+  case OP_TP_COPY:
+  case OP_TP_REDUCE:
+  case OP_ALLREDUCE:
+  case OP_ADD_BIAS: break;
   }
   diag_fatal("internal: %s is not elementwise", ir_ops[n->op].name);
 }
@@ -290,7 +362,8 @@ typedef struct View {
 
 /* An activation [d0, d1, F] stored as [d0,d1] (flipped = false) or [d1,d0] (flipped = true). */
 static View act_view(Ctx *c, int node, bool batched, int64_t d0, int64_t d1, int64_t F) {
-  bool flipped = c->phys[node] != N(c, node)->layout && c->phys[node] != LAYOUT_NONE && N(c, node)->layout != LAYOUT_NONE;
+  bool flipped =
+      c->phys[node] != N(c, node)->layout && c->phys[node] != LAYOUT_NONE && N(c, node)->layout != LAYOUT_NONE;
   View v = {.vb = buf_of(c, node)};
   if (!batched) v.rows_per_batch_ld = F;
   else if (!flipped) v.rows_per_batch_ld = d1 * F, v.stride = F;
@@ -381,15 +454,50 @@ static void lower_gemm(Ctx *c, int id) {
     break;
   }
   /* lower_node() calls this for the GEMM ops above only */
-  case OP_INPUT: case OP_PARAM: case OP_EMBEDDING: case OP_POS_EMBEDDING: case OP_RMSNORM: case OP_LAYERNORM:
-  case OP_ROPE: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: case OP_ATTENTION: case OP_SILU: case OP_GELU: case OP_RELU:
-  case OP_ADD: case OP_MUL: case OP_CHUNK: case OP_TRANSPOSE_SB: case OP_CROSS_ENTROPY: case OP_SEED: case OP_CE_DX:
-  case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_BIAS_DB: case OP_RMSNORM_DX: case OP_RMSNORM_DW:
-  case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ: case OP_ATTENTION_DK:
-  case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT: case OP_PARAM_GRAD:
-  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_TP_COPY:
-  case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
-    diag_fatal("internal: %s is not a GEMM", ir_ops[n->op].name);
+  case OP_INPUT:
+  case OP_PARAM:
+  case OP_EMBEDDING:
+  case OP_POS_EMBEDDING:
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+  case OP_ROPE:
+  case OP_SPLIT_HEADS:
+  case OP_MERGE_HEADS:
+  case OP_ATTENTION:
+  case OP_SILU:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_ADD:
+  case OP_MUL:
+  case OP_CHUNK:
+  case OP_TRANSPOSE_SB:
+  case OP_CROSS_ENTROPY:
+  case OP_SEED:
+  case OP_CE_DX:
+  case OP_EMBEDDING_DW:
+  case OP_POS_EMBEDDING_DW:
+  case OP_BIAS_DB:
+  case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX:
+  case OP_LAYERNORM_DW:
+  case OP_ROPE_DX:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV:
+  case OP_SILU_DX:
+  case OP_GELU_DX:
+  case OP_RELU_DX:
+  case OP_CONCAT:
+  case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD:
+  case OP_TP_COPY:
+  case OP_TP_REDUCE:
+  case OP_ALLREDUCE:
+  case OP_ADD_BIAS: diag_fatal("internal: %s is not a GEMM", ir_ops[n->op].name);
   }
 }
 
@@ -433,10 +541,12 @@ static void lower_embedding(Ctx *c, int id) {
   if (n->a.vlocal) { /* vocab-parallel: my rows of the table, zeros for the others' */
     int v0 = kc_iscalar(&kc, vstart(n->a.vlocal));
     int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
-    int mine = kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
+    int mine = kir_let(
+        k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
     int j = kir_tfor(k, kir_i(k, H));
-    kir_store(k, y, idx2(k, r, H, j), '=',
-              kir_e(k, K_SEL, mine, kir_ld(k, w, idx2(k, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)), H, j)), kir_f(k, 0)));
+    kir_store(
+        k, y, idx2(k, r, H, j), '=',
+        kir_e(k, K_SEL, mine, kir_ld(k, w, idx2(k, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)), H, j)), kir_f(k, 0)));
     kir_end(k);
   } else {
     int j = kir_tfor(k, kir_i(k, H));
@@ -463,7 +573,8 @@ static void lower_embedding_dw(Ctx *c, int id) {
   if (n->a.vlocal) { /* vocab-parallel: only my rows */
     int v0 = kc_iscalar(&kc, vstart(n->a.vlocal));
     int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
-    kir_if(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
+    kir_if(k,
+           kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
     kir_store(k, g, idx2(k, loc, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
     kir_end(k);
   } else {
@@ -522,7 +633,8 @@ static void lower_norm(Ctx *c, int id) {
   int j = kir_reduce(k, kir_i(k, D));
   int xv = kir_let(k, kir_e(k, K_SUB, val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0));
   int ss = kir_reduce_end(k, '+', kir_e(k, K_MUL, xv, xv, 0));
-  int rstd = kir_let(k, kir_e(k, K_RSQRT, kir_e(k, K_ADD, kir_e(k, K_DIV, ss, kir_f(k, (double)D), 0), kir_f(k, n->a.eps), 0), 0, 0));
+  int rstd = kir_let(
+      k, kir_e(k, K_RSQRT, kir_e(k, K_ADD, kir_e(k, K_DIV, ss, kir_f(k, (double)D), 0), kir_f(k, n->a.eps), 0), 0, 0));
   if (rms) kir_store(k, st, r, '=', rstd);
   else {
     kir_store(k, st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', mean);
@@ -592,7 +704,8 @@ static void lower_norm_dw(Ctx *c, int id) {
   int acc = kir_let(k, kir_f(k, 0));
   int i = kir_for(k, kir_i(k, R));
   int mean = rms ? kir_f(k, 0) : kir_ld(k, st, kir_e(k, K_IMUL, i, kir_i(k, 2), 0));
-  int rstd = rms ? kir_ld(k, st, i) : kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, i, kir_i(k, 2), 0), kir_i(k, 1), 0));
+  int rstd =
+      rms ? kir_ld(k, st, i) : kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, i, kir_i(k, 2), 0), kir_i(k, 1), 0));
   int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, i, D, r)), mean, 0), rstd, 0);
   kir_set(k, acc, '+', kir_e(k, K_MUL, val(c, &kc, n->in[0], idx2(k, i, D, r)), xh, 0));
   kir_end(k);
@@ -632,10 +745,11 @@ static void lower_rope(Ctx *c, int id) {
   int s = kir_row(k);
   int j = kir_tfor(k, kir_i(k, half));
   /* inv_freq = 1 / theta^(2j/D), angle = s * inv_freq, in float32 as the reference */
-  int fr = kir_e(k, K_DIV, kir_f(k, 1),
-                 kir_e(k, K_POW, kir_f(k, n->a.theta),
-                       kir_e(k, K_DIV, kir_e(k, K_TOF, kir_e(k, K_IMUL, kir_i(k, 2), j, 0), 0, 0), kir_f(k, (double)D), 0), 0),
-                 0);
+  int fr = kir_e(
+      k, K_DIV, kir_f(k, 1),
+      kir_e(k, K_POW, kir_f(k, n->a.theta),
+            kir_e(k, K_DIV, kir_e(k, K_TOF, kir_e(k, K_IMUL, kir_i(k, 2), j, 0), 0, 0), kir_f(k, (double)D), 0), 0),
+      0);
   int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, s, 0, 0), fr, 0));
   int co = kir_let(k, kir_e(k, K_COS, ang, 0, 0)), si = kir_let(k, kir_e(k, K_SIN, ang, 0, 0));
   int bh = kir_for(k, kir_i(k, B * H));
@@ -674,7 +788,9 @@ static AttOp att_q(int vb, int64_t B, int64_t HQ, int64_t D, int64_t R) { return
 static AttOp att_kv(int vb, int64_t B, int64_t HK, int64_t D) { return (AttOp){vb, 0, 0, B * HK * D, D}; }
 static AttOp att_s(int vb, int64_t S, int64_t R) { return (AttOp){vb, 0, S * S, S, R * S * S}; }
 
-static View att_view(AttOp o, int r) { return (View){.vb = o.vb, .rows_per_batch_ld = o.ld, .base = 4 * (o.at + r * o.per_r), .stride = o.stride}; }
+static View att_view(AttOp o, int r) {
+  return (View){.vb = o.vb, .rows_per_batch_ld = o.ld, .base = 4 * (o.at + r * o.per_r), .stride = o.stride};
+}
 
 /* C = alpha op(A) op(B) for each r < R, batched over the B*HK pairs; acc: C is kv-shaped and the
  * R query heads of a group add into it in order (the first overwrites). */
@@ -739,7 +855,8 @@ static void lower_attention(Ctx *c, int id) {
     }
   if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
   AttOp dout = att_q(buf_of(c, n->in[3]), B, HQ, D, R);
-  AttOp p = att_s(vbuf(c, "probs", BC_SCRATCH, ss, false), S, R), dp = att_s(vbuf(c, "dscores", BC_SCRATCH, ss, false), S, R);
+  AttOp p = att_s(vbuf(c, "probs", BC_SCRATCH, ss, false), S, R),
+        dp = att_s(vbuf(c, "dscores", BC_SCRATCH, ss, false), S, R);
   att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
   {
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
@@ -764,7 +881,8 @@ static void lower_attention(Ctx *c, int id) {
     int P = kc_vbuf(c, &kc, p.vb, false), G = kc_vbuf(c, &kc, dp.vb, true);
     int r = kir_row(k), nk = att_keys(k, S, causal);
     int j = kir_reduce(k, nk);
-    int delta = kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), kir_ld(k, G, idx2(k, r, S, j)), 0));
+    int delta =
+        kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), kir_ld(k, G, idx2(k, r, S, j)), 0));
     j = kir_tfor(k, kir_i(k, S));
     int pv = kir_let(k, kir_ld(k, P, idx2(k, r, S, j)));
     int ds = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, f->a.scale), pv, 0),
@@ -880,16 +998,21 @@ static void lower_ce(Ctx *c, int id) {
     int mr = kir_let(k, kir_ld(k, m, r));
     j = kir_reduce(k, kir_i(k, VL));
     real = kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0);
-    int se = kir_reduce_end(
-        k, '+', kir_e(k, K_SEL, real, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, VL, j)), mr, 0), 0, 0), kir_f(k, 0)));
+    int se = kir_reduce_end(k, '+',
+                            kir_e(k, K_SEL, real,
+                                  kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, VL, j)), mr, 0), 0, 0),
+                                  kir_f(k, 0)));
     int loc = kir_let(k, kir_e(k, K_ISUB, kir_ld(k, lab, r), v0, 0));
-    int mine = kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, VL), 0), 0));
+    int mine =
+        kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, VL), 0), 0));
     kir_store(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', se);
-    kir_store(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=',
-              kir_e(k, K_SEL, mine, kir_ld(k, lg, idx2(k, r, VL, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)))), kir_f(k, 0)));
+    kir_store(
+        k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=',
+        kir_e(k, K_SEL, mine, kir_ld(k, lg, idx2(k, r, VL, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)))), kir_f(k, 0)));
     k->work = 2 * VL;
     kc_emit(c, &k2);
-    allreduce(c, id, sums, R * 8, "tp", "sum", "vocab-parallel cross-entropy: sums of exponentials and the target logit");
+    allreduce(c, id, sums, R * 8, "tp", "sum",
+              "vocab-parallel cross-entropy: sums of exponentials and the target logit");
     /* 3: log-sum-exp (saved for the backward) and the row's loss, a row per thread */
     KCall k3 = kc_flat("ce_vp_loss", R, id);
     k = k3.k;
@@ -897,9 +1020,12 @@ static void lower_ce(Ctx *c, int id) {
     sm = kc_vbuf(c, &k3, sums, false);
     int st = kc_vbuf(c, &k3, c->p->node_aux[id], true), rl = kc_vbuf(c, &k3, rowloss, true);
     r = kir_row(k);
-    int lse = kir_let(k, kir_e(k, K_ADD, kir_ld(k, m, r), kir_e(k, K_LOG, kir_ld(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)), 0, 0), 0));
+    int lse = kir_let(k, kir_e(k, K_ADD, kir_ld(k, m, r),
+                               kir_e(k, K_LOG, kir_ld(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)), 0, 0), 0));
     kir_store(k, st, r, '=', lse);
-    kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0));
+    kir_store(
+        k, rl, r, '=',
+        kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0));
     kc_emit(c, &k3);
   }
   /* the mean over the rows: one block */
@@ -1028,9 +1154,12 @@ static void lower_adamw(Ctx *c) {
     kir_store(k, M, r, '=', m);
     kir_store(k, V, r, '=', v);
     int mh = kir_e(k, K_DIV, m, bc1, 0), vh = kir_e(k, K_DIV, v, bc2, 0);
-    int pd = kir_let(k, kir_e(k, K_MUL, kir_ld(k, P, r), kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, lr, wd, 0), 0), 0));
+    int pd =
+        kir_let(k, kir_e(k, K_MUL, kir_ld(k, P, r), kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, lr, wd, 0), 0), 0));
     kir_store(k, P, r, '=',
-              kir_e(k, K_SUB, pd, kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0), 0));
+              kir_e(k, K_SUB, pd,
+                    kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0),
+                    0));
     k->work = 12;
     kc_emit(c, &kc);
   }
@@ -1184,24 +1313,45 @@ static void lower_node(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   if (c->inlined[id]) return;
   switch (n->op) {
-  case OP_INPUT: case OP_PARAM: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: break;
-  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: break; /* the schedule's */
+  case OP_INPUT:
+  case OP_PARAM:
+  case OP_SPLIT_HEADS:
+  case OP_MERGE_HEADS: break;
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD: break; /* the schedule's */
   case OP_EMBEDDING: lower_embedding(c, id); break;
   case OP_EMBEDDING_DW: lower_embedding_dw(c, id); break;
   case OP_POS_EMBEDDING: lower_pos_embedding(c, id, false); break;
   case OP_POS_EMBEDDING_DW: lower_pos_embedding(c, id, true); break;
-  case OP_LINEAR: case OP_MATMUL: case OP_LINEAR_DX: case OP_MATMUL_DX: case OP_LINEAR_DW: case OP_MATMUL_DW:
-    lower_gemm(c, id);
-    break;
+  case OP_LINEAR:
+  case OP_MATMUL:
+  case OP_LINEAR_DX:
+  case OP_MATMUL_DX:
+  case OP_LINEAR_DW:
+  case OP_MATMUL_DW: lower_gemm(c, id); break;
   case OP_BIAS_DB: lower_bias_db(c, id); break;
-  case OP_RMSNORM: case OP_LAYERNORM: lower_norm(c, id); break;
-  case OP_RMSNORM_DX: case OP_LAYERNORM_DX: lower_norm_dx(c, id); break;
-  case OP_RMSNORM_DW: case OP_LAYERNORM_DW: lower_norm_dw(c, id); break;
-  case OP_ROPE: case OP_ROPE_DX: lower_rope(c, id); break;
-  case OP_ATTENTION: case OP_ATTENTION_DQ: case OP_ATTENTION_DK: case OP_ATTENTION_DV: lower_attention(c, id); break;
-  case OP_SILU: case OP_GELU: case OP_RELU: case OP_ADD: case OP_MUL: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX:
-    lower_elementwise(c, id);
-    break;
+  case OP_RMSNORM:
+  case OP_LAYERNORM: lower_norm(c, id); break;
+  case OP_RMSNORM_DX:
+  case OP_LAYERNORM_DX: lower_norm_dx(c, id); break;
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DW: lower_norm_dw(c, id); break;
+  case OP_ROPE:
+  case OP_ROPE_DX: lower_rope(c, id); break;
+  case OP_ATTENTION:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV: lower_attention(c, id); break;
+  case OP_SILU:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_ADD:
+  case OP_MUL:
+  case OP_SILU_DX:
+  case OP_GELU_DX:
+  case OP_RELU_DX: lower_elementwise(c, id); break;
   case OP_CHUNK: lower_chunk(c, id); break;
   case OP_CONCAT: lower_concat(c, id); break;
   case OP_TRANSPOSE_SB:
@@ -1220,7 +1370,7 @@ static void lower_node(Ctx *c, int id) {
   case OP_TP_REDUCE:
     allreduce(c, id, buf_of(c, id), shape_numel(&n->shape) * 4, "tp", "sum",
               n->in[0] >= 0 && N(c, n->in[0])->op == OP_EMBEDDING ? "vocab-parallel embedding: rows from every rank"
-                                                                   : "row-parallel linear: partial sums");
+                                                                  : "row-parallel linear: partial sums");
     break;
   case OP_ALLREDUCE:
     allreduce(c, id, buf_of(c, id), shape_numel(&n->shape) * 4, "tp", "sum",
@@ -1232,7 +1382,8 @@ static void lower_node(Ctx *c, int id) {
     Kernel *k = kc.k;
     int y = kc_node(c, &kc, id, true), b = kc_node(c, &kc, n->in[1], false);
     int r = kir_row(k);
-    kir_store(k, y, r, '=', kir_e(k, K_ADD, val(c, &kc, n->in[0], r), kir_ld(k, b, kir_e(k, K_IMOD, r, kir_i(k, Nn), 0)), 0));
+    kir_store(k, y, r, '=',
+              kir_e(k, K_ADD, val(c, &kc, n->in[0], r), kir_ld(k, b, kir_e(k, K_IMOD, r, kir_i(k, Nn), 0)), 0));
     kc_emit(c, &kc);
     break;
   }
@@ -1256,8 +1407,7 @@ Program *fuse_lower(const Graph *g) {
     Instr *in = instr(&c, I_BATCH, -1);
     in->nop = 2;
     in->op[0] = in->op[1] = (Operand){.kind = '-'};
-    for (int i = 0; i < g->ninputs; i++)
-      in->op[g->inputs[i].use == USE_LABELS] = ob(p->node_vb[g->inputs[i].node], 0);
+    for (int i = 0; i < g->ninputs; i++) in->op[g->inputs[i].use == USE_LABELS] = ob(p->node_vb[g->inputs[i].node], 0);
   }
   for (int i = 0; i < g->nnodes; i++) {
     c.blk = N(&c, i)->bwd ? &p->bwd : &p->fwd;

@@ -85,7 +85,8 @@ char *shape_str(const Shape *s, char *buf, size_t n) {
     char digits[24];
     int k = 0;
     uint64_t v = s->d[i] < 0 ? (uint64_t)0 - (uint64_t)s->d[i] : (uint64_t)s->d[i];
-    do digits[k++] = (char)('0' + v % 10); while (v /= 10);
+    do digits[k++] = (char)('0' + v % 10);
+    while (v /= 10);
     if (s->d[i] < 0) *t++ = '-';
     while (k) *t++ = digits[--k];
   }
@@ -151,7 +152,9 @@ static void print_attrs(FILE *f, const IrNode *n) {
     else if (!strcmp(key, "heads")) fprintf(f, " heads=%lld", (long long)n->a.heads);
     else if (!strcmp(key, "index")) fprintf(f, " index=%lld", (long long)n->a.index);
     else if (!strcmp(key, "parts")) fprintf(f, " parts=%lld", (long long)n->a.parts);
-    else if (!strcmp(key, "causal")) { if (n->a.causal) fputs(" causal", f); }
+    else if (!strcmp(key, "causal")) {
+      if (n->a.causal) fputs(" causal", f);
+    }
     spec += len + (end ? 1 : 0);
   }
 }
@@ -166,8 +169,8 @@ static const char *init_str(const IrParam *p, char *buf, size_t n) {
 void ir_print(FILE *f, const Graph *g) {
   const Config *c = &g->cfg;
   char sb[96], ib[48], tb[160];
-  fprintf(f, "# ir of model '%s': %d layers, B=%lld S=%lld, %d nodes, %d parameters\n", g->model,
-          g->nlayers, (long long)c->micro_batch, (long long)c->seq, g->nnodes, g->nparams);
+  fprintf(f, "# ir of model '%s': %d layers, B=%lld S=%lld, %d nodes, %d parameters\n", g->model, g->nlayers,
+          (long long)c->micro_batch, (long long)c->seq, g->nnodes, g->nparams);
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     int k = 0;
@@ -177,7 +180,9 @@ void ir_print(FILE *f, const Graph *g) {
     if (n->op == OP_INPUT) {
       const IrInput *in = &g->inputs[n->param];
       k = snprintf(tb, sizeof tb, "input %s (%s)", in->var,
-                   in->use == USE_TOKENS ? "token ids" : in->use == USE_LABELS ? "labels" : "unused");
+                   in->use == USE_TOKENS   ? "token ids"
+                   : in->use == USE_LABELS ? "labels"
+                                           : "unused");
     } else if (n->op == OP_PARAM) {
       const IrParam *p = &g->params[n->param];
       k = snprintf(tb, sizeof tb, "param \"%s\" %s %s", p->name, role_name(p->role), init_str(p, ib, sizeof ib));
@@ -199,5 +204,4 @@ void ir_print(FILE *f, const Graph *g) {
     fputc('\n', f);
   }
   if (g->loss >= 0) fprintf(f, "loss %%%d\n", g->loss);
-
 }

@@ -9,7 +9,6 @@
 
 #include "ppc.h"
 
-
 /* ============================================================================================
  * Names
  * ========================================================================================== */
@@ -19,11 +18,11 @@ typedef enum BindKind { B_DIM, B_TENSOR, B_PARAM, B_INPUT } BindKind;
 typedef struct Bind {
   const char *name;
   BindKind kind;
-  int64_t value;   /* B_DIM */
-  int node;        /* B_TENSOR, B_PARAM, B_INPUT */
-  Loc loc;         /* where it was defined */
-  int depth;       /* 0: top level, 1: inside the repeated layer */
-  bool poison;     /* B_DIM: its definition failed and was reported; uses stay silent */
+  int64_t value;      /* B_DIM */
+  int node;           /* B_TENSOR, B_PARAM, B_INPUT */
+  Loc loc;            /* where it was defined */
+  int depth;          /* 0: top level, 1: inside the repeated layer */
+  bool poison;        /* B_DIM: its definition failed and was reported; uses stay silent */
   struct Bind *next;  /* the scope stack: the binding made before this one */
   struct Bind *hnext; /* the hash bucket: the next binding of a name with the same hash */
 } Bind;
@@ -31,16 +30,19 @@ typedef struct Bind {
 typedef struct Builder {
   Src *src;
   Graph *g;
-  Bind *binds;        /* innermost first */
-  Bind **table;       /* the bindings by name: buckets, each newest first, so lookups find the innermost */
+  Bind *binds;  /* innermost first */
+  Bind **table; /* the bindings by name: buckets, each newest first, so lookups find the innermost */
   int nbuckets, nbinds;
-  struct CkptSlot { uint64_t hash; int param; } *ckpt; /* the checkpoint names: a hash set (ckpt_find) */
+  struct CkptSlot {
+    uint64_t hash;
+    int param;
+  } * ckpt; /* the checkpoint names: a hash set (ckpt_find) */
   int nckpt;
   int depth;
-  int layer;          /* the layer being instantiated, -1 outside */
+  int layer; /* the layer being instantiated, -1 outside */
   Region region;
   const char *loopvar;
-  Loc *seen;          /* errors already reported: a layer repeats, its errors need not */
+  Loc *seen; /* errors already reported: a layer repeats, its errors need not */
   int nseen, capseen;
   const Stmt *last_stmt;
 } Builder;
@@ -173,7 +175,9 @@ static int check_new_name(Builder *b, const char *name, Loc at, BindKind kind) {
   if (kind == B_TENSOR && old->kind == B_TENSOR) return 0;
   if (old->loc.first < 0)
     err(b, at, "redefinition of '%s', which is predefined (%s)", name,
-        !strcmp(name, "B") ? "the micro-batch size" : !strcmp(name, "S") ? "the sequence length" : "the layer index");
+        !strcmp(name, "B")   ? "the micro-batch size"
+        : !strcmp(name, "S") ? "the sequence length"
+                             : "the layer index");
   else {
     err(b, at, "redefinition of '%s' (already %s)", name, kind_name(old->kind));
     diag_note(b->src, old->loc, "'%s' was defined here", name);
@@ -197,8 +201,14 @@ static int eval_int(Builder *b, const Expr *e, int64_t *out) {
   case E_INT: *out = e->ival; return 0;
   case E_NAME: {
     Bind *x = lookup(b, e->name);
-    if (!x) { err(b, e->loc, "undefined name '%s'", e->name); return 1; }
-    if (x->kind != B_DIM) { err(b, e->loc, "'%s' is %s, not a dimension", e->name, kind_name(x->kind)); return 1; }
+    if (!x) {
+      err(b, e->loc, "undefined name '%s'", e->name);
+      return 1;
+    }
+    if (x->kind != B_DIM) {
+      err(b, e->loc, "'%s' is %s, not a dimension", e->name, kind_name(x->kind));
+      return 1;
+    }
     if (x->poison) return 1;
     *out = x->value;
     return 0;
@@ -210,14 +220,23 @@ static int eval_int(Builder *b, const Expr *e, int64_t *out) {
   case E_BIN:
     if (eval_int(b, e->lhs, &l) || eval_int(b, e->rhs, &r)) return 1;
     switch (e->op) {
-    case '+': if (__builtin_add_overflow(l, r, out)) goto overflow; return 0;
-    case '-': if (__builtin_sub_overflow(l, r, out)) goto overflow; return 0;
-    case '*': if (__builtin_mul_overflow(l, r, out)) goto overflow; return 0;
+    case '+':
+      if (__builtin_add_overflow(l, r, out)) goto overflow;
+      return 0;
+    case '-':
+      if (__builtin_sub_overflow(l, r, out)) goto overflow;
+      return 0;
+    case '*':
+      if (__builtin_mul_overflow(l, r, out)) goto overflow;
+      return 0;
     case '/':
-      if (r == 0) { err(b, e->rhs->loc, "division by zero"); return 1; }
+      if (r == 0) {
+        err(b, e->rhs->loc, "division by zero");
+        return 1;
+      }
       if (l % r) {
-        err(b, e->loc, "%lld / %lld is not exact (remainder %lld): dimensions must divide evenly",
-            (long long)l, (long long)r, (long long)(l % r));
+        err(b, e->loc, "%lld / %lld is not exact (remainder %lld): dimensions must divide evenly", (long long)l,
+            (long long)r, (long long)(l % r));
         return 1;
       }
       *out = l / r;
@@ -226,7 +245,8 @@ static int eval_int(Builder *b, const Expr *e, int64_t *out) {
     return 1;
   case E_FLOAT: err(b, e->loc, "expected an integer, found the number %g", e->fval); return 1;
   case E_CALL: err(b, e->loc, "expected an integer, found a call of '%s'", e->name); return 1;
-  case E_STR: case E_WORD: err(b, e->loc, "expected an integer"); return 1;
+  case E_STR:
+  case E_WORD: err(b, e->loc, "expected an integer"); return 1;
   }
   return 1;
 overflow:
@@ -236,7 +256,10 @@ overflow:
 
 static int eval_dim(Builder *b, const Expr *e, int64_t *out) {
   if (eval_int(b, e, out)) return 1;
-  if (*out <= 0) { err(b, e->loc, "dimension must be positive, got %lld", (long long)*out); return 1; }
+  if (*out <= 0) {
+    err(b, e->loc, "dimension must be positive, got %lld", (long long)*out);
+    return 1;
+  }
   return 0;
 }
 
@@ -251,13 +274,21 @@ static int eval_float(Builder *b, const Expr *e, double *out) {
     *out = (double)v;
     return 0;
   }
-  case E_NEG: if (eval_float(b, e->lhs, &l)) return 1; *out = -l; return 0;
+  case E_NEG:
+    if (eval_float(b, e->lhs, &l)) return 1;
+    *out = -l;
+    return 0;
   case E_BIN:
     if (eval_float(b, e->lhs, &l) || eval_float(b, e->rhs, &r)) return 1;
     *out = e->op == '+' ? l + r : e->op == '-' ? l - r : e->op == '*' ? l * r : l / r;
-    if (!isfinite(*out)) { err(b, e->loc, "attribute value is not finite"); return 1; }
+    if (!isfinite(*out)) {
+      err(b, e->loc, "attribute value is not finite");
+      return 1;
+    }
     return 0;
-  case E_CALL: case E_STR: case E_WORD: err(b, e->loc, "expected a number"); return 1;
+  case E_CALL:
+  case E_STR:
+  case E_WORD: err(b, e->loc, "expected a number"); return 1;
   }
   return 1;
 }
@@ -290,12 +321,16 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
   int nkeys = mesh ? 3 : 4;
   for (const Setting *t = s->settings; t; t = t->next) {
     for (const Setting *u = s->settings; u != t; u = u->next)
-      if (!strcmp(u->key, t->key)) { err(b, t->key_loc, "'%s' is set twice", t->key); goto next; }
+      if (!strcmp(u->key, t->key)) {
+        err(b, t->key_loc, "'%s' is set twice", t->key);
+        goto next;
+      }
     int k = 0;
     while (k < nkeys && strcmp(keys[k], t->key)) k++;
     if (k == nkeys) {
-      err(b, t->key_loc, mesh ? "unknown mesh setting '%s' (expected tp, pp or dp)"
-                              : "unknown train setting '%s' (expected micro_batch, seq, microbatches or schedule)",
+      err(b, t->key_loc,
+          mesh ? "unknown mesh setting '%s' (expected tp, pp or dp)"
+               : "unknown train setting '%s' (expected micro_batch, seq, microbatches or schedule)",
           t->key);
       continue;
     }
@@ -304,7 +339,10 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       const char *name = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? v->name : NULL;
       int ok = 0;
       for (int i = 0; name && i < 3; i++) ok |= !strcmp(name, schedules[i]);
-      if (!ok) { err(b, v->loc, "unknown schedule (expected naive, gpipe or 1f1b)"); continue; }
+      if (!ok) {
+        err(b, v->loc, "unknown schedule (expected naive, gpipe or 1f1b)");
+        continue;
+      }
       snprintf(c->schedule, sizeof c->schedule, "%s", name);
       c->sched_loc = v->loc;
       continue;
@@ -320,8 +358,16 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
 
 /* Settings come first, whatever their place in the file: every shape needs B and S. */
 static void resolve_config(Builder *b, const Ast *ast, const Options *o, Config *c) {
-  *c = (Config){.tp = 1, .pp = 1, .dp = 1, .micro_batch = 1, .seq = -1, .microbatches = 1,
-                .tp_loc = NOLOC, .pp_loc = NOLOC, .dp_loc = NOLOC, .sched_loc = NOLOC};
+  *c = (Config){.tp = 1,
+                .pp = 1,
+                .dp = 1,
+                .micro_batch = 1,
+                .seq = -1,
+                .microbatches = 1,
+                .tp_loc = NOLOC,
+                .pp_loc = NOLOC,
+                .dp_loc = NOLOC,
+                .sched_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
   const Stmt *seen[2] = {0, 0};
   for (const Stmt *s = ast->stmts; s; s = s->next) {
@@ -416,7 +462,7 @@ typedef struct Call {
   int in[4];
   int npos;
   IrAttrs a;
-  int has[8];          /* per attribute index in the op's spec: given */
+  int has[8]; /* per attribute index in the op's spec: given */
 } Call;
 
 /* Parse "eps:f?,causal:b?" entry k: its key, type and whether it is optional. */
@@ -480,8 +526,16 @@ static int read_call(Builder *b, const Expr *e, Call *c) {
         bad = 1;
         continue;
       }
-      if (c->has[k]) { err(b, a->key_loc, "attribute '%s' given twice", a->key); bad = 1; continue; }
-      if (type == 'b') { err(b, a->key_loc, "'%s' is a flag: write it alone, without '='", a->key); bad = 1; continue; }
+      if (c->has[k]) {
+        err(b, a->key_loc, "attribute '%s' given twice", a->key);
+        bad = 1;
+        continue;
+      }
+      if (type == 'b') {
+        err(b, a->key_loc, "'%s' is a flag: write it alone, without '='", a->key);
+        bad = 1;
+        continue;
+      }
       bad |= set_attr(b, c, k, key, type, a->val);
       continue;
     }
@@ -489,19 +543,25 @@ static int read_call(Builder *b, const Expr *e, Call *c) {
     if (a->val->kind == E_NAME) {
       int k = 0, flag = 0;
       while (attr_spec(info->attrs, k, key, &type, &opt)) {
-        if (type == 'b' && !strcmp(key, a->val->name)) { flag = 1; break; }
+        if (type == 'b' && !strcmp(key, a->val->name)) {
+          flag = 1;
+          break;
+        }
         k++;
       }
       if (flag) {
-        if (c->has[k]) { err(b, a->val->loc, "flag '%s' given twice", key); bad = 1; }
+        if (c->has[k]) {
+          err(b, a->val->loc, "flag '%s' given twice", key);
+          bad = 1;
+        }
         c->has[k] = 1;
         if (!strcmp(key, "causal")) c->a.causal = true;
         continue;
       }
     }
     if (c->npos == 4 || c->npos >= info->max_in) {
-      err(b, a->val->loc, "too many inputs: %s takes %s%d", info->name,
-          info->min_in == info->max_in ? "" : "at most ", info->max_in);
+      err(b, a->val->loc, "too many inputs: %s takes %s%d", info->name, info->min_in == info->max_in ? "" : "at most ",
+          info->max_in);
       return 1;
     }
     c->pos[c->npos++] = a->val;
@@ -512,7 +572,10 @@ static int read_call(Builder *b, const Expr *e, Call *c) {
     return 1;
   }
   for (int k = 0; attr_spec(info->attrs, k, key, &type, &opt); k++)
-    if (!opt && !c->has[k]) { err(b, e->loc, "%s needs the attribute %s=", info->name, key); bad = 1; }
+    if (!opt && !c->has[k]) {
+      err(b, e->loc, "%s needs the attribute %s=", info->name, key);
+      bad = 1;
+    }
   if (bad) return 1;
   for (int i = 0; i < c->npos; i++)
     if ((c->in[i] = tensor(b, c->pos[i])) < 0) return 1;
@@ -572,11 +635,14 @@ static int infer(Builder *b, Call *c) {
     int lin = c->op == OP_LINEAR;
     if (want_param(b, p[1], in[1], "the weight", op) || want_rank(b, p[1], in[1], 2, "the weight", op)) return -1;
     const Shape *x = &N(b, in[0])->shape, *w = &N(b, in[1])->shape;
-    if (x->nd < 1) { err(b, p[0]->loc, "%s needs a tensor with a feature dimension", op); return -1; }
+    if (x->nd < 1) {
+      err(b, p[0]->loc, "%s needs a tensor with a feature dimension", op);
+      return -1;
+    }
     int64_t k = lin ? w->d[1] : w->d[0], n = lin ? w->d[0] : w->d[1];
     if (x->d[x->nd - 1] != k) {
-      err(b, e->loc, "shape mismatch in %s: the input %s has %lld features but the weight %s expects %lld (%s)",
-          op, sh(x, s1), (long long)x->d[x->nd - 1], sh(w, s2), (long long)k,
+      err(b, e->loc, "shape mismatch in %s: the input %s has %lld features but the weight %s expects %lld (%s)", op,
+          sh(x, s1), (long long)x->d[x->nd - 1], sh(w, s2), (long long)k,
           lin ? "linear weights are [out, in]" : "matmul weights are [in, out]");
       return -1;
     }
@@ -606,7 +672,10 @@ static int infer(Builder *b, Call *c) {
         return -1;
       }
     }
-    if (c->a.eps <= 0) { err(b, e->loc, "eps must be positive"); return -1; }
+    if (c->a.eps <= 0) {
+      err(b, e->loc, "eps must be positive");
+      return -1;
+    }
     out = *x;
     lay = N(b, in[0])->layout;
     break;
@@ -614,8 +683,14 @@ static int infer(Builder *b, Call *c) {
   case OP_ROPE: {
     const Shape *x = &N(b, in[0])->shape;
     if (want_layout(b, p[0], in[0], LAYOUT_SB, op) || want_rank(b, p[0], in[0], 4, "the input", op)) return -1;
-    if (x->d[3] % 2) { err(b, p[0]->loc, "rope needs an even head dimension, got %lld", (long long)x->d[3]); return -1; }
-    if (c->a.theta <= 0) { err(b, e->loc, "theta must be positive"); return -1; }
+    if (x->d[3] % 2) {
+      err(b, p[0]->loc, "rope needs an even head dimension, got %lld", (long long)x->d[3]);
+      return -1;
+    }
+    if (c->a.theta <= 0) {
+      err(b, e->loc, "theta must be positive");
+      return -1;
+    }
     out = *x;
     lay = LAYOUT_SB;
     break;
@@ -665,13 +740,15 @@ static int infer(Builder *b, Call *c) {
       return -1;
     }
     if (tp > 1 && k->d[2] % tp && tp % k->d[2]) {
-      err(b, e->loc,
-          "tensor-parallel degree %lld neither divides the %lld key/value heads nor is a multiple of them", (long long)tp,
-          (long long)k->d[2]);
+      err(b, e->loc, "tensor-parallel degree %lld neither divides the %lld key/value heads nor is a multiple of them",
+          (long long)tp, (long long)k->d[2]);
       return -1;
     }
     if (!c->has[1]) c->a.scale = 1.0 / sqrt((double)q->d[3]);
-    if (!(c->a.scale > 0)) { err(b, e->loc, "scale must be positive"); return -1; }
+    if (!(c->a.scale > 0)) {
+      err(b, e->loc, "scale must be positive");
+      return -1;
+    }
     out = *q;
     lay = LAYOUT_SB;
     break;
@@ -716,7 +793,10 @@ static int infer(Builder *b, Call *c) {
   }
   case OP_TRANSPOSE_SB: {
     Layout l = N(b, in[0])->layout;
-    if (l == LAYOUT_NONE) { err(b, p[0]->loc, "transpose_sb needs an activation with [S,B] or [B,S] leading axes"); return -1; }
+    if (l == LAYOUT_NONE) {
+      err(b, p[0]->loc, "transpose_sb needs an activation with [S,B] or [B,S] leading axes");
+      return -1;
+    }
     out = N(b, in[0])->shape;
     int64_t t = out.d[0];
     out.d[0] = out.d[1];
@@ -738,14 +818,38 @@ static int infer(Builder *b, Call *c) {
     break;
   }
   /* not callable (a '.' name): tensor() makes calls of the ops above only */
-  case OP_INPUT: case OP_PARAM:
-  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
-  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT:
-  case OP_PARAM_GRAD: case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD:
-  case OP_TP_COPY: case OP_TP_REDUCE: case OP_ALLREDUCE: case OP_ADD_BIAS:
-    diag_fatal("internal: a call of %s, which the language cannot call", op);
+  case OP_INPUT:
+  case OP_PARAM:
+  case OP_SEED:
+  case OP_CE_DX:
+  case OP_EMBEDDING_DW:
+  case OP_POS_EMBEDDING_DW:
+  case OP_LINEAR_DX:
+  case OP_LINEAR_DW:
+  case OP_MATMUL_DX:
+  case OP_MATMUL_DW:
+  case OP_BIAS_DB:
+  case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX:
+  case OP_LAYERNORM_DW:
+  case OP_ROPE_DX:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV:
+  case OP_SILU_DX:
+  case OP_GELU_DX:
+  case OP_RELU_DX:
+  case OP_CONCAT:
+  case OP_PARAM_GRAD:
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD:
+  case OP_TP_COPY:
+  case OP_TP_REDUCE:
+  case OP_ALLREDUCE:
+  case OP_ADD_BIAS: diag_fatal("internal: a call of %s, which the language cannot call", op);
   }
   int64_t numel = 1;
   for (int i = 0; i < out.nd; i++)
@@ -770,14 +874,18 @@ static int check_region(Builder *b, const Expr *e, int id) {
   IrNode *n = N(b, id);
   if (n->op == OP_PARAM) {
     if (b->region == REG_LAYER && n->layer < 0) {
-      err(b, e->loc, "parameter '%s' is declared outside the repeated layer but used inside it: declare it in the for block",
+      err(b, e->loc,
+          "parameter '%s' is declared outside the repeated layer but used inside it: declare it in the for block",
           e->name);
       return 1;
     }
     return 0;
   }
   if (n->op == OP_INPUT) {
-    if (b->region == REG_LAYER) { err(b, e->loc, "the repeated layer cannot read the input '%s'", e->name); return 1; }
+    if (b->region == REG_LAYER) {
+      err(b, e->loc, "the repeated layer cannot read the input '%s'", e->name);
+      return 1;
+    }
     return 0;
   }
   return 0;
@@ -787,12 +895,20 @@ static int tensor(Builder *b, const Expr *e) {
   switch (e->kind) {
   case E_NAME: {
     Bind *x = lookup(b, e->name);
-    if (!x) { err(b, e->loc, "undefined name '%s'", e->name); return -1; }
-    if (x->kind == B_DIM) { err(b, e->loc, "'%s' is a dimension, not a tensor", e->name); return -1; }
+    if (!x) {
+      err(b, e->loc, "undefined name '%s'", e->name);
+      return -1;
+    }
+    if (x->kind == B_DIM) {
+      err(b, e->loc, "'%s' is a dimension, not a tensor", e->name);
+      return -1;
+    }
     if (x->node < 0) return -1; /* its definition failed and was reported */
     if (b->region == REG_POST && x->kind == B_TENSOR && x->depth == -1) {
-      err(b, e->loc, "'%s' was computed before the repeated layers; after them only the hidden state they carry can "
-                     "be read", e->name);
+      err(b, e->loc,
+          "'%s' was computed before the repeated layers; after them only the hidden state they carry can "
+          "be read",
+          e->name);
       return -1;
     }
     if (check_region(b, e, x->node)) return -1;
@@ -821,7 +937,8 @@ static int tensor(Builder *b, const Expr *e) {
   case E_INT: err(b, e->loc, "expected a tensor, found the integer %lld", (long long)e->ival); return -1;
   case E_FLOAT: err(b, e->loc, "expected a tensor, found the number %g", e->fval); return -1;
   case E_NEG: err(b, e->loc, "unary '-' does not apply to tensors"); return -1;
-  case E_STR: case E_WORD: err(b, e->loc, "expected a tensor"); return -1;
+  case E_STR:
+  case E_WORD: err(b, e->loc, "expected a tensor"); return -1;
   }
   return -1;
 }
@@ -834,7 +951,10 @@ static int eval_shape(Builder *b, const Arg *dims, Shape *s, char **text) {
   s->nd = 0;
   int bad = 0;
   for (const Arg *a = dims; a; a = a->next) {
-    if (s->nd == IR_MAX_DIMS) { err(b, a->val->loc, "more than %d dimensions", IR_MAX_DIMS); return 1; }
+    if (s->nd == IR_MAX_DIMS) {
+      err(b, a->val->loc, "more than %d dimensions", IR_MAX_DIMS);
+      return 1;
+    }
     if (text) text[s->nd] = loc_text(b, a->val->loc);
     bad |= eval_dim(b, a->val, &s->d[s->nd]);
     s->nd++;
@@ -855,11 +975,17 @@ static char *expand_ckpt(Builder *b, const Stmt *s) {
   size_t k = 0;
   int used = 0;
   Loc at = s->ckpt_loc;
-  if (!*t) { err(b, at, "the checkpoint name is empty"); return NULL; }
+  if (!*t) {
+    err(b, at, "the checkpoint name is empty");
+    return NULL;
+  }
   for (const char *c = t; *c; c++) {
     if (*c == '{') {
       const char *end = strchr(c, '}');
-      if (!end) { err(b, at, "unclosed '{' in the checkpoint name"); return NULL; }
+      if (!end) {
+        err(b, at, "unclosed '{' in the checkpoint name");
+        return NULL;
+      }
       size_t n = (size_t)(end - c - 1);
       if (!b->loopvar) {
         err(b, at, "'{%.*s}' in a checkpoint name outside the repeated layer", (int)n, c + 1);
@@ -889,10 +1015,8 @@ static char *expand_ckpt(Builder *b, const Stmt *s) {
   int64_t bad = pp_name_bad_at(out); /* the rule ppr and safetensors headers share */
   if (bad >= 0) {
     unsigned char c = (unsigned char)out[bad];
-    if (c >= 127)
-      err(b, at, "the checkpoint name has a byte that is not ASCII (0x%02x): names are printable ASCII", c);
-    else
-      err(b, at, "the checkpoint name has a space, quote, backslash, '#' or control character");
+    if (c >= 127) err(b, at, "the checkpoint name has a byte that is not ASCII (0x%02x): names are printable ASCII", c);
+    else err(b, at, "the checkpoint name has a space, quote, backslash, '#' or control character");
     return NULL;
   }
   if (b->loopvar && !used) {
@@ -914,13 +1038,22 @@ static bool ckpt_taken(Builder *b, const Stmt *s, const char *name) {
 
 static void decl_param(Builder *b, const Stmt *s) {
   if (check_new_name(b, s->name, s->name_loc, B_PARAM)) return;
-  IrParam p = {.layer = b->layer, .var = s->name, .loc = s->name_loc, .role_loc = s->role_loc, .node = -1,
-               .shard_dim = -1, .shard_rep = 1};
+  IrParam p = {.layer = b->layer,
+               .var = s->name,
+               .loc = s->name_loc,
+               .role_loc = s->role_loc,
+               .node = -1,
+               .shard_dim = -1,
+               .shard_rep = 1};
   int bad = eval_shape(b, s->dims, &p.shape, p.dim_text);
-  if (!s->ckpt) { err(b, s->name_loc, "parameter '%s' has no checkpoint name: add as \"...\"", s->name); bad = 1; }
-  else if (!(p.name = expand_ckpt(b, s))) bad = 1;
-  if (!s->value) { err(b, s->name_loc, "parameter '%s' has no initializer: add init normal(std=...), zeros or ones", s->name); bad = 1; }
-  else {
+  if (!s->ckpt) {
+    err(b, s->name_loc, "parameter '%s' has no checkpoint name: add as \"...\"", s->name);
+    bad = 1;
+  } else if (!(p.name = expand_ckpt(b, s))) bad = 1;
+  if (!s->value) {
+    err(b, s->name_loc, "parameter '%s' has no initializer: add init normal(std=...), zeros or ones", s->name);
+    bad = 1;
+  } else {
     const Expr *v = s->value;
     if (v->kind == E_NAME && !strcmp(v->name, "zeros")) p.init = INIT_ZEROS;
     else if (v->kind == E_NAME && !strcmp(v->name, "ones")) p.init = INIT_ONES;
@@ -930,7 +1063,10 @@ static void decl_param(Builder *b, const Stmt *s) {
         err(b, v->loc, "normal takes one argument: normal(std=...)");
         bad = 1;
       } else if (eval_float(b, a->val, &p.std)) bad = 1;
-      else if (!(p.std > 0)) { err(b, a->val->loc, "the standard deviation must be positive"); bad = 1; }
+      else if (!(p.std > 0)) {
+        err(b, a->val->loc, "the standard deviation must be positive");
+        bad = 1;
+      }
       p.init = INIT_NORMAL;
     } else {
       err(b, v->loc, "unknown initializer (expected normal(std=...), zeros or ones)");
@@ -941,8 +1077,10 @@ static void decl_param(Builder *b, const Stmt *s) {
     static const char *roles[] = {"replicated", "column", "row", "vocab"};
     int r = 0;
     while (r < 4 && strcmp(roles[r], s->role)) r++;
-    if (r == 4) { err(b, s->role_loc, "unknown tensor-parallel role '%s' (expected column, row, vocab or replicated)", s->role); bad = 1; }
-    else p.role = (Role)r;
+    if (r == 4) {
+      err(b, s->role_loc, "unknown tensor-parallel role '%s' (expected column, row, vocab or replicated)", s->role);
+      bad = 1;
+    } else p.role = (Role)r;
   }
   if (!bad && ckpt_taken(b, s, p.name)) bad = 1;
   if (bad) {
@@ -969,15 +1107,24 @@ static void decl_param(Builder *b, const Stmt *s) {
 
 static void decl_input(Builder *b, const Stmt *s) {
   if (check_new_name(b, s->name, s->name_loc, B_INPUT)) return;
-  if (b->depth) { err(b, s->loc, "inputs are declared outside the repeated layer"); return; }
-  if (strcmp(s->dtype, "i32")) { err(b, s->dtype_loc, "inputs are token ids or labels of type i32, not '%s'", s->dtype); return; }
+  if (b->depth) {
+    err(b, s->loc, "inputs are declared outside the repeated layer");
+    return;
+  }
+  if (strcmp(s->dtype, "i32")) {
+    err(b, s->dtype_loc, "inputs are token ids or labels of type i32, not '%s'", s->dtype);
+    return;
+  }
   const Arg *d = s->dims;
   if (!d || !d->next || d->next->next || d->val->kind != E_NAME || strcmp(d->val->name, "B") ||
       d->next->val->kind != E_NAME || strcmp(d->next->val->name, "S")) {
     err(b, d ? d->val->loc : s->loc, "an input's shape is [B, S] (micro-batch, sequence)");
     return;
   }
-  if (b->g->ninputs == 2) { err(b, s->loc, "a model has at most two inputs: token ids and labels"); return; }
+  if (b->g->ninputs == 2) {
+    err(b, s->loc, "a model has at most two inputs: token ids and labels");
+    return;
+  }
   int id = new_node(b, OP_INPUT, s->name_loc);
   N(b, id)->dtype = DT_I32;
   N(b, id)->shape = (Shape){2, {b->g->cfg.micro_batch, b->g->cfg.seq}};
@@ -1081,7 +1228,10 @@ static bool clone_layers(Builder *b, const Stmt *loop, int n0, int p0, int carri
 }
 
 static void layers(Builder *b, const Stmt *s) {
-  if (b->depth) { err(b, s->loc, "the repeated layer cannot be nested"); return; }
+  if (b->depth) {
+    err(b, s->loc, "the repeated layer cannot be nested");
+    return;
+  }
   if (b->g->nlayers) {
     err(b, s->loc, "a second repeated-layer block: a model has one");
     diag_note(b->src, b->g->layers_loc, "the first is here");
@@ -1089,8 +1239,14 @@ static void layers(Builder *b, const Stmt *s) {
   }
   int64_t lo, hi;
   if (eval_int(b, s->value, &lo) || eval_dim(b, s->hi, &hi)) return;
-  if (lo != 0) { err(b, s->value->loc, "the layer range must start at 0"); return; }
-  if (hi > 100000) { err(b, s->hi->loc, "%lld layers is more than this compiler supports (100000)", (long long)hi); return; }
+  if (lo != 0) {
+    err(b, s->value->loc, "the layer range must start at 0");
+    return;
+  }
+  if (hi > 100000) {
+    err(b, s->hi->loc, "%lld layers is more than this compiler supports (100000)", (long long)hi);
+    return;
+  }
   if (check_new_name(b, s->name, s->name_loc, B_DIM)) return;
   b->g->nlayers = (int)hi;
   b->g->layers_loc = (Loc){s->value->loc.first, s->hi->loc.last};
@@ -1126,11 +1282,14 @@ static void layers(Builder *b, const Stmt *s) {
       if (outer[i]->node != start[i]) carried++, which = i;
     if (carried != 1) {
       if (carried == 0)
-        err(b, s->loc, "the repeated layer does not update any tensor defined before it: it must carry the hidden "
-                       "state (for example x = x + ...)");
+        err(b, s->loc,
+            "the repeated layer does not update any tensor defined before it: it must carry the hidden "
+            "state (for example x = x + ...)");
       else
-        err(b, s->loc, "the repeated layer updates %d tensors defined before it; a pipeline boundary passes exactly "
-                       "one hidden state", carried);
+        err(b, s->loc,
+            "the repeated layer updates %d tensors defined before it; a pipeline boundary passes exactly "
+            "one hidden state",
+            carried);
       break;
     }
     /* -1: a definition failed and was reported; there is no shape to check */
@@ -1138,8 +1297,10 @@ static void layers(Builder *b, const Stmt *s) {
     const Shape *in = &N(b, start[which])->shape, *out = &N(b, outer[which]->node)->shape;
     char s1[96], s2[96];
     if (!shape_eq(in, out) || N(b, start[which])->layout != LAYOUT_SB) {
-      err(b, s->loc, "the hidden state '%s' enters the layer as %s and leaves as %s: it must be the same [S,B,H] "
-                     "tensor", outer[which]->name, sh(in, s1), sh(out, s2));
+      err(b, s->loc,
+          "the hidden state '%s' enters the layer as %s and leaves as %s: it must be the same [S,B,H] "
+          "tensor",
+          outer[which]->name, sh(in, s1), sh(out, s2));
       break;
     }
     /* every value the layer read from outside must be the carried state */
@@ -1147,8 +1308,10 @@ static void layers(Builder *b, const Stmt *s) {
       for (int k = 0; k < N(b, i)->nin; k++) {
         IrNode *src = N(b, N(b, i)->in[k]);
         if (src->op == OP_PARAM || src->op == OP_INPUT || src->layer == l || N(b, i)->in[k] == start[which]) continue;
-        err(b, N(b, i)->loc, "the repeated layer reads '%s', computed before it; a layer may read only the hidden "
-                             "state it carries ('%s')", src->var ? src->var : "a value", outer[which]->name);
+        err(b, N(b, i)->loc,
+            "the repeated layer reads '%s', computed before it; a layer may read only the hidden "
+            "state it carries ('%s')",
+            src->var ? src->var : "a value", outer[which]->name);
       }
     if (l == 0 && b->src->nerrors == errors_before && clone_layers(b, s, n0, p0, start[which], outer[which], (int)hi))
       break;
@@ -1169,9 +1332,13 @@ static void stmts(Builder *b, const Stmt *s) {
     b->last_stmt = s;
     switch (s->kind) {
     case S_MODEL:
-      if (b->depth) { err(b, s->loc, "'model' belongs at the top of the file"); break; }
+      if (b->depth) {
+        err(b, s->loc, "'model' belongs at the top of the file");
+        break;
+      }
       if (pp_name_bad_at(s->name) >= 0) {
-        err(b, s->name_loc, "the model name must be 1 to %d bytes of printable ASCII without space, quote, backslash or '#'",
+        err(b, s->name_loc,
+            "the model name must be 1 to %d bytes of printable ASCII without space, quote, backslash or '#'",
             PP_MAX_NAME);
         break;
       }
@@ -1227,8 +1394,10 @@ static void check_roles(Builder *b) {
       } else if ((lin || mm) && k == 2) {
         if (p->role == ROLE_COLUMN) dim = 0, why = "output";
         if (p->role == ROLE_ROW) {
-          err(b, p->role_loc, "the bias of a row-parallel linear is added once, after the reduction: declare '%s' "
-                              "replicated", p->var);
+          err(b, p->role_loc,
+              "the bias of a row-parallel linear is added once, after the reduction: declare '%s' "
+              "replicated",
+              p->var);
           continue;
         }
         if (p->role == ROLE_VOCAB) dim = 0, why = "vocabulary";
@@ -1240,14 +1409,17 @@ static void check_roles(Builder *b) {
         }
         dim = 0, why = "vocabulary";
       } else {
-        err(b, p->role_loc, "role '%s' applies to the weight or bias of a linear/matmul or an embedding table, but "
-                            "'%s' is used by %s", role_name(p->role), p->var, ir_ops[n->op].name);
+        err(b, p->role_loc,
+            "role '%s' applies to the weight or bias of a linear/matmul or an embedding table, but "
+            "'%s' is used by %s",
+            role_name(p->role), p->var, ir_ops[n->op].name);
         continue;
       }
       if (p->role == ROLE_VOCAB) continue; /* a vocabulary not divisible by tp is padded */
       if (tp > 1 && p->shape.d[dim] % tp)
-        err(b, p->loc, "tensor-parallel degree %lld does not divide %s (%lld), dimension %d of '%s': the %s dimension "
-                       "of a %s-parallel %s",
+        err(b, p->loc,
+            "tensor-parallel degree %lld does not divide %s (%lld), dimension %d of '%s': the %s dimension "
+            "of a %s-parallel %s",
             (long long)tp, p->dim_text[dim], (long long)p->shape.d[dim], dim, p->name, why, role_name(p->role),
             k == 2 ? "bias" : "weight");
       (void)why;
@@ -1271,7 +1443,10 @@ static void check_model(Builder *b) {
         (long long)g->cfg.dp, (long long)g->cfg.microbatches);
   const Config *c = &g->cfg;
   if (c->tp * c->pp * c->dp > PP_MAX_RANKS) { /* each is at most PP_MAX_STEP_DIM: no overflow */
-    Loc at = c->dp_loc.first >= 0 ? c->dp_loc : c->pp_loc.first >= 0 ? c->pp_loc : c->tp_loc.first >= 0 ? c->tp_loc : end;
+    Loc at = c->dp_loc.first >= 0   ? c->dp_loc
+             : c->pp_loc.first >= 0 ? c->pp_loc
+             : c->tp_loc.first >= 0 ? c->tp_loc
+                                    : end;
     err(b, at, "the mesh tp %lld x pp %lld x dp %lld is %lld ranks, more than %d", (long long)c->tp, (long long)c->pp,
         (long long)c->dp, (long long)(c->tp * c->pp * c->dp), PP_MAX_RANKS);
   }
@@ -1280,8 +1455,10 @@ static void check_model(Builder *b) {
     const IrParam *q = &g->params[i];
     int64_t numel = shape_numel(&q->shape), local = q->role == ROLE_REPLICATED ? numel : numel / c->tp;
     if (local > PP_MAX_ARENA / 16) {
-      err(b, q->loc, "parameter '%s' needs %lld bytes of one rank's memory with its gradient and AdamW moments, "
-                     "more than the arena's %lld", q->name, (long long)local * 16, (long long)PP_MAX_ARENA);
+      err(b, q->loc,
+          "parameter '%s' needs %lld bytes of one rank's memory with its gradient and AdamW moments, "
+          "more than the arena's %lld",
+          q->name, (long long)local * 16, (long long)PP_MAX_ARENA);
       break;
     }
   }

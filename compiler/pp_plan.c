@@ -35,8 +35,12 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   double out = (double)shape_numel(&n->shape), flops = 0, bytes = 4 * out;
   const Shape *x = n->nin ? &g->nodes[n->in[0]].shape : NULL;
   switch (n->op) {
-  case OP_INPUT: case OP_PARAM: case OP_SPLIT_HEADS: case OP_MERGE_HEADS: return 0;
-  case OP_LINEAR: case OP_MATMUL: {
+  case OP_INPUT:
+  case OP_PARAM:
+  case OP_SPLIT_HEADS:
+  case OP_MERGE_HEADS: return 0;
+  case OP_LINEAR:
+  case OP_MATMUL: {
     double K = (double)x->d[x->nd - 1], R = (double)shape_numel(x) / K, Nn = (double)n->shape.d[n->shape.nd - 1];
     flops = 2 * R * Nn * K;
     bytes = 4 * (R * K + Nn * K + R * Nn);
@@ -48,23 +52,62 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
     bytes = 4 * 4 * out;
     break;
   }
-  case OP_EMBEDDING: case OP_POS_EMBEDDING: flops = 0; bytes = 8 * out; break;
-  case OP_CROSS_ENTROPY: flops = 5 * (double)shape_numel(x); bytes = 8 * (double)shape_numel(x); break;
+  case OP_EMBEDDING:
+  case OP_POS_EMBEDDING:
+    flops = 0;
+    bytes = 8 * out;
+    break;
+  case OP_CROSS_ENTROPY:
+    flops = 5 * (double)shape_numel(x);
+    bytes = 8 * (double)shape_numel(x);
+    break;
   /* elementwise and per-row ops: a few flops per input element, every operand read once */
-  case OP_RMSNORM: case OP_LAYERNORM: case OP_ROPE: case OP_SILU: case OP_GELU: case OP_RELU: case OP_ADD:
-  case OP_MUL: case OP_CHUNK: case OP_TRANSPOSE_SB:
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+  case OP_ROPE:
+  case OP_SILU:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_ADD:
+  case OP_MUL:
+  case OP_CHUNK:
+  case OP_TRANSPOSE_SB:
   /* made by pp_split and tp_shard, so in a stage's forward graph only (the partition costs the
    * whole model's): the data they pass on, as an elementwise op */
-  case OP_RECV_FORWARD: case OP_SEND_FORWARD: case OP_TP_COPY: case OP_TP_REDUCE: case OP_ADD_BIAS:
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
+  case OP_TP_COPY:
+  case OP_TP_REDUCE:
+  case OP_ADD_BIAS:
     for (int k = 0; k < n->nin; k++) bytes += 4 * (double)shape_numel(&g->nodes[n->in[k]].shape);
     flops = 5 * (x ? (double)shape_numel(x) : out);
     break;
   /* made by autodiff: costed with their forward op (the factor 3 below) */
-  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
-  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT:
-  case OP_PARAM_GRAD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD: case OP_ALLREDUCE:
+  case OP_SEED:
+  case OP_CE_DX:
+  case OP_EMBEDDING_DW:
+  case OP_POS_EMBEDDING_DW:
+  case OP_LINEAR_DX:
+  case OP_LINEAR_DW:
+  case OP_MATMUL_DX:
+  case OP_MATMUL_DW:
+  case OP_BIAS_DB:
+  case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX:
+  case OP_LAYERNORM_DW:
+  case OP_ROPE_DX:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV:
+  case OP_SILU_DX:
+  case OP_GELU_DX:
+  case OP_RELU_DX:
+  case OP_CONCAT:
+  case OP_PARAM_GRAD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD:
+  case OP_ALLREDUCE:
     diag_fatal("internal: pp_node_cost of %s, a backward op: the forward op's cost counts it", ir_ops[n->op].name);
   }
   return 3 * (flops + BYTE_WEIGHT * bytes);
@@ -298,7 +341,9 @@ static void print_params(FILE *f, const Graph *g, const Plan *p, int r) {
     fwrite(line, 1, (size_t)(l - line), f);
     if (s->tied) {
       if (s->first == s->last) fprintf(f, "  tied: embedding and head on stage %d", s->first);
-      else fprintf(f, "  tied: embedding on stage %d, head on stage %d (a copy on each; gradients summed)", s->first, s->last);
+      else
+        fprintf(f, "  tied: embedding on stage %d, head on stage %d (a copy on each; gradients summed)", s->first,
+                s->last);
     }
     fputc('\n', f);
   }
@@ -327,17 +372,17 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
   double total_cost = 0;
   for (int r = 0; r < p->pp; r++) total_cost += p->stages[r].cost;
   if (g->bounds)
-    fprintf(f, "partition: balanced: contiguous layers minimising the costliest stage (forward+backward flops + 8 x "
-               "bytes), N=%d\n", g->nlayers);
-  else
-    fprintf(f, "partition: stage r of %d runs layers [N*r//p, N*(r+1)//p) with N=%d\n", p->pp, g->nlayers);
+    fprintf(f,
+            "partition: balanced: contiguous layers minimising the costliest stage (forward+backward flops + 8 x "
+            "bytes), N=%d\n",
+            g->nlayers);
+  else fprintf(f, "partition: stage r of %d runs layers [N*r//p, N*(r+1)//p) with N=%d\n", p->pp, g->nlayers);
   for (int r = 0; r < p->pp; r++) {
     const StageInfo *s = &p->stages[r];
     fprintf(f, "\nstage %d: ", r);
     if (s->layer_end > s->layer_start)
       fprintf(f, "layers [%d, %d) = %d..%d", s->layer_start, s->layer_end, s->layer_start, s->layer_end - 1);
-    else
-      fprintf(f, "no layers");
+    else fprintf(f, "no layers");
     if (s->has_embedding) fputs(", embedding", f);
     if (s->has_final_norm) fputs(", final norm", f);
     if (s->has_head) fputs(", head", f);

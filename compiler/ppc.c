@@ -46,7 +46,17 @@ static void bad_usage(const char *fmt, const char *arg) {
 }
 
 /* --emit: what is printed. ORDER Emit */
-typedef enum Emit { EMIT_NONE, EMIT_AST, EMIT_IR, EMIT_PLAN, EMIT_SCHEDULE, EMIT_PROGRAM, EMIT_C, EMIT_OPENCL, EMIT_CUDA } Emit;
+typedef enum Emit {
+  EMIT_NONE,
+  EMIT_AST,
+  EMIT_IR,
+  EMIT_PLAN,
+  EMIT_SCHEDULE,
+  EMIT_PROGRAM,
+  EMIT_C,
+  EMIT_OPENCL,
+  EMIT_CUDA
+} Emit;
 static const char *const emit_names[] = {"", "ast", "ir", "plan", "schedule", "program", "c", "opencl", "cuda"};
 
 typedef struct Cli {
@@ -75,7 +85,20 @@ static int64_t parse_count(const char *flag, const char *v) {
 /* The command line, through getopt_long: --flag VALUE and --flag=VALUE, options and the model
  * file in any order. */
 static Cli parse_args(int argc, char **argv) {
-  enum { O_TP = 256, O_PP, O_DP, O_MB, O_SEQ, O_M, O_SCHEDULE, O_PARTITION, O_ARCH, O_EMIT, O_VERSION, O_DEBUG_SCHEDULE };
+  enum {
+    O_TP = 256,
+    O_PP,
+    O_DP,
+    O_MB,
+    O_SEQ,
+    O_M,
+    O_SCHEDULE,
+    O_PARTITION,
+    O_ARCH,
+    O_EMIT,
+    O_VERSION,
+    O_DEBUG_SCHEDULE
+  };
   static const struct option longs[] = {
       {"tp", required_argument, NULL, O_TP},
       {"pp", required_argument, NULL, O_PP},
@@ -121,7 +144,8 @@ static Cli parse_args(int argc, char **argv) {
     case O_EMIT: {
       int e = EMIT_AST;
       while (e <= EMIT_CUDA && strcmp(emit_names[e], optarg)) e++;
-      if (e > EMIT_CUDA) bad_usage("--emit expects ast, ir, plan, schedule, program, c, opencl or cuda, got '%s'", optarg);
+      if (e > EMIT_CUDA)
+        bad_usage("--emit expects ast, ir, plan, schedule, program, c, opencl or cuda, got '%s'", optarg);
       c.emit = (Emit)e;
       break;
     }
@@ -162,20 +186,20 @@ static Stage *build_stages(const Graph *g, const Plan *plan, const Sched *sched,
   int pp = (int)g->cfg.pp;
   Stage *st = xcalloc((size_t)pp, sizeof *st);
   for (int r = 0; r < pp; r++) {
-    Graph *sg = pp_split(g, plan, r);                         /* pp_split.c: the stage, boundaries, params */
+    Graph *sg = pp_split(g, plan, r); /* pp_split.c: the stage, boundaries, params */
     if (g->cfg.tp > 1) {
-      Graph *t = tp_shard(sg);                                /* tp_shard.c: local shapes, collectives */
+      Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives */
       ir_free(sg);
       if (!(sg = t)) goto fail;
     }
     st[r].graph = sg;
-    if (backward && ad_backward(sg))                          /* ad_backward.c */
+    if (backward && ad_backward(sg)) /* ad_backward.c */
       diag_fatal("internal: stage %d's backward graph does not verify", r);
     if (!lower) continue;
-    Program *prog = st[r].prog = fuse_lower(sg);              /* fuse_lower.c: kernels, GEMMs, instructions */
+    Program *prog = st[r].prog = fuse_lower(sg); /* fuse_lower.c: kernels, GEMMs, instructions */
     prog->model = g;
     prog->nslots = sched->st[r].nslots;
-    mem_plan(prog);                                           /* mem_plan.c: the arena */
+    mem_plan(prog); /* mem_plan.c: the arena */
     if (prog->arena > PP_MAX_ARENA) {
       fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
               (long long)prog->arena, (long long)PP_MAX_ARENA);
@@ -206,7 +230,8 @@ static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
     char *text = NULL;
     size_t len = 0, cap = 0;
     if (g->cfg.pp > 1)
-      cg_append(&text, &len, &cap, "/* ======== stage %d of %lld: kernels_s%d ======== */\n", r, (long long)g->cfg.pp, r);
+      cg_append(&text, &len, &cap, "/* ======== stage %d of %lld: kernels_s%d ======== */\n", r, (long long)g->cfg.pp,
+                r);
     cg_kernel_source(st[r].prog, lang, &text, &len, &cap);
     fputs(text, stdout);
     free(text);
@@ -245,13 +270,13 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
   int rc = 0;
   for (int r = 0; r < c->pp && !rc; r++) {
     Program *prog = st[r].prog;
-    StageFiles files;                                         /* cg_program.c, cg_nvrtc.c: the stage's kernels */
+    StageFiles files; /* cg_program.c, cg_nvrtc.c: the stage's kernels */
     rc = cg_write_kernels(dir, prog, cache, arch, &files);
     for (int dp = 0; dp < c->dp && !rc; dp++)
       for (int tp = 0; tp < c->tp && !rc; tp++) {
         int rank = (int)((dp * c->pp + r) * c->tp + tp);
         prog->tp_rank = tp, prog->dp_rank = dp;
-        rc = cg_write(dir, prog, sched, rank, &files);        /* cg_program.c: the listing */
+        rc = cg_write(dir, prog, sched, rank, &files); /* cg_program.c: the listing */
       }
   }
   return rc;
@@ -297,8 +322,9 @@ static int outdir_check(const char *dir) {
     n++;
     plan |= !strcmp(e->d_name, "plan.txt");
     if (!rc && !ppc_wrote(e->d_name)) {
-      fprintf(stderr, "ppc: error: -o '%s' holds '%s', which ppc does not write: a stage directory is replaced whole, "
-                      "so ppc writes only into a new, empty or stage directory (move '%s' or choose another)\n",
+      fprintf(stderr,
+              "ppc: error: -o '%s' holds '%s', which ppc does not write: a stage directory is replaced whole, "
+              "so ppc writes only into a new, empty or stage directory (move '%s' or choose another)\n",
               dir, e->d_name, e->d_name);
       rc = 1;
     }
@@ -371,10 +397,10 @@ static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, co
  * ========================================================================================== */
 
 static int compile(const Cli *cli) {
-  if (cli->outdir && outdir_check(cli->outdir)) return 1;     /* before any work */
+  if (cli->outdir && outdir_check(cli->outdir)) return 1; /* before any work */
   int rc = 1;
-  Src *src = src_load(cli->model);                            /* diag.c */
-  Ast *ast = src ? ast_parse(src) : NULL;                     /* grammar/parser.y */
+  Src *src = src_load(cli->model);        /* diag.c */
+  Ast *ast = src ? ast_parse(src) : NULL; /* grammar/parser.y */
   Graph *g = NULL;
   Plan *plan = NULL;
   Sched *sched = NULL;
@@ -385,13 +411,13 @@ static int compile(const Cli *cli) {
     rc = 0;
     goto out;
   }
-  if (!(g = ir_build(src, ast, &cli->opt))) goto out;        /* ir_build.c: names, shapes, roles */
-  pp_partition(g, cli->balanced);                             /* pp_plan.c: stage boundaries */
-  plan = pp_plan(g);                                          /* pp_plan.c: layers to stages, params */
+  if (!(g = ir_build(src, ast, &cli->opt))) goto out; /* ir_build.c: names, shapes, roles */
+  pp_partition(g, cli->balanced);                     /* pp_plan.c: stage boundaries */
+  plan = pp_plan(g);                                  /* pp_plan.c: layers to stages, params */
   /* each data-parallel replica runs its share of the micro-batches */
   sched = sched_build((int)g->cfg.pp, (int)(g->cfg.microbatches / g->cfg.dp), g->cfg.schedule); /* sched.c */
   if (cli->debug_schedule) sched_debug_break(sched, cli->debug_schedule);
-  if (sched_verify(sched, src, g->cfg.sched_loc)) goto out;  /* sched.c: no rank waits forever */
+  if (sched_verify(sched, src, g->cfg.sched_loc)) goto out; /* sched.c: no rank waits forever */
 
   /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */

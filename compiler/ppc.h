@@ -28,7 +28,7 @@ typedef struct Src {
   int nerrors;      /* errors reported against this file so far */
 } Src;
 
-Src *src_load(const char *path);                         /* NULL + message on failure */
+Src *src_load(const char *path);                          /* NULL + message on failure */
 Src *src_from_string(const char *path, const char *text); /* for tests */
 void src_free(Src *s);
 void diag_error(Src *s, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -76,7 +76,7 @@ struct Arg {
   Loc key_loc; /* the keyword */
   Expr *val;
   Arg *next;
-  Arg *tail;   /* the parser's: on a list's first node, its last (appending is O(1)) */
+  Arg *tail; /* the parser's: on a list's first node, its last (appending is O(1)) */
 };
 
 typedef enum StmtKind {
@@ -100,17 +100,17 @@ typedef struct Setting {
 
 typedef struct Stmt {
   StmtKind kind;
-  Loc loc;       /* the whole statement's first token .. last token */
-  char *name;    /* declared / bound / loop variable name; S_MODEL: the model name */
+  Loc loc;    /* the whole statement's first token .. last token */
+  char *name; /* declared / bound / loop variable name; S_MODEL: the model name */
   Loc name_loc;
-  Expr *value;   /* S_DIM, S_LET: the value; S_PARAM: init; S_FOR: lo */
-  Expr *hi;      /* S_FOR: the upper bound */
-  Arg *dims;     /* S_INPUT, S_PARAM: the shape, positional args */
-  char *dtype;   /* S_INPUT */
+  Expr *value; /* S_DIM, S_LET: the value; S_PARAM: init; S_FOR: lo */
+  Expr *hi;    /* S_FOR: the upper bound */
+  Arg *dims;   /* S_INPUT, S_PARAM: the shape, positional args */
+  char *dtype; /* S_INPUT */
   Loc dtype_loc;
-  char *ckpt;    /* S_PARAM: the checkpoint-name template */
+  char *ckpt; /* S_PARAM: the checkpoint-name template */
   Loc ckpt_loc;
-  char *role;    /* S_PARAM: tp role, NULL when not given */
+  char *role; /* S_PARAM: tp role, NULL when not given */
   Loc role_loc;
   Setting *settings; /* S_MESH, S_TRAIN */
   struct Stmt *body; /* S_FOR */
@@ -158,7 +158,7 @@ enum {
 #define OP__COUNT ((int)OP__N)
 
 typedef struct OpInfo {
-  const char *name;  /* surface name; '.' prefix: not callable from the language */
+  const char *name; /* surface name; '.' prefix: not callable from the language */
   int min_in, max_in;
   const char *attrs; /* "eps:f?,causal:b?" */
   const char *doc;
@@ -182,49 +182,49 @@ typedef enum Region { REG_PRE, REG_LAYER, REG_POST } Region;
 typedef enum Layout { LAYOUT_NONE, LAYOUT_SB, LAYOUT_BS } Layout; /* [S,B,...] or [B,S,...] */
 
 typedef struct IrAttrs {
-  double eps, theta, scale;   /* scale 0: 1/sqrt(head_dim) */
+  double eps, theta, scale; /* scale 0: 1/sqrt(head_dim) */
   int64_t heads, index, parts;
   bool causal;
-  int64_t vlocal, vtotal;     /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
+  int64_t vlocal, vtotal; /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
 } IrAttrs;
 
 typedef struct IrNode {
   Op op;
   int nin;
-  int in[6];      /* producer node ids (.concat: -1 for a part with no gradient) */
+  int in[6]; /* producer node ids (.concat: -1 for a part with no gradient) */
   Shape shape;
   DType dtype;
   IrAttrs a;
-  int layer;      /* global layer index; -1 outside the repeated layer */
-  Region region;  /* before, inside or after the repeated layers */
-  Layout layout;  /* which axes lead an activation */
-  int param;      /* OP_PARAM: index into Graph.params; OP_INPUT: index into Graph.inputs */
-  const char *var;/* the .pdl name this value was bound to, or NULL (not owned) */
+  int layer;       /* global layer index; -1 outside the repeated layer */
+  Region region;   /* before, inside or after the repeated layers */
+  Layout layout;   /* which axes lead an activation */
+  int param;       /* OP_PARAM: index into Graph.params; OP_INPUT: index into Graph.inputs */
+  const char *var; /* the .pdl name this value was bound to, or NULL (not owned) */
   Loc loc;
-  bool bwd;       /* made by the autodiff pass: runs in the backward block */
-  int fwd;        /* a backward node: the forward node whose saved statistics it reads, or -1 */
-  int gparam;     /* accumulates into this parameter's gradient (a sink), or -1 */
+  bool bwd;   /* made by the autodiff pass: runs in the backward block */
+  int fwd;    /* a backward node: the forward node whose saved statistics it reads, or -1 */
+  int gparam; /* accumulates into this parameter's gradient (a sink), or -1 */
 } IrNode;
 
 typedef struct IrParam {
-  char *name;       /* global checkpoint name, template expanded */
-  const char *var;  /* .pdl variable (not owned) */
+  char *name;      /* global checkpoint name, template expanded */
+  const char *var; /* .pdl variable (not owned) */
   Shape shape;
   char *dim_text[IR_MAX_DIMS]; /* the source text of each dimension, for messages */
   Role role;
   InitKind init;
-  double std;       /* INIT_NORMAL */
-  int layer;        /* global layer index; -1 outside the repeated layer */
-  int node;         /* its OP_PARAM node */
-  bool tied;        /* read by an embedding and by a head: one tensor, two uses */
-  int gindex;       /* its index in the whole model's params (a stage's or a shard's param keeps it) */
-  bool shared;      /* a copy lives on another pipeline stage too: gradients are summed */
-  bool copy;        /* not this tensor's owner (the lowest stage holding it owns it) */
-  int shard_dim;    /* tensor parallelism: the split dimension, -1 when replicated */
-  int64_t dense_len;/* that dimension's dense size (the local size is shape.d[shard_dim]) */
-  int shard_rep;    /* TP ranks holding the same shard (kv heads replicated when tp > kv heads); 1 */
-  int grad_reduce;  /* 0, or the group its gradient is summed over: 1 TP group, 2 ranks sharing a shard */
-  Loc loc;          /* the declaration */
+  double std;        /* INIT_NORMAL */
+  int layer;         /* global layer index; -1 outside the repeated layer */
+  int node;          /* its OP_PARAM node */
+  bool tied;         /* read by an embedding and by a head: one tensor, two uses */
+  int gindex;        /* its index in the whole model's params (a stage's or a shard's param keeps it) */
+  bool shared;       /* a copy lives on another pipeline stage too: gradients are summed */
+  bool copy;         /* not this tensor's owner (the lowest stage holding it owns it) */
+  int shard_dim;     /* tensor parallelism: the split dimension, -1 when replicated */
+  int64_t dense_len; /* that dimension's dense size (the local size is shape.d[shard_dim]) */
+  int shard_rep;     /* TP ranks holding the same shard (kv heads replicated when tp > kv heads); 1 */
+  int grad_reduce;   /* 0, or the group its gradient is summed over: 1 TP group, 2 ranks sharing a shard */
+  Loc loc;           /* the declaration */
   Loc role_loc;
 } IrParam;
 
@@ -248,23 +248,23 @@ typedef struct Config {
 
 typedef struct Graph {
   Src *src;
-  char *model;           /* model name */
+  char *model; /* model name */
   IrNode *nodes;
   int nnodes, cap;
   IrParam *params;
   int nparams, pcap;
   IrInput inputs[4];
   int ninputs;
-  int loss;              /* the loss node, -1 if none */
-  int nlayers;           /* the repeated layer's trip count; 0 when there is no for block */
-  Loc layers_loc;        /* the for block's range */
+  int loss;       /* the loss node, -1 if none */
+  int nlayers;    /* the repeated layer's trip count; 0 when there is no for block */
+  Loc layers_loc; /* the for block's range */
   Config cfg;
-  int stage, npp;        /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
-  int64_t vocab;         /* rows of the token-embedding table: token ids and labels are below it */
-  int *bounds;           /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
-  int nfwd;              /* nodes [0, nfwd) are the forward graph; the rest, the backward */
-  int seed;              /* the backward-seed node, -1 before autodiff */
-  int *grad;             /* per forward node: its (summed) gradient node, -1 if none */
+  int stage, npp; /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
+  int64_t vocab;  /* rows of the token-embedding table: token ids and labels are below it */
+  int *bounds;    /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
+  int nfwd;       /* nodes [0, nfwd) are the forward graph; the rest, the backward */
+  int seed;       /* the backward-seed node, -1 before autodiff */
+  int *grad;      /* per forward node: its (summed) gradient node, -1 if none */
 } Graph;
 
 int ir_add_node(Graph *g, Op op, Loc loc);
@@ -313,19 +313,49 @@ int ad_backward(Graph *g); /* appends the backward nodes; 0 on success */
 
 typedef enum KOp {
   /* float-valued */
-  K_F, K_LD, K_ARG, K_V, K_TOF,
-  K_ADD, K_SUB, K_MUL, K_DIV, K_MAX, K_NEG, K_EXP, K_LOG, K_TANH, K_SQRT, K_RSQRT, K_COS, K_SIN, K_POW,
+  K_F,
+  K_LD,
+  K_ARG,
+  K_V,
+  K_TOF,
+  K_ADD,
+  K_SUB,
+  K_MUL,
+  K_DIV,
+  K_MAX,
+  K_NEG,
+  K_EXP,
+  K_LOG,
+  K_TANH,
+  K_SQRT,
+  K_RSQRT,
+  K_COS,
+  K_SIN,
+  K_POW,
   K_SEL, /* a ? b : c, a an int condition */
   /* int-valued (int64) */
-  K_I, K_ROW, K_LDI, K_IV, K_IARG, K_IADD, K_ISUB, K_IMUL, K_IDIV, K_IMOD, K_IEQ, K_ILT, K_IAND, K_ISEL,
+  K_I,
+  K_ROW,
+  K_LDI,
+  K_IV,
+  K_IARG,
+  K_IADD,
+  K_ISUB,
+  K_IMUL,
+  K_IDIV,
+  K_IMOD,
+  K_IEQ,
+  K_ILT,
+  K_IAND,
+  K_ISEL,
   K_FLT, /* a < b of two floats: an int condition */
 } KOp;
 
 typedef struct KExpr {
   KOp op;
-  int a, b, c;  /* operand expressions; K_LD/K_LDI: a = buffer, b = index; K_V/K_IV: a = variable */
-  double f;     /* K_F */
-  int64_t i;    /* K_I */
+  int a, b, c; /* operand expressions; K_LD/K_LDI: a = buffer, b = index; K_V/K_IV: a = variable */
+  double f;    /* K_F */
+  int64_t i;   /* K_I */
 } KExpr;
 
 /* KS_FOR: a loop every thread runs whole. KS_TFOR (block kernels): a loop whose iterations the
@@ -337,19 +367,19 @@ typedef enum KStmtKind { KS_FOR, KS_TFOR, KS_REDUCE, KS_LET, KS_SET, KS_STORE, K
 
 typedef struct KStmt {
   KStmtKind kind;
-  int var;       /* KS_FOR/KS_TFOR: the loop variable; KS_LET/KS_SET: the temporary; KS_REDUCE: the result */
-  int lv;        /* KS_REDUCE: the loop variable */
-  int a, b;      /* loops: extent a; KS_LET/KS_SET: value a; KS_STORE: index a, value b; KS_IF: cond a;
-                  * KS_REDUCE: extent a, the folded value b (read after the body) */
-  int buf;       /* KS_STORE: the buffer */
-  char op;       /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum; KS_REDUCE: '+' or 'M' */
-  int body;      /* loops, KS_IF, KS_REDUCE: first statement inside, -1 if none */
-  int next;      /* the next statement in the same list, -1 at the end */
+  int var;  /* KS_FOR/KS_TFOR: the loop variable; KS_LET/KS_SET: the temporary; KS_REDUCE: the result */
+  int lv;   /* KS_REDUCE: the loop variable */
+  int a, b; /* loops: extent a; KS_LET/KS_SET: value a; KS_STORE: index a, value b; KS_IF: cond a;
+             * KS_REDUCE: extent a, the folded value b (read after the body) */
+  int buf;  /* KS_STORE: the buffer */
+  char op;  /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum; KS_REDUCE: '+' or 'M' */
+  int body; /* loops, KS_IF, KS_REDUCE: first statement inside, -1 if none */
+  int next; /* the next statement in the same list, -1 at the end */
 } KStmt;
 
 typedef struct KBuf {
   char name[16];
-  bool is_int;   /* int32 data (token ids, labels) */
+  bool is_int; /* int32 data (token ids, labels) */
   bool written;
 } KBuf;
 
@@ -358,29 +388,29 @@ typedef enum KMode {
   KM_BLOCK, /* one row per block: its threads share the row's KS_TFOR loops and KS_REDUCEs */
 } KMode;
 
-#define KIR_MAX_BUFS 12
-#define KIR_MAX_BLOCK 1024 /* threads per block: a power of two up to this */
-#define KIR_MAX_GRID 65536 /* blocks launched at most; grid-stride loops cover any more rows */
+#define KIR_MAX_BUFS  12
+#define KIR_MAX_BLOCK 1024  /* threads per block: a power of two up to this */
+#define KIR_MAX_GRID  65536 /* blocks launched at most; grid-stride loops cover any more rows */
 typedef struct Kernel {
   char name[48];
   KMode mode;
-  int64_t rows;          /* the rows the grid covers */
-  int block;             /* threads per block T, a power of two */
-  int64_t work;          /* rough operations per row, for the C renderer's parallel threshold */
+  int64_t rows; /* the rows the grid covers */
+  int block;    /* threads per block T, a power of two */
+  int64_t work; /* rough operations per row, for the C renderer's parallel threshold */
   KBuf bufs[KIR_MAX_BUFS];
   int nbufs;
-  int nargs;             /* scalar arguments after the buffers */
-  bool arg_int[16];      /* argument n is an int64 (else a float) */
+  int nargs;        /* scalar arguments after the buffers */
+  bool arg_int[16]; /* argument n is an int64 (else a float) */
   KExpr *e;
   int ne, ecap;
   KStmt *s;
   int ns, scap;
-  int body;              /* first statement of the row body */
-  int nvars;             /* temporaries and loop variables */
+  int body;  /* first statement of the row body */
+  int nvars; /* temporaries and loop variables */
   bool var_int[64];
-  int open[8], nopen;    /* statement lists being appended to (builder state) */
+  int open[8], nopen; /* statement lists being appended to (builder state) */
   int tail[8];
-  bool reduces;          /* has a KS_REDUCE: needs T floats of local (shared) memory */
+  bool reduces; /* has a KS_REDUCE: needs T floats of local (shared) memory */
 } Kernel;
 
 /* The launch geometry of a kernel: blocks, threads per block, local (shared) memory bytes. */
@@ -393,24 +423,24 @@ typedef struct KGeom {
 Kernel *kir_new(const char *name, KMode mode, int64_t rows, int block);
 void kir_free(Kernel *k);
 KGeom kir_geom(const Kernel *k);
-int kir_block_for(int64_t width);                   /* threads for a row of width: 32..256, a power of two */
+int kir_block_for(int64_t width); /* threads for a row of width: 32..256, a power of two */
 int kir_buf(Kernel *k, const char *name, bool is_int, bool written);
-int kir_e(Kernel *k, KOp op, int a, int b, int c);  /* an expression node */
+int kir_e(Kernel *k, KOp op, int a, int b, int c); /* an expression node */
 int kir_f(Kernel *k, double f);
 int kir_i(Kernel *k, int64_t i);
 int kir_row(Kernel *k);
 int kir_ld(Kernel *k, int buf, int idx);
-int kir_arg(Kernel *k, int n);                      /* float scalar argument n */
-int kir_iarg(Kernel *k, int n);                     /* int64 scalar argument n */
-int kir_let(Kernel *k, int value);                  /* a new temporary = value; returns its read expr */
+int kir_arg(Kernel *k, int n);     /* float scalar argument n */
+int kir_iarg(Kernel *k, int n);    /* int64 scalar argument n */
+int kir_let(Kernel *k, int value); /* a new temporary = value; returns its read expr */
 void kir_set(Kernel *k, int var_expr, char op, int value);
 void kir_store(Kernel *k, int buf, int idx, char op, int value);
-int kir_for(Kernel *k, int extent);                 /* opens a loop; returns the loop variable's expr */
-int kir_tfor(Kernel *k, int extent);                /* opens a loop shared by the block's threads */
-int kir_reduce(Kernel *k, int extent);              /* opens a reduction's body; returns its loop variable */
-int kir_reduce_end(Kernel *k, char op, int value);  /* closes it; returns the result (a temporary) */
-void kir_if(Kernel *k, int cond);                   /* opens a conditional */
-void kir_end(Kernel *k);                            /* closes the innermost loop or conditional */
+int kir_for(Kernel *k, int extent);                /* opens a loop; returns the loop variable's expr */
+int kir_tfor(Kernel *k, int extent);               /* opens a loop shared by the block's threads */
+int kir_reduce(Kernel *k, int extent);             /* opens a reduction's body; returns its loop variable */
+int kir_reduce_end(Kernel *k, char op, int value); /* closes it; returns the result (a temporary) */
+void kir_if(Kernel *k, int cond);                  /* opens a conditional */
+void kir_end(Kernel *k);                           /* closes the innermost loop or conditional */
 
 /* ORDER Lang: the language tables of cg_kir.c */
 typedef enum Lang { LANG_C, LANG_OPENCL, LANG_CUDA } Lang;
@@ -426,7 +456,16 @@ void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __att
  * ========================================================================================== */
 
 /* ORDER BufClass: the arena's regions, in the order they lie in it (cg_program.c names them) */
-typedef enum BufClass { BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_SLOT, BC_SCRATCH, BC_WORKSPACE, BC__COUNT } BufClass;
+typedef enum BufClass {
+  BC_PARAM,
+  BC_GRAD,
+  BC_ADAM_M,
+  BC_ADAM_V,
+  BC_SLOT,
+  BC_SCRATCH,
+  BC_WORKSPACE,
+  BC__COUNT
+} BufClass;
 #define WORKSPACE_BYTES ((int64_t)32 << 20) /* a GEMM library's workspace: cuBLASLt's 32 MiB for Hopper */
 
 typedef struct VBuf {
@@ -444,13 +483,21 @@ typedef struct VBuf {
 } VBuf;
 
 typedef enum InstrKind {
-  I_KERNEL, I_GEMM, I_BATCH, I_ZERO, I_SEED, I_LOSS, I_GRADNORM, I_ALLREDUCE_TIED, I_ALLREDUCE
+  I_KERNEL,
+  I_GEMM,
+  I_BATCH,
+  I_ZERO,
+  I_SEED,
+  I_LOSS,
+  I_GRADNORM,
+  I_ALLREDUCE_TIED,
+  I_ALLREDUCE
 } InstrKind;
 
 typedef struct Operand {
-  char kind;       /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none */
+  char kind; /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none */
   int vb;
-  int64_t add;     /* bytes past the buffer's start */
+  int64_t add; /* bytes past the buffer's start */
   double f;
   int64_t i;
   const char *s;
@@ -459,18 +506,18 @@ typedef struct Operand {
 #define MAX_OPERANDS 20
 typedef struct Instr {
   InstrKind kind;
-  int kernel;                 /* I_KERNEL: index into Program.kernels */
-  Operand op[MAX_OPERANDS];   /* I_KERNEL: buffers then scalars; I_GEMM: A, B, C; others: their operands */
+  int kernel;               /* I_KERNEL: index into Program.kernels */
+  Operand op[MAX_OPERANDS]; /* I_KERNEL: buffers then scalars; I_GEMM: A, B, C; others: their operands */
   int nop;
-  char ta, tb;                /* I_GEMM */
+  char ta, tb; /* I_GEMM */
   int64_t m, n, k, lda, sa, ldb, sb, ldc, sc, batch;
   double alpha, beta;
-  int64_t bytes;              /* I_ZERO */
-  double value;               /* I_SEED */
-  char group[16];             /* I_ALLREDUCE: tp, tp/R (runs of R TP ranks sharing a shard), dp */
-  const char *redop;          /* I_ALLREDUCE: sum or max */
-  const char *why;            /* a comment for the listing (a string constant), or NULL */
-  int node;                   /* the IR node it implements, for the listing's comments; -1 */
+  int64_t bytes;     /* I_ZERO */
+  double value;      /* I_SEED */
+  char group[16];    /* I_ALLREDUCE: tp, tp/R (runs of R TP ranks sharing a shard), dp */
+  const char *redop; /* I_ALLREDUCE: sum or max */
+  const char *why;   /* a comment for the listing (a string constant), or NULL */
+  int node;          /* the IR node it implements, for the listing's comments; -1 */
 } Instr;
 
 typedef struct Block {
@@ -481,7 +528,7 @@ typedef struct Block {
 
 typedef struct Program {
   const Graph *g;
-  const Graph *model;         /* the whole model: its dense parameters are listed in every program */
+  const Graph *model; /* the whole model: its dense parameters are listed in every program */
   VBuf *vb;
   int nvb, vcap;
   Kernel **kernels;
@@ -489,11 +536,11 @@ typedef struct Program {
   Block fwd, bwd, opt;
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
-  int tp_rank, dp_rank;       /* the rank whose listing is being written (cg_write) */
+  int tp_rank, dp_rank; /* the rank whose listing is being written (cg_write) */
   int64_t arena;
-  int bnd[4];                 /* boundary buffers: recv_fwd, send_fwd, recv_bwd, send_bwd; -1 */
-  int *node_vb;               /* per IR node: its buffer, -1 for none */
-  int *node_aux;              /* per IR node: its saved-statistics buffer, -1 */
+  int bnd[4];    /* boundary buffers: recv_fwd, send_fwd, recv_bwd, send_bwd; -1 */
+  int *node_vb;  /* per IR node: its buffer, -1 for none */
+  int *node_aux; /* per IR node: its saved-statistics buffer, -1 */
 } Program;
 
 Program *fuse_lower(const Graph *g);
@@ -514,8 +561,8 @@ typedef struct CommOp {
 
 typedef struct SchedEntry {
   SchedKind kind;
-  int mb, slot;     /* SE_F, SE_B */
-  CommOp ops[2];    /* SE_COMM: one operation, or a send and a receive issued together */
+  int mb, slot;  /* SE_F, SE_B */
+  CommOp ops[2]; /* SE_COMM: one operation, or a send and a receive issued together */
   int nops;
 } SchedEntry;
 
@@ -528,7 +575,7 @@ typedef struct StageSched {
 typedef struct Sched {
   int pp, M;
   char kind[16];
-  StageSched *st;   /* per stage */
+  StageSched *st; /* per stage */
 } Sched;
 
 #define SCHED_NAMES "naive, gpipe or 1f1b" /* the schedules sched_build knows, for messages */
@@ -542,11 +589,11 @@ void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt 
 
 /* What a stage's listings say of its kernel files: the `kernels` and `cuda` lines. */
 typedef struct StageFiles {
-  char name[32];           /* kernels_sN: the files' base name */
-  uint64_t hash;           /* of the C source; every file carries it */
-  const char *arch;        /* the CUDA target */
-  bool compiled;           /* NVRTC ran: */
-  uint64_t cubin, ptx;     /* the hashes of NAME.cubin and NAME.ptx */
+  char name[32];       /* kernels_sN: the files' base name */
+  uint64_t hash;       /* of the C source; every file carries it */
+  const char *arch;    /* the CUDA target */
+  bool compiled;       /* NVRTC ran: */
+  uint64_t cubin, ptx; /* the hashes of NAME.cubin and NAME.ptx */
 } StageFiles;
 
 /* The stage's kernels in every language (and the C compiled, cached under cc_cache; the CUDA
@@ -556,7 +603,7 @@ int cg_write_kernels(const char *dir, const Program *p, const char *cc_cache, co
 int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const StageFiles *f);
 /* A stage's kernels in one language: the prelude, then every kernel. */
 void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap);
-uint64_t cg_fnv1a(const char *s, size_t n);                 /* FNV-1a 64 */
+uint64_t cg_fnv1a(const char *s, size_t n);                   /* FNV-1a 64 */
 int cg_write_file(const char *path, const char *s, size_t n); /* through a temporary; 0, or a message */
 void cg_mkdir_p(const char *dir);
 
@@ -579,30 +626,30 @@ int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, con
  * ========================================================================================== */
 
 typedef struct StageInfo {
-  int layer_start, layer_end;  /* [start, end) */
+  int layer_start, layer_end; /* [start, end) */
   bool has_embedding, has_final_norm, has_head, has_loss;
-  int64_t nparams;             /* elements of the dense parameters the stage owns */
-  int64_t nparams_rank;        /* elements one tensor-parallel rank of the stage holds */
-  double cost;                 /* predicted compute (pp_node_cost) */
+  int64_t nparams;      /* elements of the dense parameters the stage owns */
+  int64_t nparams_rank; /* elements one tensor-parallel rank of the stage holds */
+  double cost;          /* predicted compute (pp_node_cost) */
 } StageInfo;
 
 /* Which stages hold a parameter of the model (a tied embedding is on the first and the last). */
 typedef struct ParamStages {
-  int first, last;             /* the lowest and highest stage holding it, -1 when none */
-  int count;                   /* how many stages hold it */
-  bool tied;                   /* read by an embedding and by a head */
+  int first, last; /* the lowest and highest stage holding it, -1 when none */
+  int count;       /* how many stages hold it */
+  bool tied;       /* read by an embedding and by a head */
 } ParamStages;
 
 typedef struct Plan {
   int pp;
-  bool balanced;               /* --partition balanced */
+  bool balanced; /* --partition balanced */
   StageInfo *stages;
-  ParamStages *param;          /* per parameter of the model */
-  int *held, *held_at;         /* the parameters stage r holds, in index order: held[held_at[r] .. held_at[r+1]) */
+  ParamStages *param;  /* per parameter of the model */
+  int *held, *held_at; /* the parameters stage r holds, in index order: held[held_at[r] .. held_at[r+1]) */
 } Plan;
 
 int pp_layer_start(int nlayers, int rank, int pp); /* N*r//p */
-void pp_partition(Graph *g, bool balanced);      /* the stage boundaries: uniform or by cost */
+void pp_partition(Graph *g, bool balanced);        /* the stage boundaries: uniform or by cost */
 void pp_balance(const double *layer, int n, double pre, double post, int pp, int *bounds);
 double pp_node_cost(const Graph *g, const IrNode *n); /* forward + backward, in flop-equivalents */
 int pp_stage_of_node(const Graph *g, int pp, const IrNode *n);

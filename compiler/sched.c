@@ -112,8 +112,7 @@ void sched_entry_str(const SchedEntry *e, char *buf, size_t n) {
   else if (e->kind == SE_B) snprintf(buf, n, "B %d (slot %d)", e->mb, e->slot);
   else if (e->nops == 1) snprintf(buf, n, "%s %d", comm_name[e->ops[0].kind], e->ops[0].mb);
   else
-    snprintf(buf, n, "%s %d + %s %d", comm_name[e->ops[0].kind], e->ops[0].mb, comm_name[e->ops[1].kind],
-             e->ops[1].mb);
+    snprintf(buf, n, "%s %d + %s %d", comm_name[e->ops[0].kind], e->ops[0].mb, comm_name[e->ops[1].kind], e->ops[1].mb);
 }
 
 /* ============================================================================================
@@ -155,8 +154,10 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
       if (bad) {
         char buf[96];
         sched_entry_str(e, buf, sizeof buf);
-        report(src, at, "schedule '%s': rank %d, entry %d (%s) is out of order: each micro-batch's forward runs once, "
-                        "then its backward once", s->kind, r, i, buf);
+        report(src, at,
+               "schedule '%s': rank %d, entry %d (%s) is out of order: each micro-batch's forward runs once, "
+               "then its backward once",
+               s->kind, r, i, buf);
         free(seen);
         return 1;
       }
@@ -172,13 +173,16 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
     free(seen);
   }
   int *pc = xcalloc((size_t)pp, sizeof *pc);
-  bool (*done)[2] = xcalloc((size_t)pp, sizeof *done);
+  bool(*done)[2] = xcalloc((size_t)pp, sizeof *done);
   int rc = 0;
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < pp; r++) {
       int i = current(s, r, pc);
-      if (i < 0) { pc[r] = s->st[r].n; continue; }
+      if (i < 0) {
+        pc[r] = s->st[r].n;
+        continue;
+      }
       const SchedEntry *e = &s->st[r].e[i];
       for (int k = 0; k < e->nops; k++) {
         if (done[r][k]) continue;
@@ -216,11 +220,12 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
     if (q < 0 || q >= pp)
       report(src, at, "schedule '%s': rank %d, entry %d (%s) has no peer stage", s->kind, r, i, buf);
     else if (j < 0)
-      report(src, at, "schedule '%s': rank %d, entry %d (%s) is never matched: rank %d has finished", s->kind, r, i, buf,
-             q);
+      report(src, at, "schedule '%s': rank %d, entry %d (%s) is never matched: rank %d has finished", s->kind, r, i,
+             buf, q);
     else {
       sched_entry_str(&s->st[q].e[j], buf2, sizeof buf2);
-      report(src, at, "schedule '%s' deadlocks: rank %d waits in entry %d (%s) for rank %d, which waits in entry %d (%s)",
+      report(src, at,
+             "schedule '%s' deadlocks: rank %d waits in entry %d (%s) for rank %d, which waits in entry %d (%s)",
              s->kind, r, i, buf, q, j, buf2);
     }
     rc = 1;

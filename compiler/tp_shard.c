@@ -18,10 +18,10 @@ typedef struct T {
   const Graph *g;
   Graph *s;
   int tp;
-  int *map;        /* old node -> new node */
-  Sh *sh;          /* per new node */
-  int *copy_of;    /* per new node: its .tp_copy, -1 */
-  int *kvrep;      /* per old param: TP ranks sharing its shard (kv heads < tp), 0 if none */
+  int *map;     /* old node -> new node */
+  Sh *sh;       /* per new node */
+  int *copy_of; /* per new node: its .tp_copy, -1 */
+  int *kvrep;   /* per old param: TP ranks sharing its shard (kv heads < tp), 0 if none */
   bool bad;
 } T;
 
@@ -174,8 +174,9 @@ static void node(T *t, int i) {
     int64_t nout = Nn(t, in[1])->shape.d[lin ? 0 : 1];
     if (q->role == ROLE_ROW) {
       if (s0 != SH_SPLIT) {
-        fail(t, n->loc, "a row-parallel linear needs an input split over its features (the output of a "
-                        "column-parallel linear); this one is replicated");
+        fail(t, n->loc,
+             "a row-parallel linear needs an input split over its features (the output of a "
+             "column-parallel linear); this one is replicated");
         return;
       }
       id = clone(t, i, 2, in, with_last(x, nout), SH_REPL); /* partial sums */
@@ -200,8 +201,9 @@ static void node(T *t, int i) {
       id = clone(t, i, n->nin, in, with_last(x, nout), SH_SPLIT);
     } else {
       if (s0 != SH_REPL) {
-        fail(t, n->loc, "a replicated linear needs a replicated input; this one is split by tensor parallelism: "
-                        "make the weight row-parallel ('tp row')");
+        fail(t, n->loc,
+             "a replicated linear needs a replicated input; this one is split by tensor parallelism: "
+             "make the weight row-parallel ('tp row')");
         return;
       }
       id = clone(t, i, n->nin, in, with_last(x, nout), SH_REPL);
@@ -245,8 +247,9 @@ static void node(T *t, int i) {
     break;
   case OP_CHUNK:
     if (s0 == SH_SPLIT) {
-      fail(t, n->loc, "chunk of a value split by tensor parallelism is not supported: keep the fused projection "
-                      "replicated");
+      fail(t, n->loc,
+           "chunk of a value split by tensor parallelism is not supported: keep the fused projection "
+           "replicated");
       return;
     }
     id = clone(t, i, 1, in, with_last(x, x.d[x.nd - 1] / n->a.parts), s0);
@@ -283,17 +286,37 @@ static void node(T *t, int i) {
   case OP_ROPE:
   case OP_SILU:
   case OP_GELU:
-  case OP_RELU:
-    id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0);
-    break;
+  case OP_RELU: id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0); break;
   case OP_PARAM: diag_fatal("internal: tp_shard's node() given a parameter: param() shards those");
   /* made by this pass, or by autodiff after it: never in the forward graph it shards */
-  case OP_TP_COPY: case OP_TP_REDUCE: case OP_ADD_BIAS: case OP_ALLREDUCE:
-  case OP_SEED: case OP_CE_DX: case OP_EMBEDDING_DW: case OP_POS_EMBEDDING_DW: case OP_LINEAR_DX:
-  case OP_LINEAR_DW: case OP_MATMUL_DX: case OP_MATMUL_DW: case OP_BIAS_DB: case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW: case OP_LAYERNORM_DX: case OP_LAYERNORM_DW: case OP_ROPE_DX: case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK: case OP_ATTENTION_DV: case OP_SILU_DX: case OP_GELU_DX: case OP_RELU_DX: case OP_CONCAT:
-  case OP_PARAM_GRAD: case OP_RECV_BACKWARD: case OP_SEND_BACKWARD:
+  case OP_TP_COPY:
+  case OP_TP_REDUCE:
+  case OP_ADD_BIAS:
+  case OP_ALLREDUCE:
+  case OP_SEED:
+  case OP_CE_DX:
+  case OP_EMBEDDING_DW:
+  case OP_POS_EMBEDDING_DW:
+  case OP_LINEAR_DX:
+  case OP_LINEAR_DW:
+  case OP_MATMUL_DX:
+  case OP_MATMUL_DW:
+  case OP_BIAS_DB:
+  case OP_RMSNORM_DX:
+  case OP_RMSNORM_DW:
+  case OP_LAYERNORM_DX:
+  case OP_LAYERNORM_DW:
+  case OP_ROPE_DX:
+  case OP_ATTENTION_DQ:
+  case OP_ATTENTION_DK:
+  case OP_ATTENTION_DV:
+  case OP_SILU_DX:
+  case OP_GELU_DX:
+  case OP_RELU_DX:
+  case OP_CONCAT:
+  case OP_PARAM_GRAD:
+  case OP_RECV_BACKWARD:
+  case OP_SEND_BACKWARD:
     diag_fatal("internal: %s in the graph tp_shard shards: it is made by a later pass", ir_ops[n->op].name);
   }
   if (i == t->g->loss) t->s->loss = id;

@@ -7,12 +7,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PP_MAX_RANKS 65536                   /* tp * pp * dp: ranks of one job */
-#define PP_MAX_ARENA ((int64_t)1 << 40)      /* bytes of one rank's arena; offsets, extents, strides */
-#define PP_MAX_NUMEL ((int64_t)1 << 40)      /* elements of one tensor */
-#define PP_MAX_STEP_DIM ((int64_t)1 << 20)   /* micro-batch B, sequence S, micro-batches M, a degree */
-#define PP_MAX_NAME 512                      /* bytes of a checkpoint, model, kernel or file name */
-#define PP_MAX_LAYERS 100000                 /* repetitions of the repeated layer */
+#define PP_MAX_RANKS    65536              /* tp * pp * dp: ranks of one job */
+#define PP_MAX_ARENA    ((int64_t)1 << 40) /* bytes of one rank's arena; offsets, extents, strides */
+#define PP_MAX_NUMEL    ((int64_t)1 << 40) /* elements of one tensor */
+#define PP_MAX_STEP_DIM ((int64_t)1 << 20) /* micro-batch B, sequence S, micro-batches M, a degree */
+#define PP_MAX_NAME     512                /* bytes of a checkpoint, model, kernel or file name */
+#define PP_MAX_LAYERS   100000             /* repetitions of the repeated layer */
 
 /* A name that a listing can carry as one field and a safetensors header as one key: printable
  * ASCII without space, quote, backslash or '#' (a listing's comment), 1 to PP_MAX_NAME bytes. Returns the offset of the

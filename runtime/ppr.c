@@ -1,4 +1,5 @@
-/* ppr.c - the runtime's command line: each rank loads DIR/rankR.prog, initialises, trains for N steps over MPI, reports, saves. */
+/* ppr.c - the runtime's command line: each rank loads DIR/rankR.prog, initialises, trains for N steps over MPI,
+ * reports, saves. */
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_mesh.h"
@@ -17,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ERRLEN 65536
+#define ERRLEN       65536
 #define EXIT_STOPPED 75 /* SIGTERM or SIGINT stopped the run at a step boundary (sysexits' EX_TEMPFAIL) */
 
 static const char usage[] =
@@ -69,12 +70,12 @@ static const char usage[] =
     "signal ends the rank at once, without saving. docs/reliability.md has the details.\n";
 
 typedef struct {
-    const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
-    uint64_t seed;
-    double timeout;
-    int have_seed, quiet, tf32;
-    int64_t steps;
-    RtHyper h;
+  const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
+  uint64_t seed;
+  double timeout;
+  int have_seed, quiet, tf32;
+  int64_t steps;
+  RtHyper h;
 } Cli;
 
 static char err[ERRLEN];
@@ -84,190 +85,220 @@ static int me, nranks;
 
 static void bad_usage(const char *fmt, ...) RT_FMT(1, 2);
 static void bad_usage(const char *fmt, ...) {
-    va_list ap;
-    fputs("ppr: error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\nusage: ppr DIR [options]  ('ppr --help' lists them)\n", stderr);
-    exit(1);
+  va_list ap;
+  fputs("ppr: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nusage: ppr DIR [options]  ('ppr --help' lists them)\n", stderr);
+  exit(1);
 }
 
 /* Every line of the message gets the prefix. */
 static void print_err(const char *msg) {
-    const char *p = msg;
-    do {
-        const char *nl = strchr(p, '\n');
-        int n = nl ? (int)(nl - p) : (int)strlen(p);
-        fprintf(stderr, "ppr: error: %.*s\n", n, p);
-        p = nl ? nl + 1 : NULL;
-    } while (p && *p);
-    fflush(stderr);
+  const char *p = msg;
+  do {
+    const char *nl = strchr(p, '\n');
+    int n = nl ? (int)(nl - p) : (int)strlen(p);
+    fprintf(stderr, "ppr: error: %.*s\n", n, p);
+    p = nl ? nl + 1 : NULL;
+  } while (p && *p);
+  fflush(stderr);
 }
 
 /* Every rank ends here together (a decision all of them made): MPI_Finalize, then exit. */
 _Noreturn static void exit_all(int code) {
-    fflush(stdout);
-    fflush(stderr);
-    rt_dev_close(dev); /* its queue drained and its objects released before the libraries unload */
-    dev = NULL;
-    rt_comm_finalize(comm);
-    exit(code);
+  fflush(stdout);
+  fflush(stderr);
+  rt_dev_close(dev); /* its queue drained and its objects released before the libraries unload */
+  dev = NULL;
+  rt_comm_finalize(comm);
+  exit(code);
 }
 
 /* A failure of this rank alone: the message, then the whole job ends (MPI_Abort). */
 _Noreturn static void die(const char *msg) {
-    print_err(msg);
-    if (nranks > 1) rt_comm_abort(comm, 1);
-    exit_all(1);
+  print_err(msg);
+  if (nranks > 1) rt_comm_abort(comm, 1);
+  exit_all(1);
 }
 
 /* A step every rank takes: rc is this rank's result, its message in err. When any rank failed,
  * rank 0 prints each distinct message once (in rank order) and every rank exits 1. */
 static void settle(int rc) {
-    if (nranks == 1) {
-        if (rc) die(err);
-        return;
-    }
-    if (rt_comm_all_ok(comm, rc == 0)) return;
-    size_t n = rc ? strlen(err) + 1 : 0;
-    unsigned char *all = NULL;
-    size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
-    char gerr[256];
-    if (!sizes || rt_comm_gather(comm, err, n, &all, sizes, gerr, sizeof gerr)) {
-        if (me == 0) print_err(rc ? err : "a rank failed (no memory for its message)");
-        exit_all(1);
-    }
-    if (me == 0) {
-        size_t at = 0;
-        for (int r = 0; r < nranks; r++) {
-            const char *m = (const char *)all + at;
-            int seen = sizes[r] == 0;
-            for (size_t q = 0, k = 0; k < (size_t)r && !seen; q += sizes[k], k++)
-                seen = sizes[k] == sizes[r] && !memcmp(all + q, m, sizes[r]);
-            if (!seen) print_err(m);
-            at += sizes[r];
-        }
-    }
-    free(all);
-    free(sizes);
+  if (nranks == 1) {
+    if (rc) die(err);
+    return;
+  }
+  if (rt_comm_all_ok(comm, rc == 0)) return;
+  size_t n = rc ? strlen(err) + 1 : 0;
+  unsigned char *all = NULL;
+  size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
+  char gerr[256];
+  if (!sizes || rt_comm_gather(comm, err, n, &all, sizes, gerr, sizeof gerr)) {
+    if (me == 0) print_err(rc ? err : "a rank failed (no memory for its message)");
     exit_all(1);
+  }
+  if (me == 0) {
+    size_t at = 0;
+    for (int r = 0; r < nranks; r++) {
+      const char *m = (const char *)all + at;
+      int seen = sizes[r] == 0;
+      for (size_t q = 0, k = 0; k < (size_t)r && !seen; q += sizes[k], k++)
+        seen = sizes[k] == sizes[r] && !memcmp(all + q, m, sizes[r]);
+      if (!seen) print_err(m);
+      at += sizes[r];
+    }
+  }
+  free(all);
+  free(sizes);
+  exit_all(1);
 }
 
-#define CHECK_IO(cond, ...)                                                                        \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            rt_fail_at(err, sizeof err, __FILE__, __LINE__, __VA_ARGS__);                          \
-            die(err);                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CHECK_IO(cond, ...)                                                                                            \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      rt_fail_at(err, sizeof err, __FILE__, __LINE__, __VA_ARGS__);                                                    \
+      die(err);                                                                                                        \
+    }                                                                                                                  \
+  } while (0)
 
 static double num(const char *flag, const char *v, double lo, double hi, int lo_open, int hi_open) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno == ERANGE || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo) ||
-        (hi_open && x == hi))
-        bad_usage("%s: expected a number in %s%g, %g%s, found '%s'", flag, lo_open ? "(" : "[", lo, hi,
-                  hi_open ? ")" : "]", v);
-    return x;
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (!*v || *end || errno == ERANGE || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo) ||
+      (hi_open && x == hi))
+    bad_usage("%s: expected a number in %s%g, %g%s, found '%s'", flag, lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]",
+              v);
+  return x;
 }
 
 static uint64_t count(const char *flag, const char *v, uint64_t hi) {
-    uint64_t x = 0;
-    if (!*v) bad_usage("%s: expected an integer, found ''", flag);
-    for (const char *q = v; *q; q++) {
-        if (*q < '0' || *q > '9' || x > (UINT64_MAX - 9) / 10) bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
-        x = x * 10 + (uint64_t)(*q - '0');
-    }
-    if (x > hi) bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
-    return x;
+  uint64_t x = 0;
+  if (!*v) bad_usage("%s: expected an integer, found ''", flag);
+  for (const char *q = v; *q; q++) {
+    if (*q < '0' || *q > '9' || x > (UINT64_MAX - 9) / 10)
+      bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
+    x = x * 10 + (uint64_t)(*q - '0');
+  }
+  if (x > hi) bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
+  return x;
 }
 
 static void parse_cli(int argc, char **argv, Cli *c) {
-    memset(c, 0, sizeof *c);
-    c->seed = 1;
-    c->steps = 1;
-    c->timeout = RT_COMM_TIMEOUT;
-    c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
-    enum { O_INIT = 256, O_SEED, O_DATA, O_STEPS, O_LR, O_BETA1, O_BETA2, O_EPS, O_WD, O_CLIP, O_SAVE_GRADS, O_SAVE,
-           O_LOG, O_TRACE, O_DEVICE, O_TIMEOUT, O_QUIET, O_TF32, O_VERSION };
-    static const struct option longs[] = {
-        {"init", required_argument, NULL, O_INIT},   {"seed", required_argument, NULL, O_SEED},
-        {"data", required_argument, NULL, O_DATA},   {"steps", required_argument, NULL, O_STEPS},
-        {"lr", required_argument, NULL, O_LR},       {"beta1", required_argument, NULL, O_BETA1},
-        {"beta2", required_argument, NULL, O_BETA2}, {"eps", required_argument, NULL, O_EPS},
-        {"wd", required_argument, NULL, O_WD},       {"clip", required_argument, NULL, O_CLIP},
-        {"save-grads", required_argument, NULL, O_SAVE_GRADS},
-        {"save", required_argument, NULL, O_SAVE},   {"log", required_argument, NULL, O_LOG},
-        {"trace", required_argument, NULL, O_TRACE}, {"device", required_argument, NULL, O_DEVICE},
-        {"timeout", required_argument, NULL, O_TIMEOUT},
-        {"quiet", no_argument, NULL, O_QUIET},       {"tf32", no_argument, NULL, O_TF32},
-        {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, O_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    opterr = 0; /* the messages below name the option as it was written */
-    for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
-        /* the option as written: argv's last for a missing value or an unknown one, else its name */
-        const char *a = argv[optind - 1], *v = optarg;
-        char flag[32];
-        if (li >= 0) snprintf(flag, sizeof flag, "--%s", longs[li].name);
-        else snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
-        if (v && !*v) bad_usage("%s: empty value", flag);
-        switch (o) {
-        case 'h': fputs(usage, stdout); exit(0);
-        case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
-        case O_QUIET: c->quiet = 1; break;
-        case O_TF32: c->tf32 = 1; break;
-        case O_INIT: c->init = v; break;
-        case O_SEED:
-            c->seed = count(flag, v, UINT64_MAX);
-            c->have_seed = 1;
-            break;
-        case O_DATA: c->data = v; break;
-        case O_STEPS: c->steps = (int64_t)count(flag, v, 1000000000); break;
-        case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
-        case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
-        case O_BETA2: c->h.beta2 = num(flag, v, 0, 1, 0, 1); break;
-        case O_EPS: c->h.eps = num(flag, v, 0, 1e9, 1, 0); break;
-        case O_WD: c->h.wd = num(flag, v, 0, 1e9, 0, 0); break;
-        case O_CLIP:
-            c->h.clip = num(flag, v, 0, 1e30, 1, 0);
-            c->h.use_clip = 1;
-            break;
-        case O_SAVE_GRADS: c->save_grads = v; break;
-        case O_SAVE: c->save = v; break;
-        case O_LOG: c->log = v; break;
-        case O_TRACE: c->trace = v; break;
-        case O_DEVICE: c->device = v; break;
-        case O_TIMEOUT: c->timeout = num(flag, v, 0, 1e9, 0, 0); break;
-        case ':': bad_usage("%s needs a value", flag); break;
-        default: /* '?': getopt_long's answer for an option it does not know */
-            if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
-            bad_usage("unknown option '%s'", a);
-        }
+  memset(c, 0, sizeof *c);
+  c->seed = 1;
+  c->steps = 1;
+  c->timeout = RT_COMM_TIMEOUT;
+  c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
+  enum {
+    O_INIT = 256,
+    O_SEED,
+    O_DATA,
+    O_STEPS,
+    O_LR,
+    O_BETA1,
+    O_BETA2,
+    O_EPS,
+    O_WD,
+    O_CLIP,
+    O_SAVE_GRADS,
+    O_SAVE,
+    O_LOG,
+    O_TRACE,
+    O_DEVICE,
+    O_TIMEOUT,
+    O_QUIET,
+    O_TF32,
+    O_VERSION
+  };
+  static const struct option longs[] = {
+      {"init", required_argument, NULL, O_INIT},
+      {"seed", required_argument, NULL, O_SEED},
+      {"data", required_argument, NULL, O_DATA},
+      {"steps", required_argument, NULL, O_STEPS},
+      {"lr", required_argument, NULL, O_LR},
+      {"beta1", required_argument, NULL, O_BETA1},
+      {"beta2", required_argument, NULL, O_BETA2},
+      {"eps", required_argument, NULL, O_EPS},
+      {"wd", required_argument, NULL, O_WD},
+      {"clip", required_argument, NULL, O_CLIP},
+      {"save-grads", required_argument, NULL, O_SAVE_GRADS},
+      {"save", required_argument, NULL, O_SAVE},
+      {"log", required_argument, NULL, O_LOG},
+      {"trace", required_argument, NULL, O_TRACE},
+      {"device", required_argument, NULL, O_DEVICE},
+      {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"quiet", no_argument, NULL, O_QUIET},
+      {"tf32", no_argument, NULL, O_TF32},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, O_VERSION},
+      {NULL, 0, NULL, 0},
+  };
+  opterr = 0; /* the messages below name the option as it was written */
+  for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
+    /* the option as written: argv's last for a missing value or an unknown one, else its name */
+    const char *a = argv[optind - 1], *v = optarg;
+    char flag[32];
+    if (li >= 0) snprintf(flag, sizeof flag, "--%s", longs[li].name);
+    else snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
+    if (v && !*v) bad_usage("%s: empty value", flag);
+    switch (o) {
+    case 'h': fputs(usage, stdout); exit(0);
+    case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
+    case O_QUIET: c->quiet = 1; break;
+    case O_TF32: c->tf32 = 1; break;
+    case O_INIT: c->init = v; break;
+    case O_SEED:
+      c->seed = count(flag, v, UINT64_MAX);
+      c->have_seed = 1;
+      break;
+    case O_DATA: c->data = v; break;
+    case O_STEPS: c->steps = (int64_t)count(flag, v, 1000000000); break;
+    case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
+    case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
+    case O_BETA2: c->h.beta2 = num(flag, v, 0, 1, 0, 1); break;
+    case O_EPS: c->h.eps = num(flag, v, 0, 1e9, 1, 0); break;
+    case O_WD: c->h.wd = num(flag, v, 0, 1e9, 0, 0); break;
+    case O_CLIP:
+      c->h.clip = num(flag, v, 0, 1e30, 1, 0);
+      c->h.use_clip = 1;
+      break;
+    case O_SAVE_GRADS: c->save_grads = v; break;
+    case O_SAVE: c->save = v; break;
+    case O_LOG: c->log = v; break;
+    case O_TRACE: c->trace = v; break;
+    case O_DEVICE: c->device = v; break;
+    case O_TIMEOUT: c->timeout = num(flag, v, 0, 1e9, 0, 0); break;
+    case ':': bad_usage("%s needs a value", flag); break;
+    default: /* '?': getopt_long's answer for an option it does not know */
+      if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
+      bad_usage("unknown option '%s'", a);
     }
-    for (int i = optind; i < argc; i++) {
-        if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
-        c->dir = argv[i];
-    }
-    if (!c->dir) bad_usage("no program directory DIR");
-    if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
-    RtDevKind kind;
-    int index;
-    if (rt_dev_parse(c->device, &kind, &index))
-        bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
-                  getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
-    if (c->tf32 && kind != RT_DEV_CUDA) bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
-    if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
-    if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
-    /* the files rank 0 writes: not one file for two of them */
-    const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
-    static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
-    for (int a = 0; a < 4; a++)
-        for (int b = a + 1; b < 4; b++)
-            if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
-                bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
+  }
+  for (int i = optind; i < argc; i++) {
+    if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
+    c->dir = argv[i];
+  }
+  if (!c->dir) bad_usage("no program directory DIR");
+  if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
+  RtDevKind kind;
+  int index;
+  if (rt_dev_parse(c->device, &kind, &index))
+    bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
+              getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
+  if (c->tf32 && kind != RT_DEV_CUDA)
+    bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
+  if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
+  if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
+  /* the files rank 0 writes: not one file for two of them */
+  const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
+  static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
+  for (int a = 0; a < 4; a++)
+    for (int b = a + 1; b < 4; b++)
+      if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
+        bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
 }
 
 /* ---- output files, checked before the first step ---------------------------------------------- */
@@ -276,49 +307,49 @@ static void parse_cli(int argc, char **argv, Cli *c) {
  * its directory exists and takes new files, and the path, if it exists, is a writable regular
  * file. Nothing is changed. 0, or -1 with a message naming the option and the path. */
 static int check_output(const char *flag, const char *path, char *e, size_t elen) {
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: it is a directory", flag, path);
-        if (!S_ISREG(st.st_mode))
-            return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: not a regular file", flag, path);
-        int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC); /* no O_TRUNC: the file stays as it is */
-        if (fd < 0)
-            return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s", flag, path, strerror(errno));
-        close(fd);
-    } else if (errno != ENOENT) {
-        return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s", flag, path, strerror(errno));
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: it is a directory", flag, path);
+    if (!S_ISREG(st.st_mode))
+      return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: not a regular file", flag, path);
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC); /* no O_TRUNC: the file stays as it is */
+    if (fd < 0)
+      return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s", flag, path, strerror(errno));
+    close(fd);
+  } else if (errno != ENOENT) {
+    return rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s", flag, path, strerror(errno));
+  }
+  size_t n = strlen(path);
+  char *dir = malloc(n + 32);
+  if (!dir) return rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+  const char *slash = strrchr(path, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == path) strcpy(dir, "/");
+  else snprintf(dir, n + 1, "%.*s", (int)(slash - path), path);
+  int rc = 0;
+  if (stat(dir, &st) != 0)
+    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: the directory %s %s", flag, path, dir,
+                    errno == ENOENT ? "does not exist" : strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s is not a directory", flag, path,
+                    dir);
+  else { /* a file made and removed: the test that counts (permissions, a read-only file system, quota) */
+    size_t dl = strlen(dir);
+    snprintf(dir + dl, 32, "/.ppr-check-XXXXXX");
+    int fd = mkstemp(dir);
+    dir[dl] = 0;
+    if (fd < 0)
+      rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: cannot create files in %s: %s",
+                      flag, path, dir, strerror(errno));
+    else {
+      dir[dl] = '/';
+      close(fd);
+      unlink(dir);
     }
-    size_t n = strlen(path);
-    char *dir = malloc(n + 32);
-    if (!dir) return rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-    const char *slash = strrchr(path, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == path) strcpy(dir, "/");
-    else snprintf(dir, n + 1, "%.*s", (int)(slash - path), path);
-    int rc = 0;
-    if (stat(dir, &st) != 0)
-        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: the directory %s %s", flag, path, dir,
-                        errno == ENOENT ? "does not exist" : strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: %s is not a directory", flag, path,
-                        dir);
-    else { /* a file made and removed: the test that counts (permissions, a read-only file system, quota) */
-        size_t dl = strlen(dir);
-        snprintf(dir + dl, 32, "/.ppr-check-XXXXXX");
-        int fd = mkstemp(dir);
-        dir[dl] = 0;
-        if (fd < 0)
-            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s %s: cannot open for writing: cannot create files in %s: %s",
-                            flag, path, dir, strerror(errno));
-        else {
-            dir[dl] = '/';
-            close(fd);
-            unlink(dir);
-        }
-    }
-    free(dir);
-    return rc;
+  }
+  free(dir);
+  return rc;
 }
 
 /* ---- SIGTERM and SIGINT: stop at the end of the step ------------------------------------------- */
@@ -326,83 +357,83 @@ static int check_output(const char *flag, const char *path, char *e, size_t elen
 static char stop_note[2][160]; /* what rank 0's handler writes (async-signal-safe: prepared) */
 
 static void on_stop_signal(int sig) {
-    if (rt_comm_stop_requested()) { /* the second: end now, as the signal would have */
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    rt_comm_request_stop(sig);
-    if (me == 0) { /* once for the job: mpirun passes its SIGTERM to every rank */
-        const char *m = stop_note[sig == SIGINT];
-        ssize_t w = write(STDERR_FILENO, m, strlen(m));
-        (void)w;
-    }
+  if (rt_comm_stop_requested()) { /* the second: end now, as the signal would have */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  rt_comm_request_stop(sig);
+  if (me == 0) { /* once for the job: mpirun passes its SIGTERM to every rank */
+    const char *m = stop_note[sig == SIGINT];
+    ssize_t w = write(STDERR_FILENO, m, strlen(m));
+    (void)w;
+  }
 }
 
 static void catch_stop_signals(void) {
-    for (int k = 0; k < 2; k++)
-        snprintf(stop_note[k], sizeof stop_note[k],
-                 "ppr: rank %d: %s: stopping after this step (a second signal ends the rank now, without saving)\n", me,
-                 k ? "SIGINT" : "SIGTERM");
-    struct sigaction sa, was;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    static const int sigs[2] = {SIGTERM, SIGINT};
-    for (int k = 0; k < 2; k++) {
-        CHECK_IO(sigaction(sigs[k], NULL, &was) == 0, "sigaction: %s", strerror(errno));
-        if (was.sa_handler == SIG_IGN) continue; /* ignored when ppr started (a background job of a script): kept so */
-        CHECK_IO(sigaction(sigs[k], &sa, NULL) == 0, "sigaction: %s", strerror(errno));
-    }
+  for (int k = 0; k < 2; k++)
+    snprintf(stop_note[k], sizeof stop_note[k],
+             "ppr: rank %d: %s: stopping after this step (a second signal ends the rank now, without saving)\n", me,
+             k ? "SIGINT" : "SIGTERM");
+  struct sigaction sa, was;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  static const int sigs[2] = {SIGTERM, SIGINT};
+  for (int k = 0; k < 2; k++) {
+    CHECK_IO(sigaction(sigs[k], NULL, &was) == 0, "sigaction: %s", strerror(errno));
+    if (was.sa_handler == SIG_IGN) continue; /* ignored when ppr started (a background job of a script): kept so */
+    CHECK_IO(sigaction(sigs[k], &sa, NULL) == 0, "sigaction: %s", strerror(errno));
+  }
 }
 
 /* ---- gathering params to rank 0 (--save, --save-grads) ----------------------------------- */
 
 /* A growing byte buffer; every field is 8-byte aligned, so the floats of a gathered block are too. */
 typedef struct {
-    unsigned char *b;
-    size_t n, cap;
-    int oom;
+  unsigned char *b;
+  size_t n, cap;
+  int oom;
 } Buf;
 
 static void put(Buf *b, const void *data, size_t n) {
-    size_t padded = (n + 7) / 8 * 8;
-    if (b->oom) return;
-    if (b->n + padded > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + padded) cap *= 2;
-        unsigned char *nb = realloc(b->b, cap);
-        if (!nb) {
-            b->oom = 1;
-            return;
-        }
-        b->b = nb;
-        b->cap = cap;
+  size_t padded = (n + 7) / 8 * 8;
+  if (b->oom) return;
+  if (b->n + padded > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + padded) cap *= 2;
+    unsigned char *nb = realloc(b->b, cap);
+    if (!nb) {
+      b->oom = 1;
+      return;
     }
-    if (n) memcpy(b->b + b->n, data, n);
-    memset(b->b + b->n + n, 0, padded - n);
-    b->n += padded;
+    b->b = nb;
+    b->cap = cap;
+  }
+  if (n) memcpy(b->b + b->n, data, n);
+  memset(b->b + b->n + n, 0, padded - n);
+  b->n += padded;
 }
 
 static void put_u64(Buf *b, uint64_t v) { put(b, &v, sizeof v); }
 
 static uint64_t get_u64(const unsigned char **q) {
-    uint64_t v;
-    memcpy(&v, *q, sizeof v);
-    *q += 8;
-    return v;
+  uint64_t v;
+  memcpy(&v, *q, sizeof v);
+  *q += 8;
+  return v;
 }
 
 /* One tensor of the file rank 0 writes: a whole param as gathered, or a dense tensor assembled
  * from the shards of several ranks. */
 typedef struct {
-    char *name;
-    int ndim, sharded, dim;
-    int64_t shape[RT_MAX_NDIM];
-    const float *data;  /* a whole param: inside the gathered blocks */
-    float *dense;       /* sharded: the assembled tensor (malloc'd) */
-    unsigned char *got; /* sharded: per dense row along dim, how many shards brought it */
+  char *name;
+  int ndim, sharded, dim;
+  int64_t shape[RT_MAX_NDIM];
+  const float *data;  /* a whole param: inside the gathered blocks */
+  float *dense;       /* sharded: the assembled tensor (malloc'd) */
+  unsigned char *got; /* sharded: per dense row along dim, how many shards brought it */
 } OutTensor;
 
 /* Gathers the params this rank owns (not the copies and replicas; dp_rank 0 only) on rank 0, which
@@ -411,479 +442,483 @@ typedef struct {
  * where its first shard comes. Collective; every rank returns rank 0's verdict (the message only
  * on rank 0). */
 static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, char *e, size_t elen) {
-    Buf b = {0};
-    uint64_t count = 0;
-    int64_t most = 1;
-    if (p->dp_rank == 0)
-        for (int i = 0; i < p->nparams; i++) {
-            count += p->params[i].owned;
-            if (p->params[i].owned && p->params[i].numel > most) most = p->params[i].numel;
-        }
-    float *host = malloc((size_t)most * sizeof *host);
-    int rc = host ? 0 : rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-    put_u64(&b, count);
-    for (int i = 0; i < p->nparams && p->dp_rank == 0 && !rc; i++) {
-        const RtParam *q = &p->params[i];
-        if (!q->owned) continue;
-        put_u64(&b, strlen(q->name));
-        put(&b, q->name, strlen(q->name));
-        put_u64(&b, (uint64_t)q->ndim);
-        put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
-        int64_t shard[4] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense};
-        put(&b, shard, sizeof shard);
-        rc = rt_exec_read_param(x, i, grads, host, e, elen);
-        put(&b, host, (size_t)q->numel * sizeof(float));
+  Buf b = {0};
+  uint64_t count = 0;
+  int64_t most = 1;
+  if (p->dp_rank == 0)
+    for (int i = 0; i < p->nparams; i++) {
+      count += p->params[i].owned;
+      if (p->params[i].owned && p->params[i].numel > most) most = p->params[i].numel;
     }
-    free(host);
-    if (!rc && b.oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-    if (!rt_comm_all_ok(comm, rc == 0)) { /* some rank could not pack: no gather */
-        free(b.b);
-        if (!rc) rt_fail_at(e, elen, __FILE__, __LINE__, "another rank ran out of memory");
-        return -1;
-    }
-    unsigned char *all = NULL;
-    size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
-    if (!sizes) die("out of memory");
-    rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, e, elen);
+  float *host = malloc((size_t)most * sizeof *host);
+  int rc = host ? 0 : rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+  put_u64(&b, count);
+  for (int i = 0; i < p->nparams && p->dp_rank == 0 && !rc; i++) {
+    const RtParam *q = &p->params[i];
+    if (!q->owned) continue;
+    put_u64(&b, strlen(q->name));
+    put(&b, q->name, strlen(q->name));
+    put_u64(&b, (uint64_t)q->ndim);
+    put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
+    int64_t shard[4] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense};
+    put(&b, shard, sizeof shard);
+    rc = rt_exec_read_param(x, i, grads, host, e, elen);
+    put(&b, host, (size_t)q->numel * sizeof(float));
+  }
+  free(host);
+  if (!rc && b.oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+  if (!rt_comm_all_ok(comm, rc == 0)) { /* some rank could not pack: no gather */
     free(b.b);
-    if (me == 0 && !rc) {
-        size_t total = 0, at = 0, nout = 0;
-        for (int r = 0; r < nranks; r++) total += get_u64(&(const unsigned char *){all + at}), at += sizes[r];
-        OutTensor *ot = calloc(total + 1, sizeof *ot);
-        if (!ot) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-        at = 0;
-        for (int r = 0; r < nranks && !rc; r++) {
-            const unsigned char *q = all + at;
-            uint64_t cnt = get_u64(&q);
-            for (uint64_t j = 0; j < cnt && !rc; j++) {
-                size_t nl = (size_t)get_u64(&q);
-                const char *name = (const char *)q;
-                q += (nl + 7) / 8 * 8;
-                int ndim = (int)get_u64(&q);
-                int64_t dims[RT_MAX_NDIM];
-                memcpy(dims, q, (size_t)ndim * 8);
-                q += (size_t)ndim * 8;
-                int64_t sh[4];
-                memcpy(sh, q, sizeof sh);
-                q += sizeof sh;
-                const float *data = (const float *)(const void *)q;
-                int64_t numel = 1;
-                for (int d = 0; d < ndim; d++) numel *= dims[d];
-                q += ((size_t)numel * 4 + 7) / 8 * 8;
-                OutTensor *t = NULL;
-                for (size_t o = 0; o < nout && !t; o++)
-                    if (strlen(ot[o].name) == nl && !memcmp(ot[o].name, name, nl)) t = &ot[o];
-                if (t && (!t->sharded || !sh[0] || t->dim != (int)sh[1] || t->shape[t->dim] != sh[3])) {
-                    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: tensor %s is owned by two ranks", path, t->name);
-                    break;
-                }
-                if (!t) { /* a new tensor of the file */
-                    t = &ot[nout++];
-                    t->name = malloc(nl + 1);
-                    if (!t->name) {
-                        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-                        break;
-                    }
-                    memcpy(t->name, name, nl);
-                    t->name[nl] = 0;
-                    t->ndim = ndim;
-                    memcpy(t->shape, dims, sizeof dims);
-                    t->data = data;
-                    if (sh[0]) {
-                        t->sharded = 1;
-                        t->dim = (int)sh[1];
-                        t->shape[t->dim] = sh[3];
-                        t->dense = calloc((size_t)(numel / dims[t->dim] * sh[3]) + 1, sizeof *t->dense);
-                        t->got = calloc((size_t)sh[3], 1);
-                        if (!t->dense || !t->got) {
-                            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-                            break;
-                        }
-                        t->data = t->dense;
-                    }
-                }
-                if (!t->sharded) continue;
-                /* place the shard: local row k of block o is dense row start + k; rows at or past
-                 * the dense count are padding */
-                int64_t len = dims[t->dim], start = sh[2], dense = sh[3], outer = 1, inner = 1;
-                for (int d = 0; d < t->dim; d++) outer *= dims[d];
-                for (int d = t->dim + 1; d < ndim; d++) inner *= dims[d];
-                int64_t real = dense - start < len ? dense - start : len;
-                for (int64_t k = 0; k < real; k++) t->got[start + k] += t->got[start + k] < 255;
-                for (int64_t o = 0; o < outer; o++)
-                    memcpy(t->dense + (o * dense + start) * inner, data + o * len * inner,
-                           (size_t)(real * inner) * sizeof(float));
+    if (!rc) rt_fail_at(e, elen, __FILE__, __LINE__, "another rank ran out of memory");
+    return -1;
+  }
+  unsigned char *all = NULL;
+  size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
+  if (!sizes) die("out of memory");
+  rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, e, elen);
+  free(b.b);
+  if (me == 0 && !rc) {
+    size_t total = 0, at = 0, nout = 0;
+    for (int r = 0; r < nranks; r++) total += get_u64(&(const unsigned char *){all + at}), at += sizes[r];
+    OutTensor *ot = calloc(total + 1, sizeof *ot);
+    if (!ot) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+    at = 0;
+    for (int r = 0; r < nranks && !rc; r++) {
+      const unsigned char *q = all + at;
+      uint64_t cnt = get_u64(&q);
+      for (uint64_t j = 0; j < cnt && !rc; j++) {
+        size_t nl = (size_t)get_u64(&q);
+        const char *name = (const char *)q;
+        q += (nl + 7) / 8 * 8;
+        int ndim = (int)get_u64(&q);
+        int64_t dims[RT_MAX_NDIM];
+        memcpy(dims, q, (size_t)ndim * 8);
+        q += (size_t)ndim * 8;
+        int64_t sh[4];
+        memcpy(sh, q, sizeof sh);
+        q += sizeof sh;
+        const float *data = (const float *)(const void *)q;
+        int64_t numel = 1;
+        for (int d = 0; d < ndim; d++) numel *= dims[d];
+        q += ((size_t)numel * 4 + 7) / 8 * 8;
+        OutTensor *t = NULL;
+        for (size_t o = 0; o < nout && !t; o++)
+          if (strlen(ot[o].name) == nl && !memcmp(ot[o].name, name, nl)) t = &ot[o];
+        if (t && (!t->sharded || !sh[0] || t->dim != (int)sh[1] || t->shape[t->dim] != sh[3])) {
+          rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: tensor %s is owned by two ranks", path, t->name);
+          break;
+        }
+        if (!t) { /* a new tensor of the file */
+          t = &ot[nout++];
+          t->name = malloc(nl + 1);
+          if (!t->name) {
+            rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+            break;
+          }
+          memcpy(t->name, name, nl);
+          t->name[nl] = 0;
+          t->ndim = ndim;
+          memcpy(t->shape, dims, sizeof dims);
+          t->data = data;
+          if (sh[0]) {
+            t->sharded = 1;
+            t->dim = (int)sh[1];
+            t->shape[t->dim] = sh[3];
+            t->dense = calloc((size_t)(numel / dims[t->dim] * sh[3]) + 1, sizeof *t->dense);
+            t->got = calloc((size_t)sh[3], 1);
+            if (!t->dense || !t->got) {
+              rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+              break;
             }
-            at += sizes[r];
+            t->data = t->dense;
+          }
         }
-        for (size_t o = 0; o < nout && !rc; o++)
-            for (int64_t k = 0; ot[o].sharded && k < ot[o].shape[ot[o].dim] && !rc; k++)
-                if (ot[o].got[k] != 1)
-                    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: row %lld of dim %d of tensor %s is in %d shards",
-                                    path, (long long)k, ot[o].dim, ot[o].name, ot[o].got[k]);
-        if (!rc) {
-            const char **names = calloc(nout + 1, sizeof *names);
-            int *ndims = calloc(nout + 1, sizeof *ndims);
-            const int64_t **shapes = calloc(nout + 1, sizeof *shapes);
-            const float **data = calloc(nout + 1, sizeof *data);
-            if (!names || !ndims || !shapes || !data) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-            for (size_t o = 0; o < nout && !rc; o++) {
-                names[o] = ot[o].name;
-                ndims[o] = ot[o].ndim;
-                shapes[o] = ot[o].shape;
-                data[o] = ot[o].data;
-            }
-            if (!rc) rc = rt_st_write(path, (int)nout, names, ndims, shapes, data, e, elen);
-            free(names);
-            free(ndims);
-            free(shapes);
-            free(data);
-        }
-        for (size_t o = 0; ot && o < nout; o++) {
-            free(ot[o].name);
-            free(ot[o].dense);
-            free(ot[o].got);
-        }
-        free(ot);
+        if (!t->sharded) continue;
+        /* place the shard: local row k of block o is dense row start + k; rows at or past
+         * the dense count are padding */
+        int64_t len = dims[t->dim], start = sh[2], dense = sh[3], outer = 1, inner = 1;
+        for (int d = 0; d < t->dim; d++) outer *= dims[d];
+        for (int d = t->dim + 1; d < ndim; d++) inner *= dims[d];
+        int64_t real = dense - start < len ? dense - start : len;
+        for (int64_t k = 0; k < real; k++) t->got[start + k] += t->got[start + k] < 255;
+        for (int64_t o = 0; o < outer; o++)
+          memcpy(t->dense + (o * dense + start) * inner, data + o * len * inner,
+                 (size_t)(real * inner) * sizeof(float));
+      }
+      at += sizes[r];
     }
-    free(all);
-    free(sizes);
-    int32_t verdict = rc;
-    rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
-    if (verdict && me != 0 && e && elen) e[0] = 0;
-    return verdict ? -1 : 0;
+    for (size_t o = 0; o < nout && !rc; o++)
+      for (int64_t k = 0; ot[o].sharded && k < ot[o].shape[ot[o].dim] && !rc; k++)
+        if (ot[o].got[k] != 1)
+          rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: row %lld of dim %d of tensor %s is in %d shards", path,
+                          (long long)k, ot[o].dim, ot[o].name, ot[o].got[k]);
+    if (!rc) {
+      const char **names = calloc(nout + 1, sizeof *names);
+      int *ndims = calloc(nout + 1, sizeof *ndims);
+      const int64_t **shapes = calloc(nout + 1, sizeof *shapes);
+      const float **data = calloc(nout + 1, sizeof *data);
+      if (!names || !ndims || !shapes || !data) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+      for (size_t o = 0; o < nout && !rc; o++) {
+        names[o] = ot[o].name;
+        ndims[o] = ot[o].ndim;
+        shapes[o] = ot[o].shape;
+        data[o] = ot[o].data;
+      }
+      if (!rc) rc = rt_st_write(path, (int)nout, names, ndims, shapes, data, e, elen);
+      free(names);
+      free(ndims);
+      free(shapes);
+      free(data);
+    }
+    for (size_t o = 0; ot && o < nout; o++) {
+      free(ot[o].name);
+      free(ot[o].dense);
+      free(ot[o].got);
+    }
+    free(ot);
+  }
+  free(all);
+  free(sizes);
+  int32_t verdict = rc;
+  rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
+  if (verdict && me != 0 && e && elen) e[0] = 0;
+  return verdict ? -1 : 0;
 }
 
 typedef struct {
-    const RtProg *p;
-    const char *path;
-    int done;
+  const RtProg *p;
+  const char *path;
+  int done;
 } GradSave;
 
 static int save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
-    GradSave *g = ctx;
-    if (g->done) return 0;
-    g->done = 1;
-    rt_comm_set_what(comm, "--save-grads: the gradients to rank 0");
-    return save_params(g->p, x, g->path, 1, e, elen);
+  GradSave *g = ctx;
+  if (g->done) return 0;
+  g->done = 1;
+  rt_comm_set_what(comm, "--save-grads: the gradients to rank 0");
+  return save_params(g->p, x, g->path, 1, e, elen);
 }
 
 static void json_num(FILE *fp, const char *key, double v, const char *fmt) {
-    fprintf(fp, ",\"%s\":", key);
-    if (isfinite(v)) fprintf(fp, fmt, v);
-    else fputs("null", fp);
+  fprintf(fp, ",\"%s\":", key);
+  if (isfinite(v)) fprintf(fp, fmt, v);
+  else fputs("null", fp);
 }
 
 /* ---- --trace: every rank's timeline on rank 0, and the bubble ------------------------------ */
 
 static const char *event_cat(int kind) {
-    switch (kind) {
-    case RT_EV_F:
-    case RT_EV_B:
-    case RT_EV_OPT: return "compute";
-    case RT_EV_POST:
-    case RT_EV_WAIT:
-    case RT_EV_COLL: return "comm";
-    case RT_EV_HOOK: return "save";
-    case RT_EV_ZERO: return "zero_grads";
-    default: return "step";
-    }
+  switch (kind) {
+  case RT_EV_F:
+  case RT_EV_B:
+  case RT_EV_OPT: return "compute";
+  case RT_EV_POST:
+  case RT_EV_WAIT:
+  case RT_EV_COLL: return "comm";
+  case RT_EV_HOOK: return "save";
+  case RT_EV_ZERO: return "zero_grads";
+  default: return "step";
+  }
 }
 
 /* walls/comps: this rank's per-step wall and compute times (ms). Collective. */
 static void write_trace(const RtProg *p, RtExec *x, const char *path, const double *walls, const double *comps,
                         int64_t nsteps) {
-    rt_comm_set_what(comm, "--trace: the timelines to rank 0");
-    int64_t nev = 0;
-    int oom = 0;
-    const RtEvent *ev = rt_exec_events(x, &nev, &oom);
-    Buf b = {0};
-    put_u64(&b, (uint64_t)p->stage);
-    put_u64(&b, (uint64_t)oom);
-    put_u64(&b, (uint64_t)nsteps);
-    put(&b, walls, (size_t)nsteps * sizeof *walls);
-    put(&b, comps, (size_t)nsteps * sizeof *comps);
-    put_u64(&b, (uint64_t)nev);
-    put(&b, ev, (size_t)nev * sizeof *ev);
-    int rc = b.oom ? rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory") : 0;
-    settle(rc);
-    unsigned char *all = NULL;
-    size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
-    if (!sizes) die("out of memory");
-    rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, err, sizeof err);
-    free(b.b);
-    FILE *fp = NULL;
-    if (me == 0 && !rc) {
-        fp = fopen(path, "w");
-        if (!fp) rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", path, strerror(errno));
+  rt_comm_set_what(comm, "--trace: the timelines to rank 0");
+  int64_t nev = 0;
+  int oom = 0;
+  const RtEvent *ev = rt_exec_events(x, &nev, &oom);
+  Buf b = {0};
+  put_u64(&b, (uint64_t)p->stage);
+  put_u64(&b, (uint64_t)oom);
+  put_u64(&b, (uint64_t)nsteps);
+  put(&b, walls, (size_t)nsteps * sizeof *walls);
+  put(&b, comps, (size_t)nsteps * sizeof *comps);
+  put_u64(&b, (uint64_t)nev);
+  put(&b, ev, (size_t)nev * sizeof *ev);
+  int rc = b.oom ? rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory") : 0;
+  settle(rc);
+  unsigned char *all = NULL;
+  size_t *sizes = calloc((size_t)nranks, sizeof *sizes);
+  if (!sizes) die("out of memory");
+  rc = rt_comm_gather(comm, b.b, b.n, &all, sizes, err, sizeof err);
+  free(b.b);
+  FILE *fp = NULL;
+  if (me == 0 && !rc) {
+    fp = fopen(path, "w");
+    if (!fp)
+      rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", path, strerror(errno));
+  }
+  if (me == 0 && !rc) {
+    /* the per-rank blocks: stage, oom, steps, walls, comps, events */
+    const double **w = calloc((size_t)nranks, sizeof *w), **cp = calloc((size_t)nranks, sizeof *cp);
+    int *stage = calloc((size_t)nranks, sizeof *stage);
+    int64_t total = 0, lost = 0, ns = nsteps;
+    if (!w || !cp || !stage) die("out of memory");
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", fp);
+    size_t at = 0;
+    for (int r = 0; r < nranks; r++) {
+      const unsigned char *q = all + at;
+      stage[r] = (int)get_u64(&q);
+      lost += get_u64(&q) != 0;
+      int64_t n = (int64_t)get_u64(&q);
+      w[r] = (const double *)(const void *)q;
+      q += (size_t)n * 8;
+      cp[r] = (const double *)(const void *)q;
+      q += (size_t)n * 8;
+      if (n < ns) ns = n;
+      int64_t ne = (int64_t)get_u64(&q);
+      const RtEvent *e = (const RtEvent *)(const void *)q;
+      fprintf(
+          fp,
+          "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d (stage %d)\"}},\n"
+          "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}},\n"
+          "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"schedule\"}},\n"
+          "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"steps\"}}",
+          r, r, stage[r], r, r, r, r);
+      for (int64_t i = 0; i < ne; i++) {
+        RtEvent v;
+        memcpy(&v, e + i, sizeof v);
+        v.name[sizeof v.name - 1] = 0;
+        fprintf(fp,
+                ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+                "\"args\":{\"step\":%d}}",
+                v.name, event_cat(v.kind), v.ts, v.dur, r, v.kind == RT_EV_STEP ? 1 : 0, (int)v.step);
+      }
+      total += ne;
+      at += sizes[r];
+      fputs(r + 1 < nranks ? ",\n" : "\n", fp);
     }
-    if (me == 0 && !rc) {
-        /* the per-rank blocks: stage, oom, steps, walls, comps, events */
-        const double **w = calloc((size_t)nranks, sizeof *w), **cp = calloc((size_t)nranks, sizeof *cp);
-        int *stage = calloc((size_t)nranks, sizeof *stage);
-        int64_t total = 0, lost = 0, ns = nsteps;
-        if (!w || !cp || !stage) die("out of memory");
-        fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", fp);
-        size_t at = 0;
+    fputs("]}\n", fp);
+    if (fclose(fp) != 0)
+      rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: write failed: %s", path, strerror(errno));
+    if (!rc) {
+      printf("ppr: trace: %s: %lld events of %d rank%s%s\n", path, (long long)total, nranks, nranks > 1 ? "s" : "",
+             lost ? " (some ranks ran out of memory: events lost)" : "");
+      printf("ppr: bubble fraction per rank, 1 - compute / step time (compute: F, B, and OPT without its "
+             "collectives):\n");
+      printf("  %-10s", "step");
+      for (int r = 0; r < nranks; r++) {
+        char h[32];
+        snprintf(h, sizeof h, "rank %d/s%d", r, stage[r]);
+        printf(" %11s", h);
+      }
+      printf("\n");
+      for (int64_t k = 0; k < ns; k++) {
+        printf("  %-10lld", (long long)(k + 1));
+        for (int r = 0; r < nranks; r++) printf(" %11.3f", w[r][k] > 0 ? 1 - cp[r][k] / w[r][k] : 0.0);
+        printf("\n");
+      }
+      for (int from = 0; from < 2; from++) {
+        if (from == 1 && ns < 2) break;
+        printf("  %-10s", from ? "mean 2.." : "mean");
         for (int r = 0; r < nranks; r++) {
-            const unsigned char *q = all + at;
-            stage[r] = (int)get_u64(&q);
-            lost += get_u64(&q) != 0;
-            int64_t n = (int64_t)get_u64(&q);
-            w[r] = (const double *)(const void *)q;
-            q += (size_t)n * 8;
-            cp[r] = (const double *)(const void *)q;
-            q += (size_t)n * 8;
-            if (n < ns) ns = n;
-            int64_t ne = (int64_t)get_u64(&q);
-            const RtEvent *e = (const RtEvent *)(const void *)q;
-            fprintf(fp,
-                    "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d (stage %d)\"}},\n"
-                    "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}},\n"
-                    "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"schedule\"}},\n"
-                    "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"steps\"}}",
-                    r, r, stage[r], r, r, r, r);
-            for (int64_t i = 0; i < ne; i++) {
-                RtEvent v;
-                memcpy(&v, e + i, sizeof v);
-                v.name[sizeof v.name - 1] = 0;
-                fprintf(fp,
-                        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
-                        "\"args\":{\"step\":%d}}",
-                        v.name, event_cat(v.kind), v.ts, v.dur, r, v.kind == RT_EV_STEP ? 1 : 0, (int)v.step);
-            }
-            total += ne;
-            at += sizes[r];
-            fputs(r + 1 < nranks ? ",\n" : "\n", fp);
+          double sum = 0;
+          for (int64_t k = from; k < ns; k++) sum += w[r][k] > 0 ? 1 - cp[r][k] / w[r][k] : 0.0;
+          printf(" %11.3f", ns > from ? sum / (double)(ns - from) : 0.0);
         }
-        fputs("]}\n", fp);
-        if (fclose(fp) != 0)
-            rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: write failed: %s", path, strerror(errno));
-        if (!rc) {
-            printf("ppr: trace: %s: %lld events of %d rank%s%s\n", path, (long long)total, nranks, nranks > 1 ? "s" : "",
-                   lost ? " (some ranks ran out of memory: events lost)" : "");
-            printf("ppr: bubble fraction per rank, 1 - compute / step time (compute: F, B, and OPT without its "
-                   "collectives):\n");
-            printf("  %-10s", "step");
-            for (int r = 0; r < nranks; r++) {
-                char h[32];
-                snprintf(h, sizeof h, "rank %d/s%d", r, stage[r]);
-                printf(" %11s", h);
-            }
-            printf("\n");
-            for (int64_t k = 0; k < ns; k++) {
-                printf("  %-10lld", (long long)(k + 1));
-                for (int r = 0; r < nranks; r++) printf(" %11.3f", w[r][k] > 0 ? 1 - cp[r][k] / w[r][k] : 0.0);
-                printf("\n");
-            }
-            for (int from = 0; from < 2; from++) {
-                if (from == 1 && ns < 2) break;
-                printf("  %-10s", from ? "mean 2.." : "mean");
-                for (int r = 0; r < nranks; r++) {
-                    double sum = 0;
-                    for (int64_t k = from; k < ns; k++) sum += w[r][k] > 0 ? 1 - cp[r][k] / w[r][k] : 0.0;
-                    printf(" %11.3f", ns > from ? sum / (double)(ns - from) : 0.0);
-                }
-                printf("\n");
-            }
-            fflush(stdout);
-        }
-        free((void *)w);
-        free((void *)cp);
-        free(stage);
+        printf("\n");
+      }
+      fflush(stdout);
     }
-    free(all);
-    free(sizes);
-    int32_t verdict = rc;
-    rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
-    if (verdict) {
-        if (me == 0) print_err(err);
-        exit_all(1);
-    }
+    free((void *)w);
+    free((void *)cp);
+    free(stage);
+  }
+  free(all);
+  free(sizes);
+  int32_t verdict = rc;
+  rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
+  if (verdict) {
+    if (me == 0) print_err(err);
+    exit_all(1);
+  }
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
 static char *prog_path(const char *dir, int r) {
-    size_t dl = strlen(dir);
-    char *path = malloc(dl + 32);
-    CHECK_IO(path != NULL, "out of memory");
-    sprintf(path, "%s%srank%d.prog", dir, dl && dir[dl - 1] == '/' ? "" : "/", r);
-    return path;
+  size_t dl = strlen(dir);
+  char *path = malloc(dl + 32);
+  CHECK_IO(path != NULL, "out of memory");
+  sprintf(path, "%s%srank%d.prog", dir, dl && dir[dl - 1] == '/' ? "" : "/", r);
+  return path;
 }
 
 int main(int argc, char **argv) {
-    Cli c;
-    int rc;
-    parse_cli(argc, argv, &c);
-    /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
-     * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when
-     * the kernel object loads it; a value the user set is kept. */
-    CHECK_IO(setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0, "setenv: %s", strerror(errno));
+  Cli c;
+  int rc;
+  parse_cli(argc, argv, &c);
+  /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
+   * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when
+   * the kernel object loads it; a value the user set is kept. */
+  CHECK_IO(setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0, "setenv: %s", strerror(errno));
 
-    if (rt_comm_init(&argc, &argv, &comm, err, sizeof err)) die(err);
-    me = rt_comm_rank(comm);
-    nranks = rt_comm_size(comm);
-    rt_comm_set_timeout(comm, c.timeout);
-    rt_comm_set_what(comm, "the start-up");
-    catch_stop_signals();
+  if (rt_comm_init(&argc, &argv, &comm, err, sizeof err)) die(err);
+  me = rt_comm_rank(comm);
+  nranks = rt_comm_size(comm);
+  rt_comm_set_timeout(comm, c.timeout);
+  rt_comm_set_what(comm, "the start-up");
+  catch_stop_signals();
 
-    /* the files rank 0 will write, before anything takes time */
-    rc = 0;
-    static const char *const out_flags[4] = {"--save", "--save-grads", "--log", "--trace"};
-    const char *outs[4] = {c.save, c.save_grads, c.log, c.trace};
-    for (int k = 0; k < 4 && me == 0 && !rc; k++)
-        if (outs[k]) rc = check_output(out_flags[k], outs[k], err, sizeof err);
-    settle(rc);
+  /* the files rank 0 will write, before anything takes time */
+  rc = 0;
+  static const char *const out_flags[4] = {"--save", "--save-grads", "--log", "--trace"};
+  const char *outs[4] = {c.save, c.save_grads, c.log, c.trace};
+  for (int k = 0; k < 4 && me == 0 && !rc; k++)
+    if (outs[k]) rc = check_output(out_flags[k], outs[k], err, sizeof err);
+  settle(rc);
 
-    /* the world size the programs were compiled for, before anything collective */
-    char *path0 = prog_path(c.dir, 0);
-    int tp = 0, pp = 0, dp = 0;
-    settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, err, sizeof err)); /* the same file: printed once */
-    if (tp * pp * dp != nranks) {
-        fprintf(stderr, "ppr: error: %s was compiled for %d ranks (tp %d \u00d7 pp %d \u00d7 dp %d) but mpirun started %d ranks\n",
-                c.dir, tp * pp * dp, tp, pp, dp, nranks);
-        if (!rt_comm_uses_mpi(comm))
-            fprintf(stderr, "ppr: error: (no MPI launcher: ppr ran as a 1-rank world; run: mpirun -np %d ppr %s)\n",
-                    tp * pp * dp, c.dir);
-        free(path0);
-        exit_all(1);
-    }
+  /* the world size the programs were compiled for, before anything collective */
+  char *path0 = prog_path(c.dir, 0);
+  int tp = 0, pp = 0, dp = 0;
+  settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, err, sizeof err)); /* the same file: printed once */
+  if (tp * pp * dp != nranks) {
+    fprintf(stderr,
+            "ppr: error: %s was compiled for %d ranks (tp %d \u00d7 pp %d \u00d7 dp %d) but mpirun started %d ranks\n",
+            c.dir, tp * pp * dp, tp, pp, dp, nranks);
+    if (!rt_comm_uses_mpi(comm))
+      fprintf(stderr, "ppr: error: (no MPI launcher: ppr ran as a 1-rank world; run: mpirun -np %d ppr %s)\n",
+              tp * pp * dp, c.dir);
     free(path0);
+    exit_all(1);
+  }
+  free(path0);
 
-    char *path = prog_path(c.dir, me);
-    RtProg *p = NULL;
-    rc = rt_prog_load(path, &p, err, sizeof err);
-    if (!rc && p->rank != me) {
-        snprintf(err, sizeof err, "%s: the listing says 'rank %d': it is rank %d's program, not rank %d's", path, p->rank,
-                 p->rank, me);
-        rc = -1;
+  char *path = prog_path(c.dir, me);
+  RtProg *p = NULL;
+  rc = rt_prog_load(path, &p, err, sizeof err);
+  if (!rc && p->rank != me) {
+    snprintf(err, sizeof err, "%s: the listing says 'rank %d': it is rank %d's program, not rank %d's", path, p->rank,
+             p->rank, me);
+    rc = -1;
+  }
+  settle(rc);
+  int model_tied = 0;
+  if (rt_mesh_check(comm, p, c.dir, &model_tied, err, sizeof err)) {
+    if (me == 0) print_err(err); /* the same verdict on every rank */
+    exit_all(1);
+  }
+  rt_comm_groups(comm, p);
+  settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &dev, err, sizeof err));
+  dev->tf32 = c.tf32;
+  rt_comm_use_device(comm, dev, p); /* cuda: NCCL where it can */
+  RtExec *x = NULL;
+  settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
+  rt_exec_set_comm(x, comm);
+
+  if (c.init) settle(rt_init_load(p, x, c.init, model_tied, err, sizeof err));
+  else settle(rt_init_seed(p, x, c.seed, err, sizeof err));
+
+  /* the data, unless no step reads it */
+  RtData *d = NULL;
+  const char *data_name = c.steps == 0 ? "none (0 steps)" : c.data ? c.data : "the built-in text";
+  rc = 0;
+  if (c.steps > 0 && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
+  else if (c.steps > 0)
+    rc = rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &d, err, sizeof err);
+  if (!rc && d && rt_data_max_token(d) >= p->vocab) {
+    snprintf(err, sizeof err, "%s: token id %d is not below the model's vocab %lld (%s)%s", data_name,
+             rt_data_max_token(d), (long long)p->vocab, path, c.data ? "" : "; pass --data");
+    rc = -1;
+  }
+  settle(rc);
+
+  FILE *log = NULL;
+  rc = 0;
+  if (c.log && me == 0) {
+    log = fopen(c.log, "w");
+    if (!log)
+      rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", c.log, strerror(errno));
+  }
+  settle(rc);
+
+  int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches; /* M: the step's, over all replicas */
+  if (!c.quiet && me == 0) {
+    if (nranks == 1)
+      printf("ppr: %s: model %s, %d params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld "
+             "tokens\n",
+             path, p->model, p->nparams, (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d),
+             (long long)c.steps, (long long)tokens);
+    else
+      printf("ppr: %s: model %s, mesh tp %d pp %d dp %d (%d ranks over MPI), %d params in the model; rank 0: %d "
+             "params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld tokens\n",
+             c.dir, p->model, p->tp, p->pp, p->dp, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
+             (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d), (long long)c.steps,
+             (long long)tokens);
+    CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+  }
+  double *walls = NULL, *comps = NULL;
+  if (c.trace) {
+    walls = calloc((size_t)c.steps + 1, sizeof *walls);
+    comps = calloc((size_t)c.steps + 1, sizeof *comps);
+    settle(walls && comps ? 0 : rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory"));
+    rt_comm_barrier(comm); /* the common start of every rank's timeline */
+    rt_exec_trace(x, rt_now_ms());
+  }
+  GradSave gs = {p, c.save_grads, 0};
+  int64_t done = 0;
+  int stop_sig = 0, stop_rank = -1;
+  for (int64_t s = 0; s < c.steps; s++) {
+    double t0 = rt_now_ms(), loss = 0, gnorm = 0;
+    int rc = rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err,
+                          sizeof err);
+    if (rc == -2) die(err); /* this rank's device failed: the job ends */
+    if (rc) {               /* the --save-grads hook failed, and every rank learns rank 0's verdict */
+      if (me == 0) print_err(err);
+      exit_all(1);
     }
-    settle(rc);
-    int model_tied = 0;
-    if (rt_mesh_check(comm, p, c.dir, &model_tied, err, sizeof err)) {
-        if (me == 0) print_err(err); /* the same verdict on every rank */
-        exit_all(1);
-    }
-    rt_comm_groups(comm, p);
-    settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &dev, err, sizeof err));
-    dev->tf32 = c.tf32;
-    rt_comm_use_device(comm, dev, p); /* cuda: NCCL where it can */
-    RtExec *x = NULL;
-    settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
-    rt_exec_set_comm(x, comm);
-
-    if (c.init) settle(rt_init_load(p, x, c.init, model_tied, err, sizeof err));
-    else settle(rt_init_seed(p, x, c.seed, err, sizeof err));
-
-    /* the data, unless no step reads it */
-    RtData *d = NULL;
-    const char *data_name = c.steps == 0 ? "none (0 steps)" : c.data ? c.data : "the built-in text";
-    rc = 0;
-    if (c.steps > 0 && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
-    else if (c.steps > 0)
-        rc = rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &d, err, sizeof err);
-    if (!rc && d && rt_data_max_token(d) >= p->vocab) {
-        snprintf(err, sizeof err, "%s: token id %d is not below the model's vocab %lld (%s)%s", data_name,
-                 rt_data_max_token(d), (long long)p->vocab, path, c.data ? "" : "; pass --data");
-        rc = -1;
-    }
-    settle(rc);
-
-    FILE *log = NULL;
-    rc = 0;
-    if (c.log && me == 0) {
-        log = fopen(c.log, "w");
-        if (!log) rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", c.log, strerror(errno));
-    }
-    settle(rc);
-
-    int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches; /* M: the step's, over all replicas */
+    double ms = rt_now_ms() - t0;
+    double tps = ms > 0 ? (double)tokens / (ms * 1e-3) : 0;
+    if (walls) rt_exec_step_times(x, &walls[s], &comps[s]);
     if (!c.quiet && me == 0) {
-        if (nranks == 1)
-            printf("ppr: %s: model %s, %d params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld "
-                   "tokens\n",
-                   path, p->model, p->nparams, (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d),
-                   (long long)c.steps, (long long)tokens);
-        else
-            printf("ppr: %s: model %s, mesh tp %d pp %d dp %d (%d ranks over MPI), %d params in the model; rank 0: %d "
-                   "params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld tokens\n",
-                   c.dir, p->model, p->tp, p->pp, p->dp, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
-                   (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d), (long long)c.steps,
-                   (long long)tokens);
-        CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+      printf("step %lld/%lld  loss %.4f  grad_norm %.4g  lr %.2e  %.1f ms  %.0f tok/s\n", (long long)(s + 1),
+             (long long)c.steps, loss, gnorm, c.h.lr, ms, tps);
+      CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
     }
-    double *walls = NULL, *comps = NULL;
-    if (c.trace) {
-        walls = calloc((size_t)c.steps + 1, sizeof *walls);
-        comps = calloc((size_t)c.steps + 1, sizeof *comps);
-        settle(walls && comps ? 0 : rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory"));
-        rt_comm_barrier(comm); /* the common start of every rank's timeline */
-        rt_exec_trace(x, rt_now_ms());
+    if (log) {
+      fprintf(log, "{\"step\":%lld", (long long)(s + 1));
+      json_num(log, "loss", loss, "%.9g");
+      json_num(log, "grad_norm", gnorm, "%.9g");
+      json_num(log, "lr", c.h.lr, "%.9g");
+      json_num(log, "ms", ms, "%.3f");
+      json_num(log, "tokens_per_s", tps, "%.1f");
+      fputs("}\n", log);
+      CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
     }
-    GradSave gs = {p, c.save_grads, 0};
-    int64_t done = 0;
-    int stop_sig = 0, stop_rank = -1;
-    for (int64_t s = 0; s < c.steps; s++) {
-        double t0 = rt_now_ms(), loss = 0, gnorm = 0;
-        int rc = rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err,
-                              sizeof err);
-        if (rc == -2) die(err); /* this rank's device failed: the job ends */
-        if (rc) {               /* the --save-grads hook failed, and every rank learns rank 0's verdict */
-            if (me == 0) print_err(err);
-            exit_all(1);
-        }
-        double ms = rt_now_ms() - t0;
-        double tps = ms > 0 ? (double)tokens / (ms * 1e-3) : 0;
-        if (walls) rt_exec_step_times(x, &walls[s], &comps[s]);
-        if (!c.quiet && me == 0) {
-            printf("step %lld/%lld  loss %.4f  grad_norm %.4g  lr %.2e  %.1f ms  %.0f tok/s\n", (long long)(s + 1),
-                   (long long)c.steps, loss, gnorm, c.h.lr, ms, tps);
-            CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
-        }
-        if (log) {
-            fprintf(log, "{\"step\":%lld", (long long)(s + 1));
-            json_num(log, "loss", loss, "%.9g");
-            json_num(log, "grad_norm", gnorm, "%.9g");
-            json_num(log, "lr", c.h.lr, "%.9g");
-            json_num(log, "ms", ms, "%.3f");
-            json_num(log, "tokens_per_s", tps, "%.1f");
-            fputs("}\n", log);
-            CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
-        }
-        if (!isfinite(loss)) { /* the loss is the same on every rank: all stop here */
-            if (me == 0) {
-                snprintf(err, sizeof err, "step %lld: the loss is %g; stopping (nothing saved)", (long long)(s + 1), loss);
-                print_err(err);
-            }
-            exit_all(1);
-        }
-        done = s + 1;
-        /* a signal: every rank learnt it with the step's loss, and stops here together */
-        if (done < c.steps && rt_comm_stopping(comm, &stop_sig, &stop_rank)) break;
+    if (!isfinite(loss)) { /* the loss is the same on every rank: all stop here */
+      if (me == 0) {
+        snprintf(err, sizeof err, "step %lld: the loss is %g; stopping (nothing saved)", (long long)(s + 1), loss);
+        print_err(err);
+      }
+      exit_all(1);
     }
-    if (log) CHECK_IO(fclose(log) == 0, "%s: close failed: %s", c.log, strerror(errno));
-    if (stop_sig && me == 0) {
-        printf("ppr: %s on rank %d: stopped after step %lld of %lld%s%s\n", stop_sig == SIGINT ? "SIGINT" : "SIGTERM",
-               stop_rank, (long long)done, (long long)c.steps, c.save ? "; saving the weights to " : "",
-               c.save ? c.save : "");
-        CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
-    }
-    if (c.save) rt_comm_set_what(comm, "--save: the weights to rank 0");
-    if (c.save && save_params(p, x, c.save, 0, err, sizeof err)) {
-        if (me == 0) print_err(err);
-        exit_all(1);
-    }
-    if (c.trace) write_trace(p, x, c.trace, walls, comps, done);
+    done = s + 1;
+    /* a signal: every rank learnt it with the step's loss, and stops here together */
+    if (done < c.steps && rt_comm_stopping(comm, &stop_sig, &stop_rank)) break;
+  }
+  if (log) CHECK_IO(fclose(log) == 0, "%s: close failed: %s", c.log, strerror(errno));
+  if (stop_sig && me == 0) {
+    printf("ppr: %s on rank %d: stopped after step %lld of %lld%s%s\n", stop_sig == SIGINT ? "SIGINT" : "SIGTERM",
+           stop_rank, (long long)done, (long long)c.steps, c.save ? "; saving the weights to " : "",
+           c.save ? c.save : "");
+    CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+  }
+  if (c.save) rt_comm_set_what(comm, "--save: the weights to rank 0");
+  if (c.save && save_params(p, x, c.save, 0, err, sizeof err)) {
+    if (me == 0) print_err(err);
+    exit_all(1);
+  }
+  if (c.trace) write_trace(p, x, c.trace, walls, comps, done);
 
-    free(walls);
-    free(comps);
-    rt_data_close(d);
-    rt_exec_close(x);
-    rt_dev_close(dev);
-    dev = NULL;
-    rt_prog_free(p);
-    free(path);
-    rt_comm_finalize(comm);
-    return stop_sig ? EXIT_STOPPED : 0;
+  free(walls);
+  free(comps);
+  rt_data_close(d);
+  rt_exec_close(x);
+  rt_dev_close(dev);
+  dev = NULL;
+  rt_prog_free(p);
+  free(path);
+  rt_comm_finalize(comm);
+  return stop_sig ? EXIT_STOPPED : 0;
 }

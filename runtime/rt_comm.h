@@ -1,4 +1,5 @@
-/* rt_comm.h - ppr's transport (rt_comm.c): MPI when a launcher started the process, else a one-rank world without MPI; messages and collectives on device buffers. */
+/* rt_comm.h - ppr's transport (rt_comm.c): MPI when a launcher started the process, else a one-rank world without MPI;
+ * messages and collectives on device buffers. */
 #ifndef RT_COMM_H
 #define RT_COMM_H
 
@@ -26,12 +27,12 @@ typedef struct RtComm RtComm;
  * set; otherwise the world is this one process and MPI is never initialised (*out is still a
  * valid RtComm). Returns non-zero only when the MPI library refuses to start. */
 int rt_comm_init(int *argc, char ***argv, RtComm **out, char *err, size_t errlen);
-void rt_comm_finalize(RtComm *c);                    /* MPI_Finalize when started; frees c */
-_Noreturn void rt_comm_abort(RtComm *c, int code);   /* MPI_Abort when started, else exit */
-int rt_comm_rank(const RtComm *c);                   /* world rank */
-int rt_comm_size(const RtComm *c);                   /* world size */
+void rt_comm_finalize(RtComm *c);                  /* MPI_Finalize when started; frees c */
+_Noreturn void rt_comm_abort(RtComm *c, int code); /* MPI_Abort when started, else exit */
+int rt_comm_rank(const RtComm *c);                 /* world rank */
+int rt_comm_size(const RtComm *c);                 /* world size */
 int rt_comm_uses_mpi(const RtComm *c);
-int rt_comm_local_rank(const RtComm *c);             /* among the ranks on this machine */
+int rt_comm_local_rank(const RtComm *c); /* among the ranks on this machine */
 
 /* ---- the watchdog ---------------------------------------------------------------------------- */
 
@@ -48,20 +49,20 @@ int rt_comm_local_rank(const RtComm *c);             /* among the ranks on this 
  * report being in the same call. With NCCL, the device's queue is watched the same way
  * (rt_comm_wait, rt_comm_before_host), naming its first NCCL operation.
  */
-#define RT_COMM_TIMEOUT 300.0 /* seconds, the default */
+#define RT_COMM_TIMEOUT 300.0                        /* seconds, the default */
 void rt_comm_set_timeout(RtComm *c, double seconds); /* 0: wait forever */
 
 /* What the rank is doing, named in the watchdog's message (the executor and ppr set it before
  * the messages and collectives they start). Fields of -1 (0 for line, NULL for strings) are left
  * out. */
 typedef struct {
-    int64_t step;     /* 0-based; printed 1-based */
-    int entry;        /* the schedule entry */
-    int block, instr; /* RT_BLK_* and the instruction's index in it */
-    int mb;           /* the micro-batch (the listing's local number) */
-    int line;         /* the listing's line */
-    const char *file; /* the listing */
-    const char *what; /* why, in words: "the step's loss", "--save: the weights to rank 0" */
+  int64_t step;     /* 0-based; printed 1-based */
+  int entry;        /* the schedule entry */
+  int block, instr; /* RT_BLK_* and the instruction's index in it */
+  int mb;           /* the micro-batch (the listing's local number) */
+  int line;         /* the listing's line */
+  const char *file; /* the listing */
+  const char *what; /* why, in words: "the step's loss", "--save: the weights to rank 0" */
 } RtWhere;
 void rt_comm_set_where(RtComm *c, const RtWhere *w);
 void rt_comm_set_what(RtComm *c, const char *what); /* outside a step: only what */
@@ -93,8 +94,7 @@ void rt_comm_bcast(RtComm *c, void *buf, size_t bytes, int root);
  * blocks in rank order and sizes[r] (sizes has world-size entries) their lengths. Elsewhere *all
  * is NULL and sizes is not touched. Returns non-zero (on rank 0 only) when out of memory; the
  * transfers happen anyway, so no rank waits forever. */
-int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, size_t *sizes, char *err,
-                   size_t errlen);
+int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, size_t *sizes, char *err, size_t errlen);
 
 /* The largest message tag the MPI library allows (INT32_MAX without MPI). */
 int rt_comm_tag_ub(RtComm *c);
@@ -128,9 +128,9 @@ int rt_comm_before_host(RtComm *c, RtDev *d);
  * communicator, peer = a world rank), then wait for all of them (polled, under the watchdog). The
  * tag says what a message is (rt_boundary_msg): 2*mb for activations, 2*mb + 1 for gradients. */
 typedef struct {
-    int send; /* 1: MPI_Isend, 0: MPI_Irecv */
-    int peer, tag;
-    int64_t off, bytes; /* the device buffer: arena offset and size */
+  int send; /* 1: MPI_Isend, 0: MPI_Irecv */
+  int peer, tag;
+  int64_t off, bytes; /* the device buffer: arena offset and size */
 } RtP2p;
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops); /* n <= 4 */
 void rt_comm_p2p_wait(RtComm *c, RtDev *d);

@@ -1,4 +1,5 @@
-/* rt_dev.c - the devices by name (--device cpu|opencl[:N]|cuda[:N]), the device clock and the devices' failure messages. */
+/* rt_dev.c - the devices by name (--device cpu|opencl[:N]|cuda[:N]), the device clock and the devices' failure
+ * messages. */
 #include "rt_dev.h"
 #include "rt_util.h"
 
@@ -19,57 +20,57 @@ static const RtDevOps *const devices[RT_NDEV] = {&rt_dev_cpu_ops, &rt_dev_opencl
 const char *rt_dev_kind_name(RtDevKind k) { return k < RT_NDEV ? kind_names[k] : "?"; }
 
 int rt_dev_parse(const char *spec, RtDevKind *kind, int *index) {
-    for (int k = 0; k < RT_NDEV; k++) {
-        size_t n = strlen(kind_names[k]);
-        if (strncmp(spec, kind_names[k], n)) continue;
-        *kind = (RtDevKind)k;
-        *index = -1;
-        if (!spec[n]) return 0;
-        if (spec[n] != ':' || k == RT_DEV_CPU || !spec[n + 1]) return -1;
-        long v = 0;
-        for (const char *q = spec + n + 1; *q; q++) {
-            if (*q < '0' || *q > '9' || v > 100000) return -1;
-            v = v * 10 + (*q - '0');
-        }
-        *index = (int)v;
-        return 0;
+  for (int k = 0; k < RT_NDEV; k++) {
+    size_t n = strlen(kind_names[k]);
+    if (strncmp(spec, kind_names[k], n)) continue;
+    *kind = (RtDevKind)k;
+    *index = -1;
+    if (!spec[n]) return 0;
+    if (spec[n] != ':' || k == RT_DEV_CPU || !spec[n + 1]) return -1;
+    long v = 0;
+    for (const char *q = spec + n + 1; *q; q++) {
+      if (*q < '0' || *q > '9' || v > 100000) return -1;
+      v = v * 10 + (*q - '0');
     }
-    return -1;
+    *index = (int)v;
+    return 0;
+  }
+  return -1;
 }
 
 int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t errlen) {
-    *out = NULL;
-    RtDevKind kind;
-    int index;
-    if (rt_dev_parse(spec, &kind, &index))
-        return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device '%s': expected cpu, opencl, opencl:N, cuda or cuda:N",
-                          spec);
-    if (!devices[kind])
-        return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device %s: this ppr was built without the %s device", spec,
-                          kind_names[kind]);
-    return devices[kind]->open(out, index, local_rank, err, errlen);
+  *out = NULL;
+  RtDevKind kind;
+  int index;
+  if (rt_dev_parse(spec, &kind, &index))
+    return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device '%s': expected cpu, opencl, opencl:N, cuda or cuda:N",
+                      spec);
+  if (!devices[kind])
+    return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device %s: this ppr was built without the %s device", spec,
+                      kind_names[kind]);
+  return devices[kind]->open(out, index, local_rank, err, errlen);
 }
 
 RtGemm rt_gemm_colmajor(const RtGemm *g) {
-    RtGemm c = *g;
-    c.ta = g->tb, c.tb = g->ta;
-    c.m = g->n, c.n = g->m;
-    c.a = g->b, c.lda = g->ldb, c.sa = g->sb;
-    c.b = g->a, c.ldb = g->lda, c.sb = g->sa;
-    return c;
+  RtGemm c = *g;
+  c.ta = g->tb, c.tb = g->ta;
+  c.m = g->n, c.n = g->m;
+  c.a = g->b, c.lda = g->ldb, c.sa = g->sb;
+  c.b = g->a, c.ldb = g->lda, c.sb = g->sa;
+  return c;
 }
 
 double rt_dev_time_ms(RtDev *d) {
-    int rc = rt_dev_sync(d);
-    return rc ? NAN : rt_util_now_s() * 1e3;
+  int rc = rt_dev_sync(d);
+  return rc ? NAN : rt_util_now_s() * 1e3;
 }
 
 int rt_dev_fail_at(RtDev *d, const char *file, int line, const char *fmt, ...) {
-    char msg[3072];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(d->err, sizeof d->err, "%s: %s [%s:%d]", d->desc, msg, file, line);
-    return -1;
+  char msg[3072];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(d->err, sizeof d->err, "%s: %s [%s:%d]", d->desc, msg, file, line);
+  return -1;
 }

@@ -1,4 +1,5 @@
-/* rt_dev.h - the device interface: one arena, its zeroing and copies, a stage's kernels and their launches, strided batched GEMM, a clock; the cpu, opencl and cuda devices behind it. */
+/* rt_dev.h - the device interface: one arena, its zeroing and copies, a stage's kernels and their launches, strided
+ * batched GEMM, a clock; the cpu, opencl and cuda devices behind it. */
 #ifndef RT_DEV_H
 #define RT_DEV_H
 
@@ -25,21 +26,21 @@ typedef struct RtDev RtDev;
 /* One argument of a kernel launch, in the order of the `kernel` instruction's ARGs. */
 typedef enum { RT_KA_PTR, RT_KA_F32, RT_KA_I64 } RtKArgKind;
 typedef struct {
-    RtKArgKind kind;
-    int64_t off; /* RT_KA_PTR: a byte offset into the arena */
-    float f;     /* RT_KA_F32 */
-    int64_t i;   /* RT_KA_I64 */
+  RtKArgKind kind;
+  int64_t off; /* RT_KA_PTR: a byte offset into the arena */
+  float f;     /* RT_KA_F32 */
+  int64_t i;   /* RT_KA_I64 */
 } RtKArg;
 
 /* For each of batch: C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C, row-major, op(X) = X or X^T.
  * a, b, c: byte offsets into the arena; leading dimensions and batch strides in elements. */
 typedef struct {
-    int ta, tb;
-    int m, n, k, batch;
-    float alpha, beta;
-    int64_t a, b, c;
-    int lda, ldb, ldc;
-    int64_t sa, sb, sc;
+  int ta, tb;
+  int m, n, k, batch;
+  float alpha, beta;
+  int64_t a, b, c;
+  int lda, ldb, ldc;
+  int64_t sa, sb, sc;
 } RtGemm;
 
 /* The column-major GEMM (cuBLAS, cuBLASLt) that writes the same bytes as the row-major g: a
@@ -50,39 +51,39 @@ typedef struct {
 RtGemm rt_gemm_colmajor(const RtGemm *g);
 
 typedef struct RtDevOps {
-    RtDevKind kind;
-    const char *name; /* "cpu", "opencl", "cuda" */
-    /* index: the N of --device NAME:N, -1 for the default; local_rank: this process's rank among
-     * those on its machine (a GPU device picks local_rank mod the device count by default) */
-    int (*open)(RtDev **out, int index, int local_rank, char *err, size_t errlen);
-    void (*close)(RtDev *d);
-    int (*alloc)(RtDev *d, int64_t bytes); /* the arena, zeroed; once */
-    int (*zero)(RtDev *d, int64_t off, int64_t bytes);
-    int (*write)(RtDev *d, int64_t off, const void *src, int64_t bytes);
-    int (*read)(RtDev *d, int64_t off, void *dst, int64_t bytes); /* waits for the work queued before */
-    void *(*host)(RtDev *d, int64_t off); /* the arena's bytes at off when they are host memory, else NULL */
-    /* the stage's kernels of listing p: DIR/<kernels base>.<the device's kind of file>, checked
-     * against the listing's hashes; kernel i of the launches is p->kernels[i], with geometry
-     * p->kgeom[i] (checked against the device) */
-    int (*load)(RtDev *d, const char *dir, const RtProg *p);
-    int (*launch)(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args);
-    int (*gemm)(RtDev *d, const RtGemm *g);
-    int (*sync)(RtDev *d); /* waits for all queued work */
-    /* 1 while queued work has not run, 0 when it all has, -1 on failure: a wait that can watch
-     * for something else meanwhile (a collective library's errors) */
-    int (*query)(RtDev *d);
-    /* the device's address of the arena's byte off, and (in *stream) the queue the device runs on,
-     * for a library that works on device memory itself (NCCL); NULL on devices without */
-    void *(*native)(RtDev *d, int64_t off, void **stream);
+  RtDevKind kind;
+  const char *name; /* "cpu", "opencl", "cuda" */
+  /* index: the N of --device NAME:N, -1 for the default; local_rank: this process's rank among
+   * those on its machine (a GPU device picks local_rank mod the device count by default) */
+  int (*open)(RtDev **out, int index, int local_rank, char *err, size_t errlen);
+  void (*close)(RtDev *d);
+  int (*alloc)(RtDev *d, int64_t bytes); /* the arena, zeroed; once */
+  int (*zero)(RtDev *d, int64_t off, int64_t bytes);
+  int (*write)(RtDev *d, int64_t off, const void *src, int64_t bytes);
+  int (*read)(RtDev *d, int64_t off, void *dst, int64_t bytes); /* waits for the work queued before */
+  void *(*host)(RtDev *d, int64_t off); /* the arena's bytes at off when they are host memory, else NULL */
+  /* the stage's kernels of listing p: DIR/<kernels base>.<the device's kind of file>, checked
+   * against the listing's hashes; kernel i of the launches is p->kernels[i], with geometry
+   * p->kgeom[i] (checked against the device) */
+  int (*load)(RtDev *d, const char *dir, const RtProg *p);
+  int (*launch)(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args);
+  int (*gemm)(RtDev *d, const RtGemm *g);
+  int (*sync)(RtDev *d); /* waits for all queued work */
+  /* 1 while queued work has not run, 0 when it all has, -1 on failure: a wait that can watch
+   * for something else meanwhile (a collective library's errors) */
+  int (*query)(RtDev *d);
+  /* the device's address of the arena's byte off, and (in *stream) the queue the device runs on,
+   * for a library that works on device memory itself (NCCL); NULL on devices without */
+  void *(*native)(RtDev *d, int64_t off, void **stream);
 } RtDevOps;
 
 struct RtDev {
-    const RtDevOps *ops;
-    int tf32;        /* --tf32: GEMMs may round their inputs to TF32 (cuda) */
-    char uid[192];   /* which physical device (cuda: host/PCI bus id), "" where it does not matter */
-    char desc[256];  /* which device: "opencl:0 (Portable Computing Language: pthread-... , 3.9 GiB)" */
-    char err[4096];  /* the last failure */
-    int64_t arena;   /* bytes of the arena, once allocated */
+  const RtDevOps *ops;
+  int tf32;       /* --tf32: GEMMs may round their inputs to TF32 (cuda) */
+  char uid[192];  /* which physical device (cuda: host/PCI bus id), "" where it does not matter */
+  char desc[256]; /* which device: "opencl:0 (Portable Computing Language: pthread-... , 3.9 GiB)" */
+  char err[4096]; /* the last failure */
+  int64_t arena;  /* bytes of the arena, once allocated */
 };
 
 extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops, rt_dev_cuda_ops;
@@ -93,21 +94,21 @@ int rt_dev_parse(const char *spec, RtDevKind *kind, int *index); /* 0, or -1 for
 const char *rt_dev_kind_name(RtDevKind k);
 
 static inline void rt_dev_close(RtDev *d) {
-    if (d) d->ops->close(d);
+  if (d) d->ops->close(d);
 }
 static inline const char *rt_dev_error(const RtDev *d) { return d->err; }
 static inline int rt_dev_alloc(RtDev *d, int64_t bytes) { return d->ops->alloc(d, bytes); }
 static inline int rt_dev_zero(RtDev *d, int64_t off, int64_t bytes) { return bytes ? d->ops->zero(d, off, bytes) : 0; }
 static inline int rt_dev_write(RtDev *d, int64_t off, const void *src, int64_t bytes) {
-    return bytes ? d->ops->write(d, off, src, bytes) : 0;
+  return bytes ? d->ops->write(d, off, src, bytes) : 0;
 }
 static inline int rt_dev_read(RtDev *d, int64_t off, void *dst, int64_t bytes) {
-    return bytes ? d->ops->read(d, off, dst, bytes) : 0;
+  return bytes ? d->ops->read(d, off, dst, bytes) : 0;
 }
 static inline void *rt_dev_host(RtDev *d, int64_t off) { return d->ops->host(d, off); }
 static inline int rt_dev_load(RtDev *d, const char *dir, const RtProg *p) { return d->ops->load(d, dir, p); }
 static inline int rt_dev_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args) {
-    return d->ops->launch(d, kernel, g, nargs, args);
+  return d->ops->launch(d, kernel, g, nargs, args);
 }
 static inline int rt_dev_gemm(RtDev *d, const RtGemm *g) { return d->ops->gemm(d, g); }
 static inline int rt_dev_sync(RtDev *d) { return d->ops->sync(d); }

@@ -1,4 +1,5 @@
-/* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs through OpenBLAS. */
+/* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs
+ * through OpenBLAS. */
 #include "rt_dev.h"
 
 #include <cblas.h>
@@ -10,160 +11,162 @@
 typedef void (*KernelFn)(void **args);
 
 typedef struct {
-    RtDev d;
-    unsigned char *arena;
-    void *so;
-    KernelFn *fn; /* per kernel */
-    int nfn;
+  RtDev d;
+  unsigned char *arena;
+  void *so;
+  KernelFn *fn; /* per kernel */
+  int nfn;
 } Cpu;
 
 /* The value an args[] entry points to (a pointer variable, a float or an int64). */
 typedef union {
-    void *ptr;
-    float f;
-    int64_t i;
+  void *ptr;
+  float f;
+  int64_t i;
 } ArgVal;
 
 static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t errlen) {
-    (void)index;
-    (void)local_rank;
-    Cpu *c = calloc(1, sizeof *c);
-    RT_CHECK_ALLOC(c);
-    c->d.ops = &rt_dev_cpu_ops;
-    snprintf(c->d.desc, sizeof c->d.desc, "cpu");
-    *out = &c->d;
-    return 0;
+  (void)index;
+  (void)local_rank;
+  Cpu *c = calloc(1, sizeof *c);
+  RT_CHECK_ALLOC(c);
+  c->d.ops = &rt_dev_cpu_ops;
+  snprintf(c->d.desc, sizeof c->d.desc, "cpu");
+  *out = &c->d;
+  return 0;
 }
 
 static void cpu_close(RtDev *d) {
-    Cpu *c = (Cpu *)d;
-    /* The kernel object is never dlclose'd: it may have started OpenMP worker threads (libgomp,
-     * loaded with it), and unloading their code under them crashes at exit. It stays mapped
-     * until the process ends; a second load of the same file reuses it. */
-    free(c->fn);
-    free(c->arena);
-    free(c);
+  Cpu *c = (Cpu *)d;
+  /* The kernel object is never dlclose'd: it may have started OpenMP worker threads (libgomp,
+   * loaded with it), and unloading their code under them crashes at exit. It stays mapped
+   * until the process ends; a second load of the same file reuses it. */
+  free(c->fn);
+  free(c->arena);
+  free(c);
 }
 
 static int cpu_alloc(RtDev *d, int64_t bytes) {
-    Cpu *c = (Cpu *)d;
-    size_t n = (size_t)((bytes + 63) / 64 * 64);
-    c->arena = aligned_alloc(64, n ? n : 64);
-    if (!c->arena) return RT_DEV_FAIL(d, "cannot allocate the arena (%lld bytes)", (long long)bytes);
-    memset(c->arena, 0, n);
-    d->arena = bytes;
-    return 0;
+  Cpu *c = (Cpu *)d;
+  size_t n = (size_t)((bytes + 63) / 64 * 64);
+  c->arena = aligned_alloc(64, n ? n : 64);
+  if (!c->arena) return RT_DEV_FAIL(d, "cannot allocate the arena (%lld bytes)", (long long)bytes);
+  memset(c->arena, 0, n);
+  d->arena = bytes;
+  return 0;
 }
 
 static int cpu_zero(RtDev *d, int64_t off, int64_t bytes) {
-    memset(((Cpu *)d)->arena + off, 0, (size_t)bytes);
-    return 0;
+  memset(((Cpu *)d)->arena + off, 0, (size_t)bytes);
+  return 0;
 }
 
 static int cpu_write(RtDev *d, int64_t off, const void *src, int64_t bytes) {
-    memcpy(((Cpu *)d)->arena + off, src, (size_t)bytes);
-    return 0;
+  memcpy(((Cpu *)d)->arena + off, src, (size_t)bytes);
+  return 0;
 }
 
 static int cpu_read(RtDev *d, int64_t off, void *dst, int64_t bytes) {
-    memcpy(dst, ((Cpu *)d)->arena + off, (size_t)bytes);
-    return 0;
+  memcpy(dst, ((Cpu *)d)->arena + off, (size_t)bytes);
+  return 0;
 }
 
 static void *cpu_host(RtDev *d, int64_t off) { return ((Cpu *)d)->arena + off; }
 
 static int cpu_load(RtDev *d, const char *dir, const RtProg *p) {
-    /* the geometry does not matter here: the C kernels loop over their rows and threads themselves */
-    Cpu *c = (Cpu *)d;
-    const char *hash = p->kernels_hash;
-    int n = p->nkernels;
-    char *const *names = p->kernels;
-    char path[4096], msg[2048];
-    /* its size and hash first: a damaged object would crash the process in dlopen (SIGBUS) */
-    char *bytes = rt_kernel_file_read(p, dir, RT_KF_SO, NULL, path, sizeof path, msg, sizeof msg);
-    if (!bytes) return RT_DEV_FAIL(d, "%s", msg);
-    free(bytes);
-    c->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!c->so) {
-        const char *e = dlerror();
-        return RT_DEV_FAIL(d, "%s: cannot load the kernel object: %s", path, e ? e : "unknown dlopen error");
+  /* the geometry does not matter here: the C kernels loop over their rows and threads themselves */
+  Cpu *c = (Cpu *)d;
+  const char *hash = p->kernels_hash;
+  int n = p->nkernels;
+  char *const *names = p->kernels;
+  char path[4096], msg[2048];
+  /* its size and hash first: a damaged object would crash the process in dlopen (SIGBUS) */
+  char *bytes = rt_kernel_file_read(p, dir, RT_KF_SO, NULL, path, sizeof path, msg, sizeof msg);
+  if (!bytes) return RT_DEV_FAIL(d, "%s", msg);
+  free(bytes);
+  c->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!c->so) {
+    const char *e = dlerror();
+    return RT_DEV_FAIL(d, "%s: cannot load the kernel object: %s", path, e ? e : "unknown dlopen error");
+  }
+  const char *h = dlsym(c->so, "ppk_source_hash");
+  if (!h) return RT_DEV_FAIL(d, "%s: exports no ppk_source_hash: not a ppc kernel object", path);
+  if (strncmp(h, hash, 17) != 0) {
+    char found[41];
+    size_t k = strnlen(h, 40);
+    for (size_t i = 0; i < k; i++) found[i] = (h[i] >= ' ' && h[i] < 127) ? h[i] : '?';
+    found[k] = 0;
+    return RT_DEV_FAIL(d,
+                       "%s: its ppk_source_hash is '%s', the listing expects '%s': the kernels and the listing come "
+                       "from different ppc runs",
+                       path, found, hash);
+  }
+  c->fn = calloc((size_t)(n ? n : 1), sizeof *c->fn);
+  if (!c->fn) return RT_DEV_FAIL(d, "out of memory");
+  c->nfn = n;
+  /* every kernel the program calls; all missing ones in one message */
+  char missing[2048] = "";
+  size_t used = 0;
+  int nmissing = 0;
+  for (int k = 0; k < n; k++) {
+    char sym[256];
+    snprintf(sym, sizeof sym, "%s__call", names[k]);
+    void *f = dlsym(c->so, sym);
+    if (f) {
+      memcpy(&c->fn[k], &f, sizeof f);
+      continue;
     }
-    const char *h = dlsym(c->so, "ppk_source_hash");
-    if (!h) return RT_DEV_FAIL(d, "%s: exports no ppk_source_hash: not a ppc kernel object", path);
-    if (strncmp(h, hash, 17) != 0) {
-        char found[41];
-        size_t k = strnlen(h, 40);
-        for (size_t i = 0; i < k; i++) found[i] = (h[i] >= ' ' && h[i] < 127) ? h[i] : '?';
-        found[k] = 0;
-        return RT_DEV_FAIL(d, "%s: its ppk_source_hash is '%s', the listing expects '%s': the kernels and the listing come "
-                              "from different ppc runs", path, found, hash);
-    }
-    c->fn = calloc((size_t)(n ? n : 1), sizeof *c->fn);
-    if (!c->fn) return RT_DEV_FAIL(d, "out of memory");
-    c->nfn = n;
-    /* every kernel the program calls; all missing ones in one message */
-    char missing[2048] = "";
-    size_t used = 0;
-    int nmissing = 0;
-    for (int k = 0; k < n; k++) {
-        char sym[256];
-        snprintf(sym, sizeof sym, "%s__call", names[k]);
-        void *f = dlsym(c->so, sym);
-        if (f) {
-            memcpy(&c->fn[k], &f, sizeof f);
-            continue;
-        }
-        if (used < sizeof missing)
-            used += (size_t)snprintf(missing + used, sizeof missing - used, "%s %s (symbol %s)", nmissing ? "," : "", names[k],
-                                     sym);
-        nmissing++;
-    }
-    if (nmissing) return RT_DEV_FAIL(d, "%s: no kernel%s called by the listing", path, missing);
-    return 0;
+    if (used < sizeof missing)
+      used += (size_t)snprintf(missing + used, sizeof missing - used, "%s %s (symbol %s)", nmissing ? "," : "",
+                               names[k], sym);
+    nmissing++;
+  }
+  if (nmissing) return RT_DEV_FAIL(d, "%s: no kernel%s called by the listing", path, missing);
+  return 0;
 }
 
 static int cpu_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args) {
-    (void)g;
-    Cpu *c = (Cpu *)d;
-    ArgVal val[RT_MAX_KARGS];
-    void *a[RT_MAX_KARGS + 1];
-    for (int i = 0; i < nargs; i++) {
-        switch (args[i].kind) {
-        case RT_KA_PTR: val[i].ptr = c->arena + args[i].off; break;
-        case RT_KA_F32: val[i].f = args[i].f; break;
-        case RT_KA_I64: val[i].i = args[i].i; break;
-        }
-        a[i] = &val[i];
+  (void)g;
+  Cpu *c = (Cpu *)d;
+  ArgVal val[RT_MAX_KARGS];
+  void *a[RT_MAX_KARGS + 1];
+  for (int i = 0; i < nargs; i++) {
+    switch (args[i].kind) {
+    case RT_KA_PTR: val[i].ptr = c->arena + args[i].off; break;
+    case RT_KA_F32: val[i].f = args[i].f; break;
+    case RT_KA_I64: val[i].i = args[i].i; break;
     }
-    a[nargs] = NULL;
-    c->fn[kernel](a);
-    return 0;
+    a[i] = &val[i];
+  }
+  a[nargs] = NULL;
+  c->fn[kernel](a);
+  return 0;
 }
 
 static int cpu_gemm(RtDev *d, const RtGemm *g) {
-    Cpu *c = (Cpu *)d;
-    const float *A = (const float *)(void *)(c->arena + g->a), *B = (const float *)(void *)(c->arena + g->b);
-    float *C = (float *)(void *)(c->arena + g->c);
-    for (int i = 0; i < g->batch; i++)
-        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k,
-                    g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
-    return 0;
+  Cpu *c = (Cpu *)d;
+  const float *A = (const float *)(void *)(c->arena + g->a), *B = (const float *)(void *)(c->arena + g->b);
+  float *C = (float *)(void *)(c->arena + g->c);
+  for (int i = 0; i < g->batch; i++)
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k,
+                g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
+  return 0;
 }
 
 static int cpu_sync(RtDev *d) {
-    (void)d;
-    return 0;
+  (void)d;
+  return 0;
 }
 
 static int cpu_query(RtDev *d) {
-    (void)d;
-    return 0;
+  (void)d;
+  return 0;
 }
 
 static void *cpu_native(RtDev *d, int64_t off, void **stream) {
-    (void)d, (void)off;
-    *stream = NULL;
-    return NULL;
+  (void)d, (void)off;
+  *stream = NULL;
+  return NULL;
 }
 
 const RtDevOps rt_dev_cpu_ops = {

@@ -1,4 +1,5 @@
-/* rt_exec.c - the executor: runs a rank's schedule, block by block, instruction by instruction, through the device interface (rt_dev.h) and the transport (rt_comm.h). */
+/* rt_exec.c - the executor: runs a rank's schedule, block by block, instruction by instruction, through the device
+ * interface (rt_dev.h) and the transport (rt_comm.h). */
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_prof.h"
@@ -11,31 +12,31 @@
 #include <string.h>
 
 struct RtExec {
-    const RtProg *p;
-    RtDev *dev;
-    RtComm *comm; /* NULL: one rank */
-    RtProf *prof; /* PPR_PROFILE, --trace */
-    int32_t *batch;   /* host copy of a micro-batch: tokens, then labels */
-    float *partials;  /* host copy of the grad_norm partial sums */
-    double wall_ms, compute_ms; /* the last step's, while tracing */
+  const RtProg *p;
+  RtDev *dev;
+  RtComm *comm;               /* NULL: one rank */
+  RtProf *prof;               /* PPR_PROFILE, --trace */
+  int32_t *batch;             /* host copy of a micro-batch: tokens, then labels */
+  float *partials;            /* host copy of the grad_norm partial sums */
+  double wall_ms, compute_ms; /* the last step's, while tracing */
 };
 
 /* One step's state. */
 typedef struct {
-    RtExec *x;
-    const RtData *d;
-    int64_t step;
-    const RtHyper *h;
-    float scal[RT_NSCALAR];
-    double loss, grad_norm;
-    int prof; /* PPR_PROFILE and not the first step */
-    int tr;   /* tracing */
-    RtHook hook; /* before grad_norm, once per step */
-    void *ctx;
-    char *err;
-    size_t errlen;
-    double hook_ms, coll_ms; /* --trace: time in the hook, and in collectives inside OPT */
-    int entry; /* the schedule entry running */
+  RtExec *x;
+  const RtData *d;
+  int64_t step;
+  const RtHyper *h;
+  float scal[RT_NSCALAR];
+  double loss, grad_norm;
+  int prof;    /* PPR_PROFILE and not the first step */
+  int tr;      /* tracing */
+  RtHook hook; /* before grad_norm, once per step */
+  void *ctx;
+  char *err;
+  size_t errlen;
+  double hook_ms, coll_ms; /* --trace: time in the hook, and in collectives inside OPT */
+  int entry;               /* the schedule entry running */
 } Step;
 
 double rt_now_ms(void) { return rt_util_now_s() * 1e3; }
@@ -46,331 +47,358 @@ void rt_exec_trace(RtExec *x, double t0_ms) { rt_trace_start(x->prof, t0_ms); }
 const RtEvent *rt_exec_events(const RtExec *x, int64_t *n, int *oom) { return rt_trace_events(x->prof, n, oom); }
 
 void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms) {
-    *wall_ms = x->wall_ms;
-    *compute_ms = x->compute_ms;
+  *wall_ms = x->wall_ms;
+  *compute_ms = x->compute_ms;
 }
 
 /* The device's failure as this call's message; -2 (this rank alone failed). */
 static int dev_failed(RtExec *x, char *err, size_t errlen) {
-    if (err && errlen) snprintf(err, errlen, "%s", rt_dev_error(x->dev));
-    return -2;
+  if (err && errlen) snprintf(err, errlen, "%s", rt_dev_error(x->dev));
+  return -2;
 }
 
 int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, char *err, size_t errlen) {
-    *out = NULL;
-    RtExec *x = calloc(1, sizeof *x);
-    RT_CHECK_ALLOC(x);
-    x->p = p;
-    x->dev = dev;
-    x->prof = rt_prof_new(p, dev->desc);
-    x->batch = malloc((size_t)p->micro_batch * (size_t)p->seq * 2 * sizeof *x->batch);
-    const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
-    int64_t np = 0;
-    for (int i = 0; i < o->n; i++)
-        if (o->ins[i].kind == RT_I_GRAD_NORM) np = o->ins[i].geom.grid * (p->nparams ? p->nparams : 1);
-    x->partials = malloc((size_t)(np ? np : 1) * sizeof *x->partials);
-    if (!x->prof || !x->batch || !x->partials) {
-        rt_exec_close(x);
-        return RT_FAIL("out of memory");
-    }
-    if (rt_dev_alloc(dev, p->arena) || rt_dev_load(dev, dir, p)) {
-        snprintf(err, errlen, "%s", rt_dev_error(dev));
-        rt_exec_close(x);
-        return -1;
-    }
-    *out = x;
-    return 0;
+  *out = NULL;
+  RtExec *x = calloc(1, sizeof *x);
+  RT_CHECK_ALLOC(x);
+  x->p = p;
+  x->dev = dev;
+  x->prof = rt_prof_new(p, dev->desc);
+  x->batch = malloc((size_t)p->micro_batch * (size_t)p->seq * 2 * sizeof *x->batch);
+  const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
+  int64_t np = 0;
+  for (int i = 0; i < o->n; i++)
+    if (o->ins[i].kind == RT_I_GRAD_NORM) np = o->ins[i].geom.grid * (p->nparams ? p->nparams : 1);
+  x->partials = malloc((size_t)(np ? np : 1) * sizeof *x->partials);
+  if (!x->prof || !x->batch || !x->partials) {
+    rt_exec_close(x);
+    return RT_FAIL("out of memory");
+  }
+  if (rt_dev_alloc(dev, p->arena) || rt_dev_load(dev, dir, p)) {
+    snprintf(err, errlen, "%s", rt_dev_error(dev));
+    rt_exec_close(x);
+    return -1;
+  }
+  *out = x;
+  return 0;
 }
 
 void rt_exec_close(RtExec *x) {
-    if (!x) return;
-    rt_prof_free(x->prof);
-    free(x->batch);
-    free(x->partials);
-    free(x);
+  if (!x) return;
+  rt_prof_free(x->prof);
+  free(x->batch);
+  free(x->partials);
+  free(x);
 }
 
 static int64_t grad_shift(const RtProg *p) { return p->reg[RT_REG_GRADS].base - p->reg[RT_REG_PARAMS].base; }
 
 int rt_exec_read_param(RtExec *x, int i, int grad, float *dst, char *err, size_t errlen) {
-    const RtParam *q = &x->p->params[i];
-    if (rt_comm_before_host(x->comm, x->dev) ||
-        rt_dev_read(x->dev, q->off + (grad ? grad_shift(x->p) : 0), dst, q->numel * 4))
-        return dev_failed(x, err, errlen);
-    return 0;
+  const RtParam *q = &x->p->params[i];
+  if (rt_comm_before_host(x->comm, x->dev) ||
+      rt_dev_read(x->dev, q->off + (grad ? grad_shift(x->p) : 0), dst, q->numel * 4))
+    return dev_failed(x, err, errlen);
+  return 0;
 }
 
 int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t errlen) {
-    const RtParam *q = &x->p->params[i];
-    if (rt_dev_write(x->dev, q->off, src, q->numel * 4)) return dev_failed(x, err, errlen);
-    return 0;
+  const RtParam *q = &x->p->params[i];
+  if (rt_dev_write(x->dev, q->off, src, q->numel * 4)) return dev_failed(x, err, errlen);
+  return 0;
 }
 
 /* For the watchdog's message: the instruction n of block b (for micro-batch mb) runs. */
 static void where(Step *s, int b, int n, int mb, const RtInstr *in, const char *what) {
-    rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step, .entry = s->entry, .block = b, .instr = n, .mb = mb,
-                                              .line = in->line, .file = s->x->p->path, .what = what});
+  rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step,
+                                           .entry = s->entry,
+                                           .block = b,
+                                           .instr = n,
+                                           .mb = mb,
+                                           .line = in->line,
+                                           .file = s->x->p->path,
+                                           .what = what});
 }
 
 /* The arena offset of an operand: $ operands are relative to the micro-batch's slot. */
 static int64_t at(const RtProg *g, const RtPtr *p, int slot) {
-    int64_t off = p->off;
-    if (p->in_slot) off += g->reg[RT_REG_SLOTS].base + (int64_t)slot * g->reg[RT_REG_SLOTS].bytes;
-    return off;
+  int64_t off = p->off;
+  if (p->in_slot) off += g->reg[RT_REG_SLOTS].base + (int64_t)slot * g->reg[RT_REG_SLOTS].bytes;
+  return off;
 }
 
 /* grad_norm: the sum of squares of the gradients of the params this rank owns (not the copies
  * and replicas), by the listing's kernel into GRID partial sums each, added in double in param
  * order; then summed over the world. */
 static int grad_norm(Step *s, const RtInstr *in) {
-    RtExec *x = s->x;
-    const RtProg *p = x->p;
-    int64_t grid = in->geom.grid, base = at(p, &in->p[0], -1);
-    int any = 0;
-    for (int i = 0; i < p->nparams; i++) {
-        const RtParam *q = &p->params[i];
-        if (!q->owned) continue;
-        RtKArg a[3] = {{.kind = RT_KA_PTR, .off = q->off + grad_shift(p)},
-                       {.kind = RT_KA_PTR, .off = base + 4 * grid * i},
-                       {.kind = RT_KA_I64, .i = q->numel}};
-        if (rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a)) return -1;
-        any = 1;
-    }
-    if (any && (rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * grid * p->nparams)))
-        return -1;
-    double local = 0;
-    for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].owned)
-            for (int64_t b = 0; b < grid; b++) local += (double)x->partials[i * grid + b];
-    double c0 = s->tr ? rt_now_ms() : 0;
-    s->grad_norm = sqrt(rt_comm_sum(x->comm, local));
-    if (s->tr && rt_comm_size(x->comm) > 1) {
-        double c1 = rt_now_ms();
-        s->coll_ms += c1 - c0;
-        rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "grad_norm sum");
-    }
-    s->scal[RT_S_CLIP] = 1.0f;
-    if (s->h->use_clip) {
-        double c = s->h->clip / (s->grad_norm + 1e-6);
-        if (c < 1.0) s->scal[RT_S_CLIP] = (float)c;
-    }
-    return 0;
+  RtExec *x = s->x;
+  const RtProg *p = x->p;
+  int64_t grid = in->geom.grid, base = at(p, &in->p[0], -1);
+  int any = 0;
+  for (int i = 0; i < p->nparams; i++) {
+    const RtParam *q = &p->params[i];
+    if (!q->owned) continue;
+    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = q->off + grad_shift(p)},
+                   {.kind = RT_KA_PTR, .off = base + 4 * grid * i},
+                   {.kind = RT_KA_I64, .i = q->numel}};
+    if (rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a)) return -1;
+    any = 1;
+  }
+  if (any && (rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * grid * p->nparams)))
+    return -1;
+  double local = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i].owned)
+      for (int64_t b = 0; b < grid; b++) local += (double)x->partials[i * grid + b];
+  double c0 = s->tr ? rt_now_ms() : 0;
+  s->grad_norm = sqrt(rt_comm_sum(x->comm, local));
+  if (s->tr && rt_comm_size(x->comm) > 1) {
+    double c1 = rt_now_ms();
+    s->coll_ms += c1 - c0;
+    rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "grad_norm sum");
+  }
+  s->scal[RT_S_CLIP] = 1.0f;
+  if (s->h->use_clip) {
+    double c = s->h->clip / (s->grad_norm + 1e-6);
+    if (c < 1.0) s->scal[RT_S_CLIP] = (float)c;
+  }
+  return 0;
 }
 
 /* Runs block b for micro-batch mb in slot slot: 0; -1 the hook failed; -2 the device failed. */
 static int run_block(Step *s, int b, int mb, int slot) {
-    RtExec *x = s->x;
-    RtDev *dev = x->dev;
-    const RtProg *g = x->p;
-    const RtBlock *bk = &g->blk[b];
-    for (int n = 0; n < bk->n; n++) {
-        const RtInstr *in = &bk->ins[n];
-        double t0 = s->prof ? rt_dev_time_ms(dev) : 0;
-        int rc = 0;
-        switch (in->kind) {
-        case RT_I_BATCH: { /* local micro-batch mb of replica d is the step's d * (M / dp) + mb */
-            int64_t bs = (int64_t)g->micro_batch * g->seq;
-            int32_t *tok = x->batch, *lab = x->batch + bs;
-            rt_data_batch(s->d, s->step, g->dp_rank * g->local_microbatches + mb, g->microbatches, g->micro_batch, g->seq,
-                          in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
-            where(s, b, n, mb, in, NULL);
-            rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
-            if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
-            if (!rc && in->p[1].present) rc = rt_dev_write(dev, at(g, &in->p[1], slot), lab, bs * 4);
-            break;
-        }
-        case RT_I_ZERO: rc = rt_dev_zero(dev, at(g, &in->p[0], slot), in->bytes); break;
-        case RT_I_KERNEL: {
-            RtKArg a[RT_MAX_KARGS];
-            for (int k = 0; k < in->nargs; k++) {
-                const RtArg *r = &in->args[k];
-                switch (r->kind) {
-                case RT_A_PTR: a[k] = (RtKArg){.kind = RT_KA_PTR, .off = at(g, &r->ptr, slot)}; break;
-                case RT_A_F32: a[k] = (RtKArg){.kind = RT_KA_F32, .f = r->f}; break;
-                case RT_A_I64: a[k] = (RtKArg){.kind = RT_KA_I64, .i = r->i}; break;
-                case RT_A_SCALAR: a[k] = (RtKArg){.kind = RT_KA_F32, .f = s->scal[r->scalar]}; break;
-                }
-            }
-            rc = rt_dev_launch(dev, in->kernel, &in->geom, in->nargs, a);
-            break;
-        }
-        case RT_I_GEMM: {
-            RtGemm m = {in->ta, in->tb, in->m, in->n, in->k, in->batch, in->alpha, in->beta,
-                        at(g, &in->p[0], slot), at(g, &in->p[1], slot), at(g, &in->p[2], slot), in->lda, in->ldb, in->ldc,
-                        in->sa, in->sb, in->sc};
-            rc = rt_dev_gemm(dev, &m);
-            break;
-        }
-        case RT_I_SEED:
-            where(s, b, n, mb, in, NULL);
-            rc = rt_comm_before_host(x->comm, dev) || rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value);
-            break;
-        case RT_I_LOSS: {
-            float v = 0;
-            where(s, b, n, mb, in, NULL);
-            rc = rt_comm_before_host(x->comm, dev) || rt_dev_read(dev, at(g, &in->p[0], slot), &v, sizeof v);
-            s->loss += (double)v / g->microbatches;
-            break;
-        }
-        case RT_I_ALLREDUCE_TIED:
-        case RT_I_ALLREDUCE: {
-            double c0 = s->tr ? rt_dev_time_ms(dev) : 0;
-            int64_t off = at(g, &in->p[0], slot);
-            where(s, b, n, mb, in, NULL);
-            if (in->kind == RT_I_ALLREDUCE_TIED) rt_comm_allreduce_emb(x->comm, dev, off, in->bytes / 4);
-            else rt_comm_allreduce(x->comm, dev, in->group, in->sub, in->op, off, in->bytes / 4);
-            if (s->tr) {
-                double c1 = rt_now_ms();
-                if (b == RT_BLK_OPTIMIZER) s->coll_ms += c1 - c0;
-                const char *op = in->op == RT_OP_MAX ? "max" : "sum";
-                if (in->kind == RT_I_ALLREDUCE_TIED) rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "allreduce_tied");
-                else if (in->group == RT_G_TP_SUB)
-                    rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "allreduce tp/%d %s", in->sub, op);
-                else
-                    rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "allreduce %s %s", in->group == RT_G_DP ? "dp" : "tp", op);
-            }
-            break;
-        }
-        case RT_I_GRAD_NORM:
-            if (s->hook) { /* --save-grads: the gradients now are the summed, unclipped ones */
-                double h0 = s->tr ? rt_dev_time_ms(dev) : 0;
-                RtHook hook = s->hook;
-                s->hook = NULL;
-                if (hook(s->ctx, x, s->err, s->errlen)) return -1;
-                if (s->tr) {
-                    double h1 = rt_now_ms();
-                    s->hook_ms += h1 - h0;
-                    rt_trace_add(x->prof, RT_EV_HOOK, s->step, h0, h1, "save-grads");
-                }
-            }
-            where(s, b, n, mb, in, "the gradient norm");
-            rc = grad_norm(s, in);
-            break;
-        }
-        if (rc) return -2;
-        if (s->prof) rt_prof_instr(x->prof, b, in, rt_dev_time_ms(dev) - t0);
+  RtExec *x = s->x;
+  RtDev *dev = x->dev;
+  const RtProg *g = x->p;
+  const RtBlock *bk = &g->blk[b];
+  for (int n = 0; n < bk->n; n++) {
+    const RtInstr *in = &bk->ins[n];
+    double t0 = s->prof ? rt_dev_time_ms(dev) : 0;
+    int rc = 0;
+    switch (in->kind) {
+    case RT_I_BATCH: { /* local micro-batch mb of replica d is the step's d * (M / dp) + mb */
+      int64_t bs = (int64_t)g->micro_batch * g->seq;
+      int32_t *tok = x->batch, *lab = x->batch + bs;
+      rt_data_batch(s->d, s->step, g->dp_rank * g->local_microbatches + mb, g->microbatches, g->micro_batch, g->seq,
+                    in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
+      where(s, b, n, mb, in, NULL);
+      rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
+      if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
+      if (!rc && in->p[1].present) rc = rt_dev_write(dev, at(g, &in->p[1], slot), lab, bs * 4);
+      break;
     }
-    return 0;
+    case RT_I_ZERO: rc = rt_dev_zero(dev, at(g, &in->p[0], slot), in->bytes); break;
+    case RT_I_KERNEL: {
+      RtKArg a[RT_MAX_KARGS];
+      for (int k = 0; k < in->nargs; k++) {
+        const RtArg *r = &in->args[k];
+        switch (r->kind) {
+        case RT_A_PTR: a[k] = (RtKArg){.kind = RT_KA_PTR, .off = at(g, &r->ptr, slot)}; break;
+        case RT_A_F32: a[k] = (RtKArg){.kind = RT_KA_F32, .f = r->f}; break;
+        case RT_A_I64: a[k] = (RtKArg){.kind = RT_KA_I64, .i = r->i}; break;
+        case RT_A_SCALAR: a[k] = (RtKArg){.kind = RT_KA_F32, .f = s->scal[r->scalar]}; break;
+        }
+      }
+      rc = rt_dev_launch(dev, in->kernel, &in->geom, in->nargs, a);
+      break;
+    }
+    case RT_I_GEMM: {
+      RtGemm m = {in->ta,
+                  in->tb,
+                  in->m,
+                  in->n,
+                  in->k,
+                  in->batch,
+                  in->alpha,
+                  in->beta,
+                  at(g, &in->p[0], slot),
+                  at(g, &in->p[1], slot),
+                  at(g, &in->p[2], slot),
+                  in->lda,
+                  in->ldb,
+                  in->ldc,
+                  in->sa,
+                  in->sb,
+                  in->sc};
+      rc = rt_dev_gemm(dev, &m);
+      break;
+    }
+    case RT_I_SEED:
+      where(s, b, n, mb, in, NULL);
+      rc = rt_comm_before_host(x->comm, dev) || rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value);
+      break;
+    case RT_I_LOSS: {
+      float v = 0;
+      where(s, b, n, mb, in, NULL);
+      rc = rt_comm_before_host(x->comm, dev) || rt_dev_read(dev, at(g, &in->p[0], slot), &v, sizeof v);
+      s->loss += (double)v / g->microbatches;
+      break;
+    }
+    case RT_I_ALLREDUCE_TIED:
+    case RT_I_ALLREDUCE: {
+      double c0 = s->tr ? rt_dev_time_ms(dev) : 0;
+      int64_t off = at(g, &in->p[0], slot);
+      where(s, b, n, mb, in, NULL);
+      if (in->kind == RT_I_ALLREDUCE_TIED) rt_comm_allreduce_emb(x->comm, dev, off, in->bytes / 4);
+      else rt_comm_allreduce(x->comm, dev, in->group, in->sub, in->op, off, in->bytes / 4);
+      if (s->tr) {
+        double c1 = rt_now_ms();
+        if (b == RT_BLK_OPTIMIZER) s->coll_ms += c1 - c0;
+        const char *op = in->op == RT_OP_MAX ? "max" : "sum";
+        if (in->kind == RT_I_ALLREDUCE_TIED) rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "allreduce_tied");
+        else if (in->group == RT_G_TP_SUB)
+          rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "allreduce tp/%d %s", in->sub, op);
+        else
+          rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, c1, "allreduce %s %s", in->group == RT_G_DP ? "dp" : "tp", op);
+      }
+      break;
+    }
+    case RT_I_GRAD_NORM:
+      if (s->hook) { /* --save-grads: the gradients now are the summed, unclipped ones */
+        double h0 = s->tr ? rt_dev_time_ms(dev) : 0;
+        RtHook hook = s->hook;
+        s->hook = NULL;
+        if (hook(s->ctx, x, s->err, s->errlen)) return -1;
+        if (s->tr) {
+          double h1 = rt_now_ms();
+          s->hook_ms += h1 - h0;
+          rt_trace_add(x->prof, RT_EV_HOOK, s->step, h0, h1, "save-grads");
+        }
+      }
+      where(s, b, n, mb, in, "the gradient norm");
+      rc = grad_norm(s, in);
+      break;
+    }
+    if (rc) return -2;
+    if (s->prof) rt_prof_instr(x->prof, b, in, rt_dev_time_ms(dev) - t0);
+  }
+  return 0;
 }
 
 /* A comm entry: post its messages, then wait for them. */
 static void run_comm(Step *s, const RtEntry *en) {
-    rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step, .entry = s->entry, .block = -1, .instr = -1, .mb = -1,
-                                              .line = en->line, .file = s->x->p->path});
-    RtExec *x = s->x;
-    const RtProg *g = x->p;
-    RtP2p ops[2];
-    char name[40] = "";
-    size_t k = 0;
-    for (int i = 0; i < en->nops; i++) {
-        const RtCommOp *o = &en->op[i];
-        const RtBoundary *b = &g->bnd[o->kind];
-        RtMsg m = rt_boundary_msg(o->kind, o->mb, g->prev, g->next);
-        ops[i] = (RtP2p){.send = m.send, .peer = m.peer, .tag = m.tag, .off = at(g, &b->ptr, o->slot), .bytes = b->bytes};
-        if (s->tr && k < sizeof name)
-            k += (size_t)snprintf(name + k, sizeof name - k, "%s%s %d", i ? " + " : "", rt_boundary_name(o->kind), o->mb);
-    }
-    double t0 = s->tr ? rt_dev_time_ms(x->dev) : 0;
-    rt_comm_p2p_post(x->comm, x->dev, en->nops, ops);
-    double t1 = s->tr ? rt_now_ms() : 0;
-    rt_comm_p2p_wait(x->comm, x->dev);
-    if (s->tr) {
-        double t2 = rt_dev_time_ms(x->dev);
-        rt_trace_add(x->prof, RT_EV_POST, s->step, t0, t1, "%s: post", name);
-        rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s: wait", name);
-    }
+  rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step,
+                                           .entry = s->entry,
+                                           .block = -1,
+                                           .instr = -1,
+                                           .mb = -1,
+                                           .line = en->line,
+                                           .file = s->x->p->path});
+  RtExec *x = s->x;
+  const RtProg *g = x->p;
+  RtP2p ops[2];
+  char name[40] = "";
+  size_t k = 0;
+  for (int i = 0; i < en->nops; i++) {
+    const RtCommOp *o = &en->op[i];
+    const RtBoundary *b = &g->bnd[o->kind];
+    RtMsg m = rt_boundary_msg(o->kind, o->mb, g->prev, g->next);
+    ops[i] = (RtP2p){.send = m.send, .peer = m.peer, .tag = m.tag, .off = at(g, &b->ptr, o->slot), .bytes = b->bytes};
+    if (s->tr && k < sizeof name)
+      k += (size_t)snprintf(name + k, sizeof name - k, "%s%s %d", i ? " + " : "", rt_boundary_name(o->kind), o->mb);
+  }
+  double t0 = s->tr ? rt_dev_time_ms(x->dev) : 0;
+  rt_comm_p2p_post(x->comm, x->dev, en->nops, ops);
+  double t1 = s->tr ? rt_now_ms() : 0;
+  rt_comm_p2p_wait(x->comm, x->dev);
+  if (s->tr) {
+    double t2 = rt_dev_time_ms(x->dev);
+    rt_trace_add(x->prof, RT_EV_POST, s->step, t0, t1, "%s: post", name);
+    rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s: wait", name);
+  }
 }
 
-int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx,
-                 double *loss, double *gnorm, char *err, size_t errlen) {
-    const RtProg *g = x->p;
-    RtDev *dev = x->dev;
-    Step s;
-    memset(&s, 0, sizeof s);
-    s.x = x;
-    s.d = d;
-    s.step = step;
-    s.h = h;
-    double t = (double)step + 1.0;
-    s.scal[RT_S_LR] = (float)h->lr;
-    s.scal[RT_S_BETA1] = (float)h->beta1;
-    s.scal[RT_S_BETA2] = (float)h->beta2;
-    s.scal[RT_S_EPS] = (float)h->eps;
-    s.scal[RT_S_WD] = (float)h->wd;
-    s.scal[RT_S_BC1] = (float)(1.0 - pow(h->beta1, t));
-    s.scal[RT_S_BC2] = (float)(1.0 - pow(h->beta2, t));
-    s.scal[RT_S_CLIP] = 1.0f;
-    s.grad_norm = NAN;
-    s.prof = rt_prof_profiling(x->prof) && step > 0;
-    s.tr = rt_trace_on(x->prof);
-    s.hook = before_opt;
-    s.ctx = ctx;
-    s.err = err;
-    s.errlen = errlen;
-    int timed = s.prof || s.tr;
-    double step_t0 = timed ? rt_dev_time_ms(dev) : 0, compute = 0;
-    for (int e = 0; e < g->nentries; e++) {
-        const RtEntry *en = &g->sched[e];
-        double t0 = timed ? rt_dev_time_ms(dev) : 0;
-        s.entry = e;
-        int rc = 0;
-        switch (en->kind) {
-        case RT_E_ZERO_GRADS:
-            rc = rt_dev_zero(dev, g->reg[RT_REG_GRADS].base, g->reg[RT_REG_GRADS].bytes) ? -2 : 0;
-            if (timed) {
-                double t1 = rt_dev_time_ms(dev);
-                if (s.prof) rt_prof_zero_grads(x->prof, t1 - t0);
-                rt_trace_add(x->prof, RT_EV_ZERO, step, t0, t1, "zero_grads");
-            }
-            break;
-        case RT_E_F:
-        case RT_E_B: {
-            int fwd = en->kind == RT_E_F;
-            rc = run_block(&s, fwd ? RT_BLK_FORWARD : RT_BLK_BACKWARD, en->mb, en->slot);
-            if (s.tr) {
-                double t1 = rt_dev_time_ms(dev);
-                compute += t1 - t0;
-                rt_trace_add(x->prof, fwd ? RT_EV_F : RT_EV_B, step, t0, t1, "%c %d", fwd ? 'F' : 'B', en->mb);
-            }
-            break;
-        }
-        case RT_E_COMM: run_comm(&s, en); break;
-        case RT_E_OPT: {
-            double inner = s.coll_ms + s.hook_ms;
-            rc = run_block(&s, RT_BLK_OPTIMIZER, -1, -1);
-            if (s.tr) {
-                double t1 = rt_dev_time_ms(dev);
-                compute += (t1 - t0) - (s.coll_ms + s.hook_ms - inner);
-                rt_trace_add(x->prof, RT_EV_OPT, step, t0, t1, "OPT");
-            }
-            break;
-        }
-        }
-        if (rc == -2) return dev_failed(x, err, errlen);
-        if (rc) return -1;
+int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx, double *loss,
+                 double *gnorm, char *err, size_t errlen) {
+  const RtProg *g = x->p;
+  RtDev *dev = x->dev;
+  Step s;
+  memset(&s, 0, sizeof s);
+  s.x = x;
+  s.d = d;
+  s.step = step;
+  s.h = h;
+  double t = (double)step + 1.0;
+  s.scal[RT_S_LR] = (float)h->lr;
+  s.scal[RT_S_BETA1] = (float)h->beta1;
+  s.scal[RT_S_BETA2] = (float)h->beta2;
+  s.scal[RT_S_EPS] = (float)h->eps;
+  s.scal[RT_S_WD] = (float)h->wd;
+  s.scal[RT_S_BC1] = (float)(1.0 - pow(h->beta1, t));
+  s.scal[RT_S_BC2] = (float)(1.0 - pow(h->beta2, t));
+  s.scal[RT_S_CLIP] = 1.0f;
+  s.grad_norm = NAN;
+  s.prof = rt_prof_profiling(x->prof) && step > 0;
+  s.tr = rt_trace_on(x->prof);
+  s.hook = before_opt;
+  s.ctx = ctx;
+  s.err = err;
+  s.errlen = errlen;
+  int timed = s.prof || s.tr;
+  double step_t0 = timed ? rt_dev_time_ms(dev) : 0, compute = 0;
+  for (int e = 0; e < g->nentries; e++) {
+    const RtEntry *en = &g->sched[e];
+    double t0 = timed ? rt_dev_time_ms(dev) : 0;
+    s.entry = e;
+    int rc = 0;
+    switch (en->kind) {
+    case RT_E_ZERO_GRADS:
+      rc = rt_dev_zero(dev, g->reg[RT_REG_GRADS].base, g->reg[RT_REG_GRADS].bytes) ? -2 : 0;
+      if (timed) {
+        double t1 = rt_dev_time_ms(dev);
+        if (s.prof) rt_prof_zero_grads(x->prof, t1 - t0);
+        rt_trace_add(x->prof, RT_EV_ZERO, step, t0, t1, "zero_grads");
+      }
+      break;
+    case RT_E_F:
+    case RT_E_B: {
+      int fwd = en->kind == RT_E_F;
+      rc = run_block(&s, fwd ? RT_BLK_FORWARD : RT_BLK_BACKWARD, en->mb, en->slot);
+      if (s.tr) {
+        double t1 = rt_dev_time_ms(dev);
+        compute += t1 - t0;
+        rt_trace_add(x->prof, fwd ? RT_EV_F : RT_EV_B, step, t0, t1, "%c %d", fwd ? 'F' : 'B', en->mb);
+      }
+      break;
     }
-    /* without an OPT entry (a program always has one) the hook still sees the gradients */
-    if (s.hook && s.hook(ctx, x, err, errlen)) return -1;
-    /* the step ends when its work has run */
-    rt_comm_set_where(x->comm, &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1,
-                                          .what = "the end of the step's queued work"});
-    if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
-    /* the loss: the last stage's, summed over its tp_rank 0 ranks of every replica (each loss value
-     * is divided by the global M already); the same everywhere */
-    double t0 = s.tr ? rt_now_ms() : 0;
-    double mine = g->stage == g->pp - 1 && g->tp_rank == 0 ? s.loss : 0.0;
-    rt_comm_set_where(x->comm, &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1,
-                                          .what = "the step's loss"});
-    s.loss = rt_comm_step_sum(x->comm, mine); /* and whether a rank asked to stop (SIGTERM, SIGINT) */
-    if (s.tr) {
-        double t1 = rt_now_ms();
-        if (rt_comm_size(x->comm) > 1) rt_trace_add(x->prof, RT_EV_COLL, step, t0, t1, "loss sum");
-        rt_trace_add(x->prof, RT_EV_STEP, step, step_t0, t1, "step %lld", (long long)(step + 1));
-        x->wall_ms = t1 - step_t0 - s.hook_ms;
-        x->compute_ms = compute;
+    case RT_E_COMM: run_comm(&s, en); break;
+    case RT_E_OPT: {
+      double inner = s.coll_ms + s.hook_ms;
+      rc = run_block(&s, RT_BLK_OPTIMIZER, -1, -1);
+      if (s.tr) {
+        double t1 = rt_dev_time_ms(dev);
+        compute += (t1 - t0) - (s.coll_ms + s.hook_ms - inner);
+        rt_trace_add(x->prof, RT_EV_OPT, step, t0, t1, "OPT");
+      }
+      break;
     }
-    if (s.prof) rt_prof_step(x->prof, rt_now_ms() - step_t0);
-    *loss = s.loss;
-    *gnorm = s.grad_norm;
-    return 0;
+    }
+    if (rc == -2) return dev_failed(x, err, errlen);
+    if (rc) return -1;
+  }
+  /* without an OPT entry (a program always has one) the hook still sees the gradients */
+  if (s.hook && s.hook(ctx, x, err, errlen)) return -1;
+  /* the step ends when its work has run */
+  rt_comm_set_where(
+      x->comm,
+      &(RtWhere){
+          .step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the end of the step's queued work"});
+  if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
+  /* the loss: the last stage's, summed over its tp_rank 0 ranks of every replica (each loss value
+   * is divided by the global M already); the same everywhere */
+  double t0 = s.tr ? rt_now_ms() : 0;
+  double mine = g->stage == g->pp - 1 && g->tp_rank == 0 ? s.loss : 0.0;
+  rt_comm_set_where(
+      x->comm, &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the step's loss"});
+  s.loss = rt_comm_step_sum(x->comm, mine); /* and whether a rank asked to stop (SIGTERM, SIGINT) */
+  if (s.tr) {
+    double t1 = rt_now_ms();
+    if (rt_comm_size(x->comm) > 1) rt_trace_add(x->prof, RT_EV_COLL, step, t0, t1, "loss sum");
+    rt_trace_add(x->prof, RT_EV_STEP, step, step_t0, t1, "step %lld", (long long)(step + 1));
+    x->wall_ms = t1 - step_t0 - s.hook_ms;
+    x->compute_ms = compute;
+  }
+  if (s.prof) rt_prof_step(x->prof, rt_now_ms() - step_t0);
+  *loss = s.loss;
+  *gnorm = s.grad_norm;
+  return 0;
 }

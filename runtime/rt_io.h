@@ -18,7 +18,7 @@
 /* safetensors                                                         */
 /* ------------------------------------------------------------------ */
 
-#define RT_ST_MAX_NDIM 16                   /* tensors with more dims are rejected */
+#define RT_ST_MAX_NDIM   16                     /* tensors with more dims are rejected */
 #define RT_ST_MAX_HEADER (100u * 1000u * 1000u) /* header JSON size limit (100 MB) */
 
 typedef enum { RT_ST_F32 = 0, RT_ST_F16 = 1, RT_ST_BF16 = 2 } RtStDtype;
@@ -36,19 +36,19 @@ typedef struct RtStFile RtStFile;
  * tensors and trailing bytes after the last are tolerated.
  * On error *out is NULL. */
 int rt_st_open(const char *path, RtStFile **out, char *err, size_t errlen);
-void rt_st_close(RtStFile *f);                 /* NULL ok */
+void rt_st_close(RtStFile *f); /* NULL ok */
 
 /* Accessors. Tensors are indexed 0..count-1 in header (file) order.
  * Bad f / index: count 0, name/dtype NULL, find/ndim/shape/numel/dtype_id -1. */
 int rt_st_count(const RtStFile *f);
 const char *rt_st_name(const RtStFile *f, int i);
-int rt_st_find(const RtStFile *f, const char *name);       /* -1 if absent */
-int rt_st_ndim(const RtStFile *f, int i);                  /* 0 for a scalar */
+int rt_st_find(const RtStFile *f, const char *name); /* -1 if absent */
+int rt_st_ndim(const RtStFile *f, int i);            /* 0 for a scalar */
 /* Copies min(ndim, maxdims) dims into dims (may be NULL if maxdims == 0); returns ndim. */
 int rt_st_shape(const RtStFile *f, int i, int64_t *dims, int maxdims);
-int64_t rt_st_numel(const RtStFile *f, int i);             /* 1 for a scalar */
-int rt_st_dtype_id(const RtStFile *f, int i);              /* RtStDtype */
-const char *rt_st_dtype(const RtStFile *f, int i);         /* "F32" / "F16" / "BF16" */
+int64_t rt_st_numel(const RtStFile *f, int i);     /* 1 for a scalar */
+int rt_st_dtype_id(const RtStFile *f, int i);      /* RtStDtype */
+const char *rt_st_dtype(const RtStFile *f, int i); /* "F32" / "F16" / "BF16" */
 
 /* Read a whole tensor as float32 (F16/BF16 converted exactly, incl. subnormals,
  * +-0, inf, nan). n must equal the tensor's element count. */
@@ -57,8 +57,8 @@ int rt_st_read_f32(const RtStFile *f, int i, float *dst, size_t n, char *err, si
 /* Read the hyper-rectangle start[d] <= idx[d] < start[d] + len[d] (for every dim
  * d < ndim) into dense row-major dst of n == product(len) elements. For a scalar
  * start/len may be NULL. Used to cut tensor-parallel shards from a dense file. */
-int rt_st_read_f32_slice(const RtStFile *f, int i, const int64_t *start, const int64_t *len,
-                         float *dst, size_t n, char *err, size_t errlen);
+int rt_st_read_f32_slice(const RtStFile *f, int i, const int64_t *start, const int64_t *len, float *dst, size_t n,
+                         char *err, size_t errlen);
 
 /* Write n F32 tensors in the given order: names[k], ndims[k] (0..RT_ST_MAX_NDIM),
  * shapes[k] (may be NULL when ndims[k] == 0), data[k] (may be NULL when the
@@ -66,8 +66,8 @@ int rt_st_read_f32_slice(const RtStFile *f, int i, const int64_t *start, const i
  * "<path>.tmp", fsync'ed, then renamed over path; on error nothing is left
  * behind and an existing file at path is untouched. Names must be unique,
  * valid UTF-8 without NUL and not "__metadata__"; they are JSON-escaped. */
-int rt_st_write(const char *path, int n, const char *const *names, const int *ndims,
-                const int64_t *const *shapes, const float *const *data, char *err, size_t errlen);
+int rt_st_write(const char *path, int n, const char *const *names, const int *ndims, const int64_t *const *shapes,
+                const float *const *data, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ */
 /* token data                                                          */
@@ -87,18 +87,16 @@ typedef struct RtData RtData;
  * the tokenizer's 20240328, ...). An empty file is an error. */
 int rt_data_open(const char *path, RtData **out, char *err, size_t errlen);
 /* Text tokens from memory (bytes are copied; no llm.c detection); n == 0 is an error. */
-int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err,
-                        size_t errlen);
-int64_t rt_data_len(const RtData *d);        /* number of tokens; 0 for NULL */
-int rt_data_max_token(const RtData *d);      /* largest token id; -1 for NULL */
-void rt_data_close(RtData *d);               /* NULL ok */
+int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err, size_t errlen);
+int64_t rt_data_len(const RtData *d);   /* number of tokens; 0 for NULL */
+int rt_data_max_token(const RtData *d); /* largest token id; -1 for NULL */
+void rt_data_close(RtData *d);          /* NULL ok */
 
 /* Batch for step s, micro-batch m of M, B rows of S tokens: row b reads S+1
  * consecutive tokens starting at ((s*M + m)*B + b)*S (int64), every index taken
  * mod len (non-negative, no overflow). tokens[b*S+i] = the first S,
  * labels[b*S+i] = the last S (both row-major [B,S]). Does nothing if d is NULL
  * or B <= 0 or S <= 0; tokens or labels may be NULL to skip filling them. */
-void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens,
-                   int32_t *labels);
+void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens, int32_t *labels);
 
 #endif /* RT_IO_H */

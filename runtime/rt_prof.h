@@ -17,7 +17,7 @@
 typedef struct RtProf RtProf;
 
 RtProf *rt_prof_new(const RtProg *p, const char *device); /* NULL when out of memory */
-void rt_prof_free(RtProf *f); /* prints the profile first when profiling */
+void rt_prof_free(RtProf *f);                             /* prints the profile first when profiling */
 int rt_prof_profiling(const RtProf *f);
 
 /* the profile (only while profiling) */

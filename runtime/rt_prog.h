@@ -1,4 +1,5 @@
-/* rt_prog.h - the ppr program: listing parser (rt_prog.c), executor (rt_exec.c), parameter init (rt_init.c), default text (rt_text.c). */
+/* rt_prog.h - the ppr program: listing parser (rt_prog.c), executor (rt_exec.c), parameter init (rt_init.c), default
+ * text (rt_text.c). */
 #ifndef RT_PROG_H
 #define RT_PROG_H
 
@@ -14,14 +15,14 @@
  * what was expected. Nothing is printed. docs/stage-format.md is the contract.
  */
 
-#define RT_PROG_VERSION 3  /* the listing format version this ppr reads */
-#define RT_PPR_VERSION "0.1.0"
-#define RT_MAX_NDIM 8      /* dims of a param or buffer shape */
-#define RT_MAX_KARGS 64    /* arguments of one kernel instruction */
-#define RT_MAX_OFFSET PP_MAX_ARENA /* arena bytes, offsets, extents, strides: at most 1 TiB (pp_limits.h) */
-#define RT_MAX_BLOCK 1024  /* threads per block of a kernel launch: a power of two up to this */
-#define RT_MAX_LOCAL 65536 /* local (shared) memory bytes of a kernel launch */
-#define RT_MAX_GRID ((int64_t)INT32_MAX) /* blocks of a kernel launch */
+#define RT_PROG_VERSION 3 /* the listing format version this ppr reads */
+#define RT_PPR_VERSION  "0.1.0"
+#define RT_MAX_NDIM     8                    /* dims of a param or buffer shape */
+#define RT_MAX_KARGS    64                   /* arguments of one kernel instruction */
+#define RT_MAX_OFFSET   PP_MAX_ARENA         /* arena bytes, offsets, extents, strides: at most 1 TiB (pp_limits.h) */
+#define RT_MAX_BLOCK    1024                 /* threads per block of a kernel launch: a power of two up to this */
+#define RT_MAX_LOCAL    65536                /* local (shared) memory bytes of a kernel launch */
+#define RT_MAX_GRID     ((int64_t)INT32_MAX) /* blocks of a kernel launch */
 
 /* ---- failure reports for library calls: the message ends with [source file:line] ---------- */
 
@@ -37,28 +38,37 @@ int rt_fail_at(char *err, size_t errlen, const char *file, int line, const char 
 /* In a function with `char *err, size_t errlen` in scope: report a failed library call. */
 #define RT_FAIL(...) rt_fail_at(err, errlen, __FILE__, __LINE__, __VA_ARGS__)
 /* A NULL from an allocator: "out of memory" with the source location. */
-#define RT_CHECK_ALLOC(p)                                                                          \
-    do {                                                                                           \
-        if (!(p)) return RT_FAIL("out of memory");                                                 \
-    } while (0)
+#define RT_CHECK_ALLOC(p)                                                                                              \
+  do {                                                                                                                 \
+    if (!(p)) return RT_FAIL("out of memory");                                                                         \
+  } while (0)
 
 /* ---- the program --------------------------------------------------------------------------- */
 
 /* the arena's regions; `workspace` (a GEMM library's scratch) may be absent: then it has 0 bytes */
-enum { RT_REG_PARAMS, RT_REG_GRADS, RT_REG_ADAM_M, RT_REG_ADAM_V, RT_REG_SLOTS, RT_REG_SCRATCH, RT_REG_WORKSPACE, RT_NREG };
+enum {
+  RT_REG_PARAMS,
+  RT_REG_GRADS,
+  RT_REG_ADAM_M,
+  RT_REG_ADAM_V,
+  RT_REG_SLOTS,
+  RT_REG_SCRATCH,
+  RT_REG_WORKSPACE,
+  RT_NREG
+};
 enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_OPTIMIZER, RT_NBLK };
 enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
 
 typedef enum {
-    RT_I_BATCH,
-    RT_I_ZERO,
-    RT_I_KERNEL,
-    RT_I_GEMM,
-    RT_I_SEED,
-    RT_I_LOSS,
-    RT_I_GRAD_NORM,
-    RT_I_ALLREDUCE_TIED,
-    RT_I_ALLREDUCE
+  RT_I_BATCH,
+  RT_I_ZERO,
+  RT_I_KERNEL,
+  RT_I_GEMM,
+  RT_I_SEED,
+  RT_I_LOSS,
+  RT_I_GRAD_NORM,
+  RT_I_ALLREDUCE_TIED,
+  RT_I_ALLREDUCE
 } RtInstrKind;
 /* The group of an `allreduce`: the TP group, runs of R consecutive TP ranks (tp/R), or the DP group. */
 typedef enum { RT_G_TP, RT_G_TP_SUB, RT_G_DP } RtGroup;
@@ -70,113 +80,113 @@ typedef enum { RT_BND_RECV_FWD, RT_BND_SEND_FWD, RT_BND_RECV_BWD, RT_BND_SEND_BW
 typedef enum { RT_INIT_NORMAL, RT_INIT_ONES, RT_INIT_ZEROS } RtInitKind;
 
 typedef struct {
-    int present; /* 0 for `-` (batch only) */
-    int in_slot; /* 1: $OFF (relative to the current slot), 0: @OFF (absolute) */
-    int64_t off;
+  int present; /* 0 for `-` (batch only) */
+  int in_slot; /* 1: $OFF (relative to the current slot), 0: @OFF (absolute) */
+  int64_t off;
 } RtPtr;
 
 typedef struct {
-    RtArgKind kind;
-    RtPtr ptr;     /* RT_A_PTR */
-    int64_t bytes; /* RT_A_PTR: the extent written after ':', 0 if none was written */
-    float f;       /* RT_A_F32 */
-    int64_t i;     /* RT_A_I64 */
-    int scalar;    /* RT_A_SCALAR: RT_S_* */
+  RtArgKind kind;
+  RtPtr ptr;     /* RT_A_PTR */
+  int64_t bytes; /* RT_A_PTR: the extent written after ':', 0 if none was written */
+  float f;       /* RT_A_F32 */
+  int64_t i;     /* RT_A_I64 */
+  int scalar;    /* RT_A_SCALAR: RT_S_* */
 } RtArg;
 
 /* A kernel's launch geometry, `<<<GRID,BLOCK,LOCAL>>>` in the listing: blocks, threads per block,
  * bytes of local (shared) memory. Decided by the compiler; the same on every call of a kernel. */
 typedef struct {
-    int64_t grid;
-    int block;
-    int64_t local;
+  int64_t grid;
+  int block;
+  int64_t local;
 } RtGeom;
 
 typedef struct {
-    RtInstrKind kind;
-    int line;
-    RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C;
-                    * grad_norm: p[0] the partial sums (GRID per param, in param index order) */
-    int64_t bytes; /* zero, allreduce_tied, allreduce, grad_norm */
-    int group;     /* allreduce: RtGroup */
-    int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
-    int op;        /* allreduce: RtReduceOp */
-    float value;   /* seed */
-    int kernel;    /* kernel, grad_norm: index into RtProg.kernels */
-    RtGeom geom;   /* kernel, grad_norm */
-    int nargs;
-    RtArg *args;
-    /* gemm */
-    int ta, tb; /* 1 = T */
-    int m, n, k, lda, ldb, ldc, batch;
-    float alpha, beta;
-    int64_t sa, sb, sc;
+  RtInstrKind kind;
+  int line;
+  RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C;
+                  * grad_norm: p[0] the partial sums (GRID per param, in param index order) */
+  int64_t bytes; /* zero, allreduce_tied, allreduce, grad_norm */
+  int group;     /* allreduce: RtGroup */
+  int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
+  int op;        /* allreduce: RtReduceOp */
+  float value;   /* seed */
+  int kernel;    /* kernel, grad_norm: index into RtProg.kernels */
+  RtGeom geom;   /* kernel, grad_norm */
+  int nargs;
+  RtArg *args;
+  /* gemm */
+  int ta, tb; /* 1 = T */
+  int m, n, k, lda, ldb, ldc, batch;
+  float alpha, beta;
+  int64_t sa, sb, sc;
 } RtInstr;
 
 typedef struct {
-    int present, line, n;
-    RtInstr *ins;
+  int present, line, n;
+  RtInstr *ins;
 } RtBlock;
 
 typedef struct {
-    RtBoundaryKind kind;
-    int mb, slot;
+  RtBoundaryKind kind;
+  int mb, slot;
 } RtCommOp;
 
 typedef struct {
-    RtEntryKind kind;
-    int mb, slot, line; /* F, B */
-    int nops;           /* comm: 1 or 2 ops, posted together, then waited for together */
-    RtCommOp op[2];
+  RtEntryKind kind;
+  int mb, slot, line; /* F, B */
+  int nops;           /* comm: 1 or 2 ops, posted together, then waited for together */
+  RtCommOp op[2];
 } RtEntry;
 
 /* Where a stage's pipeline messages live: one [S,B,H] hidden state or its gradient. */
 typedef struct {
-    int present, line;
-    RtPtr ptr; /* recv_fwd: always $ (in the micro-batch's slot) */
-    int64_t bytes;
-    int ndim; /* -1 when no shape was written */
-    int64_t dims[RT_MAX_NDIM];
+  int present, line;
+  RtPtr ptr; /* recv_fwd: always $ (in the micro-batch's slot) */
+  int64_t bytes;
+  int ndim; /* -1 when no shape was written */
+  int64_t dims[RT_MAX_NDIM];
 } RtBoundary;
 
 /* A `buffer` line: what the compiler placed where (not needed to execute). */
 typedef struct {
-    char *name;
-    int is_int; /* i32 (token ids, labels) */
-    RtPtr ptr;
-    int64_t bytes;
+  char *name;
+  int is_int; /* i32 (token ids, labels) */
+  RtPtr ptr;
+  int64_t bytes;
 } RtBuffer;
 
 /* A dense parameter of the whole model (`model_param`), held by this rank or another. */
 typedef struct {
-    char *name;
-    int ndim, line;
-    int64_t dims[RT_MAX_NDIM];
+  char *name;
+  int ndim, line;
+  int64_t dims[RT_MAX_NDIM];
 } RtModelParam;
 
 typedef struct {
-    int64_t base, bytes;
+  int64_t base, bytes;
 } RtRegion;
 
 typedef struct {
-    int index;  /* == its position in RtProg.params */
-    char *name; /* the global checkpoint name */
-    int ndim;
-    int64_t dims[RT_MAX_NDIM];
-    int64_t numel;
-    int64_t off; /* absolute arena offset of the value (inside the params region) */
-    RtInitKind init;
-    double std; /* RT_INIT_NORMAL */
-    int decay, tied, line;
-    int shared; /* a copy of this tensor lives on another stage (a tied embedding and its head) */
-    int copy;   /* this rank is not its owner: not in grad_norm, not written by --save */
-    int replica; /* another rank holds the same values and owns them (implied by copy) */
-    int owned;   /* neither copy nor replica: in grad_norm, written by --save */
-    /* `shard DIM START LEN DENSE`: the local tensor is the dense one (dims with dims[DIM] = DENSE)
-     * restricted along DIM to [START, START + LEN); rows at or past DENSE are zero padding */
-    int sharded, shard_dim;
-    int64_t shard_start, shard_dense;            /* LEN is dims[shard_dim] */
-    int64_t dense_dims[RT_MAX_NDIM], dense_numel; /* the dense tensor (== dims, numel when not sharded) */
+  int index;  /* == its position in RtProg.params */
+  char *name; /* the global checkpoint name */
+  int ndim;
+  int64_t dims[RT_MAX_NDIM];
+  int64_t numel;
+  int64_t off; /* absolute arena offset of the value (inside the params region) */
+  RtInitKind init;
+  double std; /* RT_INIT_NORMAL */
+  int decay, tied, line;
+  int shared;  /* a copy of this tensor lives on another stage (a tied embedding and its head) */
+  int copy;    /* this rank is not its owner: not in grad_norm, not written by --save */
+  int replica; /* another rank holds the same values and owns them (implied by copy) */
+  int owned;   /* neither copy nor replica: in grad_norm, written by --save */
+  /* `shard DIM START LEN DENSE`: the local tensor is the dense one (dims with dims[DIM] = DENSE)
+   * restricted along DIM to [START, START + LEN); rows at or past DENSE are zero padding */
+  int sharded, shard_dim;
+  int64_t shard_start, shard_dense;             /* LEN is dims[shard_dim] */
+  int64_t dense_dims[RT_MAX_NDIM], dense_numel; /* the dense tensor (== dims, numel when not sharded) */
 } RtParam;
 
 /* The kernel files a listing names, by their extension: NAME.so (cpu), NAME.cl (opencl),
@@ -186,42 +196,42 @@ typedef enum { RT_KF_SO, RT_KF_CL, RT_KF_CUBIN, RT_KF_PTX, RT_NKF } RtKernelFile
 /* What the listing says of one kernel file: its size and FNV-1a 64 hash (`object so BYTES HEX`,
  * `object cl ...`, the `cuda` line's pairs); bytes -1 and hash "-" when it names no such file. */
 typedef struct {
-    int64_t bytes;
-    char hash[17];
-    int line;
+  int64_t bytes;
+  char hash[17];
+  int line;
 } RtFileSum;
 
 typedef struct RtProg {
-    char *path; /* as given to rt_prog_load / rt_prog_parse; used in every message */
-    char *compiler, *model, *schedule_name;
-    char *kernels_base; /* `kernels NAME HASH`: NAME.so (cpu), NAME.cl (opencl), NAME.cubin/.ptx (cuda) */
-    char cuda_arch[16]; /* `cuda ARCH ...`: the target of NAME.cubin */
-    RtFileSum file[RT_NKF]; /* per RtKernelFile: the file's bytes and hash, checked before it is loaded */
-    char kernels_hash[17];
-    uint64_t hash;
-    int tp, pp, dp, rank, stage, tp_rank, dp_rank;
-    int prev, next; /* the pipeline neighbours' world ranks (`peers`), -1 for none */
-    int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
-    int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
-    int64_t vocab;
-    RtRegion reg[RT_NREG];
-    int nslots;
-    int64_t arena;
-    int nparams;
-    RtParam *params;
-    int tied; /* index of the tied param, or -1 */
-    int nshared; /* params marked shared */
-    RtBoundary bnd[RT_NBND];
-    int nmodel; /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
-    RtModelParam *mparams;
-    int nbuffers;
-    RtBuffer *buffers;
-    int nkernels;
-    char **kernels; /* distinct kernel names, in order of first use */
-    RtGeom *kgeom;  /* per kernel: its geometry (every call's) */
-    RtBlock blk[RT_NBLK];
-    int nentries;
-    RtEntry *sched;
+  char *path; /* as given to rt_prog_load / rt_prog_parse; used in every message */
+  char *compiler, *model, *schedule_name;
+  char *kernels_base;     /* `kernels NAME HASH`: NAME.so (cpu), NAME.cl (opencl), NAME.cubin/.ptx (cuda) */
+  char cuda_arch[16];     /* `cuda ARCH ...`: the target of NAME.cubin */
+  RtFileSum file[RT_NKF]; /* per RtKernelFile: the file's bytes and hash, checked before it is loaded */
+  char kernels_hash[17];
+  uint64_t hash;
+  int tp, pp, dp, rank, stage, tp_rank, dp_rank;
+  int prev, next;                     /* the pipeline neighbours' world ranks (`peers`), -1 for none */
+  int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
+  int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
+  int64_t vocab;
+  RtRegion reg[RT_NREG];
+  int nslots;
+  int64_t arena;
+  int nparams;
+  RtParam *params;
+  int tied;    /* index of the tied param, or -1 */
+  int nshared; /* params marked shared */
+  RtBoundary bnd[RT_NBND];
+  int nmodel; /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
+  RtModelParam *mparams;
+  int nbuffers;
+  RtBuffer *buffers;
+  int nkernels;
+  char **kernels; /* distinct kernel names, in order of first use */
+  RtGeom *kgeom;  /* per kernel: its geometry (every call's) */
+  RtBlock blk[RT_NBLK];
+  int nentries;
+  RtEntry *sched;
 } RtProg;
 
 /* Parse a listing held in memory (text[0..len), need not be NUL-terminated). path names it in
@@ -250,9 +260,9 @@ const char *rt_boundary_name(int k); /* recv_fwd, send_fwd, recv_bwd, send_bwd *
  * whose neighbours are the world ranks prev and next. The one rule of which neighbour and which
  * tag, used by the executor that sends and by the start-up check that simulates every rank. */
 typedef struct {
-    int send; /* 1: this rank sends, 0: it receives */
-    int peer; /* the neighbour's world rank (-1: none) */
-    int tag;  /* 2*mb for the hidden state, 2*mb + 1 for its gradient */
+  int send; /* 1: this rank sends, 0: it receives */
+  int peer; /* the neighbour's world rank (-1: none) */
+  int tag;  /* 2*mb for the hidden state, 2*mb + 1 for its gradient */
 } RtMsg;
 RtMsg rt_boundary_msg(int kind, int mb, int prev, int next);
 /* The mesh of a listing: reads the file and checks its header up to the `mesh` line only (version,
@@ -264,9 +274,9 @@ int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, si
 typedef struct RtExec RtExec;
 
 typedef struct {
-    double lr, beta1, beta2, eps, wd;
-    double clip; /* clip_max; used only when use_clip */
-    int use_clip;
+  double lr, beta1, beta2, eps, wd;
+  double clip; /* clip_max; used only when use_clip */
+  int use_clip;
 } RtHyper;
 
 /* Called once per step in the optimizer block just before its grad_norm runs: the gradients are
@@ -280,21 +290,21 @@ typedef struct RtComm RtComm; /* rt_comm.h */
  * then waiting for them), per OPT (with the collectives and the hook inside it as their own
  * events), per zero_grads, the step itself and the step's loss sum. */
 typedef enum {
-    RT_EV_STEP,
-    RT_EV_ZERO,
-    RT_EV_F,
-    RT_EV_B,
-    RT_EV_OPT,
-    RT_EV_POST, /* a comm entry: MPI_Isend / MPI_Irecv */
-    RT_EV_WAIT, /* a comm entry: MPI_Waitall */
-    RT_EV_COLL, /* allreduce_tied, the grad_norm sum, the loss sum */
-    RT_EV_HOOK  /* --save-grads */
+  RT_EV_STEP,
+  RT_EV_ZERO,
+  RT_EV_F,
+  RT_EV_B,
+  RT_EV_OPT,
+  RT_EV_POST, /* a comm entry: MPI_Isend / MPI_Irecv */
+  RT_EV_WAIT, /* a comm entry: MPI_Waitall */
+  RT_EV_COLL, /* allreduce_tied, the grad_norm sum, the loss sum */
+  RT_EV_HOOK  /* --save-grads */
 } RtEventKind;
 
 typedef struct {
-    double ts, dur;     /* microseconds from the trace's start */
-    int32_t kind, step; /* RtEventKind; the step, 1-based */
-    char name[48];
+  double ts, dur;     /* microseconds from the trace's start */
+  int32_t kind, step; /* RtEventKind; the step, 1-based */
+  char name[48];
 } RtEvent;
 
 typedef struct RtDev RtDev; /* rt_dev.h */
@@ -326,8 +336,8 @@ int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t er
  * *grad_norm = the grad_norm instruction's norm over the world's owned params (pre-clip).
  * Returns 0; -1 when the hook failed (every rank has called it: a collective verdict); -2 when
  * this rank's device failed (the message in err; the other ranks do not know). */
-int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt,
-                 void *ctx, double *loss, double *grad_norm, char *err, size_t errlen);
+int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx, double *loss,
+                 double *grad_norm, char *err, size_t errlen);
 
 /* ---- parameter init (rt_init.c) ------------------------------------------------------------ */
 

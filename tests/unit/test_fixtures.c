@@ -119,23 +119,35 @@ static void fixture(const char *name, const char *model, const char *device) {
   snprintf(tmp, sizeof tmp, "%s/fixture_%s_%s", bin, name, device);
   char label[96];
   snprintf(label, sizeof label, "%s on %s", name, device);
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s --micro-batch %d --seq %d --microbatches %d -o %s/prog",
-           tmp, tmp, bin, model, (int)json_num(exp, "micro_batch"), (int)json_num(exp, "seq"), (int)json_num(exp, "microbatches"),
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s && mkdir -p %s && %s/ppc %s --micro-batch %d --seq %d --microbatches %d -o %s/prog", tmp, tmp,
+           bin, model, (int)json_num(exp, "micro_batch"), (int)json_num(exp, "seq"), (int)json_num(exp, "microbatches"),
            tmp);
-  if (sh(cmd)) { fail++; free(exp); return; }
+  if (sh(cmd)) {
+    fail++;
+    free(exp);
+    return;
+  }
   const char *hyper = "--lr %g --beta1 %g --beta2 %g --eps %g --wd %g --clip %g";
   char hp[256];
-  snprintf(hp, sizeof hp, hyper, json_num(exp, "lr"), json_num(exp, "beta1"), json_num(exp, "beta2"), json_num(exp, "eps"),
-           json_num(exp, "wd"), json_num(exp, "clip"));
+  snprintf(hp, sizeof hp, hyper, json_num(exp, "lr"), json_num(exp, "beta1"), json_num(exp, "beta2"),
+           json_num(exp, "eps"), json_num(exp, "wd"), json_num(exp, "clip"));
   for (int steps = 1; steps <= 5; steps += 4) {
     snprintf(cmd, sizeof cmd,
              "%s/ppr %s/prog --device %s --quiet --init %s/weights.safetensors --data %s/tokens.bin --steps %d %s "
              "--save-grads %s/grads.safetensors --save %s/w%d.safetensors --log %s/log%d.jsonl",
              bin, tmp, device, dir, dir, steps, hp, tmp, tmp, steps, tmp, steps);
-    if (sh(cmd)) { fail++; continue; }
+    if (sh(cmd)) {
+      fail++;
+      continue;
+    }
     snprintf(path, sizeof path, "%s/log%d.jsonl", tmp, steps);
     char *log = slurp(path);
-    if (!log) { printf("FAIL %s: no log\n", label); fail++; continue; }
+    if (!log) {
+      printf("FAIL %s: no log\n", label);
+      fail++;
+      continue;
+    }
     char what[160];
     if (steps == 1) {
       double got = json_num(log, "loss"), want = json_num(exp, "loss");

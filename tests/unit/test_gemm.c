@@ -30,118 +30,120 @@ static const char *const cases[][2] = {
 
 static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    printf("%s ", ok ? "PASS" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    ok ? pass++ : fail++;
+  va_list ap;
+  printf("%s ", ok ? "PASS" : "FAIL");
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("\n");
+  ok ? pass++ : fail++;
 }
 
 static uint64_t rng = 12345;
 static float rnd(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng >> 40) / (double)(1ull << 24)) * 2 - 1;
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(rng >> 40) / (double)(1ull << 24)) * 2 - 1;
 }
 
 /* Elements spanned by batch matrices of rows x cols, leading dimension ld, stride apart. */
 static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-    return (rows - 1) * ld + (batch - 1) * stride + cols;
+  return (rows - 1) * ld + (batch - 1) * stride + cols;
 }
 
 /* The listing's semantics: for each batch element in order, C = alpha op(A) op(B) + beta C. */
 static void run(CBLAS_ORDER order, const RtGemm *g, const float *A, const float *B, float *C) {
-    for (int i = 0; i < g->batch; i++)
-        cblas_sgemm(order, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
-                    A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
+  for (int i = 0; i < g->batch; i++)
+    cblas_sgemm(order, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
+                A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
 }
 
 static int same(const RtGemm *a, const RtGemm *b) {
-    return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
-           a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
-           a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
+  return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
+         a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
+         a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
 }
 
 int main(int argc, char **argv) {
-    (void)argc;
-    const char *slash = strrchr(argv[0], '/');
-    if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
-    RtGemm *seen = calloc(8192, sizeof *seen);
-    int nseen = 0, kinds[2][2] = {{0}}, batched = 0, shared_c = 0;
-    for (int c = 0; c < NCASES; c++) {
-        char dir[900], cmd[4096];
-        snprintf(dir, sizeof dir, "%s/gemm/case%d", bin, c);
-        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s %s -o %s > /dev/null", dir, dir, bin, cases[c][0],
-                 cases[c][1], dir);
-        if (system(cmd)) {
-            check(0, "%s %s: ppc failed", cases[c][0], cases[c][1]);
-            continue;
-        }
-        int tp = 1, pp = 1, dp = 1;
-        char prog[1000], err[2048];
-        snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
-        if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
-            check(0, "%s", err);
-            continue;
-        }
-        for (int s = 0; s < pp; s++) {
-            RtProg *p = NULL;
-            snprintf(prog, sizeof prog, "%s/rank%d.prog", dir, s * tp);
-            if (rt_prog_load(prog, &p, err, sizeof err)) {
-                check(0, "%s", err);
-                continue;
-            }
-            for (int b = 0; b < RT_NBLK; b++)
-                for (int i = 0; i < p->blk[b].n; i++) {
-                    const RtInstr *in = &p->blk[b].ins[i];
-                    if (in->kind != RT_I_GEMM) continue;
-                    RtGemm g = {in->ta, in->tb, in->m, in->n, in->k, in->batch, in->alpha, in->beta, 0, 0, 0,
-                                in->lda, in->ldb, in->ldc, in->sa, in->sb, in->sc};
-                    int dup = 0;
-                    for (int k = 0; k < nseen && !dup; k++) dup = same(&seen[k], &g);
-                    if (!dup && nseen < 8192) seen[nseen++] = g;
-                }
-            rt_prog_free(p);
-        }
+  (void)argc;
+  const char *slash = strrchr(argv[0], '/');
+  if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
+  RtGemm *seen = calloc(8192, sizeof *seen);
+  int nseen = 0, kinds[2][2] = {{0}}, batched = 0, shared_c = 0;
+  for (int c = 0; c < NCASES; c++) {
+    char dir[900], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/gemm/case%d", bin, c);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s %s -o %s > /dev/null", dir, dir, bin, cases[c][0],
+             cases[c][1], dir);
+    if (system(cmd)) {
+      check(0, "%s %s: ppc failed", cases[c][0], cases[c][1]);
+      continue;
     }
-    int bad = 0;
-    for (int t = 0; t < nseen; t++) {
-        const RtGemm *g = &seen[t];
-        kinds[g->ta][g->tb]++;
-        batched += g->batch > 1;
-        shared_c += g->batch > 1 && g->sc == 0;
-        int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
-        int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
-        int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
-        float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4),
-              *C1 = malloc((size_t)nc * 4);
-        for (int64_t i = 0; i < na; i++) A[i] = rnd();
-        for (int64_t i = 0; i < nb; i++) B[i] = rnd();
-        for (int64_t i = 0; i < nc; i++) C0[i] = C1[i] = rnd();
-        run(CblasRowMajor, g, A, B, C0);
-        RtGemm m = rt_gemm_colmajor(g);
-        run(CblasColMajor, &m, B, A, C1); /* the column-major call's A is the row-major B's storage */
-        double worst = 0, big = 0;
-        for (int64_t i = 0; i < nc; i++) {
-            double e = fabs((double)C0[i] - C1[i]);
-            if (e > worst || e != e) worst = e;
-            if (fabs(C0[i]) > big) big = fabs(C0[i]);
-        }
-        if (!(worst <= 1e-6 * (big > 1 ? big : 1))) {
-            bad++;
-            check(0, "gemm %c %c %d %d %d lda %d sa %lld ldb %d sb %lld ldc %d sc %lld batch %d: the column-major form differs "
-                     "by %.3g",
-                  g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->lda, (long long)g->sa, g->ldb, (long long)g->sb,
-                  g->ldc, (long long)g->sc, g->batch, worst);
-        }
-        free(A), free(B), free(C0), free(C1);
+    int tp = 1, pp = 1, dp = 1;
+    char prog[1000], err[2048];
+    snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
+    if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
+      check(0, "%s", err);
+      continue;
     }
-    check(bad == 0 && nseen > 0 && kinds[0][0] && kinds[0][1] && kinds[1][0] && batched && shared_c,
-          "%d distinct GEMMs of the examples' listings (N N %d, N T %d, T N %d, T T %d; %d batched, %d adding batches into "
-          "one C): the column-major form cuBLASLt gets writes the same C through OpenBLAS",
-          nseen, kinds[0][0], kinds[0][1], kinds[1][0], kinds[1][1], batched, shared_c);
-    free(seen);
-    printf("%d passed, %d failed\n", pass, fail);
-    return fail != 0;
+    for (int s = 0; s < pp; s++) {
+      RtProg *p = NULL;
+      snprintf(prog, sizeof prog, "%s/rank%d.prog", dir, s * tp);
+      if (rt_prog_load(prog, &p, err, sizeof err)) {
+        check(0, "%s", err);
+        continue;
+      }
+      for (int b = 0; b < RT_NBLK; b++)
+        for (int i = 0; i < p->blk[b].n; i++) {
+          const RtInstr *in = &p->blk[b].ins[i];
+          if (in->kind != RT_I_GEMM) continue;
+          RtGemm g = {in->ta, in->tb, in->m,   in->n,   in->k,   in->batch, in->alpha, in->beta, 0,
+                      0,      0,      in->lda, in->ldb, in->ldc, in->sa,    in->sb,    in->sc};
+          int dup = 0;
+          for (int k = 0; k < nseen && !dup; k++) dup = same(&seen[k], &g);
+          if (!dup && nseen < 8192) seen[nseen++] = g;
+        }
+      rt_prog_free(p);
+    }
+  }
+  int bad = 0;
+  for (int t = 0; t < nseen; t++) {
+    const RtGemm *g = &seen[t];
+    kinds[g->ta][g->tb]++;
+    batched += g->batch > 1;
+    shared_c += g->batch > 1 && g->sc == 0;
+    int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
+    int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
+    int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
+    float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4),
+          *C1 = malloc((size_t)nc * 4);
+    for (int64_t i = 0; i < na; i++) A[i] = rnd();
+    for (int64_t i = 0; i < nb; i++) B[i] = rnd();
+    for (int64_t i = 0; i < nc; i++) C0[i] = C1[i] = rnd();
+    run(CblasRowMajor, g, A, B, C0);
+    RtGemm m = rt_gemm_colmajor(g);
+    run(CblasColMajor, &m, B, A, C1); /* the column-major call's A is the row-major B's storage */
+    double worst = 0, big = 0;
+    for (int64_t i = 0; i < nc; i++) {
+      double e = fabs((double)C0[i] - C1[i]);
+      if (e > worst || e != e) worst = e;
+      if (fabs(C0[i]) > big) big = fabs(C0[i]);
+    }
+    if (!(worst <= 1e-6 * (big > 1 ? big : 1))) {
+      bad++;
+      check(0,
+            "gemm %c %c %d %d %d lda %d sa %lld ldb %d sb %lld ldc %d sc %lld batch %d: the column-major form differs "
+            "by %.3g",
+            g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->lda, (long long)g->sa, g->ldb, (long long)g->sb,
+            g->ldc, (long long)g->sc, g->batch, worst);
+    }
+    free(A), free(B), free(C0), free(C1);
+  }
+  check(
+      bad == 0 && nseen > 0 && kinds[0][0] && kinds[0][1] && kinds[1][0] && batched && shared_c,
+      "%d distinct GEMMs of the examples' listings (N N %d, N T %d, T N %d, T T %d; %d batched, %d adding batches into "
+      "one C): the column-major form cuBLASLt gets writes the same C through OpenBLAS",
+      nseen, kinds[0][0], kinds[0][1], kinds[1][0], kinds[1][1], batched, shared_c);
+  free(seen);
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0;
 }

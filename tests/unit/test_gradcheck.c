@@ -27,12 +27,29 @@ typedef struct {
 } Model;
 
 static const Model models[] = {
-    {"embedding", 1e-2},      {"pos_embedding", 1e-2},    {"linear", 1e-2},         {"linear_bias", 1e-2},
-    {"matmul_bias", 1e-2},    {"rmsnorm", 1e-2},          {"layernorm", 1e-2},      {"rope", 1e-2},
-    {"heads", 1e-2},          {"attention_gqa", 1e-2},    {"attention_full", 1e-2}, {"attention_scale", 1e-2},
-    {"silu", 1e-2},           {"gelu", 1e-2},  {"relu", 1e-2}, {"add_mul", 1e-2},        {"chunk", 1e-2},
-    {"chunk_mixed", 1e-2},    {"transpose_kernel", 1e-2}, {"transpose_gemm", 1e-2}, {"tied", 1e-2},
-    {"multi_use", 1e-2},      {"microbatches", 3e-3},
+    {"embedding", 1e-2},
+    {"pos_embedding", 1e-2},
+    {"linear", 1e-2},
+    {"linear_bias", 1e-2},
+    {"matmul_bias", 1e-2},
+    {"rmsnorm", 1e-2},
+    {"layernorm", 1e-2},
+    {"rope", 1e-2},
+    {"heads", 1e-2},
+    {"attention_gqa", 1e-2},
+    {"attention_full", 1e-2},
+    {"attention_scale", 1e-2},
+    {"silu", 1e-2},
+    {"gelu", 1e-2},
+    {"relu", 1e-2},
+    {"add_mul", 1e-2},
+    {"chunk", 1e-2},
+    {"chunk_mixed", 1e-2},
+    {"transpose_kernel", 1e-2},
+    {"transpose_gemm", 1e-2},
+    {"tied", 1e-2},
+    {"multi_use", 1e-2},
+    {"microbatches", 3e-3},
 };
 
 /* Tolerance. The loss ppr reports is float32 (a float32 forward pass, a float32 mean over the
@@ -44,7 +61,7 @@ static const Model models[] = {
  * rule (a flipped sign, a missing term or factor, a wrong index or part) moves g·u by a large
  * fraction of |g|. The weights are rounded to float32 after the perturbation; the analytic side
  * uses the perturbation actually applied, g·(w⁺ − w⁻) / 2h, so that rounding is no error. */
-#define REL_TOL 1e-2
+#define REL_TOL   1e-2
 #define LOSS_ULPS 4.0
 
 static int pass, fail;
@@ -60,9 +77,7 @@ static uint64_t rng_next(void) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 static double rng_uniform(void) { return ((double)(rng_next() >> 11) + 0.5) / 9007199254740992.0; } /* (0,1) */
-static double rng_normal(void) {
-  return sqrt(-2 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform());
-}
+static double rng_normal(void) { return sqrt(-2 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform()); }
 static void rng_seed(const char *s) {
   uint64_t h = 1469598103934665603ull;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
@@ -98,8 +113,7 @@ static int read_listing(const char *path, Prog *pg) {
   while (!bad && fgets(line, sizeof line, f)) {
     if (!strncmp(line, "step ", 5))
       bad = sscanf(line, "step micro_batch %d seq %d microbatches %d", &pg->B, &pg->S, &pg->M) != 3;
-    else if (!strncmp(line, "vocab ", 6))
-      bad = sscanf(line, "vocab %d", &pg->V) != 1;
+    else if (!strncmp(line, "vocab ", 6)) bad = sscanf(line, "vocab %d", &pg->V) != 1;
     else if (!strncmp(line, "param ", 6)) {
       /* param INDEX NAME f32 [D0,D1,...] @OFF init normal STD | ones | zeros ... */
       if (pg->np == MAXP) {
@@ -166,8 +180,7 @@ static int read_grads(const char *path, const Prog *pg, double *g) {
   float *tmp = malloc((size_t)pg->total * sizeof *tmp);
   for (int i = 0; i < pg->np && !rc; i++) {
     int j = rt_st_find(f, pg->p[i].name);
-    if (j < 0 || rt_st_numel(f, j) != pg->p[i].n ||
-        rt_st_read_f32(f, j, tmp, (size_t)pg->p[i].n, err, sizeof err)) {
+    if (j < 0 || rt_st_numel(f, j) != pg->p[i].n || rt_st_read_f32(f, j, tmp, (size_t)pg->p[i].n, err, sizeof err)) {
       printf("FAIL %s: gradient of %s missing or unreadable\n", path, pg->p[i].name);
       rc = -1;
       break;
@@ -190,8 +203,9 @@ static double run_loss(const char *dir, const char *wpath, const char *grads) {
   char cmd[4096], log[1100];
   snprintf(log, sizeof log, "%s/log.jsonl", dir);
   remove(log);
-  snprintf(cmd, sizeof cmd, "%s/ppr %s/prog --quiet --init %s --data %s/tokens.txt --steps 1 --lr 0 --wd 0 --log %s%s%s",
-           bin, dir, wpath, dir, log, grads ? " --save-grads " : "", grads ? grads : "");
+  snprintf(cmd, sizeof cmd,
+           "%s/ppr %s/prog --quiet --init %s --data %s/tokens.txt --steps 1 --lr 0 --wd 0 --log %s%s%s", bin, dir,
+           wpath, dir, log, grads ? " --save-grads " : "", grads ? grads : "");
   if (sh(cmd)) return NAN;
   char *text = slurp(log);
   const char *p = text ? strstr(text, "\"loss\":") : NULL;

@@ -30,10 +30,10 @@ static char bin[512] = "build";
 static const char *const cases[][2] = {
     {"examples/tiny.pdl", ""},
     {"examples/tiny.pdl", "--tp 2"},
-    {"examples/tiny.pdl", "--tp 4 --pp 2"},              /* kv heads replicated, a pipeline */
+    {"examples/tiny.pdl", "--tp 4 --pp 2"}, /* kv heads replicated, a pipeline */
     {"tests/models/tiny_gpt2.pdl", ""},
-    {"tests/models/tiny_untied.pdl", "--tp 2 --pp 2"},  /* an untied head */
-    {"tests/models/tiny_pad.pdl", "--tp 4"},             /* a padded vocabulary */
+    {"tests/models/tiny_untied.pdl", "--tp 2 --pp 2"}, /* an untied head */
+    {"tests/models/tiny_pad.pdl", "--tp 4"},           /* a padded vocabulary */
     {"examples/minimind.pdl", "--micro-batch 1 --seq 64"},
     {"examples/minimind.pdl", "--micro-batch 1 --seq 64 --tp 2"},
     {"examples/gpt2.pdl", "--micro-batch 1 --seq 64"},
@@ -43,77 +43,77 @@ static const char *const cases[][2] = {
 
 static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    printf("%s ", ok ? "PASS" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    fflush(stdout);
-    ok ? pass++ : fail++;
+  va_list ap;
+  printf("%s ", ok ? "PASS" : "FAIL");
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("\n");
+  fflush(stdout);
+  ok ? pass++ : fail++;
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next(void) { /* splitmix64 */
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 static float unit(void) { return (float)((double)(next() >> 11) * 0x1p-53); } /* [0, 1) */
 
 /* ---- an instruction's operands, packed ------------------------------------------------------ */
 
 typedef struct {
-    int64_t off, bytes; /* in the rank's arena (slot 0 for $ operands) */
-    int64_t at;         /* in the packed arena */
-    int is_int;         /* token ids: random ids below the vocab */
-    int positive;       /* AdamW's second moments: random in [0, 1) */
+  int64_t off, bytes; /* in the rank's arena (slot 0 for $ operands) */
+  int64_t at;         /* in the packed arena */
+  int is_int;         /* token ids: random ids below the vocab */
+  int positive;       /* AdamW's second moments: random in [0, 1) */
 } Operand;
 
 typedef struct {
-    Operand op[RT_MAX_KARGS];
-    int n;
-    int64_t size;
+  Operand op[RT_MAX_KARGS];
+  int n;
+  int64_t size;
 } Pack;
 
 static int64_t arena_off(const RtProg *p, const RtPtr *q) {
-    return q->off + (q->in_slot ? p->reg[RT_REG_SLOTS].base : 0);
+  return q->off + (q->in_slot ? p->reg[RT_REG_SLOTS].base : 0);
 }
 
 /* The operand's place in the packed arena; ranges of the same bytes share one place. */
 static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes) {
-    int64_t off = arena_off(p, q);
-    for (int i = 0; i < k->n; i++)
-        if (k->op[i].off == off && k->op[i].bytes >= bytes) return k->op[i].at;
-    Operand *o = &k->op[k->n++];
-    o->off = off;
-    o->bytes = bytes;
-    o->at = k->size;
-    k->size += (bytes + 63) / 64 * 64;
-    o->is_int = 0;
-    for (int b = 0; b < p->nbuffers; b++) {
-        const RtBuffer *f = &p->buffers[b];
-        int64_t fo = arena_off(p, &f->ptr);
-        if (f->is_int && off >= fo && off < fo + f->bytes) o->is_int = 1;
-    }
-    const RtRegion *v = &p->reg[RT_REG_ADAM_V];
-    o->positive = off >= v->base && off < v->base + v->bytes;
-    return o->at;
+  int64_t off = arena_off(p, q);
+  for (int i = 0; i < k->n; i++)
+    if (k->op[i].off == off && k->op[i].bytes >= bytes) return k->op[i].at;
+  Operand *o = &k->op[k->n++];
+  o->off = off;
+  o->bytes = bytes;
+  o->at = k->size;
+  k->size += (bytes + 63) / 64 * 64;
+  o->is_int = 0;
+  for (int b = 0; b < p->nbuffers; b++) {
+    const RtBuffer *f = &p->buffers[b];
+    int64_t fo = arena_off(p, &f->ptr);
+    if (f->is_int && off >= fo && off < fo + f->bytes) o->is_int = 1;
+  }
+  const RtRegion *v = &p->reg[RT_REG_ADAM_V];
+  o->positive = off >= v->base && off < v->base + v->bytes;
+  return o->at;
 }
 
 /* GEMM operand bytes: BATCH row-major matrices of rows x cols, leading dimension ld, stride apart. */
 static int64_t gemm_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-    return 4 * ((rows - 1) * ld + (batch - 1) * stride + cols);
+  return 4 * ((rows - 1) * ld + (batch - 1) * stride + cols);
 }
 
 typedef struct {
-    RtDev *cpu, *cl;
-    const RtProg *p;
-    const char *what;
-    float *a, *b, *init;
-    int64_t cap;
-    int ran, bad;
+  RtDev *cpu, *cl;
+  const RtProg *p;
+  const char *what;
+  float *a, *b, *init;
+  int64_t cap;
+  int ran, bad;
 } Run;
 
 /* For a GEMM's sampled elements against the product in double; NULL for a kernel. */
@@ -122,397 +122,402 @@ static float at_f(const float *base, int64_t byte_off, int64_t i) { return base[
 /* The sampled elements of both devices' C within 2Ku(|A||B|)_ij + |beta| u |C0| of the double
  * product; the largest such ratio in *ratio (<= 1 passes). */
 static int gemm_bound(const Run *r, const RtGemm *g, double *ratio) {
-    const double u = 0x1p-24;
-    *ratio = 0;
-    for (int t = 0; t < 2048; t++) {
-        int64_t b = (int64_t)(next() % (uint64_t)g->batch), i = (int64_t)(next() % (uint64_t)g->m),
-                j = (int64_t)(next() % (uint64_t)g->n);
-        double ref = 0, mag = 0;
-        for (int64_t q = 0; q < g->k; q++) {
-            double x = at_f(r->init, g->a, b * g->sa + (g->ta ? q * g->lda + i : i * g->lda + q));
-            double y = at_f(r->init, g->b, b * g->sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
-            ref += x * y;
-            mag += fabs(x * y);
-        }
-        int64_t ci = b * g->sc + i * g->ldc + j;
-        double c0 = at_f(r->init, g->c, ci);
-        if (g->sc == 0 && g->batch > 1) continue; /* C shared by the batches: checked against the other device */
-        ref = g->alpha * ref + g->beta * c0;
-        double bound = 2 * g->k * u * fabs(g->alpha) * mag + fabs(g->beta * c0) * u + 1e-30;
-        for (int d = 0; d < 2; d++) {
-            double got = at_f(d ? r->b : r->a, g->c, ci), q = fabs(got - ref) / bound;
-            if (q > *ratio || q != q) *ratio = q;
-        }
+  const double u = 0x1p-24;
+  *ratio = 0;
+  for (int t = 0; t < 2048; t++) {
+    int64_t b = (int64_t)(next() % (uint64_t)g->batch), i = (int64_t)(next() % (uint64_t)g->m),
+            j = (int64_t)(next() % (uint64_t)g->n);
+    double ref = 0, mag = 0;
+    for (int64_t q = 0; q < g->k; q++) {
+      double x = at_f(r->init, g->a, b * g->sa + (g->ta ? q * g->lda + i : i * g->lda + q));
+      double y = at_f(r->init, g->b, b * g->sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
+      ref += x * y;
+      mag += fabs(x * y);
     }
-    return *ratio <= 1;
+    int64_t ci = b * g->sc + i * g->ldc + j;
+    double c0 = at_f(r->init, g->c, ci);
+    if (g->sc == 0 && g->batch > 1) continue; /* C shared by the batches: checked against the other device */
+    ref = g->alpha * ref + g->beta * c0;
+    double bound = 2 * g->k * u * fabs(g->alpha) * mag + fabs(g->beta * c0) * u + 1e-30;
+    for (int d = 0; d < 2; d++) {
+      double got = at_f(d ? r->b : r->a, g->c, ci), q = fabs(got - ref) / bound;
+      if (q > *ratio || q != q) *ratio = q;
+    }
+  }
+  return *ratio <= 1;
 }
 
 /* Random operands into both arenas; run(dev) on each; compare every operand. */
 static void compare(Run *r, Pack *k, const char *name, int (*run)(RtDev *, void *), void *ctx, const RtGemm *gemm) {
-    for (int i = 0; i < k->n; i++) {
-        Operand *o = &k->op[i];
-        float *v = r->init + o->at / 4;
-        int32_t *iv = (int32_t *)(void *)v;
-        for (int64_t j = 0; j < o->bytes / 4; j++) {
-            if (o->is_int) iv[j] = (int32_t)(next() % (uint64_t)r->p->vocab);
-            else v[j] = o->positive ? unit() : 2 * unit() - 1;
-        }
+  for (int i = 0; i < k->n; i++) {
+    Operand *o = &k->op[i];
+    float *v = r->init + o->at / 4;
+    int32_t *iv = (int32_t *)(void *)v;
+    for (int64_t j = 0; j < o->bytes / 4; j++) {
+      if (o->is_int) iv[j] = (int32_t)(next() % (uint64_t)r->p->vocab);
+      else v[j] = o->positive ? unit() : 2 * unit() - 1;
     }
-    RtDev *devs[2] = {r->cpu, r->cl};
-    float *out[2] = {r->a, r->b};
-    for (int d = 0; d < 2; d++) {
-        if (rt_dev_write(devs[d], 0, r->init, k->size) || run(devs[d], ctx) || rt_dev_read(devs[d], 0, out[d], k->size)) {
-            check(0, "%s: %s: %s", r->what, name, rt_dev_error(devs[d]));
-            r->bad++;
-            return;
-        }
+  }
+  RtDev *devs[2] = {r->cpu, r->cl};
+  float *out[2] = {r->a, r->b};
+  for (int d = 0; d < 2; d++) {
+    if (rt_dev_write(devs[d], 0, r->init, k->size) || run(devs[d], ctx) || rt_dev_read(devs[d], 0, out[d], k->size)) {
+      check(0, "%s: %s: %s", r->what, name, rt_dev_error(devs[d]));
+      r->bad++;
+      return;
     }
-    double worst = 0;
-    int changed = 0;
-    const char *why = "";
-    for (int i = 0; i < k->n; i++) {
-        const Operand *o = &k->op[i];
-        int64_t n = o->bytes / 4, at = o->at / 4;
-        if (o->is_int) {
-            if (memcmp(r->a + at, r->b + at, (size_t)o->bytes)) worst = INFINITY, why = " (token ids)";
-            continue;
-        }
-        double big = 0, diff = 0;
-        for (int64_t j = 0; j < n; j++) {
-            double x = r->a[at + j], y = r->b[at + j];
-            changed |= memcmp(&r->a[at + j], &r->init[at + j], 4) != 0;
-            if (x != x && y != y) continue; /* NaN on both: the same arithmetic on an input outside its domain */
-            if (fabs(x) > big) big = fabs(x);
-            double e = fabs(x - y);
-            if (e > diff || e != e) diff = e;
-        }
-        double rel = big > 0 ? diff / big : diff;
-        if (rel > worst || rel != rel) worst = rel;
+  }
+  double worst = 0;
+  int changed = 0;
+  const char *why = "";
+  for (int i = 0; i < k->n; i++) {
+    const Operand *o = &k->op[i];
+    int64_t n = o->bytes / 4, at = o->at / 4;
+    if (o->is_int) {
+      if (memcmp(r->a + at, r->b + at, (size_t)o->bytes)) worst = INFINITY, why = " (token ids)";
+      continue;
     }
-    r->ran++;
-    double ratio = 0;
-    int ok = gemm ? worst <= 1e-4 && gemm_bound(r, gemm, &ratio) : worst <= TOL;
-    if (!ok || !changed) {
-        r->bad++;
-        if (gemm)
-            check(0, "%s: %s on cpu and opencl: %.3g of the error bound, the devices %.3g apart%s", r->what, name, ratio, worst,
-                  changed ? "" : "; it wrote nothing");
-        else
-            check(0, "%s: %s on cpu and opencl: largest difference %.3g of the operand's largest value%s%s", r->what, name,
-                  worst, why, changed ? "" : "; the kernel wrote nothing");
+    double big = 0, diff = 0;
+    for (int64_t j = 0; j < n; j++) {
+      double x = r->a[at + j], y = r->b[at + j];
+      changed |= memcmp(&r->a[at + j], &r->init[at + j], 4) != 0;
+      if (x != x && y != y) continue; /* NaN on both: the same arithmetic on an input outside its domain */
+      if (fabs(x) > big) big = fabs(x);
+      double e = fabs(x - y);
+      if (e > diff || e != e) diff = e;
     }
+    double rel = big > 0 ? diff / big : diff;
+    if (rel > worst || rel != rel) worst = rel;
+  }
+  r->ran++;
+  double ratio = 0;
+  int ok = gemm ? worst <= 1e-4 && gemm_bound(r, gemm, &ratio) : worst <= TOL;
+  if (!ok || !changed) {
+    r->bad++;
+    if (gemm)
+      check(0, "%s: %s on cpu and opencl: %.3g of the error bound, the devices %.3g apart%s", r->what, name, ratio,
+            worst, changed ? "" : "; it wrote nothing");
+    else
+      check(0, "%s: %s on cpu and opencl: largest difference %.3g of the operand's largest value%s%s", r->what, name,
+            worst, why, changed ? "" : "; the kernel wrote nothing");
+  }
 }
 
 typedef struct {
-    const RtInstr *in;
-    const int64_t *at; /* per argument: its packed offset (pointers) */
-    float scal[RT_NSCALAR];
+  const RtInstr *in;
+  const int64_t *at; /* per argument: its packed offset (pointers) */
+  float scal[RT_NSCALAR];
 } KernelCall;
 
 static int run_kernel(RtDev *d, void *ctx) {
-    const KernelCall *c = ctx;
-    RtKArg a[RT_MAX_KARGS];
-    for (int i = 0; i < c->in->nargs; i++) {
-        const RtArg *x = &c->in->args[i];
-        switch (x->kind) {
-        case RT_A_PTR: a[i] = (RtKArg){.kind = RT_KA_PTR, .off = c->at[i]}; break;
-        case RT_A_F32: a[i] = (RtKArg){.kind = RT_KA_F32, .f = x->f}; break;
-        case RT_A_I64: a[i] = (RtKArg){.kind = RT_KA_I64, .i = x->i}; break;
-        case RT_A_SCALAR: a[i] = (RtKArg){.kind = RT_KA_F32, .f = c->scal[x->scalar]}; break;
-        }
+  const KernelCall *c = ctx;
+  RtKArg a[RT_MAX_KARGS];
+  for (int i = 0; i < c->in->nargs; i++) {
+    const RtArg *x = &c->in->args[i];
+    switch (x->kind) {
+    case RT_A_PTR: a[i] = (RtKArg){.kind = RT_KA_PTR, .off = c->at[i]}; break;
+    case RT_A_F32: a[i] = (RtKArg){.kind = RT_KA_F32, .f = x->f}; break;
+    case RT_A_I64: a[i] = (RtKArg){.kind = RT_KA_I64, .i = x->i}; break;
+    case RT_A_SCALAR: a[i] = (RtKArg){.kind = RT_KA_F32, .f = c->scal[x->scalar]}; break;
     }
-    return rt_dev_launch(d, c->in->kernel, &c->in->geom, c->in->nargs, a) || rt_dev_sync(d);
+  }
+  return rt_dev_launch(d, c->in->kernel, &c->in->geom, c->in->nargs, a) || rt_dev_sync(d);
 }
 
 static int run_gemm(RtDev *d, void *ctx) { return rt_dev_gemm(d, ctx) || rt_dev_sync(d); }
 
 typedef struct {
-    int kernel;
-    RtGeom g;
-    int64_t n, partials;
+  int kernel;
+  RtGeom g;
+  int64_t n, partials;
 } NormCall;
 
 static int run_norm(RtDev *d, void *ctx) {
-    const NormCall *c = ctx;
-    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = 0}, {.kind = RT_KA_PTR, .off = c->partials}, {.kind = RT_KA_I64, .i = c->n}};
-    return rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
+  const NormCall *c = ctx;
+  RtKArg a[3] = {
+      {.kind = RT_KA_PTR, .off = 0}, {.kind = RT_KA_PTR, .off = c->partials}, {.kind = RT_KA_I64, .i = c->n}};
+  return rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
 }
 
 /* The packed operands of an instruction (kernel or gemm); at[i] per kernel argument. */
 static void pack_instr(Pack *k, const RtProg *p, const RtInstr *in, int64_t *at) {
-    memset(k, 0, sizeof *k);
-    if (in->kind == RT_I_KERNEL) {
-        for (int i = 0; i < in->nargs; i++)
-            if (in->args[i].kind == RT_A_PTR) at[i] = pack_add(k, p, &in->args[i].ptr, in->args[i].bytes ? in->args[i].bytes : 4);
-    } else {
-        int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k, br = in->tb ? in->n : in->k,
-                bc = in->tb ? in->k : in->n;
-        at[0] = pack_add(k, p, &in->p[0], gemm_bytes(ar, ac, in->lda, in->sa, in->batch));
-        at[1] = pack_add(k, p, &in->p[1], gemm_bytes(br, bc, in->ldb, in->sb, in->batch));
-        at[2] = pack_add(k, p, &in->p[2], gemm_bytes(in->m, in->n, in->ldc, in->sc, in->batch));
-    }
+  memset(k, 0, sizeof *k);
+  if (in->kind == RT_I_KERNEL) {
+    for (int i = 0; i < in->nargs; i++)
+      if (in->args[i].kind == RT_A_PTR)
+        at[i] = pack_add(k, p, &in->args[i].ptr, in->args[i].bytes ? in->args[i].bytes : 4);
+  } else {
+    int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k, br = in->tb ? in->n : in->k,
+            bc = in->tb ? in->k : in->n;
+    at[0] = pack_add(k, p, &in->p[0], gemm_bytes(ar, ac, in->lda, in->sa, in->batch));
+    at[1] = pack_add(k, p, &in->p[1], gemm_bytes(br, bc, in->ldb, in->sb, in->batch));
+    at[2] = pack_add(k, p, &in->p[2], gemm_bytes(in->m, in->n, in->ldc, in->sc, in->batch));
+  }
 }
 
 static int same_gemm(const RtInstr *a, const RtInstr *b) {
-    return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
-           a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
-           a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
+  return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
+         a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
+         a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
 }
 
 /* One listing: its kernels and GEMMs on both devices. */
 static void test_listing(const char *dir, const char *prog, const char *what) {
-    char err[4096];
-    RtProg *p = NULL;
-    if (rt_prog_load(prog, &p, err, sizeof err)) {
-        check(0, "%s: %s", what, err);
-        return;
+  char err[4096];
+  RtProg *p = NULL;
+  if (rt_prog_load(prog, &p, err, sizeof err)) {
+    check(0, "%s: %s", what, err);
+    return;
+  }
+  Run r = {.p = p, .what = what};
+  /* the largest packed arena of any instruction */
+  int64_t *at = calloc(RT_MAX_KARGS, sizeof *at);
+  Pack *k = calloc(1, sizeof *k);
+  int64_t most = 64 * 1024;
+  for (int b = 0; b < RT_NBLK; b++)
+    for (int i = 0; i < p->blk[b].n; i++) {
+      const RtInstr *in = &p->blk[b].ins[i];
+      if (in->kind != RT_I_KERNEL && in->kind != RT_I_GEMM) continue;
+      pack_instr(k, p, in, at);
+      if (k->size > most) most = k->size;
     }
-    Run r = {.p = p, .what = what};
-    /* the largest packed arena of any instruction */
-    int64_t *at = calloc(RT_MAX_KARGS, sizeof *at);
-    Pack *k = calloc(1, sizeof *k);
-    int64_t most = 64 * 1024;
-    for (int b = 0; b < RT_NBLK; b++)
-        for (int i = 0; i < p->blk[b].n; i++) {
-            const RtInstr *in = &p->blk[b].ins[i];
-            if (in->kind != RT_I_KERNEL && in->kind != RT_I_GEMM) continue;
-            pack_instr(k, p, in, at);
-            if (k->size > most) most = k->size;
-        }
-    int64_t maxn = 0;
-    for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].numel > maxn) maxn = p->params[i].numel;
-    if (4 * maxn + 4 * 65536 > most) most = 4 * maxn + 4 * 65536;
-    r.cap = most;
-    r.a = malloc((size_t)most);
-    r.b = malloc((size_t)most);
-    r.init = malloc((size_t)most);
-    if (rt_dev_open("cpu", 0, &r.cpu, err, sizeof err) || rt_dev_open("opencl", 0, &r.cl, err, sizeof err)) {
-        check(0, "%s: %s", what, err);
-        goto out;
+  int64_t maxn = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i].numel > maxn) maxn = p->params[i].numel;
+  if (4 * maxn + 4 * 65536 > most) most = 4 * maxn + 4 * 65536;
+  r.cap = most;
+  r.a = malloc((size_t)most);
+  r.b = malloc((size_t)most);
+  r.init = malloc((size_t)most);
+  if (rt_dev_open("cpu", 0, &r.cpu, err, sizeof err) || rt_dev_open("opencl", 0, &r.cl, err, sizeof err)) {
+    check(0, "%s: %s", what, err);
+    goto out;
+  }
+  if (rt_dev_alloc(r.cpu, most) || rt_dev_alloc(r.cl, most) || rt_dev_load(r.cpu, dir, p) ||
+      rt_dev_load(r.cl, dir, p)) {
+    check(0, "%s: %s%s", what, rt_dev_error(r.cpu), rt_dev_error(r.cl));
+    goto out;
+  }
+  int *seen = calloc((size_t)p->nkernels, sizeof *seen);
+  const RtInstr **gemms = calloc(4096, sizeof *gemms);
+  int ngemm = 0, nkern = 0;
+  for (int b = 0; b < RT_NBLK; b++)
+    for (int i = 0; i < p->blk[b].n; i++) {
+      const RtInstr *in = &p->blk[b].ins[i];
+      char name[160];
+      if (in->kind == RT_I_KERNEL && !seen[in->kernel]) {
+        seen[in->kernel] = 1;
+        nkern++;
+        pack_instr(k, p, in, at);
+        KernelCall c = {in, at, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 0.5f}};
+        snprintf(name, sizeof name, "kernel %s (line %d)", p->kernels[in->kernel], in->line);
+        compare(&r, k, name, run_kernel, &c, NULL);
+      } else if (in->kind == RT_I_GEMM) {
+        int dup = 0;
+        for (int g = 0; g < ngemm && !dup; g++) dup = same_gemm(gemms[g], in);
+        if (dup || ngemm == 4096) continue;
+        gemms[ngemm++] = in;
+        pack_instr(k, p, in, at);
+        RtGemm m = {in->ta, in->tb, in->m,   in->n,   in->k,   in->batch, in->alpha, in->beta, at[0],
+                    at[1],  at[2],  in->lda, in->ldb, in->ldc, in->sa,    in->sb,    in->sc};
+        snprintf(name, sizeof name, "gemm %c %c %d %d %d batch %d (line %d)", in->ta ? 'T' : 'N', in->tb ? 'T' : 'N',
+                 in->m, in->n, in->k, in->batch, in->line);
+        compare(&r, k, name, run_gemm, &m, &m);
+      } else if (in->kind == RT_I_GRAD_NORM && !seen[in->kernel]) {
+        /* grad_norm's kernel over the largest param's worth of random gradient */
+        seen[in->kernel] = 1;
+        nkern++;
+        memset(k, 0, sizeof *k);
+        RtPtr whole = {1, 0, 0};
+        pack_add(k, p, &whole, 4 * maxn);
+        NormCall c = {in->kernel, in->geom, maxn, 0};
+        RtPtr part = {1, 0, p->arena - 4 * in->geom.grid}; /* any place that is no buffer */
+        c.partials = pack_add(k, p, &part, 4 * in->geom.grid);
+        snprintf(name, sizeof name, "grad_norm's kernel %s over %lld floats", p->kernels[in->kernel], (long long)maxn);
+        compare(&r, k, name, run_norm, &c, NULL);
+      }
     }
-    if (rt_dev_alloc(r.cpu, most) || rt_dev_alloc(r.cl, most) ||
-        rt_dev_load(r.cpu, dir, p) || rt_dev_load(r.cl, dir, p)) {
-        check(0, "%s: %s%s", what, rt_dev_error(r.cpu), rt_dev_error(r.cl));
-        goto out;
-    }
-    int *seen = calloc((size_t)p->nkernels, sizeof *seen);
-    const RtInstr **gemms = calloc(4096, sizeof *gemms);
-    int ngemm = 0, nkern = 0;
-    for (int b = 0; b < RT_NBLK; b++)
-        for (int i = 0; i < p->blk[b].n; i++) {
-            const RtInstr *in = &p->blk[b].ins[i];
-            char name[160];
-            if (in->kind == RT_I_KERNEL && !seen[in->kernel]) {
-                seen[in->kernel] = 1;
-                nkern++;
-                pack_instr(k, p, in, at);
-                KernelCall c = {in, at, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 0.5f}};
-                snprintf(name, sizeof name, "kernel %s (line %d)", p->kernels[in->kernel], in->line);
-                compare(&r, k, name, run_kernel, &c, NULL);
-            } else if (in->kind == RT_I_GEMM) {
-                int dup = 0;
-                for (int g = 0; g < ngemm && !dup; g++) dup = same_gemm(gemms[g], in);
-                if (dup || ngemm == 4096) continue;
-                gemms[ngemm++] = in;
-                pack_instr(k, p, in, at);
-                RtGemm m = {in->ta, in->tb, in->m, in->n, in->k, in->batch, in->alpha, in->beta, at[0], at[1], at[2],
-                            in->lda, in->ldb, in->ldc, in->sa, in->sb, in->sc};
-                snprintf(name, sizeof name, "gemm %c %c %d %d %d batch %d (line %d)", in->ta ? 'T' : 'N', in->tb ? 'T' : 'N',
-                         in->m, in->n, in->k, in->batch, in->line);
-                compare(&r, k, name, run_gemm, &m, &m);
-            } else if (in->kind == RT_I_GRAD_NORM && !seen[in->kernel]) {
-                /* grad_norm's kernel over the largest param's worth of random gradient */
-                seen[in->kernel] = 1;
-                nkern++;
-                memset(k, 0, sizeof *k);
-                RtPtr whole = {1, 0, 0};
-                pack_add(k, p, &whole, 4 * maxn);
-                NormCall c = {in->kernel, in->geom, maxn, 0};
-                RtPtr part = {1, 0, p->arena - 4 * in->geom.grid}; /* any place that is no buffer */
-                c.partials = pack_add(k, p, &part, 4 * in->geom.grid);
-                snprintf(name, sizeof name, "grad_norm's kernel %s over %lld floats", p->kernels[in->kernel], (long long)maxn);
-                compare(&r, k, name, run_norm, &c, NULL);
-            }
-        }
-    check(r.bad == 0 && r.ran == nkern + ngemm && nkern == p->nkernels,
-          "%s: %d kernels (of %d) and %d distinct GEMMs agree on cpu and opencl to %g", what, nkern, p->nkernels, ngemm, TOL);
-    free(seen);
-    free((void *)gemms);
+  check(r.bad == 0 && r.ran == nkern + ngemm && nkern == p->nkernels,
+        "%s: %d kernels (of %d) and %d distinct GEMMs agree on cpu and opencl to %g", what, nkern, p->nkernels, ngemm,
+        TOL);
+  free(seen);
+  free((void *)gemms);
 out:
-    rt_dev_close(r.cpu);
-    rt_dev_close(r.cl);
-    free(r.a);
-    free(r.b);
-    free(r.init);
-    free(at);
-    free(k);
-    rt_prog_free(p);
+  rt_dev_close(r.cpu);
+  rt_dev_close(r.cl);
+  free(r.a);
+  free(r.b);
+  free(r.init);
+  free(at);
+  free(k);
+  rt_prog_free(p);
 }
 
 /* ---- the opencl device's start-up errors --------------------------------------------------- */
 
 /* Runs ppr with env before it on DIR; its output in *out (malloc'd); the exit status. */
 static int ppr(const char *env, const char *dir, const char *args, char **out) {
-    char cmd[4096], path[1024];
-    snprintf(path, sizeof path, "%s/ppr.out", dir);
-    snprintf(cmd, sizeof cmd, "%s %s/ppr %s %s > %s 2>&1", env, bin, dir, args, path);
-    int rc = system(cmd);
-    FILE *f = fopen(path, "rb");
-    *out = calloc(1, 1 << 16);
-    if (f) {
-        size_t n = fread(*out, 1, (1 << 16) - 1, f);
-        (*out)[n] = 0;
-        fclose(f);
-    }
-    return rc;
+  char cmd[4096], path[1024];
+  snprintf(path, sizeof path, "%s/ppr.out", dir);
+  snprintf(cmd, sizeof cmd, "%s %s/ppr %s %s > %s 2>&1", env, bin, dir, args, path);
+  int rc = system(cmd);
+  FILE *f = fopen(path, "rb");
+  *out = calloc(1, 1 << 16);
+  if (f) {
+    size_t n = fread(*out, 1, (1 << 16) - 1, f);
+    (*out)[n] = 0;
+    fclose(f);
+  }
+  return rc;
 }
 
 static int exists(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f) fclose(f);
-    return f != NULL;
+  FILE *f = fopen(path, "rb");
+  if (f) fclose(f);
+  return f != NULL;
 }
 
 /* DIR/rank0.prog names DIR/FILE (its `object EXT` line) by the file's size and hash as it is now,
  * the listing rehashed: a kernel file edited on purpose passes ppr's check of the file and fails
  * later. 0, or -1. */
 static int rename_object(const char *dir, const char *ext) {
-    char path[1200], prog[1200];
-    snprintf(path, sizeof path, "%s/kernels_s0.%s", dir, ext);
-    snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
-    char *bufs[2] = {NULL, NULL};
-    size_t lens[2] = {0, 0};
-    const char *paths[2] = {path, prog};
-    for (int k = 0; k < 2; k++) {
-        FILE *f = fopen(paths[k], "rb");
-        if (!f) return -1;
-        size_t cap = 1 << 16, r;
-        bufs[k] = malloc(cap + 1);
-        while ((r = fread(bufs[k] + lens[k], 1, cap - lens[k], f)) > 0)
-            if ((lens[k] += r) == cap) bufs[k] = realloc(bufs[k], (cap *= 2) + 1);
-        fclose(f);
-        bufs[k][lens[k]] = 0;
-    }
-    char want[64], line[64], *t = bufs[1], *at, *hl = strstr(t, "\nhash "), *body = hl ? strchr(hl + 1, '\n') : NULL;
-    snprintf(want, sizeof want, "\nobject %s ", ext);
-    at = strstr(t, want);
-    int rc = -1;
-    if (at && body) {
-        int n = snprintf(line, sizeof line, "\nobject %s %zu %016llx", ext, lens[0],
-                         (unsigned long long)rt_fnv1a64(bufs[0], lens[0]));
-        char *end = strchr(at + 1, '\n');
-        size_t out_len = (size_t)(at - t) + (size_t)n + strlen(end);
-        char *o = malloc(out_len + 1);
-        snprintf(o, out_len + 1, "%.*s%s%s", (int)(at - t), t, line, end);
-        char *ob = strchr(strstr(o, "\nhash ") + 1, '\n') + 1;
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)rt_fnv1a64(ob, strlen(ob)));
-        memcpy(strstr(o, "\nhash ") + 6, hex, 16);
-        FILE *f = fopen(prog, "wb");
-        rc = f && fwrite(o, 1, out_len, f) == out_len ? 0 : -1;
-        if (f && fclose(f)) rc = -1;
-        free(o);
-    }
-    free(bufs[0]);
-    free(bufs[1]);
-    return rc;
+  char path[1200], prog[1200];
+  snprintf(path, sizeof path, "%s/kernels_s0.%s", dir, ext);
+  snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
+  char *bufs[2] = {NULL, NULL};
+  size_t lens[2] = {0, 0};
+  const char *paths[2] = {path, prog};
+  for (int k = 0; k < 2; k++) {
+    FILE *f = fopen(paths[k], "rb");
+    if (!f) return -1;
+    size_t cap = 1 << 16, r;
+    bufs[k] = malloc(cap + 1);
+    while ((r = fread(bufs[k] + lens[k], 1, cap - lens[k], f)) > 0)
+      if ((lens[k] += r) == cap) bufs[k] = realloc(bufs[k], (cap *= 2) + 1);
+    fclose(f);
+    bufs[k][lens[k]] = 0;
+  }
+  char want[64], line[64], *t = bufs[1], *at, *hl = strstr(t, "\nhash "), *body = hl ? strchr(hl + 1, '\n') : NULL;
+  snprintf(want, sizeof want, "\nobject %s ", ext);
+  at = strstr(t, want);
+  int rc = -1;
+  if (at && body) {
+    int n = snprintf(line, sizeof line, "\nobject %s %zu %016llx", ext, lens[0],
+                     (unsigned long long)rt_fnv1a64(bufs[0], lens[0]));
+    char *end = strchr(at + 1, '\n');
+    size_t out_len = (size_t)(at - t) + (size_t)n + strlen(end);
+    char *o = malloc(out_len + 1);
+    snprintf(o, out_len + 1, "%.*s%s%s", (int)(at - t), t, line, end);
+    char *ob = strchr(strstr(o, "\nhash ") + 1, '\n') + 1;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)rt_fnv1a64(ob, strlen(ob)));
+    memcpy(strstr(o, "\nhash ") + 6, hex, 16);
+    FILE *f = fopen(prog, "wb");
+    rc = f && fwrite(o, 1, out_len, f) == out_len ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    free(o);
+  }
+  free(bufs[0]);
+  free(bufs[1]);
+  return rc;
 }
 
 static void test_device_errors(void) {
-    char dir[900], cmd[4096], save[1024], log[1024], *out = NULL;
-    snprintf(dir, sizeof dir, "%s/kernels/errors", bin);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc examples/tiny.pdl -o %s > /dev/null", dir, dir, bin, dir);
-    if (system(cmd)) {
-        check(0, "ppc examples/tiny.pdl for the device errors");
-        return;
-    }
-    snprintf(save, sizeof save, "%s/w.safetensors", dir);
-    snprintf(log, sizeof log, "%s/log.jsonl", dir);
-    char args[2600];
-    snprintf(args, sizeof args, "--device opencl --save %s --log %s", save, log);
+  char dir[900], cmd[4096], save[1024], log[1024], *out = NULL;
+  snprintf(dir, sizeof dir, "%s/kernels/errors", bin);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc examples/tiny.pdl -o %s > /dev/null", dir, dir, bin,
+           dir);
+  if (system(cmd)) {
+    check(0, "ppc examples/tiny.pdl for the device errors");
+    return;
+  }
+  snprintf(save, sizeof save, "%s/w.safetensors", dir);
+  snprintf(log, sizeof log, "%s/log.jsonl", dir);
+  char args[2600];
+  snprintf(args, sizeof args, "--device opencl --save %s --log %s", save, log);
 
-    /* no OpenCL driver: the ICD loader finds no platform */
-    int rc = ppr("OCL_ICD_VENDORS=/nonexistent", dir, args, &out);
-    check(rc != 0 && strstr(out, "ppr: error: --device opencl: no OpenCL platform is installed") && !exists(save) &&
-              !exists(log),
-          "opencl without a platform: a clear error, exit 1, nothing written");
-    if (!strstr(out, "no OpenCL platform")) printf("  | %s\n", out);
-    free(out);
+  /* no OpenCL driver: the ICD loader finds no platform */
+  int rc = ppr("OCL_ICD_VENDORS=/nonexistent", dir, args, &out);
+  check(rc != 0 && strstr(out, "ppr: error: --device opencl: no OpenCL platform is installed") && !exists(save) &&
+            !exists(log),
+        "opencl without a platform: a clear error, exit 1, nothing written");
+  if (!strstr(out, "no OpenCL platform")) printf("  | %s\n", out);
+  free(out);
 
-    /* kernels that do not build: the build log, naming the device */
-    char cl[1024];
-    snprintf(cl, sizeof cl, "%s/kernels_s0.cl", dir);
-    snprintf(cmd, sizeof cmd, "sed -i 's/static inline float ppk_max(float a/static inline float ppk_max(floatx a/' %s", cl);
-    if (system(cmd) || rename_object(dir, "cl")) check(0, "editing %s", cl);
+  /* kernels that do not build: the build log, naming the device */
+  char cl[1024];
+  snprintf(cl, sizeof cl, "%s/kernels_s0.cl", dir);
+  snprintf(cmd, sizeof cmd, "sed -i 's/static inline float ppk_max(float a/static inline float ppk_max(floatx a/' %s",
+           cl);
+  if (system(cmd) || rename_object(dir, "cl")) check(0, "editing %s", cl);
+  rc = ppr("", dir, args, &out);
+  check(rc != 0 && strstr(out, "ppr: error: opencl:0 (") && strstr(out, "kernels_s0.cl: building the kernels failed") &&
+            strstr(out, "floatx") && !exists(save) && !exists(log),
+        "opencl kernels that do not build: the device, the file and the build log, exit 1, nothing written");
+  if (!strstr(out, "building the kernels failed")) printf("  | %s\n", out);
+  free(out);
+
+  /* cuda without a GPU: a clear error naming what is missing, before anything is written */
+  if (exists("/dev/nvidia0") || exists("/dev/nvidiactl")) {
+    printf("SKIP --device cuda without a GPU: this machine has one (make gpu-check runs it)\n");
+  } else {
+    snprintf(args, sizeof args, "--device cuda --save %s --log %s", save, log);
     rc = ppr("", dir, args, &out);
-    check(rc != 0 && strstr(out, "ppr: error: opencl:0 (") && strstr(out, "kernels_s0.cl: building the kernels failed") &&
-              strstr(out, "floatx") && !exists(save) && !exists(log),
-          "opencl kernels that do not build: the device, the file and the build log, exit 1, nothing written");
-    if (!strstr(out, "building the kernels failed")) printf("  | %s\n", out);
+    check(rc != 0 && strstr(out, "ppr: error: --device cuda: ") &&
+              (strstr(out, "no CUDA driver: libcuda.so.1 cannot be loaded") || strstr(out, "no CUDA-capable device") ||
+               strstr(out, "built without the cuda device")) &&
+              !exists(save) && !exists(log),
+          "--device cuda on a machine without a GPU: it names what is missing, exit 1, nothing written");
+    if (!strstr(out, "--device cuda")) printf("  | %s\n", out);
     free(out);
+    snprintf(args, sizeof args, "--device opencl --save %s --log %s", save, log);
+  }
 
-    /* cuda without a GPU: a clear error naming what is missing, before anything is written */
-    if (exists("/dev/nvidia0") || exists("/dev/nvidiactl")) {
-        printf("SKIP --device cuda without a GPU: this machine has one (make gpu-check runs it)\n");
-    } else {
-        snprintf(args, sizeof args, "--device cuda --save %s --log %s", save, log);
-        rc = ppr("", dir, args, &out);
-        check(rc != 0 && strstr(out, "ppr: error: --device cuda: ") &&
-                  (strstr(out, "no CUDA driver: libcuda.so.1 cannot be loaded") || strstr(out, "no CUDA-capable device") ||
-                   strstr(out, "built without the cuda device")) &&
-                  !exists(save) && !exists(log),
-              "--device cuda on a machine without a GPU: it names what is missing, exit 1, nothing written");
-        if (!strstr(out, "--device cuda")) printf("  | %s\n", out);
-        free(out);
-        snprintf(args, sizeof args, "--device opencl --save %s --log %s", save, log);
-    }
-
-    /* an arena larger than the device allows in one allocation */
-    snprintf(cmd, sizeof cmd,
-             "rm -rf %s && mkdir -p %s && %s/ppc examples/minimind.pdl --micro-batch 1 --seq 64 -o %s > /dev/null", dir, dir,
-             bin, dir);
-    if (system(cmd)) {
-        check(0, "ppc examples/minimind.pdl for the device errors");
-        return;
-    }
-    rc = ppr("POCL_MEMORY_LIMIT=1", dir, args, &out);
-    check(rc != 0 && strstr(out, "ppr: error: opencl:0 (") && strstr(out, "the arena needs ") &&
-              strstr(out, "CL_DEVICE_MAX_MEM_ALLOC_SIZE") && !exists(save) && !exists(log),
-          "an arena larger than the opencl device allows: a clear error naming the device, exit 1, nothing written");
-    if (!strstr(out, "the arena needs")) printf("  | %s\n", out);
-    free(out);
+  /* an arena larger than the device allows in one allocation */
+  snprintf(cmd, sizeof cmd,
+           "rm -rf %s && mkdir -p %s && %s/ppc examples/minimind.pdl --micro-batch 1 --seq 64 -o %s > /dev/null", dir,
+           dir, bin, dir);
+  if (system(cmd)) {
+    check(0, "ppc examples/minimind.pdl for the device errors");
+    return;
+  }
+  rc = ppr("POCL_MEMORY_LIMIT=1", dir, args, &out);
+  check(rc != 0 && strstr(out, "ppr: error: opencl:0 (") && strstr(out, "the arena needs ") &&
+            strstr(out, "CL_DEVICE_MAX_MEM_ALLOC_SIZE") && !exists(save) && !exists(log),
+        "an arena larger than the opencl device allows: a clear error naming the device, exit 1, nothing written");
+  if (!strstr(out, "the arena needs")) printf("  | %s\n", out);
+  free(out);
 }
 
 int main(int argc, char **argv) {
-    (void)argc;
-    const char *slash = strrchr(argv[0], '/');
-    if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
-    for (int c = 0; c < NCASES; c++) {
-        char dir[900], cmd[4800];
-        snprintf(dir, sizeof dir, "%s/kernels/case%d", bin, c);
-        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s %s -o %s > %s.log 2>&1", dir, dir, bin, cases[c][0],
-                 cases[c][1], dir, dir);
-        if (system(cmd) != 0) {
-            check(0, "%s %s: ppc failed (%s.log)", cases[c][0], cases[c][1], dir);
-            continue;
-        }
-        /* every stage, as its last tensor-parallel rank runs it (its vocabulary rows start past 0) */
-        int tp = 1, pp = 1, dp = 1;
-        char prog[1200], err[512];
-        snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
-        if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
-            check(0, "%s", err);
-            continue;
-        }
-        for (int s = 0; s < pp; s++) {
-            char what[512];
-            snprintf(prog, sizeof prog, "%s/rank%d.prog", dir, s * tp + tp - 1);
-            snprintf(what, sizeof what, "%s %s: stage %d tp_rank %d", cases[c][0], cases[c][1], s, tp - 1);
-            test_listing(dir, prog, what);
-        }
+  (void)argc;
+  const char *slash = strrchr(argv[0], '/');
+  if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
+  for (int c = 0; c < NCASES; c++) {
+    char dir[900], cmd[4800];
+    snprintf(dir, sizeof dir, "%s/kernels/case%d", bin, c);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s/ppc %s %s -o %s > %s.log 2>&1", dir, dir, bin,
+             cases[c][0], cases[c][1], dir, dir);
+    if (system(cmd) != 0) {
+      check(0, "%s %s: ppc failed (%s.log)", cases[c][0], cases[c][1], dir);
+      continue;
     }
-    test_device_errors();
-    printf("%d passed, %d failed\n", pass, fail);
-    return fail != 0;
+    /* every stage, as its last tensor-parallel rank runs it (its vocabulary rows start past 0) */
+    int tp = 1, pp = 1, dp = 1;
+    char prog[1200], err[512];
+    snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
+    if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
+      check(0, "%s", err);
+      continue;
+    }
+    for (int s = 0; s < pp; s++) {
+      char what[512];
+      snprintf(prog, sizeof prog, "%s/rank%d.prog", dir, s * tp + tp - 1);
+      snprintf(what, sizeof what, "%s %s: stage %d tp_rank %d", cases[c][0], cases[c][1], s, tp - 1);
+      test_listing(dir, prog, what);
+    }
+  }
+  test_device_errors();
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0;
 }

@@ -119,14 +119,15 @@ static void check_dir(const char *dir, const char *what, const char *want_arch) 
 
 static int ppc(const char *model, const char *flags, const char *dir, const char *env) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s %s/ppc %s %s -o %s > %s.log 2>&1", dir, dir, env, bin, model, flags,
-           dir, dir);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && %s %s/ppc %s %s -o %s > %s.log 2>&1", dir, dir, env, bin,
+           model, flags, dir, dir);
   return system(cmd);
 }
 
 /* cg_nvrtc on a source NVRTC refuses: exit 1, the log, and the generated line it names. */
 static void check_failure(void) {
-  const char *src = "/* a generated source */\nextern \"C\" __global__ void k(float *p) {\n  p[0] = undeclared_name;\n}\n";
+  const char *src =
+      "/* a generated source */\nextern \"C\" __global__ void k(float *p) {\n  p[0] = undeclared_name;\n}\n";
   char dir[600], errp[700];
   snprintf(dir, sizeof dir, "%s/nvrtc/broken", bin);
   snprintf(errp, sizeof errp, "%s/err.txt", dir);
@@ -180,14 +181,16 @@ int main(int argc, char **argv) {
     snprintf(b, sizeof b, "%s/nvrtc/again", bin);
     snprintf(env, sizeof env, "PPC_CACHE=%s/nvrtc/cold-cache", bin);
     int ok = !ppc("examples/tiny.pdl", "--tp 2 --pp 2", b, env);
-    const char *files[] = {"rank0.prog", "rank3.prog", "kernels_s0.cubin", "kernels_s1.cubin", "kernels_s1.ptx", "kernels_s1.cl"};
+    const char *files[] = {"rank0.prog",       "rank3.prog",     "kernels_s0.cubin",
+                           "kernels_s1.cubin", "kernels_s1.ptx", "kernels_s1.cl"};
     for (size_t k = 0; k < sizeof files / sizeof *files && ok; k++) {
       snprintf(pa, sizeof pa, "%s/%s", a, files[k]);
       snprintf(pb, sizeof pb, "%s/%s", b, files[k]);
       ok = same_file(pa, pb);
       if (!ok) printf("  | %s and %s differ\n", pa, pb);
     }
-    check(ok, "tiny tp 2 pp 2 compiled again from a cold cache: the listings, cubins, PTX and OpenCL C are the same bytes");
+    check(ok,
+          "tiny tp 2 pp 2 compiled again from a cold cache: the listings, cubins, PTX and OpenCL C are the same bytes");
   }
   /* a damaged cache entry (a truncated cubin, a PTX with one byte changed, a truncated C object) is
    * compiled again, never copied: the files equal those of the first compile, into the same
@@ -215,10 +218,12 @@ int main(int argc, char **argv) {
         if (!ok) printf("  | round %d: %s and %s differ\n", round, pa, pb);
       }
     }
-    snprintf(cmd, sizeof cmd, "for f in %s/*.cubin %s/*.so; do [ $(wc -c < \"$f\") -gt 100 ] || exit 1; done", cache, cache);
+    snprintf(cmd, sizeof cmd, "for f in %s/*.cubin %s/*.so; do [ $(wc -c < \"$f\") -gt 100 ] || exit 1; done", cache,
+             cache);
     ok = ok && !system(cmd);
-    check(ok, "damaged cache entries (cubin and C object truncated, PTX changed) are compiled again: the same files as a "
-              "clean compile, and the entries repaired");
+    check(ok,
+          "damaged cache entries (cubin and C object truncated, PTX changed) are compiled again: the same files as a "
+          "clean compile, and the entries repaired");
   }
   /* every target */
   static const char *const archs[] = {"sm_80", "sm_89", "sm_100"};

@@ -64,10 +64,10 @@ int main(void) {
     int kind = trial % 4;
     for (int l = 0; l < N; l++) {
       double u = uniform();
-      layer[l] = kind == 0   ? u * 100                                   /* uniform */
-                 : kind == 1 ? (double)(1 + (int)(u * 3)) * 1e9          /* few values: ties */
-                 : kind == 2 ? (u < 0.3 ? 0 : u * 1e12)                  /* zeros */
-                             : 1.0 / (1e-3 + u * u);                      /* heavy-tailed */
+      layer[l] = kind == 0   ? u * 100                          /* uniform */
+                 : kind == 1 ? (double)(1 + (int)(u * 3)) * 1e9 /* few values: ties */
+                 : kind == 2 ? (u < 0.3 ? 0 : u * 1e12)         /* zeros */
+                             : 1.0 / (1e-3 + u * u);            /* heavy-tailed */
     }
     double pre = uniform() < 0.5 ? 0 : uniform() * 500, post = uniform() * 500;
     for (int pp = 1; pp <= N; pp++) {
@@ -76,7 +76,8 @@ int main(void) {
       memset(got, 0xff, sizeof got);
       pp_balance(layer, N, pre, post, pp, got);
       int same = !memcmp(want, got, (size_t)(pp + 1) * sizeof *got);
-      check(same, "trial %d (kind %d): %d layers over %d stages: boundaries as the dynamic program's", trial, kind, N, pp);
+      check(same, "trial %d (kind %d): %d layers over %d stages: boundaries as the dynamic program's", trial, kind, N,
+            pp);
       if (!same) {
         for (int r = 0; r <= pp; r++) printf("  bound %d: want %d got %d\n", r, want[r], got[r]);
       }
@@ -101,7 +102,9 @@ int main(void) {
     sum += s;
   }
   check(ok, "100000 layers over 1000 stages: boundaries increase from 0 to N");
-  check(worst <= sum / pp + 2 + 250, "100000 layers over 1000 stages: the costliest stage (%.1f) within two layers and the ends of the mean (%.1f)", worst, sum / pp);
+  check(worst <= sum / pp + 2 + 250,
+        "100000 layers over 1000 stages: the costliest stage (%.1f) within two layers and the ends of the mean (%.1f)",
+        worst, sum / pp);
   printf("PASS 100000 layers over 1000 stages\n");
   free(layer);
   free(b);

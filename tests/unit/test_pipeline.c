@@ -14,8 +14,9 @@
 static int pass, fail;
 static char bin[512] = "build";
 
-#define MPIRUN \
-  "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x POCL_MAX_PTHREAD_COUNT=1 "
+#define MPIRUN                                                                                                         \
+  "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x "                      \
+  "POCL_MAX_PTHREAD_COUNT=1 "
 
 static int sh(const char *cmd) {
   int rc = system(cmd);
@@ -78,7 +79,8 @@ static double worst_rel(const char *got_path, const char *ref_path, char *worst,
  * where g / (|g| + eps) is steepest, and a tensor-parallel mesh's other summation order (a rounding
  * difference of ~1e-9 in that element) then moves its weight by ~2e-5 of the tensor's norm in 5
  * steps; with eps 1e-6 the meshes agree to ~1e-6, and the gradients are compared directly anyway. */
-static int run(const char *model, int tp, int pp, int dp, const char *sched, int M, const char *out, const char *device) {
+static int run(const char *model, int tp, int pp, int dp, const char *sched, int M, const char *out,
+               const char *device) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --microbatches %d -o %s/prog "
@@ -183,13 +185,15 @@ int main(int argc, char **argv) {
   }
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
   snprintf(cmd, sizeof cmd,
-           "timeout 60 " MPIRUN "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_M3_cpu/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
+           "timeout 60 " MPIRUN
+           "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_M3_cpu/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
            bin, bin, bin);
   int rc = system(cmd);
   snprintf(cmd, sizeof cmd, "grep -q 'ranks' %s/pipe/ws.txt", bin);
   int said = system(cmd) == 0;
   int ok = rc != 0 && (rc >> 8) != 124 && said;
-  printf("%s a 3-rank launch of a 2-rank program fails with a message (exit status %d)\n", ok ? "PASS" : "FAIL", rc >> 8);
+  printf("%s a 3-rank launch of a 2-rank program fails with a message (exit status %d)\n", ok ? "PASS" : "FAIL",
+         rc >> 8);
   ok ? pass++ : fail++;
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
