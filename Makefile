@@ -184,3 +184,6 @@ format:
 
 clean:
 	rm -rf build build-asan
+
+# libFuzzer harnesses: make fuzz, make fuzz-smoke (CI), make fuzz-cov (tests/fuzz/fuzz.mk)
+include tests/fuzz/fuzz.mk
