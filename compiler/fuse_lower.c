@@ -1123,15 +1123,20 @@ static void lower_adamw(Ctx *c) {
     if (first >= 0) allreduce(c, -1, first, -1, "dp", "sum", "data parallelism: the replicas' gradients");
   }
   grad_norm(c);
+  /* each parameter's four buffers, found in one pass over the buffers (a scan per parameter was
+   * quadratic in the number of layers) */
+  int np = c->g->nparams, *bufs = xmalloc(((size_t)4 * np + 1) * sizeof *bufs);
+  for (int i = 0; i < 4 * np; i++) bufs[i] = -1;
+  for (int b = 0; b < p->nvb; b++) {
+    int i = p->vb[b].param, k = p->vb[b].cls == BC_PARAM    ? 0
+                                : p->vb[b].cls == BC_GRAD   ? 1
+                                : p->vb[b].cls == BC_ADAM_M ? 2
+                                : p->vb[b].cls == BC_ADAM_V ? 3
+                                                            : -1;
+    if (i >= 0 && i < np && k >= 0) bufs[4 * i + k] = b;
+  }
   for (int i = 0; i < c->g->nparams; i++) {
-    int vp = -1, vg = -1, vm = -1, vv = -1;
-    for (int b = 0; b < p->nvb; b++)
-      if (p->vb[b].param == i) {
-        if (p->vb[b].cls == BC_PARAM) vp = b;
-        if (p->vb[b].cls == BC_GRAD) vg = b;
-        if (p->vb[b].cls == BC_ADAM_M) vm = b;
-        if (p->vb[b].cls == BC_ADAM_V) vv = b;
-      }
+    int vp = bufs[4 * i], vg = bufs[4 * i + 1], vm = bufs[4 * i + 2], vv = bufs[4 * i + 3];
     const IrParam *q = &c->g->params[i];
     KCall kc = kc_flat("adamw", shape_numel(&q->shape), -1);
     Kernel *k = kc.k;
@@ -1163,6 +1168,7 @@ static void lower_adamw(Ctx *c) {
     k->work = 12;
     kc_emit(c, &kc);
   }
+  free(bufs);
 }
 
 /* ============================================================================================
