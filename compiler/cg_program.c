@@ -206,7 +206,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     const VBuf *v = &p->vb[p->bnd[k]];
     OUT(b, "boundary %s", bnames[k]);
     operand(b, p, &(Operand){.kind = 'b', .vb = p->bnd[k]});
-    OUT(b, " %lld %s\n", (long long)v->bytes, shape_str(&v->shape, sb, sizeof sb));
+    OUT(b, " %lld %s\n", (long long)v->bytes, ir_shape_str(&v->shape, sb, sizeof sb));
   }
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
@@ -217,9 +217,10 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
      * the gradient norm and is saved once */
     bool replica =
         q->copy || (q->shard_dim < 0 && tp_rank != 0) || (q->shard_rep > 1 && tp_rank % q->shard_rep) || dp_rank != 0;
-    OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name, shape_str(&q->shape, sb, sizeof sb),
-        (long long)(p->region_off[BC_PARAM] + v->off), init_name(q, ib, sizeof ib), q->shape.nd >= 2,
-        q->tied ? " tied" : "", q->shared ? " shared" : "", q->copy ? " copy" : "", replica ? " replica" : "");
+    OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name,
+        ir_shape_str(&q->shape, sb, sizeof sb), (long long)(p->region_off[BC_PARAM] + v->off),
+        init_name(q, ib, sizeof ib), q->shape.nd >= 2, q->tied ? " tied" : "", q->shared ? " shared" : "",
+        q->copy ? " copy" : "", replica ? " replica" : "");
     if (q->shard_dim >= 0) { /* rows [start, start+len) of dimension dim; past the dense size: padding */
       int64_t len = q->shape.d[q->shard_dim];
       OUT(b, " shard %d %lld %lld %lld", q->shard_dim, (long long)((tp_rank / q->shard_rep) * len), (long long)len,
@@ -229,12 +230,12 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   }
   /* every dense parameter of the model, so any rank can check a checkpoint's names and shapes */
   for (int i = 0; i < p->model->nparams; i++)
-    OUT(b, "model_param %s %s\n", p->model->params[i].name, shape_str(&p->model->params[i].shape, sb, sizeof sb));
+    OUT(b, "model_param %s %s\n", p->model->params[i].name, ir_shape_str(&p->model->params[i].shape, sb, sizeof sb));
   OUT(b, "\n");
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
     if (v->cls != BC_SLOT && v->cls != BC_SCRATCH) continue;
-    OUT(b, "buffer %s %s %s %c%lld%s\n", v->name, v->is_int ? "i32" : "f32", shape_str(&v->shape, sb, sizeof sb),
+    OUT(b, "buffer %s %s %s %c%lld%s\n", v->name, v->is_int ? "i32" : "f32", ir_shape_str(&v->shape, sb, sizeof sb),
         v->cls == BC_SLOT ? '$' : '@', (long long)(v->cls == BC_SLOT ? v->off : p->region_off[BC_SCRATCH] + v->off),
         v->cls == BC_SLOT ? " saved" : "");
   }

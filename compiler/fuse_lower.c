@@ -39,7 +39,7 @@ static int vbuf(Ctx *c, const char *name, BufClass cls, Shape shape, bool is_int
   b->cls = cls;
   b->shape = shape;
   b->is_int = is_int;
-  b->bytes = shape_numel(&shape) * 4;
+  b->bytes = ir_shape_numel(&shape) * 4;
   b->param = -1;
   b->first = b->last = -1;
   b->alias = -1;
@@ -400,7 +400,7 @@ static void lower_gemm(Ctx *c, int id) {
   int act_in = n->op == OP_LINEAR || n->op == OP_MATMUL ? n->in[0] : n->in[0]; /* x, or dy */
   const Shape *xs = &N(c, act_in)->shape;
   int64_t F_in = xs->d[xs->nd - 1];
-  int64_t R = shape_numel(xs) / F_in;
+  int64_t R = ir_shape_numel(xs) / F_in;
   /* batching is needed when any activation operand is stored transposed */
   bool any_flip = flipped(c, act_in) || (n->op != OP_LINEAR_DW && n->op != OP_MATMUL_DW && c->phys[id] != n->layout &&
                                          c->phys[id] != LAYOUT_NONE && n->layout != LAYOUT_NONE);
@@ -514,7 +514,7 @@ static int64_t last_dim(const Shape *s) { return s->nd ? s->d[s->nd - 1] : 1; }
 /* A plain elementwise node (not fused into a consumer): out[r] = f(inputs[r]). */
 static void lower_elementwise(Ctx *c, int id) {
   const char *name = ir_ops[N(c, id)->op].name;
-  KCall kc = kc_flat(name + (name[0] == '.'), shape_numel(&N(c, id)->shape), id);
+  KCall kc = kc_flat(name + (name[0] == '.'), ir_shape_numel(&N(c, id)->shape), id);
   int out = kc_node(c, &kc, id, true);
   int v = elem_expr(c, &kc, id, kir_row(kc.k));
   kir_store(kc.k, out, kir_row(kc.k), '=', v);
@@ -523,7 +523,7 @@ static void lower_elementwise(Ctx *c, int id) {
 
 static void lower_param_grad(Ctx *c, int id) {
   const IrNode *n = N(c, id);
-  KCall kc = kc_flat("param_grad", shape_numel(&n->shape), id);
+  KCall kc = kc_flat("param_grad", ir_shape_numel(&n->shape), id);
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true);
   kir_store(kc.k, g, kir_row(kc.k), '+', val(c, &kc, n->in[0], kir_row(kc.k)));
   kc_emit(c, &kc);
@@ -617,7 +617,7 @@ static void lower_pos_embedding(Ctx *c, int id, bool grad) {
 static void lower_norm(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM;
-  int64_t D = last_dim(&n->shape), R = shape_numel(&n->shape) / D;
+  int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D;
   KCall kc = kc_block(rms ? "rmsnorm" : "layernorm", R, D, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true), w = kc_node(c, &kc, n->in[1], false);
@@ -654,7 +654,7 @@ static void lower_norm(Ctx *c, int id) {
 static void lower_norm_dx(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM_DX;
-  int64_t D = last_dim(&n->shape), R = shape_numel(&n->shape) / D;
+  int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D;
   KCall kc = kc_block(rms ? "rmsnorm_dx" : "layernorm_dx", R, D, id);
   Kernel *k = kc.k;
   int dx = kc_node(c, &kc, id, true), x = kc_node(c, &kc, n->in[1], false), w = kc_node(c, &kc, n->in[2], false);
@@ -695,7 +695,7 @@ static void lower_norm_dw(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM_DW;
   const Shape *xs = &N(c, n->in[1])->shape;
-  int64_t D = last_dim(xs), R = shape_numel(xs) / D;
+  int64_t D = last_dim(xs), R = ir_shape_numel(xs) / D;
   KCall kc = kc_flat(rms ? "rmsnorm_dw" : "layernorm_dw", D, id);
   Kernel *k = kc.k;
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true), x = kc_node(c, &kc, n->in[1], false);
@@ -718,7 +718,7 @@ static void lower_norm_dw(Ctx *c, int id) {
 static void lower_bias_db(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ds = &N(c, n->in[0])->shape;
-  int64_t Nn = last_dim(ds), R = shape_numel(ds) / Nn;
+  int64_t Nn = last_dim(ds), R = ir_shape_numel(ds) / Nn;
   KCall kc = kc_flat("bias_db", Nn, id);
   Kernel *k = kc.k;
   int g = kc_vbuf(c, &kc, grad_buf(c, n->gparam), true);
@@ -898,7 +898,7 @@ static void lower_attention(Ctx *c, int id) {
 
 static void lower_chunk(Ctx *c, int id) {
   const IrNode *n = N(c, id);
-  int64_t w = last_dim(&n->shape), R = shape_numel(&n->shape) / w, P = n->a.parts, I = n->a.index;
+  int64_t w = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / w, P = n->a.parts, I = n->a.index;
   KCall kc = kc_block("chunk", R, w, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true);
@@ -913,7 +913,7 @@ static void lower_chunk(Ctx *c, int id) {
 
 static void lower_concat(Ctx *c, int id) {
   const IrNode *n = N(c, id);
-  int64_t P = n->a.parts, w = last_dim(&n->shape) / P, R = shape_numel(&n->shape) / (w * P);
+  int64_t P = n->a.parts, w = last_dim(&n->shape) / P, R = ir_shape_numel(&n->shape) / (w * P);
   KCall kc = kc_block("concat", R, w, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true);
@@ -931,7 +931,7 @@ static void lower_concat(Ctx *c, int id) {
 static void lower_transpose(Ctx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *out = &n->shape; /* [d1, d0, F...] from [d0, d1, F...] */
-  int64_t A = out->d[0], Bd = out->d[1], F = shape_numel(out) / (A * Bd);
+  int64_t A = out->d[0], Bd = out->d[1], F = ir_shape_numel(out) / (A * Bd);
   KCall kc = kc_block("transpose_sb", A * Bd, F, id);
   Kernel *k = kc.k;
   int y = kc_node(c, &kc, id, true), x = kc_node(c, &kc, n->in[0], false);
@@ -1103,7 +1103,7 @@ static void lower_adamw(Ctx *c) {
     if (!c->g->params[i].shared) continue;
     Instr *in = instr(c, I_ALLREDUCE_TIED, -1);
     in->op[in->nop++] = ob(grad_buf(c, i), 0);
-    in->bytes = shape_numel(&c->g->params[i].shape) * 4;
+    in->bytes = ir_shape_numel(&c->g->params[i].shape) * 4;
   }
   /* gradients that are partial sums over tensor-parallel ranks */
   for (int i = 0; i < c->g->nparams; i++) {
@@ -1111,7 +1111,7 @@ static void lower_adamw(Ctx *c) {
     if (!q->grad_reduce) continue;
     char group[16];
     snprintf(group, sizeof group, q->grad_reduce == 1 ? "tp" : "tp/%d", q->shard_rep);
-    allreduce(c, -1, grad_buf(c, i), shape_numel(&q->shape) * 4, group, "sum",
+    allreduce(c, -1, grad_buf(c, i), ir_shape_numel(&q->shape) * 4, group, "sum",
               q->grad_reduce == 1 ? "a replicated weight applied to split heads: each rank saw its heads only"
                                   : "a kv head replicated over ranks: each saw its own query heads");
   }
@@ -1138,7 +1138,7 @@ static void lower_adamw(Ctx *c) {
   for (int i = 0; i < c->g->nparams; i++) {
     int vp = bufs[4 * i], vg = bufs[4 * i + 1], vm = bufs[4 * i + 2], vv = bufs[4 * i + 3];
     const IrParam *q = &c->g->params[i];
-    KCall kc = kc_flat("adamw", shape_numel(&q->shape), -1);
+    KCall kc = kc_flat("adamw", ir_shape_numel(&q->shape), -1);
     Kernel *k = kc.k;
     int P = kc_vbuf(c, &kc, vp, true), G = kc_vbuf(c, &kc, vg, false), M = kc_vbuf(c, &kc, vm, true),
         V = kc_vbuf(c, &kc, vv, true);
@@ -1295,7 +1295,7 @@ static void assign_buffers(Ctx *c) {
     bool slot = !n->bwd && c->saved[i];
     p->node_vb[i] = vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, false);
     /* saved statistics */
-    int64_t R = n->shape.nd ? shape_numel(&n->shape) / last_dim(&n->shape) : 1;
+    int64_t R = n->shape.nd ? ir_shape_numel(&n->shape) / last_dim(&n->shape) : 1;
     Shape aux = {0};
     if (n->op == OP_RMSNORM) aux = (Shape){1, {R}};
     if (n->op == OP_LAYERNORM) aux = (Shape){1, {2 * R}};
@@ -1374,16 +1374,16 @@ static void lower_node(Ctx *c, int id) {
   case OP_PARAM_GRAD: lower_param_grad(c, id); break;
   case OP_TP_COPY: break; /* identity forward */
   case OP_TP_REDUCE:
-    allreduce(c, id, buf_of(c, id), shape_numel(&n->shape) * 4, "tp", "sum",
+    allreduce(c, id, buf_of(c, id), ir_shape_numel(&n->shape) * 4, "tp", "sum",
               n->in[0] >= 0 && N(c, n->in[0])->op == OP_EMBEDDING ? "vocab-parallel embedding: rows from every rank"
                                                                   : "row-parallel linear: partial sums");
     break;
   case OP_ALLREDUCE:
-    allreduce(c, id, buf_of(c, id), shape_numel(&n->shape) * 4, "tp", "sum",
+    allreduce(c, id, buf_of(c, id), ir_shape_numel(&n->shape) * 4, "tp", "sum",
               "the input of column-parallel linears: its gradient is summed over the ranks");
     break;
   case OP_ADD_BIAS: {
-    int64_t Nn = last_dim(&n->shape), R = shape_numel(&n->shape) / Nn;
+    int64_t Nn = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / Nn;
     KCall kc = kc_flat("add_bias", R * Nn, id); /* element r takes bias r mod N */
     Kernel *k = kc.k;
     int y = kc_node(c, &kc, id, true), b = kc_node(c, &kc, n->in[1], false);
@@ -1431,7 +1431,7 @@ Program *fuse_lower(const Graph *g) {
   return p;
 }
 
-void prog_free(Program *p) {
+void fuse_prog_free(Program *p) {
   if (!p) return;
   for (int i = 0; i < p->nk; i++) kir_free(p->kernels[i]);
   free(p->kernels);

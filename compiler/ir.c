@@ -64,20 +64,20 @@ int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape) {
   return id;
 }
 
-int64_t shape_numel(const Shape *s) {
+int64_t ir_shape_numel(const Shape *s) {
   int64_t n = 1;
   for (int i = 0; i < s->nd; i++) n *= s->d[i];
   return n;
 }
 
-int shape_eq(const Shape *a, const Shape *b) {
+int ir_shape_eq(const Shape *a, const Shape *b) {
   if (a->nd != b->nd) return 0;
   for (int i = 0; i < a->nd; i++)
     if (a->d[i] != b->d[i]) return 0;
   return 1;
 }
 
-char *shape_str(const Shape *s, char *buf, size_t n) {
+char *ir_shape_str(const Shape *s, char *buf, size_t n) {
   char tmp[IR_MAX_DIMS * 21 + 4], *t = tmp; /* "[d0,d1,...]" without printf: plans print millions */
   *t++ = '[';
   for (int i = 0; i < s->nd && i < IR_MAX_DIMS; i++) {
@@ -194,7 +194,7 @@ void ir_print(FILE *f, const Graph *g) {
     }
     fprintf(f, "%%%-4d = %s", i, tb);
     if (n->op != OP_INPUT && n->op != OP_PARAM) print_attrs(f, n);
-    fprintf(f, " : %s%s", n->dtype == DT_I32 ? "i32" : "f32", shape_str(&n->shape, sb, sizeof sb));
+    fprintf(f, " : %s%s", n->dtype == DT_I32 ? "i32" : "f32", ir_shape_str(&n->shape, sb, sizeof sb));
     if (n->layer >= 0) fprintf(f, "  L%d", n->layer);
     if (n->var) fprintf(f, "  %s", n->var);
     if (n->fwd >= 0) fprintf(f, "  stats of %%%d", n->fwd);

@@ -406,7 +406,7 @@ static int new_node(Builder *b, Op op, Loc loc) {
   return id;
 }
 
-static const char *sh(const Shape *s, char *buf) { return shape_str(s, buf, 96); }
+static const char *sh(const Shape *s, char *buf) { return ir_shape_str(s, buf, 96); }
 
 /* The value must be a parameter (its gradient is what training is for). */
 static int want_param(Builder *b, const Expr *e, int id, const char *what, const char *op) {
@@ -719,7 +719,7 @@ static int infer(Builder *b, Call *c) {
     for (int i = 0; i < 3; i++)
       if (want_rank(b, p[i], in[i], 4, what[i], op) || want_layout(b, p[i], in[i], LAYOUT_SB, op)) return -1;
     const Shape *q = &N(b, in[0])->shape, *k = &N(b, in[1])->shape, *v = &N(b, in[2])->shape;
-    if (!shape_eq(k, v)) {
+    if (!ir_shape_eq(k, v)) {
       err(b, e->loc, "shape mismatch in attention: key %s and value %s differ", sh(k, s1), sh(v, s2));
       return -1;
     }
@@ -762,7 +762,7 @@ static int infer(Builder *b, Call *c) {
   case OP_ADD:
   case OP_MUL: {
     const Shape *x = &N(b, in[0])->shape, *y = &N(b, in[1])->shape;
-    if (!shape_eq(x, y)) {
+    if (!ir_shape_eq(x, y)) {
       err(b, e->loc, "shape mismatch in '%c': %s vs %s", c->op == OP_ADD ? '+' : '*', sh(x, s1), sh(y, s2));
       return -1;
     }
@@ -1296,7 +1296,7 @@ static void layers(Builder *b, const Stmt *s) {
     if (start[which] < 0 || outer[which]->node < 0) break;
     const Shape *in = &N(b, start[which])->shape, *out = &N(b, outer[which]->node)->shape;
     char s1[96], s2[96];
-    if (!shape_eq(in, out) || N(b, start[which])->layout != LAYOUT_SB) {
+    if (!ir_shape_eq(in, out) || N(b, start[which])->layout != LAYOUT_SB) {
       err(b, s->loc,
           "the hidden state '%s' enters the layer as %s and leaves as %s: it must be the same [S,B,H] "
           "tensor",
@@ -1453,7 +1453,7 @@ static void check_model(Builder *b) {
   /* a parameter, its gradient and its two AdamW moments live in one rank's arena */
   for (int i = 0; i < g->nparams; i++) {
     const IrParam *q = &g->params[i];
-    int64_t numel = shape_numel(&q->shape), local = q->role == ROLE_REPLICATED ? numel : numel / c->tp;
+    int64_t numel = ir_shape_numel(&q->shape), local = q->role == ROLE_REPLICATED ? numel : numel / c->tp;
     if (local > PP_MAX_ARENA / 16) {
       err(b, q->loc,
           "parameter '%s' needs %lld bytes of one rank's memory with its gradient and AdamW moments, "

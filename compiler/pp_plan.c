@@ -32,7 +32,7 @@ static int stage_of_layer(const Graph *g, int pp, int layer) {
 #define BYTE_WEIGHT 8.0
 
 double pp_node_cost(const Graph *g, const IrNode *n) {
-  double out = (double)shape_numel(&n->shape), flops = 0, bytes = 4 * out;
+  double out = (double)ir_shape_numel(&n->shape), flops = 0, bytes = 4 * out;
   const Shape *x = n->nin ? &g->nodes[n->in[0]].shape : NULL;
   switch (n->op) {
   case OP_INPUT:
@@ -41,7 +41,7 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   case OP_MERGE_HEADS: return 0;
   case OP_LINEAR:
   case OP_MATMUL: {
-    double K = (double)x->d[x->nd - 1], R = (double)shape_numel(x) / K, Nn = (double)n->shape.d[n->shape.nd - 1];
+    double K = (double)x->d[x->nd - 1], R = (double)ir_shape_numel(x) / K, Nn = (double)n->shape.d[n->shape.nd - 1];
     flops = 2 * R * Nn * K;
     bytes = 4 * (R * K + Nn * K + R * Nn);
     break;
@@ -58,8 +58,8 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
     bytes = 8 * out;
     break;
   case OP_CROSS_ENTROPY:
-    flops = 5 * (double)shape_numel(x);
-    bytes = 8 * (double)shape_numel(x);
+    flops = 5 * (double)ir_shape_numel(x);
+    bytes = 8 * (double)ir_shape_numel(x);
     break;
   /* elementwise and per-row ops: a few flops per input element, every operand read once */
   case OP_RMSNORM:
@@ -79,8 +79,8 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   case OP_TP_COPY:
   case OP_TP_REDUCE:
   case OP_ADD_BIAS:
-    for (int k = 0; k < n->nin; k++) bytes += 4 * (double)shape_numel(&g->nodes[n->in[k]].shape);
-    flops = 5 * (x ? (double)shape_numel(x) : out);
+    for (int k = 0; k < n->nin; k++) bytes += 4 * (double)ir_shape_numel(&g->nodes[n->in[k]].shape);
+    flops = 5 * (x ? (double)ir_shape_numel(x) : out);
     break;
   /* made by autodiff: costed with their forward op (the factor 3 below) */
   case OP_SEED:
@@ -223,7 +223,7 @@ int pp_stage_of_node(const Graph *g, int pp, const IrNode *n) {
 /* Elements one tensor-parallel rank holds: the split dimension divided by tp (a vocabulary
  * padded up to a multiple of tp). */
 static int64_t rank_numel(const IrParam *p, int64_t tp, int split_dim) {
-  if (p->role == ROLE_REPLICATED || split_dim < 0) return shape_numel(&p->shape);
+  if (p->role == ROLE_REPLICATED || split_dim < 0) return ir_shape_numel(&p->shape);
   int64_t n = 1;
   for (int i = 0; i < p->shape.nd; i++) n *= i == split_dim ? (p->shape.d[i] + tp - 1) / tp : p->shape.d[i];
   return n;
@@ -299,7 +299,7 @@ Plan *pp_plan(const Graph *g) {
   for (int r = 0; r < pp; r++)
     for (int h = p->held_at[r]; h < p->held_at[r + 1]; h++) {
       int q = p->held[h];
-      p->stages[r].nparams += shape_numel(&g->params[q].shape);
+      p->stages[r].nparams += ir_shape_numel(&g->params[q].shape);
       p->stages[r].nparams_rank += rank_numel(&g->params[q], g->cfg.tp, split_dim(g, q, first_use[q]));
     }
   free(pairs);
@@ -329,7 +329,7 @@ static void print_params(FILE *f, const Graph *g, const Plan *p, int r) {
     const ParamStages *s = &p->param[p->held[h]];
     /* "    %-56s %-14s %s" without printf: a plan of 100,000 layers has a million of these lines */
     char line[PP_MAX_NAME + 128], *l = line;
-    const char *cols[3] = {q->name, shape_str(&q->shape, sb, sizeof sb), role_name(q->role)};
+    const char *cols[3] = {q->name, ir_shape_str(&q->shape, sb, sizeof sb), role_name(q->role)};
     static const size_t width[3] = {56, 14, 0};
     memcpy(l, "    ", 4), l += 4;
     for (int c = 0; c < 3; c++) {
@@ -359,7 +359,7 @@ static void human_bytes(char *buf, size_t n, int64_t bytes) {
 void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
   const Config *c = &g->cfg;
   int64_t total = 0;
-  for (int i = 0; i < g->nparams; i++) total += shape_numel(&g->params[i].shape);
+  for (int i = 0; i < g->nparams; i++) total += ir_shape_numel(&g->params[i].shape);
   char hb[32];
   fprintf(f, "# plan of model '%s'\n", g->model);
   fprintf(f, "mesh: tp=%lld pp=%lld dp=%lld (%lld ranks)\n", (long long)c->tp, (long long)c->pp, (long long)c->dp,

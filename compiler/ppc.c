@@ -209,7 +209,7 @@ static Stage *build_stages(const Graph *g, const Plan *plan, const Sched *sched,
   return st;
 fail:
   for (int r = 0; r < pp; r++) {
-    prog_free(st[r].prog);
+    fuse_prog_free(st[r].prog);
     ir_free(st[r].graph);
   }
   free(st);
@@ -218,7 +218,7 @@ fail:
 
 static void free_stages(Stage *st, int pp) {
   for (int r = 0; st && r < pp; r++) {
-    prog_free(st[r].prog);
+    fuse_prog_free(st[r].prog);
     ir_free(st[r].graph);
   }
   free(st);

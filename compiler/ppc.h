@@ -271,9 +271,9 @@ int ir_add_node(Graph *g, Op op, Loc loc);
 int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape); /* a node made by a pass */
 /* Append a copy of parameter q (strings duplicated) with a PARAM node like `like`; its index. */
 int ir_copy_param(Graph *dst, const IrParam *q, const IrNode *like);
-int64_t shape_numel(const Shape *s);
-int shape_eq(const Shape *a, const Shape *b);
-char *shape_str(const Shape *s, char *buf, size_t n); /* "[16,2,64]" */
+int64_t ir_shape_numel(const Shape *s);
+int ir_shape_eq(const Shape *a, const Shape *b);
+char *ir_shape_str(const Shape *s, char *buf, size_t n); /* "[16,2,64]" */
 void ir_print(FILE *f, const Graph *g);
 void ir_free(Graph *g);
 int ir_verify(const Graph *g); /* 0 when every node's inputs precede it and shapes are set */
@@ -545,7 +545,7 @@ typedef struct Program {
 
 Program *fuse_lower(const Graph *g);
 void mem_plan(Program *p);
-void prog_free(Program *p);
+void fuse_prog_free(Program *p);
 
 /* ============================================================================================
  * sched.c — the pipeline schedule of every rank, and its compile-time deadlock proof
