@@ -17,8 +17,9 @@ LDFLAGS := $(SAN)
 LDLIBS := -lm
 
 GEN      := $(BUILD)/gen
-COMPILER := $(wildcard compiler/*.c)
-RUNTIME  := runtime/rt_safetensors.c runtime/rt_data.c runtime/rt_util.c
+COMPILER := $(wildcard compiler/*.c) runtime/pp_timeline.c runtime/pp_sim.c # with ppr: the timeline picture, the message proof
+RUNTIME  := runtime/rt_safetensors.c runtime/rt_st_write.c runtime/rt_data.c runtime/rt_util.c
+RUNTIME_HDR := runtime/rt_io.h runtime/rt_st.h runtime/rt_util.h
 RT_LIBS  := -ljansson # the safetensors header JSON (Debian: libjansson-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
 TEMPLATES := $(sort $(wildcard kernels/*.h))
@@ -51,8 +52,11 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c
 # OpenCL (Debian: ocl-icd-opencl-dev, opencl-headers; the CPU's driver pocl-opencl-icd) and
 # CLBlast (libclblast-dev) for the opencl device.
 PPR_LIBS  = -lopenblas -lclblast -lOpenCL $(RT_LIBS) -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
-RT_SRC   := runtime/rt_prog.c runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
-            runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c $(RUNTIME)
+RT_PROG  := runtime/rt_prog.c runtime/rt_prog_tok.c runtime/rt_prog_header.c runtime/rt_prog_layout.c \
+            runtime/rt_prog_instr.c runtime/rt_prog_sched.c # the listing parser
+RT_SRC   := $(RT_PROG) runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
+            runtime/rt_comm_watch.c runtime/rt_comm_dev.c runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c \
+            runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c runtime/pp_timeline.c runtime/pp_sim.c $(RUNTIME)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_HDR   := $(wildcard runtime/*.h)
 PPR      := $(BUILD)/ppr
@@ -90,7 +94,7 @@ $(GEN)/parser.o: $(GEN)/parser.c
 
 # the compiler's switches over its enums list every case: a half-added op does not compile
 PPC_WARN := -Wswitch-enum
-$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h $(GEN)/parser.h
+$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) -c -o $@ $<
 
@@ -105,12 +109,12 @@ $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(PPR): $(BUILD)/runtime/ppr.o $(RT_OBJ)
+$(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(RT_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
-UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition
-$(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched
+$(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
 $(BUILD)/test_gemm: tests/unit/test_gemm.c $(RT_OBJ) $(RT_HDR)
@@ -126,20 +130,22 @@ $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.
 # the balanced pipeline partition against the dynamic program it replaced
 $(BUILD)/test_partition: tests/unit/test_partition.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(NVRTC_LIBS)
+$(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(NVRTC_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
 $(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
-$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # per-op finite-difference gradient checks of the small models in tests/gradcheck/
-$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # every mesh and schedule against the one-rank run, over MPI
-$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) runtime/rt_io.h runtime/rt_util.h
+$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # tensor and data parallelism: the allreduce (run by itself under mpirun), shards, start-up checks

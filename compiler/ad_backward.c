@@ -161,36 +161,13 @@ static void vjp(Ad *ad, int i, int gy) {
     break;
   /* leaves and the sent hidden state: ad_backward() calls no rule for them (a parameter's
    * gradient is a sink, an input has none, the received value's gradient is sent back) */
-  case OP_INPUT:
-  case OP_PARAM:
-  case OP_RECV_FORWARD:
-  case OP_SEND_FORWARD: diag_fatal("internal: vjp of %s, which has no rule of its own", ir_ops[n.op].name);
+  OP_CASES_LEAF:
+  OP_CASES_PP:
+    diag_fatal("internal: vjp of %s, which has no rule of its own", ir_ops[n.op].name);
   /* made by autodiff: no gradient of their own (the backward graph is not differentiated) */
-  case OP_SEED:
-  case OP_CE_DX:
-  case OP_EMBEDDING_DW:
-  case OP_POS_EMBEDDING_DW:
-  case OP_LINEAR_DX:
-  case OP_LINEAR_DW:
-  case OP_MATMUL_DX:
-  case OP_MATMUL_DW:
-  case OP_BIAS_DB:
-  case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW:
-  case OP_LAYERNORM_DX:
-  case OP_LAYERNORM_DW:
-  case OP_ROPE_DX:
-  case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK:
-  case OP_ATTENTION_DV:
-  case OP_SILU_DX:
-  case OP_GELU_DX:
-  case OP_RELU_DX:
-  case OP_CONCAT:
-  case OP_PARAM_GRAD:
-  case OP_RECV_BACKWARD:
-  case OP_SEND_BACKWARD:
-  case OP_ALLREDUCE: diag_fatal("internal: vjp of %s, a backward op", ir_ops[n.op].name);
+  OP_CASES_BWD:
+  OP_CASES_BWD_ELEM:
+    diag_fatal("internal: vjp of %s, a backward op", ir_ops[n.op].name);
   }
 }
 

@@ -22,9 +22,9 @@ bool cg_arch_known(const char *arch) {
 
 bool cg_nvrtc_available(void) { return false; }
 
-int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
-             uint64_t *cubin_hash, uint64_t *ptx_hash) {
-  (void)dir, (void)base, (void)src, (void)len, (void)arch, (void)cache, (void)cubin_hash, (void)ptx_hash;
+int cg_nvrtc_files(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
+                   FileSum *cubin, FileSum *ptx) {
+  (void)dir, (void)base, (void)src, (void)len, (void)arch, (void)cache, (void)cubin, (void)ptx;
   diag_fatal("internal: cg_nvrtc in a ppc built without NVRTC");
 }
 
@@ -96,8 +96,8 @@ static void print_named_lines(const char *log, const char *name, const char *src
   }
 }
 
-int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
-             uint64_t *cubin_hash, uint64_t *ptx_hash) {
+int cg_nvrtc_files(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
+                   FileSum *cubin_sum, FileSum *ptx_sum) {
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
   char opt_arch[64], name[128];
@@ -161,8 +161,8 @@ int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, con
   if (cg_write_file(path, cubin, ncubin)) goto fail;
   snprintf(path, sizeof path, "%s/%s.ptx", dir, base);
   if (cg_write_file(path, ptx, nptx)) goto fail;
-  *cubin_hash = cg_fnv1a(cubin, ncubin);
-  *ptx_hash = cg_fnv1a(ptx, nptx);
+  *cubin_sum = (FileSum){.bytes = (int64_t)ncubin, .hash = cg_fnv1a(cubin, ncubin)};
+  *ptx_sum = (FileSum){.bytes = (int64_t)nptx, .hash = cg_fnv1a(ptx, nptx)};
   rc = 0;
 fail:
   if (prog) nvrtcDestroyProgram(&prog);
@@ -173,3 +173,12 @@ fail:
 }
 
 #endif
+
+/* The hashes alone (tests/unit/test_nvrtc.c). */
+int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
+             uint64_t *cubin_hash, uint64_t *ptx_hash) {
+  FileSum cubin, ptx;
+  int rc = cg_nvrtc_files(dir, base, src, len, arch, cache, &cubin, &ptx);
+  if (!rc) *cubin_hash = cubin.hash, *ptx_hash = ptx.hash;
+  return rc;
+}

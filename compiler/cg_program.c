@@ -26,7 +26,8 @@ uint64_t cg_fnv1a(const char *s, size_t n) {
 static const char *region_name[BC__COUNT] = {"params", "grads",   "adam_m",   "adam_v",
                                              "slots",  "scratch", "workspace"}; /* ORDER BufClass */
 
-static void operand_x(Buf *b, const Program *p, const Operand *o, bool extent) {
+/* One operand; tp_rank: the TP rank whose listing it is (a vocabulary shard's first row). */
+static void operand_x(Buf *b, const Program *p, int tp_rank, const Operand *o, bool extent) {
   switch (o->kind) {
   case 'b': {
     const VBuf *v = &p->vb[o->vb];
@@ -36,14 +37,14 @@ static void operand_x(Buf *b, const Program *p, const Operand *o, bool extent) {
     break;
   }
   case 'f': OUT(b, " f:%.9g", o->f); break;
-  case 'v': OUT(b, " i:%lld", (long long)(o->i * p->tp_rank)); break; /* this rank's first vocabulary row */
+  case 'v': OUT(b, " i:%lld", (long long)(o->i * tp_rank)); break; /* this rank's first vocabulary row */
   case 'i': OUT(b, " i:%lld", (long long)o->i); break;
   case 's': OUT(b, " s:%s", o->s); break;
   default: OUT(b, " -"); break;
   }
 }
 
-static void operand(Buf *b, const Program *p, const Operand *o) { operand_x(b, p, o, false); }
+static void operand(Buf *b, const Program *p, int tp_rank, const Operand *o) { operand_x(b, p, tp_rank, o, false); }
 
 static void comment(Buf *b, const Program *p, const Instr *in) {
   if (in->node < 0) {
@@ -59,7 +60,7 @@ static void comment(Buf *b, const Program *p, const Instr *in) {
   OUT(b, "\n");
 }
 
-static void block(Buf *b, const Program *p, const Block *blk) {
+static void block(Buf *b, const Program *p, int tp_rank, const Block *blk) {
   OUT(b, "block %s\n", blk->name);
   for (int i = 0; i < blk->n; i++) {
     const Instr *in = &blk->ins[i];
@@ -69,55 +70,55 @@ static void block(Buf *b, const Program *p, const Block *blk) {
       const Kernel *k = p->kernels[in->kernel];
       KGeom g = kir_geom(k);
       OUT(b, "kernel %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
-      for (int a = 0; a < in->nop; a++) operand_x(b, p, &in->op[a], true);
+      for (int a = 0; a < in->nop; a++) operand_x(b, p, tp_rank, &in->op[a], true);
       break;
     }
     case I_GEMM:
       OUT(b, "gemm %c %c %lld %lld %lld %g", in->ta, in->tb, (long long)in->m, (long long)in->n, (long long)in->k,
           in->alpha);
-      operand(b, p, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %lld %lld", (long long)in->lda, (long long)in->sa);
-      operand(b, p, &in->op[1]);
+      operand(b, p, tp_rank, &in->op[1]);
       OUT(b, " %lld %lld %g", (long long)in->ldb, (long long)in->sb, in->beta);
-      operand(b, p, &in->op[2]);
+      operand(b, p, tp_rank, &in->op[2]);
       OUT(b, " %lld %lld %lld", (long long)in->ldc, (long long)in->sc, (long long)in->batch);
       break;
     case I_BATCH:
       OUT(b, "batch");
-      operand(b, p, &in->op[0]);
-      operand(b, p, &in->op[1]);
+      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[1]);
       break;
     case I_ZERO:
       OUT(b, "zero");
-      operand(b, p, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %lld", (long long)in->bytes);
       break;
     case I_SEED:
       OUT(b, "seed");
-      operand(b, p, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %.9g", in->value);
       break;
     case I_LOSS:
       OUT(b, "loss");
-      operand(b, p, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[0]);
       break;
     case I_GRADNORM: {
       const Kernel *k = p->kernels[in->kernel];
       KGeom g = kir_geom(k);
       OUT(b, "grad_norm %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
-      operand_x(b, p, &in->op[0], true);
+      operand_x(b, p, tp_rank, &in->op[0], true);
       break;
     }
     case I_ALLREDUCE:
       OUT(b, "allreduce %s %s", in->group, in->redop);
-      operand(b, p, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_GRAD]));
       if (in->why) OUT(b, "    # %s\n", in->why);
       else comment(b, p, in);
       continue;
     case I_ALLREDUCE_TIED:
       OUT(b, "allreduce_tied");
-      operand(b, p, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %lld", (long long)in->bytes);
       break;
     }
@@ -135,45 +136,39 @@ static const char *init_name(const IrParam *q, char *buf, size_t n) {
 
 /* The listing body: everything after the hash line. */
 static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
-  static const char *kinds[] = {"send_fwd", "recv_fwd", "send_bwd", "recv_bwd"}; /* ORDER CommKind */
   const StageSched *st = &s->st[stage];
   OUT(b, "schedule %s\n  zero_grads\n", s->kind);
   for (int i = 0; i < st->n; i++) {
     const SchedEntry *e = &st->e[i];
-    if (e->kind == SE_F || e->kind == SE_B) {
-      OUT(b, "  %c %d %d\n", e->kind == SE_F ? 'F' : 'B', e->mb, e->slot);
+    if (e->kind != SE_COMM) {
+      OUT(b, "  %c %d %d\n", sched_letter(e->kind), e->mb, e->slot);
       continue;
     }
     OUT(b, "  comm");
-    for (int k = 0; k < e->nops; k++) OUT(b, " %s %d %d", kinds[e->ops[k].kind], e->ops[k].mb, e->ops[k].slot);
+    for (int k = 0; k < e->nops; k++)
+      OUT(b, " %s %d %d", pp_boundary_name(e->ops[k].kind), e->ops[k].mb, e->ops[k].slot);
     OUT(b, "\n");
   }
   OUT(b, "  OPT\nend\n");
   (void)p;
 }
 
-/* The pipeline neighbours: the same (dp, tp) coordinates on the previous and next stage. */
+/* The rank at (dp, pp, tp): a listing's own, and its pipeline neighbours (the same dp and tp on the
+ * previous and next stage). */
 static int rank_of(const Config *c, int dp, int pp, int tp) { return (int)((dp * c->pp + pp) * c->tp + tp); }
 
-/* What the listing says of a kernel file: its bytes and FNV-1a hash; bytes -1 for none ('- -'). */
-typedef struct FileSum {
-  int64_t bytes;
-  uint64_t hash;
-} FileSum;
-
-enum { KF_SO, KF_CL, KF_CUBIN, KF_PTX, KF_COUNT }; /* ORDER: the listing's object and cuda lines */
-static const char *const kf_ext[KF_COUNT] = {"so", "cl", "cubin", "ptx"};
-
+/* What the listing says of a kernel file: its bytes and FNV-1a hash; '- -' for none. */
 static void file_sum_out(Buf *b, const FileSum *f) {
   if (f->bytes < 0) OUT(b, " - -");
   else OUT(b, " %lld %016llx", (long long)f->bytes, (unsigned long long)f->hash);
 }
 
-static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const StageFiles *f, const FileSum *sum) {
+static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int tp_rank, int dp_rank,
+                         const StageFiles *f) {
   const Graph *g = p->g;
   const Config *c = &g->cfg;
   char sb[96], ib[48];
-  int stage = g->stage, tp_rank = p->tp_rank, dp_rank = p->dp_rank;
+  int stage = g->stage;
   OUT(b, "model %s\n", g->model);
   OUT(b, "mesh tp %lld pp %lld dp %lld\n", (long long)c->tp, (long long)c->pp, (long long)c->dp);
   OUT(b, "rank %d stage %d tp_rank %d dp_rank %d\n", rank, stage, tp_rank, dp_rank);
@@ -185,14 +180,13 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   OUT(b, "kernels %s %016llx\n", f->name, (unsigned long long)f->hash);
   /* each kernel file's size and hash, which ppr checks before it loads the file; '- -' for none
    * (--emit program writes no files; a ppc without NVRTC no cubin) */
-  for (int k = KF_SO; k <= KF_CL; k++) {
-    OUT(b, "object %s", kf_ext[k]);
-    file_sum_out(b, &sum[k]);
-    OUT(b, "\n");
-  }
-  OUT(b, "cuda %s", f->arch);
-  file_sum_out(b, &sum[KF_CUBIN]);
-  file_sum_out(b, &sum[KF_PTX]);
+  OUT(b, "object so");
+  file_sum_out(b, &f->so);
+  OUT(b, "\nobject cl");
+  file_sum_out(b, &f->cl);
+  OUT(b, "\ncuda %s", f->arch);
+  file_sum_out(b, &f->cubin);
+  file_sum_out(b, &f->ptx);
   OUT(b, "\n\n");
   for (int r = 0; r < BC__COUNT; r++) {
     OUT(b, "region %-9s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
@@ -200,12 +194,11 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     OUT(b, "\n");
   }
   OUT(b, "arena %lld\n\n", (long long)p->arena);
-  static const char *bnames[] = {"recv_fwd", "send_fwd", "recv_bwd", "send_bwd"};
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < PP_NBND; k++) {
     if (p->bnd[k] < 0) continue;
     const VBuf *v = &p->vb[p->bnd[k]];
-    OUT(b, "boundary %s", bnames[k]);
-    operand(b, p, &(Operand){.kind = 'b', .vb = p->bnd[k]});
+    OUT(b, "boundary %s", pp_boundary_name(k));
+    operand(b, p, tp_rank, &(Operand){.kind = 'b', .vb = p->bnd[k]});
     OUT(b, " %lld %s\n", (long long)v->bytes, ir_shape_str(&v->shape, sb, sizeof sb));
   }
   for (int i = 0; i < p->nvb; i++) {
@@ -240,9 +233,10 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
         v->cls == BC_SLOT ? " saved" : "");
   }
   OUT(b, "\n");
-  block(b, p, &p->fwd);
-  block(b, p, &p->bwd);
-  block(b, p, &p->opt);
+  block(b, p, tp_rank, &p->fwd);
+  block(b, p, tp_rank, &p->bwd);
+  if (s->split) block(b, p, tp_rank, &p->wgt); /* the W entries' block */
+  block(b, p, tp_rank, &p->opt);
   schedule(b, p, s, stage);
 }
 
@@ -359,9 +353,13 @@ static int run(char *const argv[]) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A file's size and hash as the listing names them. */
+static FileSum file_sum(const char *s, size_t n) { return (FileSum){.bytes = (int64_t)n, .hash = cg_fnv1a(s, n)}; }
+
 /* The C kernels as a shared object, from the cache when the same source was compiled before and
- * the entry is whole (cache_get). */
-static int compile_so(const char *dir, const char *csrc_path, const char *so_path, const Buf *src, const char *cache) {
+ * the entry is whole (cache_get); the size and hash of the object written in *sum. */
+static int compile_so(const char *dir, const char *csrc_path, const char *so_path, const Buf *src, const char *cache,
+                      FileSum *sum) {
   const char *cc = getenv("PPC_CC") ? getenv("PPC_CC") : "cc";
   const char *flags = getenv("PPC_CFLAGS") ? getenv("PPC_CFLAGS") : "-O3 -march=native -fopenmp";
   Buf key = {0};
@@ -375,6 +373,7 @@ static int compile_so(const char *dir, const char *csrc_path, const char *so_pat
     Buf e;
     if (cache_get(cached, &e)) {
       int rc = write_file(so_path, e.s, e.len);
+      *sum = file_sum(e.s, e.len);
       free(e.s);
       return rc;
     }
@@ -405,11 +404,16 @@ static int compile_so(const char *dir, const char *csrc_path, const char *so_pat
     fprintf(stderr, "ppc: error: cannot write '%s': %s\n", so_path, strerror(errno));
     return 1;
   }
-  if (cached[0]) {
-    Buf o;
-    if (read_all(so_path, &o) == 0) cache_put(cache, cached, o.s, o.len);
-    free(o.s);
+  /* the object as the compiler wrote it: its size and hash for the listing, and the cache entry */
+  Buf o;
+  if (read_all(so_path, &o)) {
+    fprintf(stderr, "ppc: error: cannot read back '%s' to name its size and hash in the listing: %s\n", so_path,
+            strerror(errno));
+    return 1;
   }
+  *sum = file_sum(o.s, o.len);
+  if (cached[0]) cache_put(cache, cached, o.s, o.len);
+  free(o.s);
   return 0;
 }
 
@@ -423,13 +427,14 @@ static void kernel_sources(const Program *p, Lang lang, Buf *b) { cg_kernel_sour
 /* Every stage's kernels in each language, next to its listings: kernels_sN.c (compiled to
  * kernels_sN.so), kernels_sN.cl and kernels_sN.cu (compiled by NVRTC to kernels_sN.cubin and .ptx
  * when ppc has NVRTC). Each carries the hash of the C source, which the listing's `kernels` line
- * names: the C and CUDA as a symbol, the OpenCL C as its first line; the `cuda` line names the
- * hashes of the cubin and the PTX. dir NULL: only the names and hashes (--emit program). */
+ * names: the C and CUDA as a symbol, the OpenCL C as its first line. The size and hash of each file
+ * the listings name (the shared object, the OpenCL C, the cubin and the PTX) as it is written, in
+ * *out. dir NULL: only the name and the source's hash (--emit program). */
 int cg_write_kernels(const char *dir, const Program *p, const char *cache, const char *arch, StageFiles *out) {
   char path[4200], so[4200];
   Buf c = {0}, cl = {0}, cu = {0};
   int rc = 1;
-  *out = (StageFiles){.arch = arch};
+  *out = (StageFiles){.arch = arch, .so.bytes = -1, .cl.bytes = -1, .cubin.bytes = -1, .ptx.bytes = -1};
   snprintf(out->name, sizeof out->name, "kernels_s%d", p->g->stage);
   kernel_sources(p, LANG_C, &c);
   out->hash = cg_fnv1a(c.s, c.len);
@@ -445,15 +450,14 @@ int cg_write_kernels(const char *dir, const Program *p, const char *cache, const
   }
   snprintf(path, sizeof path, "%s/%s.c", dir, out->name);
   snprintf(so, sizeof so, "%s/%s.so", dir, out->name);
-  if (write_file(path, c.s, c.len) || compile_so(dir, path, so, &c, cache)) goto out;
+  if (write_file(path, c.s, c.len) || compile_so(dir, path, so, &c, cache, &out->so)) goto out;
   snprintf(path, sizeof path, "%s/%s.cl", dir, out->name);
   if (write_file(path, cl.s, cl.len)) goto out;
+  out->cl = file_sum(cl.s, cl.len);
   snprintf(path, sizeof path, "%s/%s.cu", dir, out->name);
   if (write_file(path, cu.s, cu.len)) goto out;
-  if (cg_nvrtc_available()) {
-    if (cg_nvrtc(dir, out->name, cu.s, cu.len, arch, cache, &out->cubin, &out->ptx)) goto out;
-    out->compiled = true;
-  }
+  if (cg_nvrtc_available() && cg_nvrtc_files(dir, out->name, cu.s, cu.len, arch, cache, &out->cubin, &out->ptx))
+    goto out;
   rc = 0;
 out:
   free(c.s);
@@ -462,61 +466,12 @@ out:
   return rc;
 }
 
-/* The size and hash of DIR/NAME.EXT as written (read back: the listing names the bytes on disk).
- * The ranks of a stage name the same files one after another, so the last sum of each kind is
- * kept while the file is unchanged. 0, or 1 after a message. */
-static int file_sum(const char *dir, const char *name, int kind, FileSum *out) {
-  static struct {
-    char path[4200];
-    struct stat st;
-    FileSum sum;
-  } memo[KF_COUNT];
-  char path[4200];
-  snprintf(path, sizeof path, "%s/%s.%s", dir, name, kf_ext[kind]);
-  struct stat st;
-  if (stat(path, &st) == 0 && !strcmp(memo[kind].path, path) && st.st_dev == memo[kind].st.st_dev &&
-      st.st_ino == memo[kind].st.st_ino && st.st_size == memo[kind].st.st_size &&
-      st.st_mtim.tv_sec == memo[kind].st.st_mtim.tv_sec && st.st_mtim.tv_nsec == memo[kind].st.st_mtim.tv_nsec) {
-    *out = memo[kind].sum;
-    return 0;
-  }
-  Buf b;
-  if (read_all(path, &b) || stat(path, &st)) {
-    fprintf(stderr, "ppc: error: cannot read back '%s' to name its size and hash in the listing: %s\n", path,
-            strerror(errno));
-    return 1;
-  }
-  *out = (FileSum){.bytes = (int64_t)b.len, .hash = cg_fnv1a(b.s, b.len)};
-  free(b.s);
-  snprintf(memo[kind].path, sizeof memo[kind].path, "%s", path);
-  memo[kind].st = st;
-  memo[kind].sum = *out;
-  return 0;
-}
-
-/* The sums of the stage's kernel files for its listings: none with dir NULL (--emit program), no
- * cubin and PTX without NVRTC. */
-static int file_sums(const char *dir, const StageFiles *f, FileSum *sum) {
-  for (int k = 0; k < KF_COUNT; k++) sum[k] = (FileSum){.bytes = -1};
-  if (!dir) return 0;
-  for (int k = 0; k < KF_COUNT; k++) {
-    if ((k == KF_CUBIN || k == KF_PTX) && !f->compiled) continue;
-    if (file_sum(dir, f->name, k, &sum[k])) return 1;
-  }
-  if (f->compiled && (sum[KF_CUBIN].hash != f->cubin || sum[KF_PTX].hash != f->ptx)) {
-    fprintf(stderr, "ppc: error: %s/%s.cubin or .ptx changed after NVRTC wrote it (another ppc writing into %s?)\n",
-            dir, f->name, dir);
-    return 1;
-  }
-  return 0;
-}
-
-/* rankR.prog, the listing of one rank of the stage whose kernels f names; dir NULL: to stdout. */
-int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const StageFiles *f) {
+/* rankR.prog, the listing of the rank at (tp_rank, dp_rank) of the stage whose kernels f names;
+ * dir NULL: to stdout. */
+int cg_write(const char *dir, const Program *p, const Sched *s, int tp_rank, int dp_rank, const StageFiles *f) {
   Buf body = {0}, all = {0};
-  FileSum sum[KF_COUNT];
-  if (file_sums(dir, f, sum)) return 1;
-  listing_body(&body, p, s, rank, f, sum);
+  int rank = rank_of(&p->g->cfg, dp_rank, p->g->stage, tp_rank);
+  listing_body(&body, p, s, rank, tp_rank, dp_rank, f);
   OUT(&all, "ppr-program 3\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
       (unsigned long long)cg_fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);

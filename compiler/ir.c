@@ -4,11 +4,9 @@
 
 #include "ppc.h"
 
-const OpInfo ir_ops[OP__COUNT] = {
-#define X(e, name, mn, mx, attrs, doc) [OP_##e] = {name, mn, mx, attrs, doc},
-#include "ops.def"
-#undef X
-};
+#define OP__INFO(e, name, mn, mx, attrs, doc) [OP_##e] = {name, mn, mx, attrs, doc},
+const OpInfo ir_ops[OP__COUNT] = {OP__ALL(OP__INFO)};
+#undef OP__INFO
 
 Op ir_op_lookup(const char *name) {
   for (int i = 0; i < OP__COUNT; i++)

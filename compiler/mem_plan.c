@@ -2,6 +2,7 @@
  * moments in four regions of one layout; saved activations in a slot; block-local values in a
  * scratch region whose bytes are reused when lifetimes do not overlap; last, the GEMM library's
  * workspace. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,9 +14,9 @@ static int64_t align(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* Every buffer an instruction touches: its first and last use, numbered across the blocks. */
 static void lifetimes(Program *p) {
-  Block *blocks[3] = {&p->fwd, &p->bwd, &p->opt};
-  int t = 0, start[3], end[3];
-  for (int b = 0; b < 3; b++) {
+  Block *blocks[4] = {&p->fwd, &p->bwd, &p->wgt, &p->opt};
+  int t = 0, start[4], end[4];
+  for (int b = 0; b < 4; b++) {
     start[b] = t;
     for (int i = 0; i < blocks[b]->n; i++, t++) {
       const Instr *in = &blocks[b]->ins[i];
@@ -32,7 +33,7 @@ static void lifetimes(Program *p) {
   for (int i = 0; i < p->nvb; i++) {
     VBuf *v = &p->vb[i];
     if (v->first < 0) continue;
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < 4; b++) {
       if (v->pin_start && v->first >= start[b] && v->first < end[b]) v->first = start[b];
       if (v->pin_end && v->last >= start[b] && v->last < end[b]) v->last = end[b];
     }
@@ -45,29 +46,109 @@ static int by_size(const void *a, const void *b) {
   return x->first - y->first;
 }
 
+/* The placed buffers, found by lifetime: the buffers in order of their first use, as the leaves
+ * of a segment tree whose nodes hold the latest last use of the placed leaves under them. The
+ * placed buffers live at the same time as [first, last] are the placed leaves of first use up to
+ * `last` whose last use is at least `first`: found in O((k + 1) log n) for k of them. */
+typedef struct Live {
+  VBuf **by_first; /* every buffer, by first use */
+  int *leaf;       /* per buffer of the list: its leaf (its index in by_first) */
+  int *max_last;   /* per tree node: the latest last use of a placed leaf under it; INT_MIN: none */
+  int size;        /* leaves in the tree: a power of two, at least n */
+} Live;
+
+typedef struct FirstUse {
+  int first, i; /* a buffer's first use, its index in the list */
+} FirstUse;
+
+static int by_first(const void *a, const void *b) {
+  const FirstUse *x = a, *y = b;
+  if (x->first != y->first) return x->first < y->first ? -1 : 1;
+  return x->i - y->i;
+}
+
+static Live live_new(VBuf **list, int n) {
+  Live t = {.size = 1};
+  while (t.size < n) t.size *= 2;
+  FirstUse *order = xmalloc(((size_t)n + 1) * sizeof *order);
+  for (int i = 0; i < n; i++) order[i] = (FirstUse){list[i]->first, i};
+  qsort(order, (size_t)n, sizeof *order, by_first);
+  t.by_first = xmalloc(((size_t)n + 1) * sizeof *t.by_first);
+  t.leaf = xmalloc(((size_t)n + 1) * sizeof *t.leaf);
+  for (int j = 0; j < n; j++) {
+    t.by_first[j] = list[order[j].i];
+    t.leaf[order[j].i] = j;
+  }
+  free(order);
+  t.max_last = xmalloc(2 * (size_t)t.size * sizeof *t.max_last);
+  for (int i = 0; i < 2 * t.size; i++) t.max_last[i] = INT_MIN;
+  return t;
+}
+
+static void live_free(Live *t) {
+  free(t->by_first);
+  free(t->leaf);
+  free(t->max_last);
+}
+
+static void live_place(Live *t, int i, int last) {
+  int x = t->size + t->leaf[i];
+  t->max_last[x] = last;
+  for (x /= 2; x >= 1; x /= 2)
+    t->max_last[x] = t->max_last[2 * x] > t->max_last[2 * x + 1] ? t->max_last[2 * x] : t->max_last[2 * x + 1];
+}
+
+/* The placed buffers of leaves [lo, hi) under node x that are used at or after `first`, with
+ * leaves below `end` only, appended to out. */
+static void live_find(const Live *t, int x, int lo, int hi, int end, int first, VBuf **out, int *nout) {
+  if (lo >= end || t->max_last[x] < first) return;
+  if (hi - lo == 1) {
+    out[(*nout)++] = t->by_first[lo];
+    return;
+  }
+  int mid = lo + (hi - lo) / 2;
+  live_find(t, 2 * x, lo, mid, end, first, out, nout);
+  live_find(t, 2 * x + 1, mid, hi, end, first, out, nout);
+}
+
+static int by_off(const void *a, const void *b) {
+  const VBuf *x = *(const VBuf *const *)a, *y = *(const VBuf *const *)b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
 /* Greedy first fit by decreasing size: the lowest offset that overlaps no placed buffer whose
- * lifetime overlaps. */
+ * lifetime overlaps. A placed buffer u is in the way of [off, off + size) when
+ * u->off < off + size && off < u->off + align(u->bytes); walked in order of offset, each one in
+ * the way moves off to its end, and the first one wholly above off + size ends the walk (every
+ * later one is above it too). */
 static int64_t place_scratch(VBuf **list, int n) {
   qsort(list, (size_t)n, sizeof *list, by_size);
+  Live t = live_new(list, n);
+  VBuf **near = xmalloc(((size_t)n + 1) * sizeof *near);
   int64_t top = 0;
   for (int i = 0; i < n; i++) {
     VBuf *v = list[i];
-    int64_t off = 0;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int j = 0; j < i; j++) {
-        VBuf *u = list[j];
-        bool live = !(u->last < v->first || v->last < u->first);
-        bool overlap = off < u->off + align(u->bytes) && u->off < off + align(v->bytes);
-        if (live && overlap) {
-          off = u->off + align(u->bytes);
-          moved = true;
-        }
-      }
+    /* the placed buffers whose lifetimes overlap v's: u->first <= v->last && u->last >= v->first */
+    int lo = 0, hi = n;
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (t.by_first[mid]->first <= v->last) lo = mid + 1;
+      else hi = mid;
+    }
+    int k = 0;
+    live_find(&t, 1, 0, t.size, lo, v->first, near, &k);
+    qsort(near, (size_t)k, sizeof *near, by_off);
+    int64_t off = 0, size = align(v->bytes);
+    for (int j = 0; j < k && near[j]->off < off + size; j++) {
+      int64_t end = near[j]->off + align(near[j]->bytes);
+      if (end > off) off = end;
     }
     v->off = off;
-    if (off + align(v->bytes) > top) top = off + align(v->bytes);
+    if (off + size > top) top = off + size;
+    live_place(&t, i, v->last);
   }
+  free(near);
+  live_free(&t);
   return top;
 }
 

@@ -35,8 +35,7 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   double out = (double)ir_shape_numel(&n->shape), flops = 0, bytes = 4 * out;
   const Shape *x = n->nin ? &g->nodes[n->in[0]].shape : NULL;
   switch (n->op) {
-  case OP_INPUT:
-  case OP_PARAM:
+  OP_CASES_LEAF:
   case OP_SPLIT_HEADS:
   case OP_MERGE_HEADS: return 0;
   case OP_LINEAR:
@@ -62,52 +61,22 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
     bytes = 8 * (double)ir_shape_numel(x);
     break;
   /* elementwise and per-row ops: a few flops per input element, every operand read once */
+  OP_CASES_FWD_ELEM:
   case OP_RMSNORM:
   case OP_LAYERNORM:
   case OP_ROPE:
-  case OP_SILU:
-  case OP_GELU:
-  case OP_RELU:
-  case OP_ADD:
-  case OP_MUL:
   case OP_CHUNK:
   case OP_TRANSPOSE_SB:
   /* made by pp_split and tp_shard, so in a stage's forward graph only (the partition costs the
    * whole model's): the data they pass on, as an elementwise op */
-  case OP_RECV_FORWARD:
-  case OP_SEND_FORWARD:
-  case OP_TP_COPY:
-  case OP_TP_REDUCE:
-  case OP_ADD_BIAS:
+  OP_CASES_PP:
+  OP_CASES_TP:
     for (int k = 0; k < n->nin; k++) bytes += 4 * (double)ir_shape_numel(&g->nodes[n->in[k]].shape);
     flops = 5 * (x ? (double)ir_shape_numel(x) : out);
     break;
   /* made by autodiff: costed with their forward op (the factor 3 below) */
-  case OP_SEED:
-  case OP_CE_DX:
-  case OP_EMBEDDING_DW:
-  case OP_POS_EMBEDDING_DW:
-  case OP_LINEAR_DX:
-  case OP_LINEAR_DW:
-  case OP_MATMUL_DX:
-  case OP_MATMUL_DW:
-  case OP_BIAS_DB:
-  case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW:
-  case OP_LAYERNORM_DX:
-  case OP_LAYERNORM_DW:
-  case OP_ROPE_DX:
-  case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK:
-  case OP_ATTENTION_DV:
-  case OP_SILU_DX:
-  case OP_GELU_DX:
-  case OP_RELU_DX:
-  case OP_CONCAT:
-  case OP_PARAM_GRAD:
-  case OP_RECV_BACKWARD:
-  case OP_SEND_BACKWARD:
-  case OP_ALLREDUCE:
+  OP_CASES_BWD:
+  OP_CASES_BWD_ELEM:
     diag_fatal("internal: pp_node_cost of %s, a backward op: the forward op's cost counts it", ir_ops[n->op].name);
   }
   return 3 * (flops + BYTE_WEIGHT * bytes);

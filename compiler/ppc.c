@@ -22,7 +22,9 @@ static const char usage[] =
     "  --micro-batch N    micro-batch size B\n"
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
-    "  --schedule NAME    " SCHED_NAMES "\n"
+    "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted whose activations fit\n"
+    "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
+    "                     GiB)\n"
     "\n"
     "Compiling:\n"
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
@@ -32,8 +34,9 @@ static const char usage[] =
     "Output (without either, ppc checks the model and says so):\n"
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt): a new or empty directory,\n"
     "                     or a stage directory of an earlier compile, replaced whole at the end\n"
-    "  --emit WHAT        print ast, ir, plan, schedule, program (every rank's listing), or the\n"
-    "                     kernel sources in c, opencl or cuda, to stdout\n"
+    "  --emit WHAT        print ast, ir, plan, schedule (the predicted timeline), svg (it drawn),\n"
+    "                     program (every rank's listing), or the kernel sources in c, opencl or\n"
+    "                     cuda, to stdout\n"
     "\n"
     "  -h, --help         this text\n"
     "  --version          the compiler's version\n";
@@ -52,12 +55,13 @@ typedef enum Emit {
   EMIT_IR,
   EMIT_PLAN,
   EMIT_SCHEDULE,
+  EMIT_SVG,
   EMIT_PROGRAM,
   EMIT_C,
   EMIT_OPENCL,
   EMIT_CUDA
 } Emit;
-static const char *const emit_names[] = {"", "ast", "ir", "plan", "schedule", "program", "c", "opencl", "cuda"};
+static const char *const emit_names[] = {"", "ast", "ir", "plan", "schedule", "svg", "program", "c", "opencl", "cuda"};
 
 typedef struct Cli {
   const char *model;
@@ -66,6 +70,7 @@ typedef struct Cli {
   const char *debug_schedule; /* hidden: corrupt the schedule to test the deadlock proof */
   const char *arch;           /* --arch: the CUDA target */
   bool balanced;              /* --partition balanced */
+  int64_t mem_limit;          /* --mem-limit: bytes, 0 for none */
   Options opt;
 } Cli;
 
@@ -80,6 +85,25 @@ static int64_t parse_count(const char *flag, const char *v) {
     exit(1);
   }
   return n;
+}
+
+/* --mem-limit: bytes, with an optional K, M or G (binary multiples). */
+static int64_t parse_bytes(const char *flag, const char *v) {
+  char *end;
+  errno = 0;
+  double n = strtod(v, &end);
+  double mult = !strcmp(end, "")    ? 1
+                : !strcmp(end, "K") ? 1 << 10
+                : !strcmp(end, "M") ? 1 << 20
+                : !strcmp(end, "G") ? 1 << 30
+                                    : 0;
+  if (!*v || errno || !mult || !(n > 0) || n * mult > (double)PP_MAX_ARENA) {
+    fprintf(stderr, "ppc: error: %s expects a size in bytes up to %lld, with an optional K, M or G, got '%s'\n", flag,
+            (long long)PP_MAX_ARENA, v);
+    fputs("usage: ppc MODEL.pdl [options]  ('ppc --help' lists them)\n", stderr);
+    exit(1);
+  }
+  return (int64_t)(n * mult);
 }
 
 /* The command line, through getopt_long: --flag VALUE and --flag=VALUE, options and the model
@@ -97,7 +121,8 @@ static Cli parse_args(int argc, char **argv) {
     O_ARCH,
     O_EMIT,
     O_VERSION,
-    O_DEBUG_SCHEDULE
+    O_DEBUG_SCHEDULE,
+    O_MEM_LIMIT
   };
   static const struct option longs[] = {
       {"tp", required_argument, NULL, O_TP},
@@ -113,6 +138,7 @@ static Cli parse_args(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
       {"debug-schedule", required_argument, NULL, O_DEBUG_SCHEDULE},
+      {"mem-limit", required_argument, NULL, O_MEM_LIMIT},
       {NULL, 0, NULL, 0},
   };
   Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90"};
@@ -129,7 +155,8 @@ static Cli parse_args(int argc, char **argv) {
     case O_SEQ: c.opt.seq = parse_count("--seq", optarg); break;
     case O_M: c.opt.microbatches = parse_count("--microbatches", optarg); break;
     case O_SCHEDULE:
-      if (!sched_known(optarg)) bad_usage("--schedule expects " SCHED_NAMES ", got '%s'", optarg);
+      if (!sched_known(optarg) && strcmp(optarg, "auto"))
+        bad_usage("--schedule expects " SCHED_NAMES " or auto, got '%s'", optarg);
       c.opt.schedule = optarg;
       break;
     case O_PARTITION:
@@ -145,11 +172,12 @@ static Cli parse_args(int argc, char **argv) {
       int e = EMIT_AST;
       while (e <= EMIT_CUDA && strcmp(emit_names[e], optarg)) e++;
       if (e > EMIT_CUDA)
-        bad_usage("--emit expects ast, ir, plan, schedule, program, c, opencl or cuda, got '%s'", optarg);
+        bad_usage("--emit expects ast, ir, plan, schedule, svg, program, c, opencl or cuda, got '%s'", optarg);
       c.emit = (Emit)e;
       break;
     }
     case O_DEBUG_SCHEDULE: c.debug_schedule = optarg; break;
+    case O_MEM_LIMIT: c.mem_limit = parse_bytes("--mem-limit", optarg); break;
     case 'o':
       if (!*optarg) bad_usage("-o needs a directory%s", "");
       c.outdir = optarg;
@@ -195,6 +223,7 @@ static Stage *build_stages(const Graph *g, const Plan *plan, const Sched *sched,
     st[r].graph = sg;
     if (backward && ad_backward(sg)) /* ad_backward.c */
       diag_fatal("internal: stage %d's backward graph does not verify", r);
+    if (backward && sched->split) ad_split(sg); /* ad_split.c: the backward as B and W */
     if (!lower) continue;
     Program *prog = st[r].prog = fuse_lower(sg); /* fuse_lower.c: kernels, GEMMs, instructions */
     prog->model = g;
@@ -224,6 +253,48 @@ static void free_stages(Stage *st, int pp) {
   free(st);
 }
 
+/* --schedule auto: every stage lowered twice, its backward whole and split, for the costs of each
+ * kind of schedule; sched_choose picks (sched_time.c) and g's schedule becomes its choice. 0, or 1
+ * after an error (*why, the comparison, is set either way once the stages are lowered). */
+static int choose_schedule(Graph *g, const Plan *plan, int64_t mem_limit, char **why) {
+  int pp = (int)g->cfg.pp, M = (int)(g->cfg.microbatches / g->cfg.dp);
+  StageCost *cost[2] = {xcalloc((size_t)pp, sizeof **cost), xcalloc((size_t)pp, sizeof **cost)};
+  for (int split = 0; split < 2; split++) {
+    int k = 0;
+    while (k < sched_count() && sched_splits(sched_name(k)) != split) k++;
+    Sched *s = sched_build(pp, M, sched_name(k)); /* the first of its kind: its slot counts do not matter */
+    Stage *st = build_stages(g, plan, s, true, true);
+    for (int r = 0; st && r < pp; r++) sched_stage_cost(st[r].prog, &cost[split][r]); /* sched_time.c */
+    free_stages(st, pp);
+    sched_free(s);
+    if (!st) {
+      free(cost[0]), free(cost[1]);
+      return 1;
+    }
+  }
+  size_t len = 0;
+  FILE *w = open_memstream(why, &len);
+  if (!w) diag_fatal("out of memory");
+  int k = sched_choose(pp, M, cost[0], cost[1], mem_limit, w);
+  fclose(w);
+  free(cost[0]), free(cost[1]);
+  if (k < 0) {
+    fprintf(stderr, "ppc: error: no schedule's activations fit --mem-limit:\n%s", *why);
+    return 1;
+  }
+  snprintf(g->cfg.schedule, sizeof g->cfg.schedule, "%s", sched_name(k));
+  return 0;
+}
+
+/* The predicted timeline from every stage's lowered blocks (--emit schedule, --emit svg). */
+static void print_schedule(const Graph *g, const Stage *st, const Sched *sched, bool svg) {
+  StageCost *cost = xcalloc((size_t)g->cfg.pp, sizeof *cost);
+  for (int r = 0; r < g->cfg.pp; r++) sched_stage_cost(st[r].prog, &cost[r]); /* sched_time.c */
+  if (svg) sched_svg(stdout, sched, cost, g->model);
+  else sched_print(stdout, sched, cost);
+  free(cost);
+}
+
 /* Each stage's kernels in one language, as its ranks compile them (--emit c|opencl|cuda). */
 static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
   for (int r = 0; r < g->cfg.pp; r++) {
@@ -248,8 +319,8 @@ static void print_stage_irs(const Graph *g, const Stage *st) {
 
 /* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
  * listings (--emit program). */
-static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const Stage *st,
-                         const char *arch) {
+static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const char *why, const Sched *sched,
+                         const Stage *st, const char *arch) {
   char path[4096];
   snprintf(path, sizeof path, "%s/plan.txt", dir ? dir : ".");
   FILE *f = dir ? fopen(path, "w") : NULL;
@@ -258,6 +329,7 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
     return 1;
   }
   if (f) pp_plan_print(f, g, plan);
+  if (f && why) fputs(why, f);
   if (f && fclose(f)) {
     fprintf(stderr, "ppc: error: cannot write '%s'\n", path);
     return 1;
@@ -269,15 +341,12 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
   const Config *c = &g->cfg;
   int rc = 0;
   for (int r = 0; r < c->pp && !rc; r++) {
-    Program *prog = st[r].prog;
-    StageFiles files; /* cg_program.c, cg_nvrtc.c: the stage's kernels */
+    const Program *prog = st[r].prog;
+    StageFiles files; /* cg_program.c, cg_nvrtc.c: the stage's kernels, their sizes and hashes */
     rc = cg_write_kernels(dir, prog, cache, arch, &files);
+    /* rank (dp * pp + r) * tp + tp_rank, in order */
     for (int dp = 0; dp < c->dp && !rc; dp++)
-      for (int tp = 0; tp < c->tp && !rc; tp++) {
-        int rank = (int)((dp * c->pp + r) * c->tp + tp);
-        prog->tp_rank = tp, prog->dp_rank = dp;
-        rc = cg_write(dir, prog, sched, rank, &files); /* cg_program.c: the listing */
-      }
+      for (int tp = 0; tp < c->tp && !rc; tp++) rc = cg_write(dir, prog, sched, tp, dp, &files); /* the listing */
   }
   return rc;
 }
@@ -355,8 +424,8 @@ static void remove_dir(const char *dir) {
 /* Write the stages into a fresh directory beside DIR and swap it in at the end: a failed or
  * interrupted compile (a full disk, a bad kernel) leaves DIR as it was, and a finished one leaves
  * no file of an earlier compile (a pp 2 compile after a pp 4 one has no rank4.prog). */
-static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, const Sched *sched, const Stage *st,
-                           const char *arch) {
+static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, const char *why, const Sched *sched,
+                           const Stage *st, const char *arch) {
   char tmp[4096], old[4096 + 8];
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--; /* "stages/" */
@@ -373,7 +442,7 @@ static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, co
   mode_t mask = umask(0);
   umask(mask);
   chmod(tmp, 0777 & ~mask);
-  int rc = write_outputs(tmp, g, plan, sched, st, arch);
+  int rc = write_outputs(tmp, g, plan, why, sched, st, arch);
   struct stat sb;
   bool exists = !stat(dir, &sb);
   if (!rc && exists && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE)) {
@@ -405,6 +474,7 @@ static int compile(const Cli *cli) {
   Plan *plan = NULL;
   Sched *sched = NULL;
   Stage *st = NULL;
+  char *why = NULL; /* --schedule auto: the comparison and the choice */
   if (!ast) goto out;
   if (cli->emit == EMIT_AST) {
     ast_print(stdout, ast);
@@ -414,6 +484,10 @@ static int compile(const Cli *cli) {
   if (!(g = ir_build(src, ast, &cli->opt))) goto out; /* ir_build.c: names, shapes, roles */
   pp_partition(g, cli->balanced);                     /* pp_plan.c: stage boundaries */
   plan = pp_plan(g);                                  /* pp_plan.c: layers to stages, params */
+  if (!strcmp(g->cfg.schedule, "auto") ? choose_schedule(g, plan, cli->mem_limit, &why) : cli->mem_limit > 0) {
+    if (!why) fprintf(stderr, "ppc: error: --mem-limit goes with --schedule auto\n");
+    goto out;
+  }
   /* each data-parallel replica runs its share of the micro-batches */
   sched = sched_build((int)g->cfg.pp, (int)(g->cfg.microbatches / g->cfg.dp), g->cfg.schedule); /* sched.c */
   if (cli->debug_schedule) sched_debug_break(sched, cli->debug_schedule);
@@ -422,7 +496,7 @@ static int compile(const Cli *cli) {
   /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
   bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
-  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM;
+  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG;
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, sched, backward, lower))) goto out;
 
@@ -435,14 +509,21 @@ static int compile(const Cli *cli) {
     else if (ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
     else ir_print(stdout, g);
     break;
-  case EMIT_PLAN: pp_plan_print(stdout, g, plan); break;
-  case EMIT_SCHEDULE: sched_print(stdout, sched); break;
-  case EMIT_PROGRAM: rc = write_outputs(NULL, g, plan, sched, st, cli->arch); break;
+  case EMIT_PLAN:
+    pp_plan_print(stdout, g, plan);
+    if (why) fputs(why, stdout);
+    break;
+  case EMIT_SCHEDULE:
+  case EMIT_SVG:
+    if (why && cli->emit == EMIT_SCHEDULE) fputs(why, stdout);
+    print_schedule(g, st, sched, cli->emit == EMIT_SVG);
+    break;
+  case EMIT_PROGRAM: rc = write_outputs(NULL, g, plan, why, sched, st, cli->arch); break;
   case EMIT_C: print_kernels(g, st, LANG_C); break;
   case EMIT_OPENCL: print_kernels(g, st, LANG_OPENCL); break;
   case EMIT_CUDA: print_kernels(g, st, LANG_CUDA); break;
   }
-  if (!rc && cli->outdir) rc = write_stage_dir(cli->outdir, g, plan, sched, st, cli->arch);
+  if (!rc && cli->outdir) rc = write_stage_dir(cli->outdir, g, plan, why, sched, st, cli->arch);
   if (!rc && !cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:
@@ -452,6 +533,7 @@ out:
   ir_free(g);
   ast_free(ast);
   src_free(src);
+  free(why);
   return rc;
 }
 

@@ -7,12 +7,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "pp_limits.h" /* runtime/: the limits ppr accepts */
+#include "pp_limits.h"   /* runtime/: the limits ppr accepts */
+#include "pp_boundary.h" /* runtime/: the pipeline messages ppr sends, their peers and tags */
 
 #define PPC_VERSION "0.1.0"
 
 /* ============================================================================================
- * diag.c — source files, locations and diagnostics
+ * src.c, diag.c, xalloc.c — source files, locations and diagnostics; the allocators
  * ========================================================================================== */
 
 typedef struct Loc {
@@ -34,6 +35,7 @@ void src_free(Src *s);
 void diag_error(Src *s, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void diag_note(Src *s, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void diag_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)); /* "ppc: error: " */
+/* xalloc.c: out of memory ends the compile */
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
@@ -140,22 +142,44 @@ Setting *ast_setting(char *key, Loc key_loc, Expr *val);
  * ir.c — the typed graph
  * ========================================================================================== */
 
-/* One enumerator per line of ops.def. A switch over Op lists every op and has no default: a new
- * op that misses a pass's rule is a compile error (-Wswitch), docs/adding-an-op.md. */
-typedef enum Op {
-#define X(e, name, mn, mx, attrs, doc) OP_##e,
+/* One enumerator per line of ops.def, the ops kind by kind: the ops of a kind are one range of
+ * values. A switch over Op has no default: a new op that misses a pass's rule is a compile error
+ * (-Wswitch-enum), docs/adding-an-op.md. OP_CASES_<KIND> is the case label of every op of a kind
+ * (a GNU case range), for a switch where they share one rule: `OP_CASES_BWD: diag_fatal(...);`. */
 #include "ops.def"
-#undef X
-} Op;
+#define OP__ENUM(e, name, mn, mx, attrs, doc) OP_##e,
+#define OP__ONE(e, name, mn, mx, attrs, doc)  +1
+#define OP__NONE(e, name, mn, mx, attrs, doc)
+#define OP__LEAF(M)     OP_TABLE(M, OP__NONE, OP__NONE, OP__NONE, OP__NONE, OP__NONE, OP__NONE)
+#define OP__FWD(M)      OP_TABLE(OP__NONE, M, OP__NONE, OP__NONE, OP__NONE, OP__NONE, OP__NONE)
+#define OP__FWD_ELEM(M) OP_TABLE(OP__NONE, OP__NONE, M, OP__NONE, OP__NONE, OP__NONE, OP__NONE)
+#define OP__BWD(M)      OP_TABLE(OP__NONE, OP__NONE, OP__NONE, M, OP__NONE, OP__NONE, OP__NONE)
+#define OP__BWD_ELEM(M) OP_TABLE(OP__NONE, OP__NONE, OP__NONE, OP__NONE, M, OP__NONE, OP__NONE)
+#define OP__PP(M)       OP_TABLE(OP__NONE, OP__NONE, OP__NONE, OP__NONE, OP__NONE, M, OP__NONE)
+#define OP__TP(M)       OP_TABLE(OP__NONE, OP__NONE, OP__NONE, OP__NONE, OP__NONE, OP__NONE, M)
+#define OP__ALL(M)      OP__LEAF(M) OP__FWD(M) OP__FWD_ELEM(M) OP__BWD(M) OP__BWD_ELEM(M) OP__PP(M) OP__TP(M)
 
-/* How many ops there are: an int outside enum Op, so that no switch over Op needs a case for it. */
+typedef enum Op { OP__ALL(OP__ENUM) } Op;
+
+/* Where the range of each kind starts, and how many ops there are (OP__N): ints outside enum Op,
+ * so that no switch over Op needs a case for them. */
 enum {
-  OP__N = 0
-#define X(e, name, mn, mx, attrs, doc) +1
-#include "ops.def"
-#undef X
+  OP__AT_FWD = 0 OP__LEAF(OP__ONE),
+  OP__AT_FWD_ELEM = OP__AT_FWD OP__FWD(OP__ONE),
+  OP__AT_BWD = OP__AT_FWD_ELEM OP__FWD_ELEM(OP__ONE),
+  OP__AT_BWD_ELEM = OP__AT_BWD OP__BWD(OP__ONE),
+  OP__AT_PP = OP__AT_BWD_ELEM OP__BWD_ELEM(OP__ONE),
+  OP__AT_TP = OP__AT_PP OP__PP(OP__ONE),
+  OP__N = OP__AT_TP OP__TP(OP__ONE)
 };
-#define OP__COUNT ((int)OP__N)
+#define OP__COUNT         ((int)OP__N)
+#define OP_CASES_LEAF     case 0 ... OP__AT_FWD - 1
+#define OP_CASES_FWD      case OP__AT_FWD ... OP__AT_FWD_ELEM - 1
+#define OP_CASES_FWD_ELEM case OP__AT_FWD_ELEM ... OP__AT_BWD - 1
+#define OP_CASES_BWD      case OP__AT_BWD ... OP__AT_BWD_ELEM - 1
+#define OP_CASES_BWD_ELEM case OP__AT_BWD_ELEM ... OP__AT_PP - 1
+#define OP_CASES_PP       case OP__AT_PP ... OP__AT_TP - 1
+#define OP_CASES_TP       case OP__AT_TP ... OP__N - 1
 
 typedef struct OpInfo {
   const char *name; /* surface name; '.' prefix: not callable from the language */
@@ -202,6 +226,7 @@ typedef struct IrNode {
   const char *var; /* the .pdl name this value was bound to, or NULL (not owned) */
   Loc loc;
   bool bwd;   /* made by the autodiff pass: runs in the backward block */
+  bool wgt;   /* a backward node only weight gradients need: W of a split backward (ad_split.c) */
   int fwd;    /* a backward node: the forward node whose saved statistics it reads, or -1 */
   int gparam; /* accumulates into this parameter's gradient (a sink), or -1 */
 } IrNode;
@@ -280,7 +305,8 @@ int ir_verify(const Graph *g); /* 0 when every node's inputs precede it and shap
 const char *role_name(Role r);
 
 /* ============================================================================================
- * ir_build.c — AST to typed IR: names, dims, shapes, the repeated layer, tensor-parallel roles
+ * ir_build.c, ir_config.c, ir_infer.c — AST to typed IR: names, dims, shapes, the repeated layer,
+ * tensor-parallel roles
  * ========================================================================================== */
 
 typedef struct Options {
@@ -289,6 +315,21 @@ typedef struct Options {
 } Options;
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
+
+/* The builder's state is ir_build.c's; ir_config.c and ir_infer.c build through these. */
+typedef struct Builder Builder;
+Graph *ir_build_graph(Builder *b);
+void ir_build_err(Builder *b, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4))); /* once a place */
+int ir_build_node(Builder *b, Op op, Loc loc);                  /* in the layer and region being built */
+int ir_build_tensor(Builder *b, const Expr *e);                 /* its node; -1 after reporting */
+int ir_build_eval_int(Builder *b, const Expr *e, int64_t *out); /* 0, or 1 after reporting */
+int ir_build_eval_float(Builder *b, const Expr *e, double *out);
+/* ir_config.c: the mesh and the step (the .pdl's blocks, flags on top); their checks against the model */
+void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c);
+void ir_config_check(Builder *b, Loc end); /* end: where a message without a place of its own points */
+/* ir_infer.c: an op call checked against the op table; its result's shape, dtype and layout */
+int ir_infer_call(Builder *b, const Expr *e);   /* name(args): its node; -1 after reporting */
+int ir_infer_binary(Builder *b, const Expr *e); /* a + b, a * b */
 
 /* ============================================================================================
  * tp_shard.c — tensor parallelism: a stage's graph as one TP rank runs it (local shapes) with
@@ -302,13 +343,16 @@ Graph *tp_shard(const Graph *g); /* NULL after reporting a located error */
  * ========================================================================================== */
 
 int ad_backward(Graph *g); /* appends the backward nodes; 0 on success */
+/* ad_split.c — the backward as B and W: marks wgt on every backward node that the gradient sent to
+ * the previous stage does not need (weight gradients and what only they read). */
+void ad_split(Graph *g);
 
 /* ============================================================================================
- * cg_kir.c — the kernel IR: a kernel is a grid of blocks of threads. A flat kernel gives each
+ * kir.c, cg_kir.c — the kernel IR: a kernel is a grid of blocks of threads. A flat kernel gives each
  * thread one row (an element); a block kernel gives each block one row, whose threads share the
  * row's loops (KS_TFOR) and reductions (KS_REDUCE). The statements are a small tree (loops,
- * scalar temporaries, reductions, loads and stores) over expressions; one renderer prints it as C,
- * OpenCL C or CUDA C, differing by a language table.
+ * scalar temporaries, reductions, loads and stores) over expressions, built by kir.c; one renderer
+ * (cg_kir.c) prints it as C, OpenCL C or CUDA C, differing by a language table.
  * ========================================================================================== */
 
 typedef enum KOp {
@@ -451,8 +495,8 @@ const char *cg_lang_name(Lang lang); /* "c", "opencl", "cuda": the --emit word *
 void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ============================================================================================
- * fuse_lower.c — the graph to a program: fused kernels, GEMMs and runtime instructions over
- * virtual buffers; mem_plan.c places the buffers; cg_program.c writes the listing
+ * fuse_*.c — the graph to a program: fused kernels, GEMMs and runtime instructions over virtual
+ * buffers; mem_plan.c places the buffers; cg_program.c writes the listing
  * ========================================================================================== */
 
 /* ORDER BufClass: the arena's regions, in the order they lie in it (cg_program.c names them) */
@@ -533,35 +577,104 @@ typedef struct Program {
   int nvb, vcap;
   Kernel **kernels;
   int nk, kcap;
-  Block fwd, bwd, opt;
+  Block fwd, bwd, wgt, opt; /* wgt: the weight gradients of a split backward (W), else empty */
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
-  int tp_rank, dp_rank; /* the rank whose listing is being written (cg_write) */
   int64_t arena;
-  int bnd[4];    /* boundary buffers: recv_fwd, send_fwd, recv_bwd, send_bwd; -1 */
-  int *node_vb;  /* per IR node: its buffer, -1 for none */
-  int *node_aux; /* per IR node: its saved-statistics buffer, -1 */
+  int bnd[PP_NBND]; /* the boundary buffers, by PpBoundary; -1 for none */
+  int *node_vb;     /* per IR node: its buffer, -1 for none */
+  int *node_aux;    /* per IR node: its saved-statistics buffer, -1 */
 } Program;
 
 Program *fuse_lower(const Graph *g);
 void mem_plan(Program *p);
 void fuse_prog_free(Program *p);
 
+/* The lowering's state, shared by its files: fuse_lower.c (what is fused, every value's buffer,
+ * each node's lowering in order), fuse_prog.c, fuse_kc.c, fuse_elem.c, fuse_gemm.c, fuse_rows.c
+ * and fuse_adamw.c. */
+typedef struct FuseCtx {
+  Program *p;
+  const Graph *g;
+  Block *blk;     /* the block being appended to */
+  int *nusers;    /* per node: how many nodes read it */
+  int *user;      /* per node: its (last) user */
+  bool *saved;    /* per forward node: read by the backward */
+  bool *inlined;  /* per node: computed inside its consumer's kernel, no buffer */
+  Layout *phys;   /* per node: the physical order of its buffer's two leading axes */
+  bool *att_done; /* per attention node: its backward is lowered */
+  char **bodies;  /* rendered kernel bodies, for deduplication */
+} FuseCtx;
+
+/* fuse_prog.c: the program's virtual buffers and instructions */
+int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, bool is_int);
+Instr *fuse_prog_instr(FuseCtx *c, InstrKind kind, int node); /* appended to c->blk */
+Operand fuse_prog_ob(int vb, int64_t add);                    /* a buffer from byte add on */
+Operand fuse_prog_vstart(int64_t rows); /* the first vocabulary row a TP rank holds: rank * rows */
+void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char *group, const char *op,
+                         const char *why);
+int fuse_prog_buf(FuseCtx *c, int id);     /* the buffer of node id's value (or its parameter's) */
+int fuse_prog_grad(FuseCtx *c, int param); /* a parameter's gradient buffer */
+
+/* fuse_kc.c: a kernel call, a kernel under construction and the operands of its call */
+typedef struct KCall {
+  Kernel *k;
+  Operand ops[MAX_OPERANDS]; /* the buffers (by parameter), then from KIR_MAX_BUFS on the scalars */
+  int nscal;
+  int node;
+} KCall;
+KCall fuse_kc_flat(const char *name, int64_t n, int node);                     /* a row per thread */
+KCall fuse_kc_block(const char *name, int64_t rows, int64_t width, int node);  /* a row per block */
+int fuse_kc_vbuf_at(FuseCtx *c, KCall *kc, int vb, int64_t add, bool written); /* its buffer parameter */
+int fuse_kc_vbuf(FuseCtx *c, KCall *kc, int vb, bool written);
+int fuse_kc_node(FuseCtx *c, KCall *kc, int node, bool written); /* node's buffer as a parameter */
+int fuse_kc_scalar(KCall *kc, Operand o);                        /* a float argument */
+int fuse_kc_iscalar(KCall *kc, Operand o);                       /* an int64 argument */
+int fuse_kc_register(FuseCtx *c, Kernel *k);                     /* the program's kernel of that body: its index */
+void fuse_kc_emit(FuseCtx *c, KCall *kc);                        /* registers the kernel and calls it */
+
+/* fuse_elem.c: elementwise ops (ops.def's FWD_ELEM and BWD_ELEM) */
+bool fuse_elem_is(Op op);
+int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx); /* its value at flat index idx */
+int fuse_elem_val(FuseCtx *c, KCall *kc, int node, int idx);  /* fused: its expression; else loaded */
+void fuse_elem_lower(FuseCtx *c, int id);                     /* a kernel of its own */
+
+/* fuse_gemm.c, fuse_rows.c, fuse_adamw.c: the lowering of node id, of the optimizer */
+void fuse_gemm_linear(FuseCtx *c, int id); /* linear, matmul */
+void fuse_gemm_linear_dx(FuseCtx *c, int id);
+void fuse_gemm_linear_dw(FuseCtx *c, int id);
+void fuse_gemm_attention(FuseCtx *c, int id); /* attention and its three gradients */
+void fuse_rows_embedding(FuseCtx *c, int id);
+void fuse_rows_embedding_dw(FuseCtx *c, int id);
+void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad);
+void fuse_rows_norm(FuseCtx *c, int id); /* rmsnorm, layernorm */
+void fuse_rows_norm_dx(FuseCtx *c, int id);
+void fuse_rows_norm_dw(FuseCtx *c, int id);
+void fuse_rows_bias_db(FuseCtx *c, int id);
+void fuse_rows_rope(FuseCtx *c, int id); /* rope, rope_dx */
+void fuse_rows_chunk(FuseCtx *c, int id);
+void fuse_rows_concat(FuseCtx *c, int id);
+void fuse_rows_transpose(FuseCtx *c, int id);
+void fuse_rows_ce(FuseCtx *c, int id);
+void fuse_rows_ce_dx(FuseCtx *c, int id);
+void fuse_rows_param_grad(FuseCtx *c, int id);
+void fuse_rows_add_bias(FuseCtx *c, int id);
+void fuse_adamw(FuseCtx *c);
+
 /* ============================================================================================
  * sched.c — the pipeline schedule of every rank, and its compile-time deadlock proof
  * ========================================================================================== */
 
-typedef enum SchedKind { SE_F, SE_B, SE_COMM } SchedKind;
-typedef enum CommKind { C_SEND_FWD, C_RECV_FWD, C_SEND_BWD, C_RECV_BWD } CommKind;
+typedef enum SchedKind { SE_F, SE_B, SE_W, SE_COMM } SchedKind; /* W: weight gradients of a split backward */
 
 typedef struct CommOp {
-  CommKind kind;
+  PpBoundary kind;
   int mb, slot;
 } CommOp;
 
 typedef struct SchedEntry {
   SchedKind kind;
-  int mb, slot;  /* SE_F, SE_B */
+  int mb, slot;  /* SE_F, SE_B, SE_W */
   CommOp ops[2]; /* SE_COMM: one operation, or a send and a receive issued together */
   int nops;
 } SchedEntry;
@@ -575,32 +688,64 @@ typedef struct StageSched {
 typedef struct Sched {
   int pp, M;
   char kind[16];
+  bool split;     /* the backward runs as B (activation gradients, sent on) and W (weight gradients) */
   StageSched *st; /* per stage */
 } Sched;
 
-#define SCHED_NAMES "naive, gpipe or 1f1b" /* the schedules sched_build knows, for messages */
+#define SCHED_NAMES "naive, gpipe, 1f1b, zb-h1" /* sched.c's table, for messages */
 bool sched_known(const char *kind);
+bool sched_splits(const char *kind); /* a schedule with W entries */
+int sched_count(void);               /* the schedules of the table, for --schedule auto */
+const char *sched_name(int i);
 Sched *sched_build(int pp, int M, const char *kind);
 int sched_verify(const Sched *s, Src *src, Loc at); /* 0, or reports the ranks and entries that block */
-void sched_print(FILE *f, const Sched *s);
+char sched_letter(SchedKind k);                     /* F, B, W */
 void sched_entry_str(const SchedEntry *e, char *buf, size_t n);
 void sched_free(Sched *s);
 void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt on purpose */
 
-/* What a stage's listings say of its kernel files: the `kernels` and `cuda` lines. */
+/* sched_time.c — predicted timelines. Costs are flop-equivalents: flops + SCHED_BYTE_WEIGHT x bytes. */
+#define SCHED_BYTE_WEIGHT 8.0
+typedef struct StageCost {
+  double f, b, w;     /* one micro-batch's forward, backward (B) and weight gradients (W) */
+  int64_t slot_bytes; /* one micro-batch's activations */
+} StageCost;
+typedef struct SchedPrediction {
+  double step;        /* predicted step time, flop-equivalents */
+  double bubble;      /* idle share of all ranks' time */
+  int64_t peak_bytes; /* the most activation bytes a rank holds */
+} SchedPrediction;
+void sched_stage_cost(const Program *p, StageCost *c); /* from the stage's lowered blocks */
+SchedPrediction sched_predict(const Sched *s, const StageCost *cost);
+void sched_print(FILE *f, const Sched *s, const StageCost *cost);                  /* --emit schedule */
+void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model); /* --emit svg */
+/* --schedule auto: the table's schedules predicted with the stages' costs (plain: the backward
+ * whole; split: as B and W); the fastest whose most activation bytes on a rank fit mem_limit (0:
+ * none) is chosen. Writes the comparison and the choice to why; the schedule's index, or -1. */
+int sched_choose(int pp, int M, const StageCost *plain, const StageCost *split, int64_t mem_limit, FILE *why);
+
+/* A file's size and FNV-1a hash as it was written; bytes -1: not written ('- -' in a listing). */
+typedef struct FileSum {
+  int64_t bytes;
+  uint64_t hash;
+} FileSum;
+
+/* What a stage's listings say of its kernel files: the `kernels`, `object` and `cuda` lines. */
 typedef struct StageFiles {
-  char name[32];       /* kernels_sN: the files' base name */
-  uint64_t hash;       /* of the C source; every file carries it */
-  const char *arch;    /* the CUDA target */
-  bool compiled;       /* NVRTC ran: */
-  uint64_t cubin, ptx; /* the hashes of NAME.cubin and NAME.ptx */
+  char name[32];      /* kernels_sN: the files' base name */
+  uint64_t hash;      /* of the C source; every file carries it */
+  const char *arch;   /* the CUDA target */
+  FileSum so, cl;     /* NAME.so and NAME.cl */
+  FileSum cubin, ptx; /* NAME.cubin and NAME.ptx (NVRTC ran) */
 } StageFiles;
 
 /* The stage's kernels in every language (and the C compiled, cached under cc_cache; the CUDA
- * compiled by NVRTC when ppc has it) into dir; dir NULL: only *out. 0 on success. */
+ * compiled by NVRTC when ppc has it) into dir, with the size and hash of each file in *out; dir
+ * NULL: only out's name and hash. 0 on success. */
 int cg_write_kernels(const char *dir, const Program *p, const char *cc_cache, const char *arch, StageFiles *out);
-/* rankR.prog; dir NULL: the listing to stdout. 0 on success. */
-int cg_write(const char *dir, const Program *p, const Sched *s, int rank, const StageFiles *f);
+/* rankR.prog of the rank at (tp_rank, dp_rank) of p's stage; dir NULL: the listing to stdout. 0 on
+ * success. */
+int cg_write(const char *dir, const Program *p, const Sched *s, int tp_rank, int dp_rank, const StageFiles *f);
 /* A stage's kernels in one language: the prelude, then every kernel. */
 void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap);
 uint64_t cg_fnv1a(const char *s, size_t n);                   /* FNV-1a 64 */
@@ -616,8 +761,11 @@ void cg_mkdir_p(const char *dir);
 bool cg_arch_known(const char *arch);
 bool cg_nvrtc_available(void); /* ppc was built with NVRTC */
 /* DIR/BASE.cubin and DIR/BASE.ptx from the CUDA source src (the text of DIR/BASE.cu) for arch;
- * their FNV-1a hashes in *cubin_hash and *ptx_hash. 0, or 1 after printing NVRTC's log and the
+ * their sizes and FNV-1a hashes in *cubin and *ptx. 0, or 1 after printing NVRTC's log and the
  * generated lines it names. */
+int cg_nvrtc_files(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
+                   FileSum *cubin, FileSum *ptx);
+/* The same with the hashes alone. */
 int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, const char *arch, const char *cache,
              uint64_t *cubin_hash, uint64_t *ptx_hash);
 

@@ -1,10 +1,12 @@
-/* sched.c — pipeline schedules compiled into every rank's program (naive, GPipe, 1F1B), the
- * batching of a send with the receive that follows it, the compile-time proof that no rank
- * blocks forever, and the slot-by-slot timeline that --emit schedule prints. */
+/* sched.c — pipeline schedules compiled into every rank's program (naive, GPipe, 1F1B, ZB-H1),
+ * the batching of a send with the receive that follows it, and the compile-time proof that every
+ * stage runs each micro-batch's parts once and in order and that no rank blocks forever.
+ * sched_time.c predicts their timelines. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pp_sim.h"
 #include "ppc.h"
 
 static void push(StageSched *st, SchedEntry e) {
@@ -15,67 +17,118 @@ static void push(StageSched *st, SchedEntry e) {
   st->e[st->n++] = e;
 }
 
-static SchedEntry comm1(CommKind k, int mb, int slot) {
+static SchedEntry comm1(PpBoundary k, int mb, int slot) {
   return (SchedEntry){.kind = SE_COMM, .ops = {{k, mb, slot}}, .nops = 1};
 }
 
-static const char *const kinds[] = {"naive", "gpipe", "1f1b"}; /* SCHED_NAMES says them */
+/* The order of one stage's compute: (kind, micro-batch) pairs. */
+typedef struct Order {
+  SchedKind *kind;
+  int *mb;
+  int n;
+} Order;
 
-bool sched_known(const char *kind) {
-  for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
-    if (!strcmp(kinds[i], kind)) return true;
-  return false;
+static void add(Order *o, SchedKind k, int mb) {
+  o->kind[o->n] = k;
+  o->mb[o->n++] = mb;
 }
 
-/* The order of forwards and backwards one stage runs. */
-static void order(const char *kind, int pp, int r, int M, int *seq, int *n) {
-  *n = 0;
-  if (!strcmp(kind, "naive")) { /* one micro-batch through every stage and back before the next */
-    for (int m = 0; m < M; m++) seq[(*n)++] = m, seq[(*n)++] = -1 - m;
-  } else if (!strcmp(kind, "gpipe")) { /* all forwards, then all backwards */
-    for (int m = 0; m < M; m++) seq[(*n)++] = m;
-    for (int m = 0; m < M; m++) seq[(*n)++] = -1 - m;
-  } else { /* 1f1b: warm-up of min(p-r-1, M) forwards, one forward one backward, cool-down */
-    int w = pp - r - 1 < M ? pp - r - 1 : M;
-    for (int m = 0; m < w; m++) seq[(*n)++] = m;
-    for (int i = 0; i < M - w; i++) seq[(*n)++] = w + i, seq[(*n)++] = -1 - i;
-    for (int i = M - w; i < M; i++) seq[(*n)++] = -1 - i;
+/* naive: one micro-batch through every stage and back before the next */
+static void order_naive(Order *o, int pp, int r, int M) {
+  (void)pp, (void)r;
+  for (int m = 0; m < M; m++) add(o, SE_F, m), add(o, SE_B, m);
+}
+
+/* gpipe: all forwards, then all backwards */
+static void order_gpipe(Order *o, int pp, int r, int M) {
+  (void)pp, (void)r;
+  for (int m = 0; m < M; m++) add(o, SE_F, m);
+  for (int m = 0; m < M; m++) add(o, SE_B, m);
+}
+
+/* 1f1b and zb-h1 share one pattern: step x runs F x, then B x-(p-1-r) (stage r's backward lags
+ * its forward by the p-1-r stages after it), and with a split backward W x-(p-1) (every W lags
+ * its forward by p-1 steps, which fills the bubbles at the end with weight gradients while the
+ * activations held stay p at most, as 1F1B's first stage holds). Entries out of [0, M) are
+ * skipped: the first steps are the warm-up, the last the cool-down. */
+static void order_steps(Order *o, int pp, int r, int M, bool split) {
+  for (int x = 0; x < M + pp - 1; x++) {
+    int b = x - (pp - 1 - r), w = x - (pp - 1);
+    if (x < M) add(o, SE_F, x);
+    if (b >= 0 && b < M) add(o, SE_B, b);
+    if (split && w >= 0 && w < M) add(o, SE_W, w);
   }
 }
+static void order_1f1b(Order *o, int pp, int r, int M) { order_steps(o, pp, r, M, false); }
+static void order_zbh1(Order *o, int pp, int r, int M) { order_steps(o, pp, r, M, true); }
 
-/* Micro-batches in flight at once: the activation slots a stage needs. */
-static int slots_needed(const int *seq, int n) {
+/* The schedules: SCHED_NAMES (ppc.h) lists them for messages, in this order. */
+static const struct {
+  const char *name;
+  bool split; /* the backward runs as B (activation gradients) and W (weight gradients) */
+  void (*order)(Order *o, int pp, int r, int M);
+} kinds[] = {
+    {"naive", false, order_naive},
+    {"gpipe", false, order_gpipe},
+    {"1f1b", false, order_1f1b},
+    {"zb-h1", true, order_zbh1},
+};
+#define NKINDS ((int)(sizeof kinds / sizeof *kinds))
+
+static int kind_index(const char *name) {
+  for (int i = 0; i < NKINDS; i++)
+    if (!strcmp(kinds[i].name, name)) return i;
+  return -1;
+}
+
+bool sched_known(const char *kind) { return kind_index(kind) >= 0; }
+bool sched_splits(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].split; }
+int sched_count(void) { return NKINDS; }
+const char *sched_name(int i) { return kinds[i].name; }
+
+/* Micro-batches whose activations are held at once: from a forward to the end of its backward
+ * (its W when the backward is split), the activation slots a stage needs. */
+static int slots_needed(const Order *o, bool split) {
   int live = 0, most = 0;
-  for (int i = 0; i < n; i++) {
-    live += seq[i] >= 0 ? 1 : -1;
+  for (int i = 0; i < o->n; i++) {
+    live += o->kind[i] == SE_F ? 1 : o->kind[i] == (split ? SE_W : SE_B) ? -1 : 0;
     if (live > most) most = live;
   }
   return most ? most : 1;
 }
 
 Sched *sched_build(int pp, int M, const char *kind) {
+  int k = kind_index(kind);
+  if (k < 0) diag_fatal("internal: sched_build of an unknown schedule '%s'", kind);
   Sched *s = xcalloc(1, sizeof *s);
   s->pp = pp;
   s->M = M;
+  s->split = kinds[k].split;
   snprintf(s->kind, sizeof s->kind, "%s", kind);
   s->st = xcalloc((size_t)pp, sizeof *s->st);
-  int *seq = xmalloc((size_t)(2 * M) * sizeof *seq);
+  Order o = {.kind = xmalloc((size_t)(3 * M) * sizeof *o.kind), .mb = xmalloc((size_t)(3 * M) * sizeof *o.mb)};
   for (int r = 0; r < pp; r++) {
     StageSched *st = &s->st[r];
-    int n;
-    order(kind, pp, r, M, seq, &n);
-    st->nslots = slots_needed(seq, n);
+    o.n = 0;
+    kinds[k].order(&o, pp, r, M);
+    st->nslots = slots_needed(&o, s->split);
     bool first = r == 0, last = r == pp - 1;
-    for (int i = 0; i < n; i++) {
-      int m = seq[i] >= 0 ? seq[i] : -1 - seq[i], slot = m % st->nslots;
-      if (seq[i] >= 0) {
-        if (!first) push(st, comm1(C_RECV_FWD, m, slot));
-        push(st, (SchedEntry){.kind = SE_F, .mb = m, .slot = slot});
-        if (!last) push(st, comm1(C_SEND_FWD, m, slot));
-      } else {
-        if (!last) push(st, comm1(C_RECV_BWD, m, slot));
-        push(st, (SchedEntry){.kind = SE_B, .mb = m, .slot = slot});
-        if (!first) push(st, comm1(C_SEND_BWD, m, slot));
+    for (int i = 0; i < o.n; i++) {
+      int m = o.mb[i], slot = m % st->nslots;
+      SchedEntry e = {.kind = o.kind[i], .mb = m, .slot = slot};
+      switch (o.kind[i]) {
+      case SE_F:
+        if (!first) push(st, comm1(PP_RECV_FWD, m, slot));
+        push(st, e);
+        if (!last) push(st, comm1(PP_SEND_FWD, m, slot));
+        break;
+      case SE_B:
+        if (!last) push(st, comm1(PP_RECV_BWD, m, slot));
+        push(st, e);
+        if (!first) push(st, comm1(PP_SEND_BWD, m, slot));
+        break;
+      case SE_W: push(st, e); break;
+      case SE_COMM: diag_fatal("internal: a communication in a compute order");
       }
     }
     /* a send and the receive in the other direction right after it go out as one batch */
@@ -83,8 +136,8 @@ Sched *sched_build(int pp, int M, const char *kind) {
     for (int i = 0; i < st->n; i++) {
       SchedEntry e = st->e[i];
       if (e.kind == SE_COMM && i + 1 < st->n && st->e[i + 1].kind == SE_COMM) {
-        CommKind a = e.ops[0].kind, b = st->e[i + 1].ops[0].kind;
-        if ((a == C_SEND_FWD && b == C_RECV_BWD) || (a == C_SEND_BWD && b == C_RECV_FWD)) {
+        PpBoundary a = e.ops[0].kind, b = st->e[i + 1].ops[0].kind;
+        if ((a == PP_SEND_FWD && b == PP_RECV_BWD) || (a == PP_SEND_BWD && b == PP_RECV_FWD)) {
           e.ops[1] = st->e[i + 1].ops[0];
           e.nops = 2;
           i++;
@@ -94,7 +147,8 @@ Sched *sched_build(int pp, int M, const char *kind) {
     }
     st->n = out;
   }
-  free(seq);
+  free(o.kind);
+  free(o.mb);
   return s;
 }
 
@@ -105,11 +159,21 @@ void sched_free(Sched *s) {
   free(s);
 }
 
-static const char *comm_name[] = {"send_forward", "recv_forward", "send_backward", "recv_backward"};
+char sched_letter(SchedKind k) {
+  switch (k) {
+  case SE_F: return 'F';
+  case SE_B: return 'B';
+  case SE_W: return 'W';
+  case SE_COMM: break;
+  }
+  return '?';
+}
+
+/* in messages, spelled out; ORDER PpBoundary */
+static const char *comm_name[] = {"recv_forward", "send_forward", "recv_backward", "send_backward"};
 
 void sched_entry_str(const SchedEntry *e, char *buf, size_t n) {
-  if (e->kind == SE_F) snprintf(buf, n, "F %d (slot %d)", e->mb, e->slot);
-  else if (e->kind == SE_B) snprintf(buf, n, "B %d (slot %d)", e->mb, e->slot);
+  if (e->kind != SE_COMM) snprintf(buf, n, "%c %d (slot %d)", sched_letter(e->kind), e->mb, e->slot);
   else if (e->nops == 1) snprintf(buf, n, "%s %d", comm_name[e->ops[0].kind], e->ops[0].mb);
   else
     snprintf(buf, n, "%s %d + %s %d", comm_name[e->ops[0].kind], e->ops[0].mb, comm_name[e->ops[1].kind], e->ops[1].mb);
@@ -121,15 +185,7 @@ void sched_entry_str(const SchedEntry *e, char *buf, size_t n) {
  * when all of its operations have; a rank then moves on. Compute never blocks.
  * ========================================================================================== */
 
-static int peer_of(CommKind k, int r) { return k == C_SEND_FWD || k == C_RECV_BWD ? r + 1 : r - 1; }
-static CommKind match_of(CommKind k) { return (CommKind)(k ^ 1); } /* send <-> recv, ORDER CommKind */
-
-/* The rank's current batch, skipping compute; -1 when it is done. */
-static int current(const Sched *s, int r, const int *pc) {
-  int i = pc[r];
-  while (i < s->st[r].n && s->st[r].e[i].kind != SE_COMM) i++;
-  return i < s->st[r].n ? i : -1;
-}
+static int peer_of(PpBoundary k, int r) { return pp_boundary_to_next(k) ? r + 1 : r - 1; }
 
 /* Located at the train block's schedule setting; from a flag or the default, "ppc: error:". */
 __attribute__((format(printf, 3, 4))) static void report(Src *src, Loc at, const char *fmt, ...) {
@@ -144,79 +200,76 @@ __attribute__((format(printf, 3, 4))) static void report(Src *src, Loc at, const
 
 int sched_verify(const Sched *s, Src *src, Loc at) {
   int pp = s->pp;
-  /* every stage runs each micro-batch's forward once, then its backward once */
+  /* every stage runs each micro-batch's forward once, then its backward once (B then W once each
+   * when the backward is split) */
+  int parts = s->split ? 3 : 2;
   for (int r = 0; r < pp; r++) {
     int *seen = xcalloc((size_t)s->M, sizeof *seen);
     for (int i = 0; i < s->st[r].n; i++) {
       const SchedEntry *e = &s->st[r].e[i];
       if (e->kind == SE_COMM) continue;
-      bool bad = e->mb < 0 || e->mb >= s->M || seen[e->mb] != (e->kind == SE_F ? 0 : 1);
+      int step = e->kind == SE_F ? 0 : e->kind == SE_B ? 1 : 2;
+      bool bad = e->mb < 0 || e->mb >= s->M || seen[e->mb] != step || step >= parts;
       if (bad) {
         char buf[96];
         sched_entry_str(e, buf, sizeof buf);
         report(src, at,
                "schedule '%s': rank %d, entry %d (%s) is out of order: each micro-batch's forward runs once, "
-               "then its backward once",
-               s->kind, r, i, buf);
+               "then its backward once%s",
+               s->kind, r, i, buf, s->split ? " (B, then W)" : "");
         free(seen);
         return 1;
       }
       seen[e->mb]++;
     }
     for (int m = 0; m < s->M; m++)
-      if (seen[m] != 2) {
-        report(src, at, "schedule '%s': rank %d never runs the %s of micro-batch %d", s->kind, r,
-               seen[m] ? "backward" : "forward", m);
+      if (seen[m] != parts) {
+        const char *what = seen[m] == 0   ? "forward"
+                           : seen[m] == 1 ? (s->split ? "backward (B)" : "backward")
+                                          : "weight gradients (W)";
+        report(src, at, "schedule '%s': rank %d never runs the %s of micro-batch %d", s->kind, r, what, m);
         free(seen);
         return 1;
       }
     free(seen);
   }
-  int *pc = xcalloc((size_t)pp, sizeof *pc);
-  bool(*done)[2] = xcalloc((size_t)pp, sizeof *done);
-  int rc = 0;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < pp; r++) {
-      int i = current(s, r, pc);
-      if (i < 0) {
-        pc[r] = s->st[r].n;
-        continue;
-      }
-      const SchedEntry *e = &s->st[r].e[i];
-      for (int k = 0; k < e->nops; k++) {
-        if (done[r][k]) continue;
-        const CommOp *op = &e->ops[k];
-        int q = peer_of(op->kind, r);
-        if (q < 0 || q >= pp) continue; /* reported below: no peer */
-        int j = current(s, q, pc);
-        if (j < 0) continue;
-        const SchedEntry *f = &s->st[q].e[j];
-        for (int l = 0; l < f->nops; l++)
-          if (!done[q][l] && f->ops[l].kind == match_of(op->kind) && f->ops[l].mb == op->mb &&
-              peer_of(f->ops[l].kind, q) == r)
-            done[r][k] = done[q][l] = true;
-      }
-      bool all = true;
-      for (int k = 0; k < e->nops; k++) all &= done[r][k];
-      if (all) {
-        pc[r] = i + 1;
-        done[r][0] = done[r][1] = false;
-        progress = true;
-      }
+  /* the messages: each stage's comm entries as pp_sim.c's batches; entry[r][k]: batch k's entry */
+  PpSimRank *rank = xcalloc((size_t)pp, sizeof *rank);
+  PpSimBatch **bat = xcalloc((size_t)pp, sizeof *bat);
+  int **entry = xcalloc((size_t)pp, sizeof *entry), *pc = xcalloc((size_t)pp, sizeof *pc);
+  unsigned char(*done)[2] = xcalloc((size_t)pp, sizeof *done);
+  for (int r = 0; r < pp; r++) {
+    const StageSched *st = &s->st[r];
+    bat[r] = xcalloc((size_t)st->n + 1, sizeof **bat);
+    entry[r] = xcalloc((size_t)st->n + 1, sizeof **entry);
+    int n = 0;
+    for (int i = 0; i < st->n; i++) {
+      const SchedEntry *e = &st->e[i];
+      if (e->kind != SE_COMM) continue;
+      bat[r][n].nops = e->nops;
+      for (int k = 0; k < e->nops; k++)
+        bat[r][n].op[k] = (PpSimOp){.peer = peer_of(e->ops[k].kind, r),
+                                    .tag = pp_boundary_tag(e->ops[k].kind, e->ops[k].mb),
+                                    .send = pp_boundary_is_send(e->ops[k].kind)};
+      entry[r][n++] = i;
     }
+    rank[r] = (PpSimRank){bat[r], n};
   }
+  int rc = 0;
+  pp_sim_run(rank, pp, pc, done);
+  /* pc[r]: the batch rank r waits in; as an entry, -1 when the rank is done */
+  for (int r = 0; r < pp; r++) pc[r] = pc[r] < rank[r].n ? entry[r][pc[r]] : -1;
   /* anyone left waiting? */
   char buf[96], buf2[96];
   for (int r = 0; r < pp; r++) {
-    int i = current(s, r, pc);
+    int i = pc[r];
     if (i < 0) continue;
     const SchedEntry *e = &s->st[r].e[i];
     sched_entry_str(e, buf, sizeof buf);
     int q = peer_of(e->ops[0].kind, r);
     for (int k = 0; k < e->nops; k++)
       if (!done[r][k]) q = peer_of(e->ops[k].kind, r);
-    int j = q >= 0 && q < pp ? current(s, q, pc) : -1;
+    int j = q >= 0 && q < pp ? pc[q] : -1;
     if (q < 0 || q >= pp)
       report(src, at, "schedule '%s': rank %d, entry %d (%s) has no peer stage", s->kind, r, i, buf);
     else if (j < 0)
@@ -231,6 +284,10 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
     rc = 1;
     break; /* the first blocked rank names the cycle; the rest follow from it */
   }
+  for (int r = 0; r < pp; r++) free(bat[r]), free(entry[r]);
+  free(bat);
+  free(entry);
+  free(rank);
   free(pc);
   free(done);
   return rc;
@@ -251,79 +308,4 @@ void sched_debug_break(Sched *s, const char *how) {
     memmove(&st->e[i], &st->e[i + 1], (size_t)(st->n - i - 1) * sizeof *st->e);
     st->n--;
   }
-}
-
-/* ============================================================================================
- * The timeline: a forward takes one time slot, a backward two (it computes the gradients of the
- * inputs and of the weights); a stage waits for its inputs. Bubble = idle / total.
- * ========================================================================================== */
-
-static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
-
-void sched_print(FILE *f, const Sched *s) {
-  int pp = s->pp, M = s->M;
-  int *fdone = xcalloc((size_t)(pp * M), sizeof *fdone), *bdone = xcalloc((size_t)(pp * M), sizeof *bdone);
-  int *pc = xcalloc((size_t)pp, sizeof *pc), *clock = xcalloc((size_t)pp, sizeof *clock);
-  int total = 0;
-  /* per stage, the compute entries in order */
-  int **seq = xcalloc((size_t)pp, sizeof *seq), *nseq = xcalloc((size_t)pp, sizeof *nseq);
-  for (int r = 0; r < pp; r++) {
-    seq[r] = xcalloc((size_t)(2 * M), sizeof **seq);
-    for (int i = 0; i < s->st[r].n; i++) {
-      const SchedEntry *e = &s->st[r].e[i];
-      if (e->kind == SE_F) seq[r][nseq[r]++] = e->mb;
-      if (e->kind == SE_B) seq[r][nseq[r]++] = -1 - e->mb;
-    }
-  }
-  int width = 3 * M * pp + 3 * M;
-  char **line = xcalloc((size_t)pp, sizeof *line);
-  for (int r = 0; r < pp; r++) line[r] = xcalloc((size_t)width + 1, 4);
-  int *start = xcalloc((size_t)(pp * 2 * M), sizeof *start);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < pp; r++) {
-      if (pc[r] >= nseq[r]) continue;
-      int x = seq[r][pc[r]], m = x >= 0 ? x : -1 - x;
-      int ready;
-      if (x >= 0) ready = r == 0 ? 0 : fdone[(r - 1) * M + m];
-      else ready = r == pp - 1 ? fdone[r * M + m] : bdone[(r + 1) * M + m];
-      if (ready < 0 || (x >= 0 && r > 0 && !fdone[(r - 1) * M + m]) ||
-          (x < 0 && r < pp - 1 && !bdone[(r + 1) * M + m]) || (x < 0 && !fdone[r * M + m]))
-        continue;
-      int t0 = clock[r] > ready ? clock[r] : ready;
-      int t1 = t0 + (x >= 0 ? 1 : 2);
-      start[r * 2 * M + pc[r]] = t0;
-      if (x >= 0) fdone[r * M + m] = t1;
-      else bdone[r * M + m] = t1;
-      clock[r] = t1;
-      if (t1 > total) total = t1;
-      pc[r]++;
-      progress = true;
-    }
-  }
-  fprintf(f, "# schedule %s: %d stages, %d micro-batches (a forward takes one slot, a backward two)\n", s->kind, pp, M);
-  for (int r = 0; r < pp; r++) {
-    fprintf(f, "stage %d |", r);
-    int t = 0;
-    for (int i = 0; i < nseq[r]; i++) {
-      int t0 = start[r * 2 * M + i], x = seq[r][i], m = x >= 0 ? x : -1 - x;
-      for (; t < t0; t++) fprintf(f, "  . ");
-      if (x >= 0) fprintf(f, " F%-2d", m), t++;
-      else fprintf(f, " B%-2d B%-2d", m, m), t += 2;
-    }
-    for (; t < total; t++) fprintf(f, "  . ");
-    fprintf(f, "|  slots %d\n", s->st[r].nslots);
-  }
-  int64_t busy = 3LL * M * pp, all = (int64_t)total * pp, idle = all - busy, d = gcd(idle, all);
-  fprintf(f, "bubble: %lld/%lld = %.1f%% of every stage's time idle (%lld of %lld slots)\n", (long long)(idle / d),
-          (long long)(all / d), 100.0 * (double)idle / (double)all, (long long)idle, (long long)all);
-  for (int r = 0; r < pp; r++) free(line[r]), free(seq[r]);
-  free(line);
-  free(seq);
-  free(nseq);
-  free(start);
-  free(fdone);
-  free(bdone);
-  free(pc);
-  free(clock);
 }

@@ -287,36 +287,12 @@ static void node(T *t, int i) {
   case OP_SILU:
   case OP_GELU:
   case OP_RELU: id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0); break;
-  case OP_PARAM: diag_fatal("internal: tp_shard's node() given a parameter: param() shards those");
+  case OP_PARAM:
+    diag_fatal("internal: tp_shard's node() given a parameter: param() shards those");
   /* made by this pass, or by autodiff after it: never in the forward graph it shards */
-  case OP_TP_COPY:
-  case OP_TP_REDUCE:
-  case OP_ADD_BIAS:
-  case OP_ALLREDUCE:
-  case OP_SEED:
-  case OP_CE_DX:
-  case OP_EMBEDDING_DW:
-  case OP_POS_EMBEDDING_DW:
-  case OP_LINEAR_DX:
-  case OP_LINEAR_DW:
-  case OP_MATMUL_DX:
-  case OP_MATMUL_DW:
-  case OP_BIAS_DB:
-  case OP_RMSNORM_DX:
-  case OP_RMSNORM_DW:
-  case OP_LAYERNORM_DX:
-  case OP_LAYERNORM_DW:
-  case OP_ROPE_DX:
-  case OP_ATTENTION_DQ:
-  case OP_ATTENTION_DK:
-  case OP_ATTENTION_DV:
-  case OP_SILU_DX:
-  case OP_GELU_DX:
-  case OP_RELU_DX:
-  case OP_CONCAT:
-  case OP_PARAM_GRAD:
-  case OP_RECV_BACKWARD:
-  case OP_SEND_BACKWARD:
+  OP_CASES_TP:
+  OP_CASES_BWD:
+  OP_CASES_BWD_ELEM:
     diag_fatal("internal: %s in the graph tp_shard shards: it is made by a later pass", ir_ops[n->op].name);
   }
   if (i == t->g->loss) t->s->loss = id;

@@ -1,16 +1,16 @@
 /* ppr.c - the runtime's command line: each rank loads DIR/rankR.prog, initialises, trains for N steps over MPI,
- * reports, saves. */
+ * reports, saves. The options and their --help text are ppr_cli.c's. */
+#include "pp_timeline.h"
+#include "ppr_cli.h"
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_mesh.h"
 #include "rt_prog.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,78 +21,10 @@
 #define ERRLEN       65536
 #define EXIT_STOPPED 75 /* SIGTERM or SIGINT stopped the run at a step boundary (sysexits' EX_TEMPFAIL) */
 
-static const char usage[] =
-    "usage: ppr DIR [options]\n"
-    "\n"
-    "Runs the programs written by ppc (docs/stage-format.md): rank R of the MPI world runs\n"
-    "DIR/rankR.prog. A mesh of N = tp*pp*dp ranks: mpirun -np N ppr DIR (as root add\n"
-    "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
-    "1-rank world.\n"
-    "\n"
-    "Where it runs:\n"
-    "  --device D                  cpu (the default; also PPR_DEVICE), opencl, opencl:N (the N-th\n"
-    "                              OpenCL device), cuda, cuda:N\n"
-    "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
-    "\n"
-    "Weights and data:\n"
-    "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
-    "  --seed N                    initialise each param from its init with seed N (default 1)\n"
-    "  --data FILE                 training tokens: an llm.c token file (magic 20240520; a *.bin\n"
-    "                              file must be one), or text whose bytes are the tokens\n"
-    "                              (default: a built-in English text)\n"
-    "\n"
-    "Training (AdamW):\n"
-    "  --steps N                   training steps (default 1)\n"
-    "  --lr F                      learning rate (default 1e-3)\n"
-    "  --beta1 F                   (default 0.9)\n"
-    "  --beta2 F                   (default 0.95)\n"
-    "  --eps F                     (default 1e-8)\n"
-    "  --wd F                      weight decay of the params marked decay 1 (default 0.1)\n"
-    "  --clip F                    clip the global gradient norm to F (default: no clipping)\n"
-    "\n"
-    "Outputs (checked writable before the first step):\n"
-    "  --save W.safetensors        the weights after the last step\n"
-    "  --save-grads G.safetensors  the first step's gradients, accumulated over the micro-batches,\n"
-    "                              before clipping\n"
-    "  --log FILE.jsonl            one JSON object per step\n"
-    "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), and\n"
-    "                              the measured bubble fraction of each rank\n"
-    "  --quiet                     no per-step lines on stdout\n"
-    "\n"
-    "  --timeout SECONDS           the watchdog: a rank whose message or collective makes no\n"
-    "                              progress for this long says what it waits for, and the job\n"
-    "                              ends (default 300; 0: wait forever)\n"
-    "  -h, --help                  this text\n"
-    "  --version                   ppr's version and the listing format it reads\n"
-    "\n"
-    "SIGTERM or SIGINT (to a rank, or to mpirun, which passes SIGTERM on) stops every rank after\n"
-    "the current step; --save and --trace are written, and ppr exits with status 75. A second\n"
-    "signal ends the rank at once, without saving. docs/reliability.md has the details.\n";
-
-typedef struct {
-  const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
-  uint64_t seed;
-  double timeout;
-  int have_seed, quiet, tf32;
-  int64_t steps;
-  RtHyper h;
-} Cli;
-
 static char err[ERRLEN];
 static RtComm *comm; /* the world: MPI under mpirun, else this process alone */
 static RtDev *dev;   /* this rank's device (--device) */
 static int me, nranks;
-
-static void bad_usage(const char *fmt, ...) RT_FMT(1, 2);
-static void bad_usage(const char *fmt, ...) {
-  va_list ap;
-  fputs("ppr: error: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputs("\nusage: ppr DIR [options]  ('ppr --help' lists them)\n", stderr);
-  exit(1);
-}
 
 /* Every line of the message gets the prefix. */
 static void print_err(const char *msg) {
@@ -162,144 +94,6 @@ static void settle(int rc) {
       die(err);                                                                                                        \
     }                                                                                                                  \
   } while (0)
-
-static double num(const char *flag, const char *v, double lo, double hi, int lo_open, int hi_open) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (!*v || *end || errno == ERANGE || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo) ||
-      (hi_open && x == hi))
-    bad_usage("%s: expected a number in %s%g, %g%s, found '%s'", flag, lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]",
-              v);
-  return x;
-}
-
-static uint64_t count(const char *flag, const char *v, uint64_t hi) {
-  uint64_t x = 0;
-  if (!*v) bad_usage("%s: expected an integer, found ''", flag);
-  for (const char *q = v; *q; q++) {
-    if (*q < '0' || *q > '9' || x > (UINT64_MAX - 9) / 10)
-      bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
-    x = x * 10 + (uint64_t)(*q - '0');
-  }
-  if (x > hi) bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
-  return x;
-}
-
-static void parse_cli(int argc, char **argv, Cli *c) {
-  memset(c, 0, sizeof *c);
-  c->seed = 1;
-  c->steps = 1;
-  c->timeout = RT_COMM_TIMEOUT;
-  c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
-  enum {
-    O_INIT = 256,
-    O_SEED,
-    O_DATA,
-    O_STEPS,
-    O_LR,
-    O_BETA1,
-    O_BETA2,
-    O_EPS,
-    O_WD,
-    O_CLIP,
-    O_SAVE_GRADS,
-    O_SAVE,
-    O_LOG,
-    O_TRACE,
-    O_DEVICE,
-    O_TIMEOUT,
-    O_QUIET,
-    O_TF32,
-    O_VERSION
-  };
-  static const struct option longs[] = {
-      {"init", required_argument, NULL, O_INIT},
-      {"seed", required_argument, NULL, O_SEED},
-      {"data", required_argument, NULL, O_DATA},
-      {"steps", required_argument, NULL, O_STEPS},
-      {"lr", required_argument, NULL, O_LR},
-      {"beta1", required_argument, NULL, O_BETA1},
-      {"beta2", required_argument, NULL, O_BETA2},
-      {"eps", required_argument, NULL, O_EPS},
-      {"wd", required_argument, NULL, O_WD},
-      {"clip", required_argument, NULL, O_CLIP},
-      {"save-grads", required_argument, NULL, O_SAVE_GRADS},
-      {"save", required_argument, NULL, O_SAVE},
-      {"log", required_argument, NULL, O_LOG},
-      {"trace", required_argument, NULL, O_TRACE},
-      {"device", required_argument, NULL, O_DEVICE},
-      {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"quiet", no_argument, NULL, O_QUIET},
-      {"tf32", no_argument, NULL, O_TF32},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, O_VERSION},
-      {NULL, 0, NULL, 0},
-  };
-  opterr = 0; /* the messages below name the option as it was written */
-  for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
-    /* the option as written: argv's last for a missing value or an unknown one, else its name */
-    const char *a = argv[optind - 1], *v = optarg;
-    char flag[32];
-    if (li >= 0) snprintf(flag, sizeof flag, "--%s", longs[li].name);
-    else snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
-    if (v && !*v) bad_usage("%s: empty value", flag);
-    switch (o) {
-    case 'h': fputs(usage, stdout); exit(0);
-    case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
-    case O_QUIET: c->quiet = 1; break;
-    case O_TF32: c->tf32 = 1; break;
-    case O_INIT: c->init = v; break;
-    case O_SEED:
-      c->seed = count(flag, v, UINT64_MAX);
-      c->have_seed = 1;
-      break;
-    case O_DATA: c->data = v; break;
-    case O_STEPS: c->steps = (int64_t)count(flag, v, 1000000000); break;
-    case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
-    case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
-    case O_BETA2: c->h.beta2 = num(flag, v, 0, 1, 0, 1); break;
-    case O_EPS: c->h.eps = num(flag, v, 0, 1e9, 1, 0); break;
-    case O_WD: c->h.wd = num(flag, v, 0, 1e9, 0, 0); break;
-    case O_CLIP:
-      c->h.clip = num(flag, v, 0, 1e30, 1, 0);
-      c->h.use_clip = 1;
-      break;
-    case O_SAVE_GRADS: c->save_grads = v; break;
-    case O_SAVE: c->save = v; break;
-    case O_LOG: c->log = v; break;
-    case O_TRACE: c->trace = v; break;
-    case O_DEVICE: c->device = v; break;
-    case O_TIMEOUT: c->timeout = num(flag, v, 0, 1e9, 0, 0); break;
-    case ':': bad_usage("%s needs a value", flag); break;
-    default: /* '?': getopt_long's answer for an option it does not know */
-      if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
-      bad_usage("unknown option '%s'", a);
-    }
-  }
-  for (int i = optind; i < argc; i++) {
-    if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
-    c->dir = argv[i];
-  }
-  if (!c->dir) bad_usage("no program directory DIR");
-  if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
-  RtDevKind kind;
-  int index;
-  if (rt_dev_parse(c->device, &kind, &index))
-    bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
-              getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
-  if (c->tf32 && kind != RT_DEV_CUDA)
-    bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
-  if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
-  if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
-  /* the files rank 0 writes: not one file for two of them */
-  const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
-  static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
-  for (int a = 0; a < 4; a++)
-    for (int b = a + 1; b < 4; b++)
-      if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
-        bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
-}
 
 /* ---- output files, checked before the first step ---------------------------------------------- */
 
@@ -611,6 +405,7 @@ static const char *event_cat(int kind) {
   switch (kind) {
   case RT_EV_F:
   case RT_EV_B:
+  case RT_EV_W:
   case RT_EV_OPT: return "compute";
   case RT_EV_POST:
   case RT_EV_WAIT:
@@ -619,6 +414,59 @@ static const char *event_cat(int kind) {
   case RT_EV_ZERO: return "zero_grads";
   default: return "step";
   }
+}
+
+/* The measured timeline of the last traced step as SVG beside the JSON (FILE.json -> FILE.svg, any
+ * other name gets .svg added): each rank's F, B, W and OPT, from the step's first start on. 0, or
+ * a message in err. */
+static int write_trace_svg(const char *path, const RtProg *p, const RtEvent *const *ev, const int64_t *nev,
+                           int64_t step) {
+  size_t n = strlen(path);
+  int json = n >= 5 && !strcmp(path + n - 5, ".json");
+  char *svg = malloc(n + 8);
+  PpSpan **span = calloc((size_t)nranks, sizeof *span);
+  PpLane *lane = calloc((size_t)nranks, sizeof *lane);
+  if (!svg || !span || !lane) die("out of memory");
+  snprintf(svg, n + 8, "%.*s.svg", (int)(json ? n - 5 : n), path);
+  double t0 = INFINITY, t1 = 0;
+  for (int r = 0; r < nranks; r++) {
+    span[r] = calloc((size_t)nev[r] + 1, sizeof **span);
+    if (!span[r]) die("out of memory");
+    for (int64_t i = 0; i < nev[r]; i++) {
+      RtEvent v;
+      memcpy(&v, ev[r] + i, sizeof v);
+      if (v.step != step || (v.kind != RT_EV_F && v.kind != RT_EV_B && v.kind != RT_EV_W && v.kind != RT_EV_OPT))
+        continue;
+      char kind = v.kind == RT_EV_F ? 'F' : v.kind == RT_EV_B ? 'B' : v.kind == RT_EV_W ? 'W' : 'O';
+      int mb = kind == 'O' ? -1 : atoi(v.name + 2); /* "F 3" */
+      span[r][lane[r].n++] = (PpSpan){v.ts / 1000, (v.ts + v.dur) / 1000, kind, mb};
+      if (v.ts / 1000 < t0) t0 = v.ts / 1000;
+      if ((v.ts + v.dur) / 1000 > t1) t1 = (v.ts + v.dur) / 1000;
+    }
+    lane[r].span = span[r];
+  }
+  for (int r = 0; r < nranks; r++)
+    for (int i = 0; i < lane[r].n; i++) span[r][i].t0 -= t0, span[r][i].t1 -= t0;
+  int rc = 0;
+  FILE *fp = fopen(svg, "w");
+  if (!fp)
+    rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: cannot open for writing: %s", svg, strerror(errno));
+  else {
+    char title[160], sub[160];
+    snprintf(title, sizeof title, "%s: schedule %s, %d ranks, %d micro-batches (measured, ppr --trace)", p->model,
+             p->schedule_name, nranks, p->local_microbatches);
+    snprintf(sub, sizeof sub, "step %lld, %.3f ms from the first compute entry to the last", (long long)step,
+             t1 > t0 ? t1 - t0 : 0);
+    pp_timeline_svg(fp, title, sub, lane, nranks, t1 > t0 ? t1 - t0 : 0, "ms");
+    if (fclose(fp) != 0)
+      rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: write failed: %s", svg, strerror(errno));
+    else printf("ppr: trace: %s: the timeline of step %lld\n", svg, (long long)step);
+  }
+  for (int r = 0; r < nranks; r++) free(span[r]);
+  free(span);
+  free(lane);
+  free(svg);
+  return rc;
 }
 
 /* walls/comps: this rank's per-step wall and compute times (ms). Collective. */
@@ -653,8 +501,10 @@ static void write_trace(const RtProg *p, RtExec *x, const char *path, const doub
     /* the per-rank blocks: stage, oom, steps, walls, comps, events */
     const double **w = calloc((size_t)nranks, sizeof *w), **cp = calloc((size_t)nranks, sizeof *cp);
     int *stage = calloc((size_t)nranks, sizeof *stage);
+    const RtEvent **evs = calloc((size_t)nranks, sizeof *evs);
+    int64_t *nevs = calloc((size_t)nranks, sizeof *nevs);
     int64_t total = 0, lost = 0, ns = nsteps;
-    if (!w || !cp || !stage) die("out of memory");
+    if (!w || !cp || !stage || !evs || !nevs) die("out of memory");
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", fp);
     size_t at = 0;
     for (int r = 0; r < nranks; r++) {
@@ -669,6 +519,8 @@ static void write_trace(const RtProg *p, RtExec *x, const char *path, const doub
       if (n < ns) ns = n;
       int64_t ne = (int64_t)get_u64(&q);
       const RtEvent *e = (const RtEvent *)(const void *)q;
+      evs[r] = e;
+      nevs[r] = ne;
       fprintf(
           fp,
           "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d (stage %d)\"}},\n"
@@ -695,7 +547,10 @@ static void write_trace(const RtProg *p, RtExec *x, const char *path, const doub
     if (!rc) {
       printf("ppr: trace: %s: %lld events of %d rank%s%s\n", path, (long long)total, nranks, nranks > 1 ? "s" : "",
              lost ? " (some ranks ran out of memory: events lost)" : "");
-      printf("ppr: bubble fraction per rank, 1 - compute / step time (compute: F, B, and OPT without its "
+      if (ns > 0) rc = write_trace_svg(path, p, evs, nevs, ns);
+    }
+    if (!rc) {
+      printf("ppr: bubble fraction per rank, 1 - compute / step time (compute: F, B, W, and OPT without its "
              "collectives):\n");
       printf("  %-10s", "step");
       for (int r = 0; r < nranks; r++) {
@@ -724,6 +579,8 @@ static void write_trace(const RtProg *p, RtExec *x, const char *path, const doub
     free((void *)w);
     free((void *)cp);
     free(stage);
+    free((void *)evs);
+    free(nevs);
   }
   free(all);
   free(sizes);
@@ -746,9 +603,9 @@ static char *prog_path(const char *dir, int r) {
 }
 
 int main(int argc, char **argv) {
-  Cli c;
+  PprCli c;
   int rc;
-  parse_cli(argc, argv, &c);
+  ppr_cli_parse(argc, argv, &c);
   /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
    * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when
    * the kernel object loads it; a value the user set is kept. */

@@ -1,5 +1,5 @@
-/* rt_comm.h - ppr's transport (rt_comm.c): MPI when a launcher started the process, else a one-rank world without MPI;
- * messages and collectives on device buffers. */
+/* rt_comm.h - ppr's transport (rt_comm.c, rt_comm_watch.c, rt_comm_dev.c): MPI when a launcher started the process,
+ * else a one-rank world without MPI; messages and collectives on device buffers. */
 #ifndef RT_COMM_H
 #define RT_COMM_H
 
@@ -11,9 +11,9 @@
 
 /*
  * Every function takes the RtComm of rt_comm_init; a NULL RtComm is a one-rank world (rank 0 of
- * 1, no MPI). Only rt_comm.c includes <mpi.h>. A failing MPI call is not returned: it prints
- * "ppr: error: MPI: CALL failed: MPI_Error_string [file:line]" on stderr and calls MPI_Abort; so
- * does a failing device copy inside a message or collective.
+ * 1, no MPI). Only rt_comm*.c include <mpi.h> (through rt_comm_impl.h). A failing MPI call is
+ * not returned: it prints "ppr: error: MPI: CALL failed: MPI_Error_string [file:line]" on stderr
+ * and calls MPI_Abort; so does a failing device copy inside a message or collective.
  *
  * Messages and collectives name device buffers by their arena offset. Where the device's arena
  * is host memory (rt_dev_host) MPI works on it directly; otherwise the bytes are staged through a

@@ -294,7 +294,7 @@ static void run_comm(Step *s, const RtEntry *en) {
     RtMsg m = rt_boundary_msg(o->kind, o->mb, g->prev, g->next);
     ops[i] = (RtP2p){.send = m.send, .peer = m.peer, .tag = m.tag, .off = at(g, &b->ptr, o->slot), .bytes = b->bytes};
     if (s->tr && k < sizeof name)
-      k += (size_t)snprintf(name + k, sizeof name - k, "%s%s %d", i ? " + " : "", rt_boundary_name(o->kind), o->mb);
+      k += (size_t)snprintf(name + k, sizeof name - k, "%s%s %d", i ? " + " : "", pp_boundary_name(o->kind), o->mb);
   }
   double t0 = s->tr ? rt_dev_time_ms(x->dev) : 0;
   rt_comm_p2p_post(x->comm, x->dev, en->nops, ops);
@@ -350,13 +350,15 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
       }
       break;
     case RT_E_F:
-    case RT_E_B: {
-      int fwd = en->kind == RT_E_F;
-      rc = run_block(&s, fwd ? RT_BLK_FORWARD : RT_BLK_BACKWARD, en->mb, en->slot);
+    case RT_E_B:
+    case RT_E_W: {
+      int blk = en->kind == RT_E_F ? RT_BLK_FORWARD : en->kind == RT_E_B ? RT_BLK_BACKWARD : RT_BLK_WEIGHTS;
+      rc = run_block(&s, blk, en->mb, en->slot);
       if (s.tr) {
         double t1 = rt_dev_time_ms(dev);
         compute += t1 - t0;
-        rt_trace_add(x->prof, fwd ? RT_EV_F : RT_EV_B, step, t0, t1, "%c %d", fwd ? 'F' : 'B', en->mb);
+        int ev = en->kind == RT_E_F ? RT_EV_F : en->kind == RT_E_B ? RT_EV_B : RT_EV_W;
+        rt_trace_add(x->prof, ev, step, t0, t1, "%c %d", "FBW"[ev - RT_EV_F], en -> mb);
       }
       break;
     }

@@ -2,6 +2,8 @@
  * collectives, ownership, and a deadlock-free schedule. */
 #include "rt_mesh.h"
 
+#include "pp_sim.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +16,7 @@ typedef struct {
   int32_t rank, stage, tp_rank, dp_rank, tp, pp, dp, prev, next;
   int32_t micro_batch, seq, microbatches, tied, shared, nallreduce, nmodel;
   int64_t vocab, allreduce_bytes;
-  int64_t bnd[RT_NBND]; /* bytes; -1: no such boundary */
+  int64_t bnd[PP_NBND]; /* bytes; -1: no such boundary */
   uint64_t model_hash, model_params_hash;
   uint64_t tp_hash, dp_hash; /* the schedule and the tp (dp) collectives in each block, in order */
 } Info;
@@ -71,7 +73,7 @@ static void fill_info(const RtProg *p, Info *in) {
   in->shared = p->nshared > 0;
   in->nmodel = p->nmodel;
   in->vocab = p->vocab;
-  for (int k = 0; k < RT_NBND; k++) in->bnd[k] = p->bnd[k].present ? p->bnd[k].bytes : -1;
+  for (int k = 0; k < PP_NBND; k++) in->bnd[k] = p->bnd[k].present ? p->bnd[k].bytes : -1;
   const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
   for (int i = 0; i < o->n; i++)
     if (o->ins[i].kind == RT_I_ALLREDUCE_TIED) {
@@ -165,12 +167,12 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
     const Info *y = &all[x->next];
     prog_path(a, sizeof a, dir, r);
     prog_path(b, sizeof b, dir, x->next);
-    if (x->bnd[RT_BND_SEND_FWD] != y->bnd[RT_BND_RECV_FWD])
+    if (x->bnd[PP_SEND_FWD] != y->bnd[PP_RECV_FWD])
       add(m, "%s sends a %lld-byte %s to %s (boundary send_fwd), which receives %lld bytes (boundary recv_fwd)", a,
-          (long long)x->bnd[RT_BND_SEND_FWD], fwd, b, (long long)y->bnd[RT_BND_RECV_FWD]);
-    if (x->bnd[RT_BND_RECV_BWD] != y->bnd[RT_BND_SEND_BWD])
+          (long long)x->bnd[PP_SEND_FWD], fwd, b, (long long)y->bnd[PP_RECV_FWD]);
+    if (x->bnd[PP_RECV_BWD] != y->bnd[PP_SEND_BWD])
       add(m, "%s receives a %lld-byte %s from %s (boundary recv_bwd), which sends %lld bytes (boundary send_bwd)", a,
-          (long long)x->bnd[RT_BND_RECV_BWD], bwd, b, (long long)y->bnd[RT_BND_SEND_BWD]);
+          (long long)x->bnd[PP_RECV_BWD], bwd, b, (long long)y->bnd[PP_SEND_BWD]);
   }
   /* the TP and DP groups run the same schedule and the same collectives */
   for (int r = 0; r < n && m->n < 8; r++) {
@@ -352,95 +354,66 @@ static size_t pack_schedule(const RtProg *p, int32_t **out) {
 
 typedef struct {
   int line, nops;
-  int send[2], peer[2], tag[2], kind[2], mb[2], slot[2];
+  int kind[2], mb[2], slot[2];
 } SimEntry;
 
 static void entry_text(const SimEntry *e, char *buf, size_t n) {
   size_t k = (size_t)snprintf(buf, n, "comm");
   for (int i = 0; i < e->nops && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, " %s %d %d", rt_boundary_name(e->kind[i]), e->mb[i], e->slot[i]);
+    k += (size_t)snprintf(buf + k, n - k, " %s %d %d", pp_boundary_name(e->kind[i]), e->mb[i], e->slot[i]);
 }
 
-/* Rank 0: runs every rank's comm entries against each other, as if every message were a
- * rendezvous (a send completes only once its receive is posted, and the other way round; an
- * entry completes when all its ops have): every message must find its partner, and the ranks
- * must all get to their last entry. */
+/* Rank 0: runs every rank's comm entries against each other (pp_sim.c: as if every message were a
+ * rendezvous, a send completes only once its receive is posted, and the other way round; an entry
+ * completes when all its ops have): every message must find its partner, and the ranks must all
+ * get to their last entry. */
 static void check_schedules(const Info *all, const unsigned char *blocks, const size_t *sizes, int n, const char *dir,
                             Msgs *m) {
   SimEntry **ent = calloc((size_t)n, sizeof *ent);
-  int *ne = calloc((size_t)n, sizeof *ne), *pc = calloc((size_t)n, sizeof *pc);
+  PpSimBatch **bat = calloc((size_t)n, sizeof *bat);
+  PpSimRank *rank = calloc((size_t)n, sizeof *rank);
+  int *at = calloc((size_t)n, sizeof *at);
   unsigned char(*done)[2] = calloc((size_t)n, sizeof *done);
-  if (!ent || !ne || !pc || !done) RT_INTERNAL("out of memory");
-  size_t at = 0;
+  if (!ent || !bat || !rank || !at || !done) RT_INTERNAL("out of memory");
+  size_t pos = 0;
   for (int r = 0; r < n; r++) {
-    const int32_t *v = (const int32_t *)(const void *)(blocks + at);
-    at += sizes[r];
-    ne[r] = v[0];
-    ent[r] = calloc((size_t)(ne[r] ? ne[r] : 1), sizeof **ent);
-    if (!ent[r]) RT_INTERNAL("out of memory");
+    const int32_t *v = (const int32_t *)(const void *)(blocks + pos);
+    pos += sizes[r];
+    int ne = v[0];
+    ent[r] = calloc((size_t)(ne ? ne : 1), sizeof **ent);
+    bat[r] = calloc((size_t)(ne ? ne : 1), sizeof **bat);
+    if (!ent[r] || !bat[r]) RT_INTERNAL("out of memory");
     const int32_t *q = v + 1;
-    for (int e = 0; e < ne[r]; e++) {
+    for (int e = 0; e < ne; e++) {
       SimEntry *x = &ent[r][e];
       x->line = *q++;
-      x->nops = *q++;
+      x->nops = bat[r][e].nops = *q++;
       for (int i = 0; i < x->nops; i++) {
         x->kind[i] = *q++;
         x->mb[i] = *q++;
         x->slot[i] = *q++;
         RtMsg msg = rt_boundary_msg(x->kind[i], x->mb[i], all[r].prev, all[r].next);
-        x->send[i] = msg.send;
-        x->peer[i] = msg.peer;
-        x->tag[i] = msg.tag;
+        bat[r][e].op[i] = (PpSimOp){.peer = msg.peer, .tag = msg.tag, .send = msg.send};
       }
+    }
+    rank[r] = (PpSimRank){bat[r], ne};
+  }
+  if (pp_sim_run(rank, n, at, done)) {
+    add(m, "the schedules' messages cannot all complete (each rank waits for a message its neighbour "
+           "does not post at that point, or never posts):");
+    for (int r = 0; r < n && m->n < 9; r++) {
+      if (at[r] >= rank[r].n) continue;
+      char a[1024], t[160];
+      prog_path(a, sizeof a, dir, r);
+      entry_text(&ent[r][at[r]], t, sizeof t);
+      add(m, "  %s:%d: rank %d waits in '%s'", a, ent[r][at[r]].line, r, t);
     }
   }
-  for (;;) {
-    int progress = 0, finished = 1;
-    for (int r = 0; r < n; r++) {
-      if (pc[r] >= ne[r]) continue;
-      finished = 0;
-      SimEntry *x = &ent[r][pc[r]];
-      for (int i = 0; i < x->nops; i++) {
-        int q = x->peer[i];
-        if (done[r][i] || q < 0 || q >= n || pc[q] >= ne[q]) continue;
-        SimEntry *y = &ent[q][pc[q]];
-        for (int j = 0; j < y->nops; j++)
-          if (!done[q][j] && y->peer[j] == r && y->tag[j] == x->tag[i] && y->send[j] != x->send[i]) {
-            done[r][i] = done[q][j] = 1;
-            progress = 1;
-            break;
-          }
-      }
-    }
-    for (int r = 0; r < n; r++) {
-      if (pc[r] >= ne[r]) continue;
-      SimEntry *x = &ent[r][pc[r]];
-      int all_done = 1;
-      for (int i = 0; i < x->nops; i++) all_done &= done[r][i];
-      if (all_done) {
-        pc[r]++;
-        done[r][0] = done[r][1] = 0;
-        progress = 1;
-      }
-    }
-    if (finished) break;
-    if (!progress) {
-      add(m, "the schedules' messages cannot all complete (each rank waits for a message its neighbour "
-             "does not post at that point, or never posts):");
-      for (int r = 0; r < n && m->n < 9; r++) {
-        if (pc[r] >= ne[r]) continue;
-        char a[1024], t[160];
-        prog_path(a, sizeof a, dir, r);
-        entry_text(&ent[r][pc[r]], t, sizeof t);
-        add(m, "  %s:%d: rank %d waits in '%s'", a, ent[r][pc[r]].line, r, t);
-      }
-      break;
-    }
-  }
-  for (int r = 0; r < n; r++) free(ent[r]);
+  for (int r = 0; r < n; r++) free(ent[r]), free(bat[r]);
   free(ent);
-  free(ne);
-  free(pc);
+  free(bat);
+  free(rank);
+  free(at);
   free(done);
 }
 
@@ -458,9 +431,9 @@ int rt_mesh_check(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
 
   /* message tags 2*MB + 0|1 must fit the MPI library's tag range */
   int ub = rt_comm_tag_ub(c);
-  if (!m.n && rt_boundary_msg(RT_BND_RECV_BWD, p->local_microbatches - 1, 0, 0).tag > ub)
+  if (!m.n && rt_boundary_msg(PP_RECV_BWD, p->local_microbatches - 1, 0, 0).tag > ub)
     add(&m, "%d micro-batches need message tags up to %d; this MPI library allows %d", p->local_microbatches,
-        rt_boundary_msg(RT_BND_RECV_BWD, p->local_microbatches - 1, 0, 0).tag, ub);
+        rt_boundary_msg(PP_RECV_BWD, p->local_microbatches - 1, 0, 0).tag, ub);
 
   /* ownership of the model's params (on rank 0, which has the model_param list all share) */
   if (!m.n && p->nmodel > 0) {

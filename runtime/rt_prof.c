@@ -144,7 +144,8 @@ static void prof_report(const RtProf *f) {
   fprintf(o, "ppr profile: %s on %s, %lld steps counted (not the first), per step: %.3f ms, %.3f ms in instructions\n",
           p->model, f->device, (long long)pr->steps, step, sum / n);
   fprintf(o, "  by block:    ");
-  for (int b = 0; b < RT_NBLK; b++) fprintf(o, " %s %.3f ms", rt_block_name(b), pr->blk_ms[b] / n);
+  for (int b = 0; b < RT_NBLK; b++)
+    if (p->blk[b].present) fprintf(o, " %s %.3f ms", rt_block_name(b), pr->blk_ms[b] / n);
   fprintf(o, "  zero_grads %.3f ms\n", pr->zero_grads_ms / n);
   fprintf(o, "  by instruction:");
   for (int k = 0; k < PROF_KINDS; k++)

@@ -1,11 +1,12 @@
-/* rt_prog.h - the ppr program: listing parser (rt_prog.c), executor (rt_exec.c), parameter init (rt_init.c), default
- * text (rt_text.c). */
+/* rt_prog.h - the ppr program: listing parser (rt_prog.c, rt_prog_*.c), executor (rt_exec.c), parameter init
+ * (rt_init.c), default text (rt_text.c). */
 #ifndef RT_PROG_H
 #define RT_PROG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pp_boundary.h"
 #include "pp_limits.h"
 #include "rt_io.h"
 
@@ -56,7 +57,8 @@ enum {
   RT_REG_WORKSPACE,
   RT_NREG
 };
-enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_OPTIMIZER, RT_NBLK };
+/* ORDER: as in the listing; weights (W of a split backward) only in programs of a split schedule */
+enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_WEIGHTS, RT_BLK_OPTIMIZER, RT_NBLK };
 enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
 
 typedef enum {
@@ -74,9 +76,7 @@ typedef enum {
 typedef enum { RT_G_TP, RT_G_TP_SUB, RT_G_DP } RtGroup;
 typedef enum { RT_OP_SUM, RT_OP_MAX } RtReduceOp;
 typedef enum { RT_A_PTR, RT_A_F32, RT_A_I64, RT_A_SCALAR } RtArgKind;
-typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_OPT, RT_E_COMM } RtEntryKind;
-/* Boundary kinds, also the ops of a `comm` entry. fwd: the hidden state; bwd: its gradient. */
-typedef enum { RT_BND_RECV_FWD, RT_BND_SEND_FWD, RT_BND_RECV_BWD, RT_BND_SEND_BWD, RT_NBND } RtBoundaryKind;
+typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_W, RT_E_OPT, RT_E_COMM } RtEntryKind;
 typedef enum { RT_INIT_NORMAL, RT_INIT_ONES, RT_INIT_ZEROS } RtInitKind;
 
 typedef struct {
@@ -129,7 +129,7 @@ typedef struct {
 } RtBlock;
 
 typedef struct {
-  RtBoundaryKind kind;
+  PpBoundary kind;
   int mb, slot;
 } RtCommOp;
 
@@ -221,7 +221,7 @@ typedef struct RtProg {
   RtParam *params;
   int tied;    /* index of the tied param, or -1 */
   int nshared; /* params marked shared */
-  RtBoundary bnd[RT_NBND];
+  RtBoundary bnd[PP_NBND];
   int nmodel; /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
   RtModelParam *mparams;
   int nbuffers;
@@ -254,11 +254,10 @@ char *rt_kernel_file_read(const RtProg *p, const char *dir, int kind, size_t *le
 const char *rt_region_name(int r);
 const char *rt_block_name(int b);
 const char *rt_scalar_name(int s);
-const char *rt_boundary_name(int k); /* recv_fwd, send_fwd, recv_bwd, send_bwd */
 
 /* A pipeline message: the comm op of boundary kind `kind` for (local) micro-batch mb on a rank
- * whose neighbours are the world ranks prev and next. The one rule of which neighbour and which
- * tag, used by the executor that sends and by the start-up check that simulates every rank. */
+ * whose neighbours are the world ranks prev and next, by pp_boundary.h's rules; used by the executor that sends and by
+ * the start-up check that simulates every rank. */
 typedef struct {
   int send; /* 1: this rank sends, 0: it receives */
   int peer; /* the neighbour's world rank (-1: none) */
@@ -294,6 +293,7 @@ typedef enum {
   RT_EV_ZERO,
   RT_EV_F,
   RT_EV_B,
+  RT_EV_W,
   RT_EV_OPT,
   RT_EV_POST, /* a comm entry: MPI_Isend / MPI_Irecv */
   RT_EV_WAIT, /* a comm entry: MPI_Waitall */

@@ -38,5 +38,6 @@ report() {
          printf "  %-36s lines %7s of %5d   functions %7s   regions %7s\n", $1, $10, $8, $7, $4 }' "$dir/$name.txt"
 }
 report fuzz_pdl compiler grammar "$build/gen"
-report fuzz_listing runtime/rt_prog.c
-report fuzz_safetensors runtime/rt_safetensors.c
+report fuzz_listing runtime/rt_prog.c runtime/rt_prog_tok.c runtime/rt_prog_header.c runtime/rt_prog_layout.c \
+  runtime/rt_prog_instr.c runtime/rt_prog_sched.c
+report fuzz_safetensors runtime/rt_safetensors.c runtime/rt_st_write.c

@@ -7,7 +7,7 @@
 #
 # fuzz_pdl:          a .pdl source through all of ppc to the rank listings (--emit program), and
 #                    each listing back through ppr's parser
-# fuzz_listing:      bytes as a rank's listing through ppr's parser (runtime/rt_prog.c)
+# fuzz_listing:      bytes as a rank's listing through ppr's parser (runtime/rt_prog*.c)
 # fuzz_safetensors:  bytes as a safetensors file through ppr's reader and writer
 #
 # A long run by hand, e.g.: nice -n 19 BUILD/fuzz/fuzz_pdl -max_len=4096 -dict=tests/fuzz/pdl.dict
@@ -28,9 +28,11 @@ FUZZ_BASE    := -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime -
 FUZZ_PPC_DEF := -Dexit=fuzz_ppc_exit
 FUZZ_GEN_W   := -w
 FUZZ_TARGETS := fuzz_pdl fuzz_listing fuzz_safetensors
-FUZZ_PPC_SRC := $(sort $(wildcard compiler/*.c)) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/kernels_embed.c
-# ppr's parser and its file helpers: the Makefile's RUNTIME (safetensors, token data, utilities)
-FUZZ_RT_SRC  := runtime/rt_prog.c $(or $(RUNTIME),$(filter-out runtime/rt_prog.c,$(wildcard runtime/rt_safetensors.c runtime/rt_data.c runtime/rt_util.c)))
+FUZZ_PPC_SRC := $(sort $(COMPILER)) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/kernels_embed.c
+# ppr's parser (the Makefile's RT_PROG) and its file helpers: the Makefile's RUNTIME (safetensors, token data,
+# utilities)
+FUZZ_RT_SRC  := $(or $(RT_PROG),$(wildcard runtime/rt_prog.c runtime/rt_prog_*.c)) \
+                $(or $(RUNTIME),$(wildcard runtime/rt_safetensors.c runtime/rt_st_*.c runtime/rt_data.c runtime/rt_util.c))
 FUZZ_HDR     := compiler/ppc.h compiler/ops.def $(GEN)/parser.h $(wildcard runtime/*.h)
 
 .PHONY: fuzz fuzz-deps fuzz-seeds fuzz-smoke fuzz-cov

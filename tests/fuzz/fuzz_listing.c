@@ -1,5 +1,5 @@
 /* fuzz_listing.c — libFuzzer target: bytes as a rank's program listing through ppr's parser
- * (rt_prog_parse, runtime/rt_prog.c; the format is docs/stage-format.md).
+ * (rt_prog_parse, runtime/rt_prog*.c; the format is docs/stage-format.md).
  *
  * A listing carries the FNV-1a hash of everything after its hash line, so nearly every mutation
  * would stop at "content hash mismatch". When the input has a line "hash " followed by 16
@@ -158,11 +158,11 @@ static void check(const RtProg *p) {
     if (en->kind == RT_E_COMM && (en->nops < 1 || en->nops > 2))
       bad("a comm entry of %lld ops (1 to %lld)", en->nops, 2);
     for (int o = 0; en->kind == RT_E_COMM && o < en->nops; o++)
-      if (en->op[o].kind < 0 || en->op[o].kind >= RT_NBND || en->op[o].slot < 0 || en->op[o].slot >= p->nslots ||
+      if (en->op[o].kind < 0 || en->op[o].kind >= PP_NBND || en->op[o].slot < 0 || en->op[o].slot >= p->nslots ||
           en->op[o].mb < 0 || en->op[o].mb >= p->local_microbatches || !p->bnd[en->op[o].kind].present)
         bad("comm op: micro-batch %lld, slot %lld", en->op[o].mb, en->op[o].slot);
   }
-  for (int k = 0; k < RT_NBND; k++) {
+  for (int k = 0; k < PP_NBND; k++) {
     const RtBoundary *b = &p->bnd[k];
     if (!b->present) continue;
     in_bounds(p, &b->ptr, b->bytes, "boundary");

@@ -1,5 +1,5 @@
 /* fuzz_safetensors.c — libFuzzer target: bytes as a safetensors file through ppr's reader
- * (runtime/rt_safetensors.c, rt_io.h), and what it accepts back through the writer.
+ * (runtime/rt_safetensors.c, rt_io.h), and what it accepts back through the writer (rt_st_write.c).
  *
  * The input is written to an unlinked temporary file that the reader opens (and maps) as
  * /proc/self/fd/N. When the file opens, every accessor runs on every tensor, each tensor is read

@@ -8,22 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "ppc.h"
-
-static int pass, fail;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-  va_list ap;
-  if (!ok || getenv("VERBOSE")) {
-    printf("%s ", ok ? "PASS" : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-  }
-  ok ? pass++ : fail++;
-}
 
 static void reference(const double *layer, int N, double pre, double post, int pp, int *bounds) {
   double *prefix = calloc((size_t)N + 1, sizeof *prefix);
@@ -108,6 +94,5 @@ int main(void) {
   printf("PASS 100000 layers over 1000 stages\n");
   free(layer);
   free(b);
-  printf("%d passed, %d failed\n", pass, fail);
-  return fail != 0;
+  return check_done();
 }

@@ -162,6 +162,17 @@ int main(int argc, char **argv) {
       for (int pp = 2; pp <= 5; pp++)
         if (pp != 4) mesh("tests/models/odd5.pdl", "odd5", 1, pp, 1, scheds[s], Ms[m]);
     }
+  /* the split backward (zb-h1): pp 2, 3 and 4 with M = p, 2p and 3p micro-batches; then with tensor
+   * and data parallelism */
+  for (int m = 1; m <= 3; m++) {
+    mesh("examples/tiny.pdl", "tiny", 1, 2, 1, "zb-h1", 2 * m);
+    mesh("examples/tiny.pdl", "tiny", 1, 4, 1, "zb-h1", 4 * m);
+    mesh("tests/models/odd5.pdl", "odd5", 1, 3, 1, "zb-h1", 3 * m);
+  }
+  if (!getenv("PPC_TEST_NO_TP")) {
+    mesh("examples/tiny.pdl", "tiny", 2, 2, 2, "zb-h1", 4);
+    mesh("tests/models/tiny_untied.pdl", "untied", 2, 2, 1, "zb-h1", 4);
+  }
   /* tensor and data parallelism, with a tied and an untied head; (4,1,1) replicates kv heads */
   static const int meshes[][3] = {{2, 1, 1}, {4, 1, 1}, {2, 2, 1}, {2, 2, 2}, {1, 4, 1}, {2, 4, 1}};
   if (!getenv("PPC_TEST_NO_TP"))
@@ -182,6 +193,7 @@ int main(int argc, char **argv) {
     mesh_on("examples/tiny.pdl", "tiny", 2, 2, 2, "1f1b", 4, "opencl");
     mesh_on("tests/models/tiny_untied.pdl", "untied", 2, 2, 2, "gpipe", 4, "opencl");
     mesh_on("tests/models/odd5.pdl", "odd5", 1, 3, 1, "1f1b", 3, "opencl");
+    mesh_on("examples/tiny.pdl", "tiny", 1, 4, 1, "zb-h1", 8, "opencl");
   }
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
   snprintf(cmd, sizeof cmd,

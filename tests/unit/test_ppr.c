@@ -1278,6 +1278,13 @@ static void test_pipeline_mpi(const W *w) {
             strstr(tr, "\"pid\":1,\"tid\":0") && tr[strlen(tr) - 2] == '}',
         "--trace writes Chrome trace events: both ranks, F/B, comm post/wait, allreduce_tied");
   free(tr);
+  path(tp, sizeof tp, "trace.svg");
+  tr = read_text(tp);
+  check(tr && strstr(tr, "<svg xmlns=\"http://www.w3.org/2000/svg\"") && strstr(tr, "(measured, ppr --trace)") &&
+            strstr(tr, ">rank 1</text>") && strstr(tr, "<title>F1 [") && strstr(tr, "<title>B0 [") &&
+            strstr(tr, "</svg>\n"),
+        "--trace draws the last step beside the trace (trace.svg): both ranks, F and B of each micro-batch");
+  free(tr);
   snprintf(args, sizeof args, "%s/main --init %s --data %s --steps 3 --lr 0.01 --clip 0.5 --save %s --quiet", tdir, wp,
            dp, sp1);
   expect_ok("the one-rank program, three clipped steps", args);
@@ -1450,12 +1457,11 @@ static void test_pipeline_parser(void) {
       int ok =
           p->nmodel == 3 && p->prev == (r ? 0 : -1) && p->next == (r ? -1 : 1) && p->nshared == 1 && p->nentries == 9;
       if (r == 0)
-        ok = ok && p->bnd[RT_BND_SEND_FWD].present && p->bnd[RT_BND_RECV_BWD].present &&
-             !p->bnd[RT_BND_RECV_FWD].present && p->bnd[RT_BND_SEND_FWD].bytes == 256 &&
-             p->sched[4].kind == RT_E_COMM && p->sched[4].nops == 2 && p->sched[4].op[1].kind == RT_BND_RECV_BWD &&
-             p->params[0].shared && !p->params[0].copy;
+        ok = ok && p->bnd[PP_SEND_FWD].present && p->bnd[PP_RECV_BWD].present && !p->bnd[PP_RECV_FWD].present &&
+             p->bnd[PP_SEND_FWD].bytes == 256 && p->sched[4].kind == RT_E_COMM && p->sched[4].nops == 2 &&
+             p->sched[4].op[1].kind == PP_RECV_BWD && p->params[0].shared && !p->params[0].copy;
       else
-        ok = ok && p->bnd[RT_BND_RECV_FWD].ptr.in_slot && p->params[2].copy && p->params[2].tied && p->tied == 2 &&
+        ok = ok && p->bnd[PP_RECV_FWD].ptr.in_slot && p->params[2].copy && p->params[2].tied && p->tied == 2 &&
              p->blk[RT_BLK_OPTIMIZER].ins[0].kind == RT_I_ALLREDUCE_TIED;
       check(ok, "parser: stage %d: peers, boundaries, flags, model params and comm entries as written", r);
     }
@@ -1533,7 +1539,7 @@ static void test_pipeline_parser(void) {
   expect_parse_error_in(
       S0, "send_fwd from the arena after another F", "  F 0 0\n  comm send_fwd 0 0\n  F 1 1\n",
       "  F 0 0\n  F 1 1\n  comm send_fwd 0 0\n",
-      ":53: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F or B between");
+      ":53: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F, B or W between");
   expect_parse_error_in(S0, "send_fwd in another slot", "  comm send_fwd 0 0\n", "  comm send_fwd 0 1\n",
                         ":%d: send_fwd 0 1: micro-batch 0's forward ran in slot 0");
   expect_parse_error_in(S0, "a second send_fwd", "  comm recv_bwd 1 1\n", "  comm recv_bwd 1 1 send_fwd 1 1\n",
@@ -1680,11 +1686,12 @@ static void test_parser(void) {
   RtProg *p = NULL;
   int rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
   if (check(rc == 0 && p, "parser: the hand-written listing loads [%s]", rc ? err : "ok")) {
-    check(p->nparams == 3 && p->tied == 0 && p->vocab == 16 && p->nslots == 2 && p->blk[0].n == 7 && p->blk[1].n == 8 &&
-              p->blk[2].n == 4 && p->nentries == 6 && p->nkernels == 8 && p->params[2].dims[1] == 8 &&
-              p->params[1].init == RT_INIT_ONES && p->params[0].std == 0.5 && !strcmp(p->kernels_base, "k") &&
-              p->kgeom[0].grid == 1 && p->kgeom[0].block == 1 && p->nbuffers == 12 && p->buffers[0].is_int &&
-              !p->buffers[2].is_int && p->buffers[11].ptr.off == 7552,
+    check(p->nparams == 3 && p->tied == 0 && p->vocab == 16 && p->nslots == 2 && p->blk[RT_BLK_FORWARD].n == 7 &&
+              p->blk[RT_BLK_BACKWARD].n == 8 && !p->blk[RT_BLK_WEIGHTS].present && p->blk[RT_BLK_OPTIMIZER].n == 4 &&
+              p->nentries == 6 && p->nkernels == 8 && p->params[2].dims[1] == 8 && p->params[1].init == RT_INIT_ONES &&
+              p->params[0].std == 0.5 && !strcmp(p->kernels_base, "k") && p->kgeom[0].grid == 1 &&
+              p->kgeom[0].block == 1 && p->nbuffers == 12 && p->buffers[0].is_int && !p->buffers[2].is_int &&
+              p->buffers[11].ptr.off == 7552,
           "parser: params, blocks, kernels (with their geometry), buffers and schedule as written");
   }
   rt_prog_free(p);
@@ -1703,6 +1710,33 @@ static void test_parser(void) {
   rt_prog_free(p);
   free(t);
   free(b);
+
+  /* a split backward: a weights block and a W entry per micro-batch, each after its B */
+  {
+    char *w1 = replace(BODY, "block optimizer\n", "block weights\n  zero @7552 4\nend\n\nblock optimizer\n");
+    char *split = replace(w1, "  B 0 0\n  B 1 1\n", "  B 0 0\n  B 1 1\n  W 0 0\n  W 1 1\n");
+    t = listing(split);
+    rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    check(rc == 0 && p && p->blk[RT_BLK_WEIGHTS].present && p->blk[RT_BLK_WEIGHTS].n == 1 && p->nentries == 8 &&
+              p->sched[5].kind == RT_E_W && p->sched[5].mb == 0 && p->sched[6].slot == 1,
+          "parser: a weights block and W entries load [%s]", rc ? err : "ok");
+    rt_prog_free(p);
+    free(t);
+    expect_parse_error("a W entry without a weights block", "  B 1 1\n", "  B 1 1\n  W 0 0\n",
+                       "W 0 0: the program has no weights block");
+    expect_parse_error_in(split, "W before its B", "  B 0 0\n  B 1 1\n  W 0 0\n", "  W 0 0\n  B 0 0\n  B 1 1\n",
+                          "W 0 0 before B 0 (W reads what B computed)");
+    expect_parse_error_in(split, "a second W", "  W 1 1\n", "  W 1 1\n  W 1 1\n", "a second W for micro-batch 1");
+    expect_parse_error_in(split, "OPT before every W", "  W 1 1\n", "",
+                          "OPT before every micro-batch's W ran (1 of 2)");
+    expect_parse_error_in(split, "a slot reused before its W", "  F 0 0\n  F 1 1\n  B 0 0\n  B 1 1\n  W 0 0\n  W 1 1\n",
+                          "  F 0 0\n  B 0 0\n  F 1 0\n  B 1 0\n  W 0 0\n  W 1 0\n",
+                          "F 1 0: slot 0 still holds micro-batch 0 (its W has not run)");
+    expect_parse_error_in(split, "W in another slot", "  W 1 1\n", "  W 1 0\n",
+                          "W 1 0: micro-batch 1's forward did not run in slot 0");
+    free(split);
+    free(w1);
+  }
 
   /* what ppc writes for a single-rank program: a peers line and the schedule's name */
   b = replace(BODY, "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
@@ -1935,7 +1969,7 @@ static int brute_bounds(const RtProg *p) {
     for (int o = 0; en->kind == RT_E_COMM && o < en->nops; o++)
       if (en->op[o].slot >= p->nslots || en->op[o].mb >= p->microbatches || !p->bnd[en->op[o].kind].present) return 0;
   }
-  for (int k = 0; k < RT_NBND; k++) {
+  for (int k = 0; k < PP_NBND; k++) {
     const RtBoundary *b = &p->bnd[k];
     if (!b->present) continue;
     int64_t lim = b->ptr.in_slot ? p->reg[RT_REG_SLOTS].bytes : p->arena;

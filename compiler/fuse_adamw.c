@@ -1,0 +1,106 @@
+/* fuse_adamw.c — the optimizer block: the gradients summed where they are partial (a tied
+ * parameter's copies, tensor-parallel partial sums, data-parallel replicas), the gradient norm,
+ * and AdamW per parameter, weight decay on parameters of rank >= 2. */
+#include <stdlib.h>
+
+#include "ppc.h"
+
+/* The gradient norm: the sum of squares of each parameter's gradient the rank owns, by a kernel
+ * of NORM_BLOCKS blocks, each the sum over its contiguous part of the gradient, into NORM_BLOCKS
+ * partials per parameter; ppr launches it for the owned parameters and adds the partials in
+ * double, in parameter order (grad_norm in the listing). */
+#define NORM_BLOCKS 64
+static void grad_norm(FuseCtx *c) {
+  Kernel *k = kir_new("sumsq", KM_BLOCK, NORM_BLOCKS, 256);
+  int x = kir_buf(k, "p0", false, false), out = kir_buf(k, "p1", false, true);
+  int n = kir_iarg(k, 0);
+  int part = kir_let(k, kir_e(k, K_IDIV, kir_e(k, K_IADD, n, kir_i(k, NORM_BLOCKS - 1), 0), kir_i(k, NORM_BLOCKS), 0));
+  int start = kir_let(k, kir_e(k, K_IMUL, kir_row(k), part, 0));
+  int left = kir_let(k, kir_e(k, K_ISUB, n, start, 0));
+  int j = kir_reduce(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, part, 0), left, part));
+  int v = kir_let(k, kir_ld(k, x, kir_e(k, K_IADD, start, j, 0)));
+  int sum = kir_reduce_end(k, '+', kir_e(k, K_MUL, v, v, 0));
+  kir_store(k, out, kir_row(k), '=', sum);
+  k->work = 1 << 20;
+  Instr *in = fuse_prog_instr(c, I_GRADNORM, -1);
+  in->kernel = fuse_kc_register(c, k);
+  int partials = fuse_prog_vbuf(c, "norm_partials", BC_SCRATCH, (Shape){2, {c->g->nparams, NORM_BLOCKS}}, false);
+  in->op[in->nop++] = fuse_prog_ob(partials, 0);
+}
+
+/* The optimizer block: the sums of partial gradients, the gradient norm, then AdamW. */
+void fuse_adamw(FuseCtx *c) {
+  Program *p = c->p;
+  c->blk = &p->opt;
+  /* a parameter with a copy on another stage (the tied embedding and head): sum the gradients */
+  for (int i = 0; i < c->g->nparams; i++) {
+    if (!c->g->params[i].shared) continue;
+    Instr *in = fuse_prog_instr(c, I_ALLREDUCE_TIED, -1);
+    in->op[in->nop++] = fuse_prog_ob(fuse_prog_grad(c, i), 0);
+    in->bytes = ir_shape_numel(&c->g->params[i].shape) * 4;
+  }
+  /* gradients that are partial sums over tensor-parallel ranks */
+  for (int i = 0; i < c->g->nparams; i++) {
+    const IrParam *q = &c->g->params[i];
+    if (!q->grad_reduce) continue;
+    char group[16];
+    snprintf(group, sizeof group, q->grad_reduce == 1 ? "tp" : "tp/%d", q->shard_rep);
+    fuse_prog_allreduce(c, -1, fuse_prog_grad(c, i), ir_shape_numel(&q->shape) * 4, group, "sum",
+                        q->grad_reduce == 1 ? "a replicated weight applied to split heads: each rank saw its heads only"
+                                            : "a kv head replicated over ranks: each saw its own query heads");
+  }
+  /* data parallelism: every replica's gradients summed (each already carries 1/microbatches) */
+  if (c->g->cfg.dp > 1) {
+    int first = -1;
+    for (int b = 0; b < p->nvb && first < 0; b++)
+      if (p->vb[b].cls == BC_GRAD) first = b;
+    if (first >= 0) fuse_prog_allreduce(c, -1, first, -1, "dp", "sum", "data parallelism: the replicas' gradients");
+  }
+  grad_norm(c);
+  /* each parameter's four buffers, found in one pass over the buffers (a scan per parameter was
+   * quadratic in the number of layers) */
+  int np = c->g->nparams, *bufs = xmalloc(((size_t)4 * np + 1) * sizeof *bufs);
+  for (int i = 0; i < 4 * np; i++) bufs[i] = -1;
+  for (int b = 0; b < p->nvb; b++) {
+    int i = p->vb[b].param, k = p->vb[b].cls == BC_PARAM    ? 0
+                                : p->vb[b].cls == BC_GRAD   ? 1
+                                : p->vb[b].cls == BC_ADAM_M ? 2
+                                : p->vb[b].cls == BC_ADAM_V ? 3
+                                                            : -1;
+    if (i >= 0 && i < np && k >= 0) bufs[4 * i + k] = b;
+  }
+  for (int i = 0; i < c->g->nparams; i++) {
+    int vp = bufs[4 * i], vg = bufs[4 * i + 1], vm = bufs[4 * i + 2], vv = bufs[4 * i + 3];
+    const IrParam *q = &c->g->params[i];
+    KCall kc = fuse_kc_flat("adamw", ir_shape_numel(&q->shape), -1);
+    Kernel *k = kc.k;
+    int P = fuse_kc_vbuf(c, &kc, vp, true), G = fuse_kc_vbuf(c, &kc, vg, false), M = fuse_kc_vbuf(c, &kc, vm, true),
+        V = fuse_kc_vbuf(c, &kc, vv, true);
+    int lr = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "lr"});
+    int b1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta1"});
+    int b2 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta2"});
+    int eps = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "eps"});
+    int wd = fuse_kc_scalar(&kc, q->shape.nd >= 2 ? (Operand){.kind = 's', .s = "wd"} : (Operand){.kind = 'f', .f = 0});
+    int bc1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "bc1"});
+    int bc2 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "bc2"});
+    int clip = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "clip"});
+    int r = kir_row(k);
+    int g = kir_let(k, kir_e(k, K_MUL, kir_ld(k, G, r), clip, 0));
+    int m = kir_let(k, kir_e(k, K_ADD, kir_e(k, K_MUL, b1, kir_ld(k, M, r), 0),
+                             kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), b1, 0), g, 0), 0));
+    int v = kir_let(k, kir_e(k, K_ADD, kir_e(k, K_MUL, b2, kir_ld(k, V, r), 0),
+                             kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), b2, 0), kir_e(k, K_MUL, g, g, 0), 0), 0));
+    kir_store(k, M, r, '=', m);
+    kir_store(k, V, r, '=', v);
+    int mh = kir_e(k, K_DIV, m, bc1, 0), vh = kir_e(k, K_DIV, v, bc2, 0);
+    int pd =
+        kir_let(k, kir_e(k, K_MUL, kir_ld(k, P, r), kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, lr, wd, 0), 0), 0));
+    kir_store(k, P, r, '=',
+              kir_e(k, K_SUB, pd,
+                    kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0),
+                    0));
+    k->work = 12;
+    fuse_kc_emit(c, &kc);
+  }
+  free(bufs);
+}

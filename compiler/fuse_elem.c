@@ -1,0 +1,103 @@
+/* fuse_elem.c — elementwise ops: which ops are (a single-use one is fused into its consumer's
+ * kernel: fuse_lower.c decides), the expression of each at a flat index from its inputs' values,
+ * and the kernel of one that is not fused. */
+#include "ppc.h"
+
+static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
+
+/* Ops computed one element at a time from the same element of each input (fuse_elem_expr below):
+ * ops.def's FWD_ELEM and BWD_ELEM. A single-use one is fused into its consumer's kernel. */
+bool fuse_elem_is(Op op) {
+  switch (op) {
+  OP_CASES_FWD_ELEM:
+  OP_CASES_BWD_ELEM:
+    return true;
+  /* leaves, views, rows, reductions, GEMMs, collectives and pipeline boundaries */
+  OP_CASES_LEAF:
+  OP_CASES_FWD:
+  OP_CASES_BWD:
+  OP_CASES_PP:
+  OP_CASES_TP:
+    return false;
+  }
+  return false;
+}
+
+static int sigmoid(Kernel *k, int x) {
+  return kir_e(k, K_DIV, kir_f(k, 1), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_EXP, kir_e(k, K_NEG, x, 0, 0), 0, 0), 0),
+               0);
+}
+
+#define GELU_C 0.7978845608028654 /* sqrt(2/pi) */
+
+/* The value of an elementwise op at flat index idx, from its inputs' values. */
+int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
+  Kernel *k = kc->k;
+  const IrNode *n = N(c, node);
+  int a = fuse_elem_val(c, kc, n->in[0], idx);
+  int b = n->nin > 1 ? fuse_elem_val(c, kc, n->in[1], idx) : -1;
+  switch (n->op) {
+  case OP_ADD: return kir_e(k, K_ADD, a, b, 0);
+  case OP_MUL: return kir_e(k, K_MUL, a, b, 0);
+  case OP_SILU: {
+    int x = kir_let(k, a);
+    return kir_e(k, K_MUL, x, sigmoid(k, x), 0);
+  }
+  case OP_GELU: {
+    /* 0.5 x (1 + tanh(c (x + 0.044715 x^3))) */
+    int x = kir_let(k, a);
+    int x3 = kir_e(k, K_MUL, x, kir_e(k, K_MUL, x, x, 0), 0);
+    int u = kir_e(k, K_MUL, kir_f(k, GELU_C), kir_e(k, K_ADD, x, kir_e(k, K_MUL, kir_f(k, 0.044715), x3, 0), 0), 0);
+    return kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0),
+                 kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_TANH, u, 0, 0), 0), 0);
+  }
+  case OP_RELU: return kir_e(k, K_MAX, kir_f(k, 0), a, 0); /* ppk_max(0, x): x when x is NaN, as torch.relu */
+  case OP_SILU_DX: {
+    /* dy * s * (1 + x (1 - s)), s = sigmoid(x) */
+    int dy = kir_let(k, a), x = kir_let(k, b);
+    int s = kir_let(k, sigmoid(k, x));
+    int t = kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_MUL, x, kir_e(k, K_SUB, kir_f(k, 1), s, 0), 0), 0);
+    return kir_e(k, K_MUL, dy, kir_e(k, K_MUL, s, t, 0), 0);
+  }
+  case OP_GELU_DX: {
+    /* dy * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2)), t = tanh(c (x + 0.044715 x^3)) */
+    int dy = kir_let(k, a), x = kir_let(k, b);
+    int x2 = kir_let(k, kir_e(k, K_MUL, x, x, 0));
+    int u = kir_e(k, K_MUL, kir_f(k, GELU_C),
+                  kir_e(k, K_ADD, x, kir_e(k, K_MUL, kir_f(k, 0.044715), kir_e(k, K_MUL, x2, x, 0), 0), 0), 0);
+    int t = kir_let(k, kir_e(k, K_TANH, u, 0, 0));
+    int d1 = kir_e(k, K_MUL, kir_f(k, 0.5), kir_e(k, K_ADD, kir_f(k, 1), t, 0), 0);
+    int du = kir_e(k, K_MUL, kir_f(k, GELU_C),
+                   kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_MUL, kir_f(k, 3 * 0.044715), x2, 0), 0), 0);
+    int d2 = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0),
+                   kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, t, t, 0), 0), du, 0), 0);
+    return kir_e(k, K_MUL, dy, kir_e(k, K_ADD, d1, d2, 0), 0);
+  }
+  case OP_RELU_DX: /* x > 0 ? dy : 0: no gradient at x = 0, as in PyTorch */
+    return kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, 0), b, 0), a, kir_f(k, 0));
+  /* not fuse_elem_is(): lowered by their own kernels, never built into another's */
+  OP_CASES_LEAF:
+  OP_CASES_FWD:
+  OP_CASES_BWD:
+  OP_CASES_PP:
+  OP_CASES_TP:
+    break;
+  }
+  diag_fatal("internal: %s is not elementwise", ir_ops[n->op].name);
+}
+
+/* node's value at flat index idx in kc's kernel: a fused producer's expression, or a load. */
+int fuse_elem_val(FuseCtx *c, KCall *kc, int node, int idx) {
+  if (c->inlined[node]) return fuse_elem_expr(c, kc, node, idx);
+  return kir_ld(kc->k, fuse_kc_node(c, kc, node, false), idx);
+}
+
+/* A plain elementwise node (not fused into a consumer): out[r] = f(inputs[r]). */
+void fuse_elem_lower(FuseCtx *c, int id) {
+  const char *name = ir_ops[N(c, id)->op].name;
+  KCall kc = fuse_kc_flat(name + (name[0] == '.'), ir_shape_numel(&N(c, id)->shape), id);
+  int out = fuse_kc_node(c, &kc, id, true);
+  int v = fuse_elem_expr(c, &kc, id, kir_row(kc.k));
+  kir_store(kc.k, out, kir_row(kc.k), '=', v);
+  fuse_kc_emit(c, &kc);
+}

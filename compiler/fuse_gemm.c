@@ -1,0 +1,256 @@
+/* fuse_gemm.c — the matrix products: linear and matmul and their gradients as GEMMs over the
+ * activations' rows (transpose_sb folded into batched strides), and attention as GEMMs around its
+ * softmax kernels. */
+#include "ppc.h"
+
+static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
+
+static int idx2(Kernel *k, int row, int64_t width, int j) {
+  return kir_e(k, K_IADD, kir_e(k, K_IMUL, row, kir_i(k, width), 0), j, 0);
+}
+
+/* ============================================================================================
+ * GEMMs: activations as matrices of rows; a transposed-in-memory operand becomes batches
+ * ========================================================================================== */
+
+typedef struct View {
+  int vb;
+  int64_t rows_per_batch_ld; /* leading dimension */
+  int64_t base, stride;      /* byte offset of batch 0 and elements between batches */
+} View;
+
+/* An activation [d0, d1, F] stored as [d0,d1] (flipped = false) or [d1,d0] (flipped = true). */
+static View act_view(FuseCtx *c, int node, bool batched, int64_t d0, int64_t d1, int64_t F) {
+  bool flipped =
+      c->phys[node] != N(c, node)->layout && c->phys[node] != LAYOUT_NONE && N(c, node)->layout != LAYOUT_NONE;
+  View v = {.vb = fuse_prog_buf(c, node)};
+  if (!batched) v.rows_per_batch_ld = F;
+  else if (!flipped) v.rows_per_batch_ld = d1 * F, v.stride = F;
+  else v.rows_per_batch_ld = F, v.stride = d0 * F;
+  (void)d1;
+  return v;
+}
+
+static bool flipped(FuseCtx *c, int node) {
+  Layout l = N(c, node)->layout, ph = c->phys[node];
+  return l != LAYOUT_NONE && ph != LAYOUT_NONE && l != ph;
+}
+
+static void gemm(FuseCtx *c, int node, char ta, char tb, int64_t m, int64_t n, int64_t k, View A, View B, View C,
+                 double beta, int64_t batch) {
+  Instr *in = fuse_prog_instr(c, I_GEMM, node);
+  in->ta = ta, in->tb = tb;
+  in->m = m, in->n = n, in->k = k;
+  in->alpha = 1;
+  in->beta = beta;
+  in->op[0] = fuse_prog_ob(A.vb, A.base), in->lda = A.rows_per_batch_ld, in->sa = A.stride;
+  in->op[1] = fuse_prog_ob(B.vb, B.base), in->ldb = B.rows_per_batch_ld, in->sb = B.stride;
+  in->op[2] = fuse_prog_ob(C.vb, C.base), in->ldc = C.rows_per_batch_ld, in->sc = C.stride;
+  in->nop = 3;
+  in->batch = batch;
+}
+
+static View param_view(int vb, int64_t ld) { return (View){.vb = vb, .rows_per_batch_ld = ld}; }
+
+/* linear/matmul and their gradients. The activation operands are matrices of rows, d0*d1 of them
+ * (or all leading dims); batches of d0 rows, d1 of them, when one is stored transposed. */
+typedef struct GemmRows {
+  const IrNode *n;
+  bool lin;        /* linear (W[N,K]), not matmul (W[K,N]) */
+  int64_t F_in, R; /* the features of the activation input (x, or dy), and its rows */
+  bool any_flip;   /* an activation operand is stored transposed: batched */
+  int64_t d0, d1, batch, M;
+} GemmRows;
+
+static GemmRows gemm_rows(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  GemmRows r = {.n = n, .lin = n->op == OP_LINEAR || n->op == OP_LINEAR_DX || n->op == OP_LINEAR_DW};
+  int act_in = n->in[0]; /* x, or dy */
+  const Shape *xs = &N(c, act_in)->shape;
+  r.F_in = xs->d[xs->nd - 1];
+  r.R = ir_shape_numel(xs) / r.F_in;
+  /* batching is needed when any activation operand is stored transposed */
+  r.any_flip = flipped(c, act_in) || (n->op != OP_LINEAR_DW && n->op != OP_MATMUL_DW && c->phys[id] != n->layout &&
+                                      c->phys[id] != LAYOUT_NONE && n->layout != LAYOUT_NONE);
+  if ((n->op == OP_LINEAR_DW || n->op == OP_MATMUL_DW) && flipped(c, n->in[1])) r.any_flip = true;
+  r.d0 = xs->nd >= 3 ? xs->d[0] : r.R, r.d1 = xs->nd >= 3 ? r.R / xs->d[0] : 1;
+  r.batch = r.any_flip ? r.d1 : 1, r.M = r.any_flip ? r.d0 : r.R;
+  return r;
+}
+
+/* linear, matmul: y = x W^T or x W, then the bias */
+void fuse_gemm_linear(FuseCtx *c, int id) {
+  GemmRows r = gemm_rows(c, id);
+  const IrNode *n = r.n;
+  const Shape *w = &N(c, n->in[1])->shape;
+  int64_t K = r.F_in, Nn = r.lin ? w->d[0] : w->d[1];
+  View X = act_view(c, n->in[0], r.any_flip, r.d0, r.d1, K);
+  View W = param_view(fuse_prog_buf(c, n->in[1]), w->d[1]);
+  View Y = act_view(c, id, r.any_flip, r.d0, r.d1, Nn);
+  /* a flipped output: the view must treat it as stored [d1,d0] */
+  if (r.any_flip) {
+    bool fo = c->phys[id] != n->layout && c->phys[id] != LAYOUT_NONE;
+    Y = (View){.vb = fuse_prog_buf(c, id), .rows_per_batch_ld = fo ? Nn : r.d1 * Nn, .stride = fo ? r.d0 * Nn : Nn};
+  }
+  gemm(c, id, 'N', r.lin ? 'T' : 'N', r.M, Nn, K, X, W, Y, 0, r.batch);
+  if (n->nin == 3) { /* bias, broadcast over rows: element r takes bias r mod N */
+    KCall kc = fuse_kc_flat("bias_add", r.R * Nn, id);
+    Kernel *k = kc.k;
+    int y = fuse_kc_node(c, &kc, id, true), b = fuse_kc_node(c, &kc, n->in[2], false);
+    kir_store(k, y, kir_row(k), '+', kir_ld(k, b, kir_e(k, K_IMOD, kir_row(k), kir_i(k, Nn), 0)));
+    fuse_kc_emit(c, &kc);
+  }
+}
+
+/* linear_dx, matmul_dx: dx[R,K] = dy[R,N] . W[N,K] (linear) or dy . W[K,N]^T (matmul) */
+void fuse_gemm_linear_dx(FuseCtx *c, int id) {
+  GemmRows r = gemm_rows(c, id);
+  const IrNode *n = r.n;
+  const Shape *w = &N(c, n->in[1])->shape;
+  int64_t Nn = r.F_in, K = r.lin ? w->d[1] : w->d[0];
+  View DY = act_view(c, n->in[0], r.any_flip, r.d0, r.d1, Nn);
+  View W = param_view(fuse_prog_buf(c, n->in[1]), w->d[1]);
+  View DX = act_view(c, id, r.any_flip, r.d0, r.d1, K);
+  gemm(c, id, 'N', r.lin ? 'N' : 'T', r.M, K, Nn, DY, W, DX, 0, r.batch);
+}
+
+/* linear_dw, matmul_dw: linear dW[N,K] += dy^T x, matmul dW[K,N] += x^T dy; the batches
+ * accumulate into one dW */
+void fuse_gemm_linear_dw(FuseCtx *c, int id) {
+  GemmRows r = gemm_rows(c, id);
+  const IrNode *n = r.n;
+  int x = n->in[1];
+  int64_t Nn = r.F_in, K = N(c, x)->shape.d[N(c, x)->shape.nd - 1];
+  View DY = act_view(c, n->in[0], r.any_flip, r.d0, r.d1, Nn);
+  View X = act_view(c, x, r.any_flip, r.d0, r.d1, K);
+  int g = fuse_prog_grad(c, n->gparam);
+  if (r.lin) gemm(c, id, 'T', 'N', Nn, K, r.M, DY, X, param_view(g, K), 1, r.batch);
+  else gemm(c, id, 'T', 'N', K, Nn, r.M, X, DY, param_view(g, Nn), 1, r.batch);
+}
+
+/* ============================================================================================
+ * Attention as GEMMs (as llm.c's cuBLAS path): the scores of each (batch, query head) are an
+ * S x S matrix, QK^T and PV strided batched GEMMs over the [S,B,H,D] activations, the softmax a
+ * kernel between them. Grouped-query heads by strides: query head h = g*R + r reads kv head g, so
+ * for each r < R one GEMM covers the B*HK pairs (b, g), stepping R heads in q and one in k, v.
+ * ========================================================================================== */
+
+/* An attention operand: a buffer, its first element for r = 0, the elements added per r, the
+ * leading dimension and the elements between batches (b, g). */
+typedef struct AttOp {
+  int vb;
+  int64_t at, per_r, ld, stride;
+} AttOp;
+
+/* q-shaped [S,B,HQ,D] (q, o, do, dq), kv-shaped [S,B,HK,D] (k, v, dk, dv), scores [B*HQ,S,S] */
+static AttOp att_q(int vb, int64_t B, int64_t HQ, int64_t D, int64_t R) { return (AttOp){vb, 0, D, B * HQ * D, R * D}; }
+static AttOp att_kv(int vb, int64_t B, int64_t HK, int64_t D) { return (AttOp){vb, 0, 0, B * HK * D, D}; }
+static AttOp att_s(int vb, int64_t S, int64_t R) { return (AttOp){vb, 0, S * S, S, R * S * S}; }
+
+static View att_view(AttOp o, int r) {
+  return (View){.vb = o.vb, .rows_per_batch_ld = o.ld, .base = 4 * (o.at + r * o.per_r), .stride = o.stride};
+}
+
+/* C = alpha op(A) op(B) for each r < R, batched over the B*HK pairs; acc: C is kv-shaped and the
+ * R query heads of a group add into it in order (the first overwrites). */
+static void att_gemm(FuseCtx *c, int node, int64_t R, int64_t batch, char ta, char tb, int64_t m, int64_t n, int64_t k,
+                     double alpha, AttOp A, AttOp B, AttOp C, bool acc, const char *why) {
+  for (int r = 0; r < R; r++) {
+    gemm(c, node, ta, tb, m, n, k, att_view(A, r), att_view(B, r), att_view(C, r), acc && r > 0 ? 1 : 0, batch);
+    c->blk->ins[c->blk->n - 1].alpha = alpha;
+    c->blk->ins[c->blk->n - 1].why = why;
+  }
+}
+
+/* Row r = (b*HQ + h)*S + i of the scores: query position i sees keys [0, i] when causal. */
+static int att_keys(Kernel *k, int64_t S, bool causal) {
+  int i = kir_e(k, K_IMOD, kir_row(k), kir_i(k, S), 0);
+  return kir_let(k, causal ? kir_e(k, K_IADD, i, kir_i(k, 1), 0) : kir_i(k, S));
+}
+
+void fuse_gemm_attention(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int fwd = n->op == OP_ATTENTION ? id : n->fwd;
+  const IrNode *f = N(c, fwd);
+  const Shape *qs = &N(c, f->in[0])->shape, *kvs = &N(c, f->in[1])->shape;
+  int64_t S = qs->d[0], B = qs->d[1], HQ = qs->d[2], HK = kvs->d[2], D = qs->d[3], R = HQ / HK, batch = B * HK;
+  bool causal = f->a.causal;
+  AttOp q = att_q(fuse_prog_buf(c, f->in[0]), B, HQ, D, R), kk = att_kv(fuse_prog_buf(c, f->in[1]), B, HK, D),
+        v = att_kv(fuse_prog_buf(c, f->in[2]), B, HK, D);
+  int lse = c->p->node_aux[fwd]; /* [B,HQ,S]: the log-sum-exp of each query's scores */
+  Shape ss = {3, {B * HQ, S, S}};
+  if (n->op == OP_ATTENTION) {
+    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, false), S, R);
+    att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
+    /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
+    KCall kc = fuse_kc_block("attention_softmax", B * HQ * S, S, id);
+    Kernel *k = kc.k;
+    int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, true);
+    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int j = kir_reduce(k, nk);
+    int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, S, j)));
+    j = kir_reduce(k, nk);
+    int l = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0));
+    kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
+    int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), l, 0));
+    j = kir_tfor(k, kir_i(k, S));
+    int e = kir_e(k, K_MUL, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0), inv, 0);
+    kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    kir_end(k);
+    k->work = 4 * S;
+    fuse_kc_emit(c, &kc);
+    att_gemm(c, id, R, batch, 'N', 'N', S, D, S, 1, p, v, att_q(fuse_prog_buf(c, id), B, HQ, D, R), false, "O = P V");
+    return;
+  }
+  /* the backward: all three gradients at the first of the three nodes */
+  if (c->att_done[fwd]) return;
+  c->att_done[fwd] = true;
+  int gq = -1, gk = -1, gv = -1;
+  for (int i = id; i < c->g->nnodes; i++)
+    if (N(c, i)->fwd == fwd) {
+      if (N(c, i)->op == OP_ATTENTION_DQ) gq = i;
+      if (N(c, i)->op == OP_ATTENTION_DK) gk = i;
+      if (N(c, i)->op == OP_ATTENTION_DV) gv = i;
+    }
+  if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
+  AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
+  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, false), S, R),
+        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, false), S, R);
+  att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
+  {
+    /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
+    KCall kc = fuse_kc_block("attention_probs", B * HQ * S, S, id);
+    Kernel *k = kc.k;
+    int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, false);
+    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int l = kir_let(k, kir_ld(k, L, r));
+    int j = kir_tfor(k, kir_i(k, S));
+    int e = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), l, 0), 0, 0);
+    kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    kir_end(k);
+    k->work = 2 * S;
+    fuse_kc_emit(c, &kc);
+  }
+  att_gemm(c, id, R, batch, 'N', 'T', S, S, D, 1, dout, v, dp, false, "dP = dO V^T");
+  att_gemm(c, id, R, batch, 'T', 'N', S, D, S, 1, p, dout, att_kv(fuse_prog_buf(c, gv), B, HK, D), true, "dV = P^T dO");
+  {
+    /* dS = scale P (dP - delta), delta = the row's sum of P dP (= dO . O) */
+    KCall kc = fuse_kc_block("attention_dscores", B * HQ * S, S, id);
+    Kernel *k = kc.k;
+    int P = fuse_kc_vbuf(c, &kc, p.vb, false), G = fuse_kc_vbuf(c, &kc, dp.vb, true);
+    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int j = kir_reduce(k, nk);
+    int delta =
+        kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), kir_ld(k, G, idx2(k, r, S, j)), 0));
+    j = kir_tfor(k, kir_i(k, S));
+    int pv = kir_let(k, kir_ld(k, P, idx2(k, r, S, j)));
+    int ds = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, f->a.scale), pv, 0),
+                   kir_e(k, K_SUB, kir_ld(k, G, idx2(k, r, S, j)), delta, 0), 0);
+    kir_store(k, G, idx2(k, r, S, j), '=', ds);
+    kir_end(k);
+    k->work = 3 * S;
+    fuse_kc_emit(c, &kc);
+  }
+  att_gemm(c, id, R, batch, 'N', 'N', S, D, S, 1, dp, kk, att_q(fuse_prog_buf(c, gq), B, HQ, D, R), false, "dQ = dS K");
+  att_gemm(c, id, R, batch, 'T', 'N', S, D, S, 1, dp, q, att_kv(fuse_prog_buf(c, gk), B, HK, D), true, "dK = dS^T Q");
+}

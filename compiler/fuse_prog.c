@@ -1,0 +1,82 @@
+/* fuse_prog.c — the program the lowering builds: its virtual buffers (mem_plan.c places them),
+ * the instructions of its blocks, and freeing it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ppc.h"
+
+int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, bool is_int) {
+  Program *p = c->p;
+  if (p->nvb == p->vcap) {
+    p->vcap = p->vcap ? 2 * p->vcap : 128;
+    p->vb = xrealloc(p->vb, (size_t)p->vcap * sizeof *p->vb);
+  }
+  VBuf *b = &p->vb[p->nvb];
+  memset(b, 0, sizeof *b);
+  snprintf(b->name, sizeof b->name, "%s", name);
+  b->cls = cls;
+  b->shape = shape;
+  b->is_int = is_int;
+  b->bytes = ir_shape_numel(&shape) * 4;
+  b->param = -1;
+  b->first = b->last = -1;
+  b->alias = -1;
+  return p->nvb++;
+}
+
+Instr *fuse_prog_instr(FuseCtx *c, InstrKind kind, int node) {
+  Block *b = c->blk;
+  if (b->n == b->cap) {
+    b->cap = b->cap ? 2 * b->cap : 128;
+    b->ins = xrealloc(b->ins, (size_t)b->cap * sizeof *b->ins);
+  }
+  Instr *in = &b->ins[b->n++];
+  memset(in, 0, sizeof *in);
+  in->kind = kind;
+  in->node = node;
+  in->kernel = -1;
+  return in;
+}
+
+Operand fuse_prog_ob(int vb, int64_t add) { return (Operand){.kind = 'b', .vb = vb, .add = add}; }
+
+/* The first vocabulary row a TP rank holds: tp_rank * rows, filled in per rank in the listing. */
+Operand fuse_prog_vstart(int64_t rows) { return (Operand){.kind = 'v', .i = rows}; }
+
+void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char *group, const char *op,
+                         const char *why) {
+  Instr *in = fuse_prog_instr(c, I_ALLREDUCE, node);
+  in->op[in->nop++] = fuse_prog_ob(vb, 0);
+  in->bytes = bytes;
+  snprintf(in->group, sizeof in->group, "%s", group);
+  in->redop = op;
+  in->why = why;
+}
+
+/* The buffer holding node id's value (aliases resolved), or its parameter's. */
+int fuse_prog_buf(FuseCtx *c, int id) {
+  int vb = c->p->node_vb[id];
+  if (vb < 0) diag_fatal("internal: node %%%d (%s) has no buffer", id, ir_ops[c->g->nodes[id].op].name);
+  return vb;
+}
+
+/* The gradient buffer of a sink's parameter. */
+int fuse_prog_grad(FuseCtx *c, int param) {
+  for (int i = 0; i < c->p->nvb; i++)
+    if (c->p->vb[i].cls == BC_GRAD && c->p->vb[i].param == param) return i;
+  diag_fatal("internal: no gradient buffer for parameter %d", param);
+}
+
+void fuse_prog_free(Program *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nk; i++) kir_free(p->kernels[i]);
+  free(p->kernels);
+  free(p->vb);
+  free(p->fwd.ins);
+  free(p->bwd.ins);
+  free(p->wgt.ins);
+  free(p->opt.ins);
+  free(p->node_vb);
+  free(p->node_aux);
+  free(p);
+}

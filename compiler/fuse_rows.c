@@ -1,0 +1,451 @@
+/* fuse_rows.c — the row kernels: a row (a token's features, or a column of a gradient) per
+ * thread or per block, for the embeddings, the norms, rope, chunk, concat, transpose_sb, the
+ * cross-entropy and the bias and parameter gradients. */
+#include "ppc.h"
+
+static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
+
+static int idx2(Kernel *k, int row, int64_t width, int j) {
+  return kir_e(k, K_IADD, kir_e(k, K_IMUL, row, kir_i(k, width), 0), j, 0);
+}
+
+static int64_t last_dim(const Shape *s) { return s->nd ? s->d[s->nd - 1] : 1; }
+
+/* .param_grad: dW += g, for a parameter used directly */
+void fuse_rows_param_grad(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  KCall kc = fuse_kc_flat("param_grad", ir_shape_numel(&n->shape), id);
+  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true);
+  kir_store(kc.k, g, kir_row(kc.k), '+', fuse_elem_val(c, &kc, n->in[0], kir_row(kc.k)));
+  fuse_kc_emit(c, &kc);
+}
+
+void fuse_rows_embedding(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int64_t S = n->shape.d[0], B = n->shape.d[1], H = n->shape.d[2];
+  KCall kc = fuse_kc_block("embedding", S * B, H, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true), ids = fuse_kc_node(c, &kc, n->in[0], false),
+      w = fuse_kc_node(c, &kc, n->in[1], false);
+  int r = kir_row(k);
+  int s = kir_let(k, kir_e(k, K_IDIV, r, kir_i(k, B), 0)), b = kir_let(k, kir_e(k, K_IMOD, r, kir_i(k, B), 0));
+  int tok = kir_let(k, kir_ld(k, ids, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, S), 0), s, 0)));
+  if (n->a.vlocal) { /* vocab-parallel: my rows of the table, zeros for the others' */
+    int v0 = fuse_kc_iscalar(&kc, fuse_prog_vstart(n->a.vlocal));
+    int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
+    int mine = kir_let(
+        k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
+    int j = kir_tfor(k, kir_i(k, H));
+    kir_store(
+        k, y, idx2(k, r, H, j), '=',
+        kir_e(k, K_SEL, mine, kir_ld(k, w, idx2(k, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)), H, j)), kir_f(k, 0)));
+    kir_end(k);
+  } else {
+    int j = kir_tfor(k, kir_i(k, H));
+    kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, tok, H, j)));
+    kir_end(k);
+  }
+  k->work = H;
+  fuse_kc_emit(c, &kc);
+}
+
+void fuse_rows_embedding_dw(FuseCtx *c, int id) {
+  /* column-parallel scatter: row j of the kernel owns column j of dW, so no two rows collide */
+  const IrNode *n = N(c, id);
+  const Shape *dy = &N(c, n->in[1])->shape;
+  int64_t S = dy->d[0], B = dy->d[1], H = dy->d[2];
+  KCall kc = fuse_kc_flat("embedding_dw", H, id);
+  Kernel *k = kc.k;
+  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true), ids = fuse_kc_node(c, &kc, n->in[0], false),
+      d = fuse_kc_node(c, &kc, n->in[1], false);
+  int r = kir_row(k);
+  int p = kir_for(k, kir_i(k, S * B));
+  int s = kir_e(k, K_IDIV, p, kir_i(k, B), 0), b = kir_e(k, K_IMOD, p, kir_i(k, B), 0);
+  int tok = kir_let(k, kir_ld(k, ids, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, S), 0), s, 0)));
+  if (n->a.vlocal) { /* vocab-parallel: only my rows */
+    int v0 = fuse_kc_iscalar(&kc, fuse_prog_vstart(n->a.vlocal));
+    int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
+    kir_if(k,
+           kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
+    kir_store(k, g, idx2(k, loc, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
+    kir_end(k);
+  } else {
+    kir_store(k, g, idx2(k, tok, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
+  }
+  kir_end(k);
+  k->work = S * B;
+  fuse_kc_emit(c, &kc);
+}
+
+void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad) {
+  const IrNode *n = N(c, id);
+  const Shape *sh = grad ? &N(c, n->in[0])->shape : &n->shape;
+  int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2];
+  KCall kc = fuse_kc_block(grad ? "pos_embedding_dw" : "pos_embedding", grad ? S : S * B, H, id);
+  Kernel *k = kc.k;
+  int r = kir_row(k);
+  if (!grad) {
+    int y = fuse_kc_node(c, &kc, id, true), w = fuse_kc_node(c, &kc, n->in[0], false);
+    int s = kir_let(k, kir_e(k, K_IDIV, r, kir_i(k, B), 0));
+    int j = kir_tfor(k, kir_i(k, H));
+    kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, s, H, j)));
+    kir_end(k);
+    k->work = H;
+  } else { /* row s: dW[s, j] += sum over b of dy[s, b, j], the b in order */
+    int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true), d = fuse_kc_node(c, &kc, n->in[0], false);
+    int j = kir_tfor(k, kir_i(k, H));
+    int acc = kir_let(k, kir_f(k, 0));
+    int b = kir_for(k, kir_i(k, B));
+    kir_set(k, acc, '+', kir_ld(k, d, idx2(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, B), 0), b, 0), H, j)));
+    kir_end(k);
+    kir_store(k, g, idx2(k, r, H, j), '+', acc);
+    kir_end(k);
+    k->work = B * H;
+  }
+  fuse_kc_emit(c, &kc);
+}
+
+/* rmsnorm / layernorm forward: a row of D per block; saves rstd (and the mean) per row. */
+void fuse_rows_norm(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  bool rms = n->op == OP_RMSNORM;
+  int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D;
+  KCall kc = fuse_kc_block(rms ? "rmsnorm" : "layernorm", R, D, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true), w = fuse_kc_node(c, &kc, n->in[1], false);
+  int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[id], true);
+  int bb = rms ? -1 : fuse_kc_node(c, &kc, n->in[2], false);
+  int r = kir_row(k);
+  int mean = kir_f(k, 0);
+  if (!rms) {
+    int j = kir_reduce(k, kir_i(k, D));
+    int sum = kir_reduce_end(k, '+', fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)));
+    mean = kir_let(k, kir_e(k, K_DIV, sum, kir_f(k, (double)D), 0));
+  }
+  int j = kir_reduce(k, kir_i(k, D));
+  int xv = kir_let(k, kir_e(k, K_SUB, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0));
+  int ss = kir_reduce_end(k, '+', kir_e(k, K_MUL, xv, xv, 0));
+  int rstd = kir_let(
+      k, kir_e(k, K_RSQRT, kir_e(k, K_ADD, kir_e(k, K_DIV, ss, kir_f(k, (double)D), 0), kir_f(k, n->a.eps), 0), 0, 0));
+  if (rms) kir_store(k, st, r, '=', rstd);
+  else {
+    kir_store(k, st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', mean);
+    kir_store(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=', rstd);
+  }
+  j = kir_tfor(k, kir_i(k, D));
+  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0), rstd, 0);
+  int out = kir_e(k, K_MUL, xh, kir_ld(k, w, j), 0);
+  if (!rms) out = kir_e(k, K_ADD, out, kir_ld(k, bb, j), 0);
+  kir_store(k, y, idx2(k, r, D, j), '=', out);
+  kir_end(k);
+  k->work = 3 * D;
+  fuse_kc_emit(c, &kc);
+}
+
+/* rmsnorm_dx / layernorm_dx: a row of D per block, from dy, x, w and the saved statistics. */
+void fuse_rows_norm_dx(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  bool rms = n->op == OP_RMSNORM_DX;
+  int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D;
+  KCall kc = fuse_kc_block(rms ? "rmsnorm_dx" : "layernorm_dx", R, D, id);
+  Kernel *k = kc.k;
+  int dx = fuse_kc_node(c, &kc, id, true), x = fuse_kc_node(c, &kc, n->in[1], false),
+      w = fuse_kc_node(c, &kc, n->in[2], false);
+  int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
+  int r = kir_row(k);
+  int rstd, mean = kir_f(k, 0);
+  if (rms) rstd = kir_let(k, kir_ld(k, st, r));
+  else {
+    mean = kir_let(k, kir_ld(k, st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)));
+    rstd = kir_let(k, kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)));
+  }
+  /* g = dy*w, xhat = (x - mean) * rstd; sums of g*xhat (and g) over the row */
+  int j = kir_reduce(k, kir_i(k, D));
+  int gv = kir_let(k, kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0));
+  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, r, D, j)), mean, 0), rstd, 0);
+  int sgx = kir_reduce_end(k, '+', kir_e(k, K_MUL, gv, xh, 0));
+  int mgx = kir_let(k, kir_e(k, K_DIV, sgx, kir_f(k, (double)D), 0));
+  int mg = kir_f(k, 0);
+  if (!rms) {
+    j = kir_reduce(k, kir_i(k, D));
+    int sg =
+        kir_reduce_end(k, '+', kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0));
+    mg = kir_let(k, kir_e(k, K_DIV, sg, kir_f(k, (double)D), 0));
+  }
+  j = kir_tfor(k, kir_i(k, D));
+  int gv2 = kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0);
+  int xh2 = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, r, D, j)), mean, 0), rstd, 0);
+  /* rms: rstd (g - xhat mean(g xhat)); layer: rstd (g - mean(g) - xhat mean(g xhat)) */
+  int inner = kir_e(k, K_SUB, gv2, kir_e(k, K_MUL, xh2, mgx, 0), 0);
+  if (!rms) inner = kir_e(k, K_SUB, inner, mg, 0);
+  kir_store(k, dx, idx2(k, r, D, j), '=', kir_e(k, K_MUL, rstd, inner, 0));
+  kir_end(k);
+  k->work = 4 * D;
+  fuse_kc_emit(c, &kc);
+}
+
+/* rmsnorm_dw / layernorm_dw: column sums over rows: dw[j] += sum_r dy * xhat. */
+void fuse_rows_norm_dw(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  bool rms = n->op == OP_RMSNORM_DW;
+  const Shape *xs = &N(c, n->in[1])->shape;
+  int64_t D = last_dim(xs), R = ir_shape_numel(xs) / D;
+  KCall kc = fuse_kc_flat(rms ? "rmsnorm_dw" : "layernorm_dw", D, id);
+  Kernel *k = kc.k;
+  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true), x = fuse_kc_node(c, &kc, n->in[1], false);
+  int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
+  int r = kir_row(k);
+  int acc = kir_let(k, kir_f(k, 0));
+  int i = kir_for(k, kir_i(k, R));
+  int mean = rms ? kir_f(k, 0) : kir_ld(k, st, kir_e(k, K_IMUL, i, kir_i(k, 2), 0));
+  int rstd =
+      rms ? kir_ld(k, st, i) : kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, i, kir_i(k, 2), 0), kir_i(k, 1), 0));
+  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, i, D, r)), mean, 0), rstd, 0);
+  kir_set(k, acc, '+', kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, i, D, r)), xh, 0));
+  kir_end(k);
+  kir_store(k, g, r, '+', acc);
+  k->work = 3 * R;
+  fuse_kc_emit(c, &kc);
+}
+
+/* bias gradient: db[j] += sum over rows of dy[r, j] */
+void fuse_rows_bias_db(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  const Shape *ds = &N(c, n->in[0])->shape;
+  int64_t Nn = last_dim(ds), R = ir_shape_numel(ds) / Nn;
+  KCall kc = fuse_kc_flat("bias_db", Nn, id);
+  Kernel *k = kc.k;
+  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true);
+  int acc = kir_let(k, kir_f(k, 0));
+  int i = kir_for(k, kir_i(k, R));
+  kir_set(k, acc, '+', fuse_elem_val(c, &kc, n->in[0], idx2(k, i, Nn, kir_row(k))));
+  kir_end(k);
+  kir_store(k, g, kir_row(k), '+', acc);
+  k->work = R;
+  fuse_kc_emit(c, &kc);
+}
+
+/* rotate-half RoPE at position s, or its inverse (the gradient) */
+void fuse_rows_rope(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  bool inv = n->op == OP_ROPE_DX;
+  const Shape *sh = &n->shape;
+  int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2], D = sh->d[3], half = D / 2;
+  /* one row per position s: the angle's cosine and sine are computed once per (s, j) and used
+   * for all B*H heads at that position */
+  KCall kc = fuse_kc_block(inv ? "rope_dx" : "rope", S, half, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true);
+  int s = kir_row(k);
+  int j = kir_tfor(k, kir_i(k, half));
+  /* inv_freq = 1 / theta^(2j/D), angle = s * inv_freq, in float32 as the reference */
+  int fr = kir_e(
+      k, K_DIV, kir_f(k, 1),
+      kir_e(k, K_POW, kir_f(k, n->a.theta),
+            kir_e(k, K_DIV, kir_e(k, K_TOF, kir_e(k, K_IMUL, kir_i(k, 2), j, 0), 0, 0), kir_f(k, (double)D), 0), 0),
+      0);
+  int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, s, 0, 0), fr, 0));
+  int co = kir_let(k, kir_e(k, K_COS, ang, 0, 0)), si = kir_let(k, kir_e(k, K_SIN, ang, 0, 0));
+  int bh = kir_for(k, kir_i(k, B * H));
+  int row = kir_e(k, K_IADD, kir_e(k, K_IMUL, s, kir_i(k, B * H), 0), bh, 0);
+  int i0 = kir_let(k, idx2(k, row, D, j)), i1 = kir_let(k, kir_e(k, K_IADD, i0, kir_i(k, half), 0));
+  int a = kir_let(k, fuse_elem_val(c, &kc, n->in[0], i0)), b = kir_let(k, fuse_elem_val(c, &kc, n->in[0], i1));
+  if (!inv) {
+    kir_store(k, y, i0, '=', kir_e(k, K_SUB, kir_e(k, K_MUL, a, co, 0), kir_e(k, K_MUL, b, si, 0), 0));
+    kir_store(k, y, i1, '=', kir_e(k, K_ADD, kir_e(k, K_MUL, b, co, 0), kir_e(k, K_MUL, a, si, 0), 0));
+  } else {
+    kir_store(k, y, i0, '=', kir_e(k, K_ADD, kir_e(k, K_MUL, a, co, 0), kir_e(k, K_MUL, b, si, 0), 0));
+    kir_store(k, y, i1, '=', kir_e(k, K_SUB, kir_e(k, K_MUL, b, co, 0), kir_e(k, K_MUL, a, si, 0), 0));
+  }
+  kir_end(k);
+  kir_end(k);
+  k->work = half * (40 + 6 * B * H);
+  fuse_kc_emit(c, &kc);
+}
+
+void fuse_rows_chunk(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int64_t w = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / w, P = n->a.parts, I = n->a.index;
+  KCall kc = fuse_kc_block("chunk", R, w, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true);
+  int r = kir_row(k);
+  int j = kir_tfor(k, kir_i(k, w));
+  int src = kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, P * w), 0), kir_e(k, K_IADD, kir_i(k, I * w), j, 0), 0);
+  kir_store(k, y, idx2(k, r, w, j), '=', fuse_elem_val(c, &kc, n->in[0], src));
+  kir_end(k);
+  k->work = w;
+  fuse_kc_emit(c, &kc);
+}
+
+void fuse_rows_concat(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int64_t P = n->a.parts, w = last_dim(&n->shape) / P, R = ir_shape_numel(&n->shape) / (w * P);
+  KCall kc = fuse_kc_block("concat", R, w, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true);
+  int r = kir_row(k);
+  for (int part = 0; part < P; part++) {
+    int j = kir_tfor(k, kir_i(k, w));
+    int dst = kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, P * w), 0), kir_e(k, K_IADD, kir_i(k, part * w), j, 0), 0);
+    kir_store(k, y, dst, '=', n->in[part] < 0 ? kir_f(k, 0) : fuse_elem_val(c, &kc, n->in[part], idx2(k, r, w, j)));
+    kir_end(k);
+  }
+  k->work = w * P;
+  fuse_kc_emit(c, &kc);
+}
+
+void fuse_rows_transpose(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  const Shape *out = &n->shape; /* [d1, d0, F...] from [d0, d1, F...] */
+  int64_t A = out->d[0], Bd = out->d[1], F = ir_shape_numel(out) / (A * Bd);
+  KCall kc = fuse_kc_block("transpose_sb", A * Bd, F, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true), x = fuse_kc_node(c, &kc, n->in[0], false);
+  int r = kir_row(k);
+  int a = kir_e(k, K_IDIV, r, kir_i(k, Bd), 0), b = kir_e(k, K_IMOD, r, kir_i(k, Bd), 0);
+  int src = kir_let(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, A), 0), a, 0));
+  int j = kir_tfor(k, kir_i(k, F));
+  kir_store(k, y, idx2(k, r, F, j), '=', kir_ld(k, x, idx2(k, src, F, j)));
+  kir_end(k);
+  k->work = F;
+  fuse_kc_emit(c, &kc);
+}
+
+/* cross-entropy forward: per row (a block each) the log-sum-exp (saved) and the loss; then the
+ * mean over rows. With vocab-parallel logits each rank sees its columns: the row maximum, the
+ * sum of exponentials and the target logit are reduced over the TP group between three kernels;
+ * [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not count. */
+void fuse_rows_ce(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  const Shape *ls = &N(c, n->in[0])->shape;
+  int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
+  int rowloss = fuse_prog_vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, false);
+  if (!VL) {
+    KCall kc = fuse_kc_block("cross_entropy", R, V, id);
+    Kernel *k = kc.k;
+    int lg = fuse_kc_node(c, &kc, n->in[0], false), lab = fuse_kc_node(c, &kc, n->in[1], false);
+    int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = fuse_kc_vbuf(c, &kc, rowloss, true);
+    int r = kir_row(k);
+    int j = kir_reduce(k, kir_i(k, V));
+    int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
+    j = kir_reduce(k, kir_i(k, V));
+    int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
+    int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
+    kir_store(k, st, r, '=', lse);
+    int t = kir_ld(k, lab, r);
+    kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, t)), 0));
+    k->work = 3 * V;
+    fuse_kc_emit(c, &kc);
+  } else {
+    int mx = fuse_prog_vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, false);
+    int sums = fuse_prog_vbuf(c, "ce_sums", BC_SCRATCH, (Shape){2, {R, 2}}, false);
+    /* 1: my columns' maximum, then the maximum over the group */
+    KCall k1 = fuse_kc_block("ce_vp_max", R, VL, id);
+    Kernel *k = k1.k;
+    int lg = fuse_kc_node(c, &k1, n->in[0], false), m = fuse_kc_vbuf(c, &k1, mx, true);
+    int v0 = fuse_kc_iscalar(&k1, fuse_prog_vstart(VL));
+    int r = kir_row(k);
+    int j = kir_reduce(k, kir_i(k, VL));
+    int real = kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0);
+    int acc = kir_reduce_end(k, 'M', kir_e(k, K_SEL, real, kir_ld(k, lg, idx2(k, r, VL, j)), kir_f(k, -3.0e38)));
+    kir_store(k, m, r, '=', acc);
+    k->work = VL;
+    fuse_kc_emit(c, &k1);
+    fuse_prog_allreduce(c, id, mx, R * 4, "tp", "max",
+                        "vocab-parallel cross-entropy: the row maximum over all columns");
+    /* 2: my columns' sum of exponentials and, if the label is mine, its logit; then summed */
+    KCall k2 = fuse_kc_block("ce_vp_sums", R, VL, id);
+    k = k2.k;
+    lg = fuse_kc_node(c, &k2, n->in[0], false);
+    int lab = fuse_kc_node(c, &k2, n->in[1], false);
+    m = fuse_kc_vbuf(c, &k2, mx, false);
+    int sm = fuse_kc_vbuf(c, &k2, sums, true);
+    v0 = fuse_kc_iscalar(&k2, fuse_prog_vstart(VL));
+    r = kir_row(k);
+    int mr = kir_let(k, kir_ld(k, m, r));
+    j = kir_reduce(k, kir_i(k, VL));
+    real = kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0);
+    int se = kir_reduce_end(k, '+',
+                            kir_e(k, K_SEL, real,
+                                  kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, VL, j)), mr, 0), 0, 0),
+                                  kir_f(k, 0)));
+    int loc = kir_let(k, kir_e(k, K_ISUB, kir_ld(k, lab, r), v0, 0));
+    int mine =
+        kir_let(k, kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, VL), 0), 0));
+    kir_store(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', se);
+    kir_store(
+        k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=',
+        kir_e(k, K_SEL, mine, kir_ld(k, lg, idx2(k, r, VL, kir_e(k, K_ISEL, mine, loc, kir_i(k, 0)))), kir_f(k, 0)));
+    k->work = 2 * VL;
+    fuse_kc_emit(c, &k2);
+    fuse_prog_allreduce(c, id, sums, R * 8, "tp", "sum",
+                        "vocab-parallel cross-entropy: sums of exponentials and the target logit");
+    /* 3: log-sum-exp (saved for the backward) and the row's loss, a row per thread */
+    KCall k3 = fuse_kc_flat("ce_vp_loss", R, id);
+    k = k3.k;
+    m = fuse_kc_vbuf(c, &k3, mx, false);
+    sm = fuse_kc_vbuf(c, &k3, sums, false);
+    int st = fuse_kc_vbuf(c, &k3, c->p->node_aux[id], true), rl = fuse_kc_vbuf(c, &k3, rowloss, true);
+    r = kir_row(k);
+    int lse = kir_let(k, kir_e(k, K_ADD, kir_ld(k, m, r),
+                               kir_e(k, K_LOG, kir_ld(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)), 0, 0), 0));
+    kir_store(k, st, r, '=', lse);
+    kir_store(
+        k, rl, r, '=',
+        kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0));
+    fuse_kc_emit(c, &k3);
+  }
+  /* the mean over the rows: one block */
+  KCall mc = fuse_kc_block("mean", 1, R, id);
+  Kernel *mk = mc.k;
+  int out = fuse_kc_node(c, &mc, id, true), src = fuse_kc_vbuf(c, &mc, rowloss, false);
+  int i = kir_reduce(mk, kir_i(mk, R));
+  int acc = kir_reduce_end(mk, '+', kir_ld(mk, src, i));
+  kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, (double)R), 0));
+  mk->work = R;
+  fuse_kc_emit(c, &mc);
+  Instr *in = fuse_prog_instr(c, I_LOSS, id);
+  in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, id), 0);
+}
+
+/* dlogits = (softmax - onehot) * dloss / rows */
+void fuse_rows_ce_dx(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  const Shape *ls = &n->shape;
+  int64_t V = ls->d[2], R = ls->d[0] * ls->d[1];
+  KCall kc = fuse_kc_block("cross_entropy_dx", R, V, id);
+  Kernel *k = kc.k;
+  int dl = fuse_kc_node(c, &kc, id, true), lg = fuse_kc_node(c, &kc, n->in[0], false),
+      lab = fuse_kc_node(c, &kc, n->in[1], false), seed = fuse_kc_node(c, &kc, n->in[2], false),
+      st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
+  int r = kir_row(k);
+  int scale = kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, (double)R), 0));
+  int lse = kir_let(k, kir_ld(k, st, r));
+  int t = kir_let(k, kir_ld(k, lab, r));
+  /* vocab-parallel: column j is global column v0 + j; padded columns get no gradient */
+  int v0 = n->a.vlocal ? fuse_kc_iscalar(&kc, fuse_prog_vstart(n->a.vlocal)) : kir_i(k, 0);
+  int j = kir_tfor(k, kir_i(k, V));
+  int gj = kir_let(k, kir_e(k, K_IADD, v0, j, 0));
+  int p = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), lse, 0), 0, 0);
+  int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, gj, t, 0), kir_f(k, 1), kir_f(k, 0));
+  int g = kir_e(k, K_MUL, kir_e(k, K_SUB, p, oh, 0), scale, 0);
+  if (n->a.vlocal) g = kir_e(k, K_SEL, kir_e(k, K_ILT, gj, kir_i(k, n->a.vtotal), 0), g, kir_f(k, 0));
+  kir_store(k, dl, idx2(k, r, V, j), '=', g);
+  kir_end(k);
+  k->work = 3 * V;
+  fuse_kc_emit(c, &kc);
+}
+
+/* .add_bias: x + b on every row, the bias added after a row-parallel linear's reduction */
+void fuse_rows_add_bias(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int64_t Nn = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / Nn;
+  KCall kc = fuse_kc_flat("add_bias", R * Nn, id); /* element r takes bias r mod N */
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true), b = fuse_kc_node(c, &kc, n->in[1], false);
+  int r = kir_row(k);
+  kir_store(k, y, r, '=',
+            kir_e(k, K_ADD, fuse_elem_val(c, &kc, n->in[0], r), kir_ld(k, b, kir_e(k, K_IMOD, r, kir_i(k, Nn), 0)), 0));
+  fuse_kc_emit(c, &kc);
+}

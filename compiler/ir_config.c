@@ -1,0 +1,205 @@
+/* ir_config.c — the mesh and the step: the mesh { } and train { } blocks of the .pdl with the
+ * command-line flags on top, and the checks of them against the model (tensor-parallel roles,
+ * the data-parallel share of micro-batches, the ranks, one rank's arena, the pipeline depth). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ppc.h"
+
+/* ============================================================================================
+ * Settings: mesh { tp pp dp } and train { micro_batch seq microbatches schedule }
+ * ========================================================================================== */
+
+static int setting_int(Builder *b, const Setting *t, int64_t *out) {
+  if (t->val->kind != E_INT) {
+    ir_build_err(b, t->val->loc, "'%s' must be a positive integer", t->key);
+    return 1;
+  }
+  if (t->val->ival <= 0 || t->val->ival > PP_MAX_STEP_DIM) {
+    ir_build_err(b, t->val->loc, "'%s' must be between 1 and %lld, got %lld", t->key, (long long)PP_MAX_STEP_DIM,
+                 (long long)t->val->ival);
+    return 1;
+  }
+  *out = t->val->ival;
+  return 0;
+}
+
+static void read_settings(Builder *b, const Stmt *s, Config *c) {
+  static const char *mesh_keys[] = {"tp", "pp", "dp"};
+  static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule"};
+  int mesh = s->kind == S_MESH;
+  const char **keys = mesh ? mesh_keys : train_keys;
+  int nkeys = mesh ? 3 : 4;
+  for (const Setting *t = s->settings; t; t = t->next) {
+    for (const Setting *u = s->settings; u != t; u = u->next)
+      if (!strcmp(u->key, t->key)) {
+        ir_build_err(b, t->key_loc, "'%s' is set twice", t->key);
+        goto next;
+      }
+    int k = 0;
+    while (k < nkeys && strcmp(keys[k], t->key)) k++;
+    if (k == nkeys) {
+      ir_build_err(b, t->key_loc,
+                   mesh ? "unknown mesh setting '%s' (expected tp, pp or dp)"
+                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches or schedule)",
+                   t->key);
+      continue;
+    }
+    if (!mesh && k == 3) {
+      const Expr *v = t->val;
+      const char *name = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? v->name : NULL;
+      if (!name || (!sched_known(name) && strcmp(name, "auto"))) { /* sched.c's table */
+        ir_build_err(b, v->loc, "unknown schedule (expected " SCHED_NAMES " or auto)");
+        continue;
+      }
+      snprintf(c->schedule, sizeof c->schedule, "%s", name);
+      c->sched_loc = v->loc;
+      continue;
+    }
+    int64_t v;
+    if (setting_int(b, t, &v)) continue;
+    int64_t *slot[] = {&c->tp, &c->pp, &c->dp, &c->micro_batch, &c->seq, &c->microbatches};
+    *slot[(mesh ? 0 : 3) + k] = v;
+    if (mesh) *(Loc *[]){&c->tp_loc, &c->pp_loc, &c->dp_loc}[k] = t->val->loc;
+  next:;
+  }
+}
+
+/* Settings come first, whatever their place in the file: every shape needs B and S. */
+void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) {
+  *c = (Config){.tp = 1,
+                .pp = 1,
+                .dp = 1,
+                .micro_batch = 1,
+                .seq = -1,
+                .microbatches = 1,
+                .tp_loc = NOLOC,
+                .pp_loc = NOLOC,
+                .dp_loc = NOLOC,
+                .sched_loc = NOLOC};
+  snprintf(c->schedule, sizeof c->schedule, "1f1b");
+  const Stmt *seen[2] = {0, 0};
+  for (const Stmt *s = ast->stmts; s; s = s->next) {
+    if (s->kind != S_MESH && s->kind != S_TRAIN) continue;
+    int k = s->kind == S_TRAIN;
+    if (seen[k]) {
+      ir_build_err(b, s->loc, "a second '%s' block", k ? "train" : "mesh");
+      diag_note(ir_build_graph(b)->src, seen[k]->loc, "the first is here");
+      continue;
+    }
+    seen[k] = s;
+    read_settings(b, s, c);
+  }
+  if (o->tp > 0) c->tp = o->tp, c->tp_loc = NOLOC;
+  if (o->pp > 0) c->pp = o->pp, c->pp_loc = NOLOC;
+  if (o->dp > 0) c->dp = o->dp, c->dp_loc = NOLOC;
+  if (o->micro_batch > 0) c->micro_batch = o->micro_batch;
+  if (o->seq > 0) c->seq = o->seq;
+  if (o->microbatches > 0) c->microbatches = o->microbatches;
+  if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule), c->sched_loc = NOLOC;
+}
+
+/* ============================================================================================
+ * The mesh against the model
+ * ========================================================================================== */
+
+/* Which dimension of a parameter its tensor-parallel role splits, from how it is used. */
+static void check_roles(Builder *b) {
+  Graph *g = ir_build_graph(b);
+  int64_t tp = g->cfg.tp;
+  int *used = xcalloc((size_t)g->nparams + 1, sizeof *used);
+  for (int i = 0; i < g->nnodes; i++) {
+    IrNode *n = &g->nodes[i];
+    for (int k = 0; k < n->nin; k++) {
+      IrNode *src = &g->nodes[n->in[k]];
+      if (src->op != OP_PARAM) continue;
+      IrParam *p = &g->params[src->param];
+      used[src->param] = 1;
+      if (p->role == ROLE_REPLICATED) continue;
+      int dim = -1;
+      const char *why = NULL;
+      int lin = n->op == OP_LINEAR, mm = n->op == OP_MATMUL;
+      if ((lin || mm) && k == 1) {
+        if (p->role == ROLE_COLUMN) dim = lin ? 0 : 1, why = "output";
+        if (p->role == ROLE_ROW) dim = lin ? 1 : 0, why = "input";
+        if (p->role == ROLE_VOCAB) dim = lin ? 0 : 1, why = "vocabulary";
+      } else if ((lin || mm) && k == 2) {
+        if (p->role == ROLE_COLUMN) dim = 0, why = "output";
+        if (p->role == ROLE_ROW) {
+          ir_build_err(b, p->role_loc,
+                       "the bias of a row-parallel linear is added once, after the reduction: declare '%s' "
+                       "replicated",
+                       p->var);
+          continue;
+        }
+        if (p->role == ROLE_VOCAB) dim = 0, why = "vocabulary";
+      } else if (n->op == OP_EMBEDDING && k == 1) {
+        if (p->role != ROLE_VOCAB) {
+          ir_build_err(b, p->role_loc,
+                       "an embedding table is split by rows: its role is 'vocab' (or replicated), not '%s'",
+                       role_name(p->role));
+          continue;
+        }
+        dim = 0, why = "vocabulary";
+      } else {
+        ir_build_err(b, p->role_loc,
+                     "role '%s' applies to the weight or bias of a linear/matmul or an embedding table, but "
+                     "'%s' is used by %s",
+                     role_name(p->role), p->var, ir_ops[n->op].name);
+        continue;
+      }
+      if (p->role == ROLE_VOCAB) continue; /* a vocabulary not divisible by tp is padded */
+      if (tp > 1 && p->shape.d[dim] % tp)
+        ir_build_err(b, p->loc,
+                     "tensor-parallel degree %lld does not divide %s (%lld), dimension %d of '%s': the %s dimension "
+                     "of a %s-parallel %s",
+                     (long long)tp, p->dim_text[dim], (long long)p->shape.d[dim], dim, p->name, why, role_name(p->role),
+                     k == 2 ? "bias" : "weight");
+      (void)why;
+    }
+  }
+  for (int i = 0; i < g->nparams; i++)
+    if (!used[i]) ir_build_err(b, g->params[i].loc, "parameter '%s' is never used", g->params[i].var);
+  free(used);
+}
+
+/* The mesh against the model; end: where a message without a place of its own points. */
+void ir_config_check(Builder *b, Loc end) {
+  Graph *g = ir_build_graph(b);
+  check_roles(b);
+  if (g->cfg.microbatches % g->cfg.dp)
+    ir_build_err(
+        b, g->cfg.dp_loc.first >= 0 ? g->cfg.dp_loc : end,
+        "data-parallel degree %lld does not divide the %lld micro-batches of a step: each replica runs an equal share",
+        (long long)g->cfg.dp, (long long)g->cfg.microbatches);
+  const Config *c = &g->cfg;
+  if (c->tp * c->pp * c->dp > PP_MAX_RANKS) { /* each is at most PP_MAX_STEP_DIM: no overflow */
+    Loc at = c->dp_loc.first >= 0   ? c->dp_loc
+             : c->pp_loc.first >= 0 ? c->pp_loc
+             : c->tp_loc.first >= 0 ? c->tp_loc
+                                    : end;
+    ir_build_err(b, at, "the mesh tp %lld x pp %lld x dp %lld is %lld ranks, more than %d", (long long)c->tp,
+                 (long long)c->pp, (long long)c->dp, (long long)(c->tp * c->pp * c->dp), PP_MAX_RANKS);
+  }
+  /* a parameter, its gradient and its two AdamW moments live in one rank's arena */
+  for (int i = 0; i < g->nparams; i++) {
+    const IrParam *q = &g->params[i];
+    int64_t numel = ir_shape_numel(&q->shape), local = q->role == ROLE_REPLICATED ? numel : numel / c->tp;
+    if (local > PP_MAX_ARENA / 16) {
+      ir_build_err(b, q->loc,
+                   "parameter '%s' needs %lld bytes of one rank's memory with its gradient and AdamW moments, "
+                   "more than the arena's %lld",
+                   q->name, (long long)local * 16, (long long)PP_MAX_ARENA);
+      break;
+    }
+  }
+  if (g->cfg.pp > 1 && g->nlayers == 0)
+    ir_build_err(b, end, "pipeline degree %lld needs a repeated layer (for l in 0..N { ... }) to partition",
+                 (long long)g->cfg.pp);
+  else if (g->cfg.pp > g->nlayers && g->nlayers > 0) {
+    ir_build_err(b, g->layers_loc,
+                 "pipeline degree %lld is greater than the number of layers (%d): every stage needs a layer",
+                 (long long)g->cfg.pp, g->nlayers);
+    if (g->cfg.pp_loc.first >= 0) diag_note(g->src, g->cfg.pp_loc, "pp is set here");
+  }
+}

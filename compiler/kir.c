@@ -1,0 +1,209 @@
+/* kir.c — the kernel IR's builder: a kernel's buffers, scalar arguments, expressions and its tree
+ * of statements (loops, temporaries, reductions, conditionals, stores), appended one call at a
+ * time; cg_kir.c renders what it builds. */
+#include <stdlib.h>
+
+#include "ppc.h"
+
+Kernel *kir_new(const char *name, KMode mode, int64_t rows, int block) {
+  if (block < 1 || block > KIR_MAX_BLOCK || (block & (block - 1)))
+    diag_fatal("internal: kernel %s: %d threads per block is not a power of two up to %d", name, block, KIR_MAX_BLOCK);
+  Kernel *k = xcalloc(1, sizeof *k);
+  snprintf(k->name, sizeof k->name, "%s", name);
+  k->mode = mode;
+  k->rows = rows;
+  k->block = block;
+  k->body = -1;
+  k->nopen = 1;
+  k->open[0] = -1; /* the row body */
+  k->tail[0] = -1;
+  k->work = 1;
+  return k;
+}
+
+void kir_free(Kernel *k) {
+  if (!k) return;
+  free(k->e);
+  free(k->s);
+  free(k);
+}
+
+KGeom kir_geom(const Kernel *k) {
+  int64_t blocks = k->mode == KM_FLAT ? (k->rows + k->block - 1) / k->block : k->rows;
+  if (blocks < 1) blocks = 1;
+  if (blocks > KIR_MAX_GRID) blocks = KIR_MAX_GRID;
+  return (KGeom){blocks, k->block, k->reduces ? (int64_t)k->block * 4 : 0};
+}
+
+int kir_block_for(int64_t width) {
+  int t = 32;
+  while (t < 256 && t < width) t *= 2;
+  return t;
+}
+
+int kir_buf(Kernel *k, const char *name, bool is_int, bool written) {
+  if (k->nbufs == KIR_MAX_BUFS) diag_fatal("internal: kernel %s has too many buffers", k->name);
+  KBuf *b = &k->bufs[k->nbufs];
+  snprintf(b->name, sizeof b->name, "%s", name);
+  b->is_int = is_int;
+  b->written = written;
+  return k->nbufs++;
+}
+
+int kir_e(Kernel *k, KOp op, int a, int b, int c) {
+  if (k->ne == k->ecap) {
+    k->ecap = k->ecap ? 2 * k->ecap : 64;
+    k->e = xrealloc(k->e, (size_t)k->ecap * sizeof *k->e);
+  }
+  k->e[k->ne] = (KExpr){.op = op, .a = a, .b = b, .c = c};
+  return k->ne++;
+}
+
+int kir_f(Kernel *k, double f) {
+  int e = kir_e(k, K_F, 0, 0, 0);
+  k->e[e].f = f;
+  return e;
+}
+
+int kir_i(Kernel *k, int64_t i) {
+  int e = kir_e(k, K_I, 0, 0, 0);
+  k->e[e].i = i;
+  return e;
+}
+
+int kir_row(Kernel *k) { return kir_e(k, K_ROW, 0, 0, 0); }
+int kir_ld(Kernel *k, int buf, int idx) { return kir_e(k, k->bufs[buf].is_int ? K_LDI : K_LD, buf, idx, 0); }
+
+int kir_arg(Kernel *k, int n) {
+  if (n >= k->nargs) k->nargs = n + 1;
+  return kir_e(k, K_ARG, n, 0, 0);
+}
+
+int kir_iarg(Kernel *k, int n) {
+  if (n >= k->nargs) k->nargs = n + 1;
+  k->arg_int[n] = true;
+  return kir_e(k, K_IARG, n, 0, 0);
+}
+
+static int is_int_expr(const Kernel *k, int e) { return k->e[e].op >= K_I; }
+
+/* The kind of the innermost open loop or reduction, or -1 at the row body. */
+static int enclosing(const Kernel *k, KStmtKind kind) {
+  for (int l = k->nopen - 1; l >= 1; l--)
+    if (k->s[k->open[l]].kind == kind) return l;
+  return -1;
+}
+
+static int stmt(Kernel *k, KStmtKind kind) {
+  if (k->ns == k->scap) {
+    k->scap = k->scap ? 2 * k->scap : 64;
+    k->s = xrealloc(k->s, (size_t)k->scap * sizeof *k->s);
+  }
+  int id = k->ns++;
+  k->s[id] = (KStmt){.kind = kind, .body = -1, .next = -1};
+  /* append to the innermost open list */
+  int lvl = k->nopen - 1;
+  if (k->tail[lvl] >= 0) k->s[k->tail[lvl]].next = id;
+  else if (lvl == 0) k->body = id;
+  else k->s[k->open[lvl]].body = id;
+  k->tail[lvl] = id;
+  return id;
+}
+
+static int new_var(Kernel *k, bool is_int) {
+  if (k->nvars == 64) diag_fatal("internal: kernel %s has too many temporaries", k->name);
+  k->var_int[k->nvars] = is_int;
+  return k->nvars++;
+}
+
+int kir_let(Kernel *k, int value) {
+  bool in = is_int_expr(k, value);
+  int v = new_var(k, in);
+  int s = stmt(k, KS_LET);
+  k->s[s].var = v;
+  k->s[s].a = value;
+  return kir_e(k, in ? K_IV : K_V, v, 0, 0);
+}
+
+void kir_set(Kernel *k, int var_expr, char op, int value) {
+  int s = stmt(k, KS_SET);
+  k->s[s].var = k->e[var_expr].a;
+  k->s[s].op = op;
+  k->s[s].a = value;
+}
+
+void kir_store(Kernel *k, int buf, int idx, char op, int value) {
+  if (enclosing(k, KS_REDUCE) >= 0) diag_fatal("internal: kernel %s stores inside a reduction", k->name);
+  int s = stmt(k, KS_STORE);
+  k->s[s].buf = buf;
+  k->s[s].a = idx;
+  k->s[s].b = value;
+  k->s[s].op = op;
+}
+
+static void open_list(Kernel *k, int s) {
+  if (k->nopen == 8) diag_fatal("internal: kernel %s nests too deeply", k->name);
+  k->open[k->nopen] = s;
+  k->tail[k->nopen] = -1;
+  k->nopen++;
+}
+
+static int loop(Kernel *k, KStmtKind kind, int extent) {
+  int v = new_var(k, true);
+  int s = stmt(k, kind);
+  k->s[s].var = v;
+  k->s[s].a = extent;
+  open_list(k, s);
+  return kir_e(k, K_IV, v, 0, 0);
+}
+
+int kir_for(Kernel *k, int extent) { return loop(k, KS_FOR, extent); }
+
+/* The block's threads share a loop or a reduction only at the block's own level: not inside
+ * another shared loop or reduction (their threads have gone separate ways). */
+static void check_block_level(Kernel *k, const char *what) {
+  if (k->mode != KM_BLOCK) diag_fatal("internal: kernel %s: %s in a flat kernel", k->name, what);
+  if (enclosing(k, KS_TFOR) >= 0 || enclosing(k, KS_REDUCE) >= 0)
+    diag_fatal("internal: kernel %s: %s inside a shared loop or reduction", k->name, what);
+}
+
+int kir_tfor(Kernel *k, int extent) {
+  check_block_level(k, "a shared loop");
+  return loop(k, KS_TFOR, extent);
+}
+
+int kir_reduce(Kernel *k, int extent) {
+  check_block_level(k, "a reduction");
+  int lv = new_var(k, true);
+  int s = stmt(k, KS_REDUCE);
+  k->s[s].lv = lv;
+  k->s[s].a = extent;
+  open_list(k, s);
+  k->reduces = true;
+  return kir_e(k, K_IV, lv, 0, 0);
+}
+
+int kir_reduce_end(Kernel *k, char op, int value) {
+  if (k->nopen <= 1 || k->s[k->open[k->nopen - 1]].kind != KS_REDUCE)
+    diag_fatal("internal: kir_reduce_end in %s without an open reduction", k->name);
+  KStmt *s = &k->s[k->open[k->nopen - 1]];
+  s->op = op;
+  s->b = value;
+  s->var = new_var(k, false);
+  int var = s->var;
+  k->nopen--;
+  return kir_e(k, K_V, var, 0, 0);
+}
+
+void kir_if(Kernel *k, int cond) {
+  int s = stmt(k, KS_IF);
+  k->s[s].a = cond;
+  open_list(k, s);
+}
+
+void kir_end(Kernel *k) {
+  if (k->nopen <= 1) diag_fatal("internal: unbalanced kir_end in %s", k->name);
+  if (k->s[k->open[k->nopen - 1]].kind == KS_REDUCE)
+    diag_fatal("internal: a reduction in %s closed by kir_end", k->name);
+  k->nopen--;
+}

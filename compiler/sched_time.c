@@ -1,0 +1,259 @@
+/* sched_time.c — a schedule's predicted timeline: the cost of each stage's forward, backward (B)
+ * and weight gradients (W) from its lowered program, every rank's entries placed in time as their
+ * inputs arrive, the step time, the bubble and the activations held; printed as a chart
+ * (--emit schedule) or drawn as SVG (--emit svg, pp_timeline.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pp_timeline.h"
+#include "ppc.h"
+
+/* ============================================================================================
+ * Costs: flop-equivalents, flops + SCHED_BYTE_WEIGHT x bytes moved, per instruction
+ * ========================================================================================== */
+
+static double buf_bytes(const Program *p, const Operand *o) { return o->kind == 'b' ? (double)p->vb[o->vb].bytes : 0; }
+
+static double instr_cost(const Program *p, const Instr *in) {
+  double flops = 0, bytes = 0;
+  switch (in->kind) {
+  case I_GEMM: {
+    double m = (double)in->m, n = (double)in->n, k = (double)in->k, batch = (double)in->batch;
+    flops = 2 * m * n * k * batch;
+    bytes = 4 * (m * k + k * n + m * n) * batch;
+    break;
+  }
+  case I_KERNEL:
+  case I_GRADNORM: {
+    const Kernel *k = p->kernels[in->kernel];
+    flops = (double)k->rows * (double)k->work;
+    for (int a = 0; a < in->nop; a++) bytes += buf_bytes(p, &in->op[a]);
+    break;
+  }
+  case I_ZERO: bytes = (double)in->bytes; break;
+  case I_BATCH:
+  case I_SEED:
+  case I_LOSS:
+  case I_ALLREDUCE_TIED:
+  case I_ALLREDUCE:
+    for (int a = 0; a < in->nop; a++) bytes += buf_bytes(p, &in->op[a]);
+    break;
+  }
+  return flops + SCHED_BYTE_WEIGHT * bytes;
+}
+
+static double block_cost(const Program *p, const Block *b) {
+  double c = 0;
+  for (int i = 0; i < b->n; i++) c += instr_cost(p, &b->ins[i]);
+  return c;
+}
+
+void sched_stage_cost(const Program *p, StageCost *c) {
+  c->f = block_cost(p, &p->fwd);
+  c->b = block_cost(p, &p->bwd);
+  c->w = block_cost(p, &p->wgt);
+  c->slot_bytes = p->region_bytes[BC_SLOT];
+}
+
+/* ============================================================================================
+ * The timeline: a rank runs its compute entries in order, each as soon as the rank is free and
+ * its input has arrived (a forward: the previous stage's forward of that micro-batch; a backward:
+ * the next stage's backward; W: its own B). Messages take no time; the bubble is the idle share.
+ * ========================================================================================== */
+
+typedef struct Timeline {
+  int pp;
+  PpSpan **span; /* per rank, its compute entries in order */
+  int *n;
+  double total;
+  double *busy; /* per rank */
+} Timeline;
+
+static double entry_cost(const Sched *s, const StageCost *c, SchedKind k) {
+  switch (k) {
+  case SE_F: return c->f;
+  case SE_B: return s->split ? c->b : c->b + c->w; /* unsplit: one backward does both */
+  case SE_W: return c->w;
+  case SE_COMM: break;
+  }
+  return 0;
+}
+
+static Timeline *predict(const Sched *s, const StageCost *cost) {
+  int pp = s->pp, M = s->M;
+  Timeline *t = xcalloc(1, sizeof *t);
+  t->pp = pp;
+  t->span = xcalloc((size_t)pp, sizeof *t->span);
+  t->n = xcalloc((size_t)pp, sizeof *t->n);
+  t->busy = xcalloc((size_t)pp, sizeof *t->busy);
+  double *fend = xmalloc((size_t)(pp * M) * sizeof *fend), *bend = xmalloc((size_t)(pp * M) * sizeof *bend);
+  for (int i = 0; i < pp * M; i++) fend[i] = bend[i] = -1;
+  int *pc = xcalloc((size_t)pp, sizeof *pc);
+  double *clock = xcalloc((size_t)pp, sizeof *clock);
+  for (int r = 0; r < pp; r++) t->span[r] = xcalloc((size_t)s->st[r].n + 1, sizeof **t->span);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; r++) {
+      const StageSched *st = &s->st[r];
+      while (pc[r] < st->n && st->e[pc[r]].kind == SE_COMM) pc[r]++;
+      if (pc[r] >= st->n) continue;
+      const SchedEntry *e = &st->e[pc[r]];
+      int m = e->mb;
+      double ready = 0;
+      if (e->kind == SE_F && r > 0) ready = fend[(r - 1) * M + m];
+      if (e->kind == SE_B && r < pp - 1) ready = bend[(r + 1) * M + m];
+      if (ready < 0) continue; /* its input has not been computed yet */
+      double t0 = clock[r] > ready ? clock[r] : ready, t1 = t0 + entry_cost(s, &cost[r], e->kind);
+      if (e->kind == SE_F) fend[r * M + m] = t1;
+      if (e->kind == SE_B) bend[r * M + m] = t1;
+      t->span[r][t->n[r]++] = (PpSpan){t0, t1, sched_letter(e->kind), m};
+      t->busy[r] += t1 - t0;
+      clock[r] = t1;
+      if (t1 > t->total) t->total = t1;
+      pc[r]++;
+      progress = true;
+    }
+  }
+  for (int r = 0; r < pp; r++)
+    if (pc[r] < s->st[r].n) diag_fatal("internal: the timeline of schedule '%s' stops at rank %d", s->kind, r);
+  free(fend);
+  free(bend);
+  free(pc);
+  free(clock);
+  return t;
+}
+
+static void timeline_free(Timeline *t) {
+  for (int r = 0; r < t->pp; r++) free(t->span[r]);
+  free(t->span);
+  free(t->n);
+  free(t->busy);
+  free(t);
+}
+
+SchedPrediction sched_predict(const Sched *s, const StageCost *cost) {
+  Timeline *t = predict(s, cost);
+  SchedPrediction out = {.step = t->total};
+  double busy = 0;
+  for (int r = 0; r < s->pp; r++) {
+    busy += t->busy[r];
+    int64_t bytes = (int64_t)s->st[r].nslots * cost[r].slot_bytes;
+    if (bytes > out.peak_bytes) out.peak_bytes = bytes;
+  }
+  out.bubble = t->total > 0 ? 1 - busy / (t->total * s->pp) : 0;
+  timeline_free(t);
+  return out;
+}
+
+/* The unit the numbers are printed in: 10^6 or 10^9 flop-equivalents. */
+static double unit_of(double total, const char **name) {
+  *name = total >= 1e10 ? "Gfe" : "Mfe";
+  return total >= 1e10 ? 1e9 : 1e6;
+}
+
+static void mib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.2f MiB", (double)bytes / (1 << 20)); }
+
+/* The published bubble of the schedule on balanced stages, where there is one. */
+static void formula(FILE *f, const Sched *s) {
+  double p = s->pp, M = s->M;
+  if (!strcmp(s->kind, "1f1b") || !strcmp(s->kind, "gpipe"))
+    fprintf(f, "formula (balanced stages): (p-1)/(M+p-1) = %.1f%%\n", 100 * (p - 1) / (M + p - 1));
+  else if (!strcmp(s->kind, "naive")) fprintf(f, "formula (balanced stages): (p-1)/p = %.1f%%\n", 100 * (p - 1) / p);
+  else if (!strcmp(s->kind, "zb-h1"))
+    fprintf(f, "formula (balanced stages, F = B = W): (p-1)/(3M+p-1) = %.1f%%, a third of 1F1B's bubble time\n",
+            100 * (p - 1) / (3 * M + p - 1));
+}
+
+void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
+  Timeline *t = predict(s, cost);
+  const char *un;
+  double u = unit_of(t->total, &un);
+  fprintf(f, "# schedule %s: %d stages, %d micro-batches; costs from the cost model in %s (10^%d flops + %g x bytes)\n",
+          s->kind, s->pp, s->M, un, u == 1e9 ? 9 : 6, SCHED_BYTE_WEIGHT);
+  double busy = 0;
+  for (int r = 0; r < s->pp; r++) {
+    char b[32];
+    mib(b, sizeof b, (int64_t)s->st[r].nslots * cost[r].slot_bytes);
+    if (s->split) fprintf(f, "stage %d: F %.4g  B %.4g  W %.4g", r, cost[r].f / u, cost[r].b / u, cost[r].w / u);
+    else fprintf(f, "stage %d: F %.4g  B %.4g", r, cost[r].f / u, (cost[r].b + cost[r].w) / u);
+    fprintf(f, "  | busy %.4g, idle %.1f%% | %d activation set%s held at most, %s\n", t->busy[r] / u,
+            100 * (1 - t->busy[r] / t->total), s->st[r].nslots, s->st[r].nslots == 1 ? "" : "s", b);
+    busy += t->busy[r];
+  }
+  /* the chart: a column is total/W of time; an entry is its letter and micro-batch, then dashes */
+  enum { W = 120 };
+  double col = t->total / W;
+  char line[W + 1];
+  for (int r = 0; r < s->pp; r++) {
+    memset(line, '.', W);
+    line[W] = 0;
+    for (int i = 0; i < t->n[r]; i++) {
+      const PpSpan *e = &t->span[r][i];
+      int a = (int)(e->t0 / col + 0.5), z = (int)(e->t1 / col + 0.5);
+      if (z <= a) z = a + 1;
+      if (z > W) z = W;
+      char label[16];
+      int len = snprintf(label, sizeof label, "%c%d", e->kind, e->mb);
+      for (int c = a; c < z; c++) line[c] = c - a < len ? label[c - a] : '-';
+    }
+    fprintf(f, "stage %d |%s|\n", r, line);
+  }
+  fprintf(f, "step: %.4g %s predicted; bubble %.1f%% of all ranks' time idle\n", t->total / u, un,
+          100 * (1 - busy / (t->total * s->pp)));
+  formula(f, s);
+  timeline_free(t);
+}
+
+void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model) {
+  Timeline *t = predict(s, cost);
+  const char *un;
+  double u = unit_of(t->total, &un), busy = 0;
+  for (int r = 0; r < s->pp; r++) {
+    busy += t->busy[r];
+    for (int i = 0; i < t->n[r]; i++) t->span[r][i].t0 /= u, t->span[r][i].t1 /= u;
+  }
+  char title[160], sub[160];
+  snprintf(title, sizeof title, "%s: schedule %s, %d stages, %d micro-batches (predicted)", model, s->kind, s->pp,
+           s->M);
+  snprintf(sub, sizeof sub, "step %.4g %s, bubble %.1f%% (ppc's cost model: flops + %g x bytes)", t->total / u, un,
+           100 * (1 - busy / (t->total * s->pp)), SCHED_BYTE_WEIGHT);
+  PpLane *lane = xcalloc((size_t)s->pp, sizeof *lane);
+  for (int r = 0; r < s->pp; r++) lane[r] = (PpLane){t->span[r], t->n[r]};
+  pp_timeline_svg(f, title, sub, lane, s->pp, t->total / u, un);
+  free(lane);
+  timeline_free(t);
+}
+
+/* ============================================================================================
+ * --schedule auto: every schedule predicted, the fastest whose activations fit
+ * ========================================================================================== */
+
+static void gib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.3f GiB", (double)bytes / (1 << 30)); }
+
+int sched_choose(int pp, int M, const StageCost *plain, const StageCost *split, int64_t mem_limit, FILE *why) {
+  char lim[32] = "none";
+  if (mem_limit > 0) gib(lim, sizeof lim, mem_limit);
+  fprintf(why, "# schedule auto: %d stages, %d micro-batches; activation memory limit per rank: %s\n", pp, M, lim);
+  fprintf(why, "#   %-8s %14s %8s %26s\n", "schedule", "step", "bubble", "activations (most on a rank)");
+  int best = -1;
+  SchedPrediction bp = {0};
+  const char *un = "Mfe";
+  double u = 1e6;
+  for (int k = 0; k < sched_count(); k++) {
+    Sched *s = sched_build(pp, M, sched_name(k));
+    SchedPrediction p = sched_predict(s, s->split ? split : plain);
+    if (k == 0) u = unit_of(p.step, &un);
+    bool fits = mem_limit <= 0 || p.peak_bytes <= mem_limit;
+    char b[32];
+    gib(b, sizeof b, p.peak_bytes);
+    fprintf(why, "#   %-8s %10.4g %s %7.1f%% %26s%s\n", s->kind, p.step / u, un, 100 * p.bubble, b,
+            fits ? "" : "  over the limit");
+    /* the fastest; between equal steps, the one holding less */
+    if (fits &&
+        (best < 0 || p.step < bp.step * (1 - 1e-9) || (p.step <= bp.step * (1 + 1e-9) && p.peak_bytes < bp.peak_bytes)))
+      best = k, bp = p;
+    sched_free(s);
+  }
+  if (best >= 0) fprintf(why, "# chosen: %s, the fastest predicted step whose activations fit\n", sched_name(best));
+  return best;
+}

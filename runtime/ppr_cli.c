@@ -1,0 +1,210 @@
+/* ppr_cli.c - ppr's command line: the --help text, and the options parsed (getopt_long) and checked, each failure
+ * a message naming the option as it was written. */
+#include "ppr_cli.h"
+#include "rt_comm.h"
+#include "rt_dev.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: ppr DIR [options]\n"
+    "\n"
+    "Runs the programs written by ppc (docs/stage-format.md): rank R of the MPI world runs\n"
+    "DIR/rankR.prog. A mesh of N = tp*pp*dp ranks: mpirun -np N ppr DIR (as root add\n"
+    "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
+    "1-rank world.\n"
+    "\n"
+    "Where it runs:\n"
+    "  --device D                  cpu (the default; also PPR_DEVICE), opencl, opencl:N (the N-th\n"
+    "                              OpenCL device), cuda, cuda:N\n"
+    "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
+    "\n"
+    "Weights and data:\n"
+    "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
+    "  --seed N                    initialise each param from its init with seed N (default 1)\n"
+    "  --data FILE                 training tokens: an llm.c token file (magic 20240520; a *.bin\n"
+    "                              file must be one), or text whose bytes are the tokens\n"
+    "                              (default: a built-in English text)\n"
+    "\n"
+    "Training (AdamW):\n"
+    "  --steps N                   training steps (default 1)\n"
+    "  --lr F                      learning rate (default 1e-3)\n"
+    "  --beta1 F                   (default 0.9)\n"
+    "  --beta2 F                   (default 0.95)\n"
+    "  --eps F                     (default 1e-8)\n"
+    "  --wd F                      weight decay of the params marked decay 1 (default 0.1)\n"
+    "  --clip F                    clip the global gradient norm to F (default: no clipping)\n"
+    "\n"
+    "Outputs (checked writable before the first step):\n"
+    "  --save W.safetensors        the weights after the last step\n"
+    "  --save-grads G.safetensors  the first step's gradients, accumulated over the micro-batches,\n"
+    "                              before clipping\n"
+    "  --log FILE.jsonl            one JSON object per step\n"
+    "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), the\n"
+    "                              last step's drawn as FILE.svg, and each rank's measured bubble\n"
+    "  --quiet                     no per-step lines on stdout\n"
+    "\n"
+    "  --timeout SECONDS           the watchdog: a rank whose message or collective makes no\n"
+    "                              progress for this long says what it waits for, and the job\n"
+    "                              ends (default 300; 0: wait forever)\n"
+    "  -h, --help                  this text\n"
+    "  --version                   ppr's version and the listing format it reads\n"
+    "\n"
+    "SIGTERM or SIGINT (to a rank, or to mpirun, which passes SIGTERM on) stops every rank after\n"
+    "the current step; --save and --trace are written, and ppr exits with status 75. A second\n"
+    "signal ends the rank at once, without saving. docs/reliability.md has the details.\n";
+
+static void bad_usage(const char *fmt, ...) RT_FMT(1, 2);
+static void bad_usage(const char *fmt, ...) {
+  va_list ap;
+  fputs("ppr: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nusage: ppr DIR [options]  ('ppr --help' lists them)\n", stderr);
+  exit(1);
+}
+
+static double num(const char *flag, const char *v, double lo, double hi, int lo_open, int hi_open) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (!*v || *end || errno == ERANGE || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo) ||
+      (hi_open && x == hi))
+    bad_usage("%s: expected a number in %s%g, %g%s, found '%s'", flag, lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]",
+              v);
+  return x;
+}
+
+static uint64_t count(const char *flag, const char *v, uint64_t hi) {
+  uint64_t x = 0;
+  if (!*v) bad_usage("%s: expected an integer, found ''", flag);
+  for (const char *q = v; *q; q++) {
+    if (*q < '0' || *q > '9' || x > (UINT64_MAX - 9) / 10)
+      bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
+    x = x * 10 + (uint64_t)(*q - '0');
+  }
+  if (x > hi) bad_usage("%s: expected an integer in [0, %llu], found '%s'", flag, (unsigned long long)hi, v);
+  return x;
+}
+
+void ppr_cli_parse(int argc, char **argv, PprCli *c) {
+  memset(c, 0, sizeof *c);
+  c->seed = 1;
+  c->steps = 1;
+  c->timeout = RT_COMM_TIMEOUT;
+  c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
+  enum {
+    O_INIT = 256,
+    O_SEED,
+    O_DATA,
+    O_STEPS,
+    O_LR,
+    O_BETA1,
+    O_BETA2,
+    O_EPS,
+    O_WD,
+    O_CLIP,
+    O_SAVE_GRADS,
+    O_SAVE,
+    O_LOG,
+    O_TRACE,
+    O_DEVICE,
+    O_TIMEOUT,
+    O_QUIET,
+    O_TF32,
+    O_VERSION
+  };
+  static const struct option longs[] = {
+      {"init", required_argument, NULL, O_INIT},
+      {"seed", required_argument, NULL, O_SEED},
+      {"data", required_argument, NULL, O_DATA},
+      {"steps", required_argument, NULL, O_STEPS},
+      {"lr", required_argument, NULL, O_LR},
+      {"beta1", required_argument, NULL, O_BETA1},
+      {"beta2", required_argument, NULL, O_BETA2},
+      {"eps", required_argument, NULL, O_EPS},
+      {"wd", required_argument, NULL, O_WD},
+      {"clip", required_argument, NULL, O_CLIP},
+      {"save-grads", required_argument, NULL, O_SAVE_GRADS},
+      {"save", required_argument, NULL, O_SAVE},
+      {"log", required_argument, NULL, O_LOG},
+      {"trace", required_argument, NULL, O_TRACE},
+      {"device", required_argument, NULL, O_DEVICE},
+      {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"quiet", no_argument, NULL, O_QUIET},
+      {"tf32", no_argument, NULL, O_TF32},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, O_VERSION},
+      {NULL, 0, NULL, 0},
+  };
+  opterr = 0; /* the messages below name the option as it was written */
+  for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
+    /* the option as written: argv's last for a missing value or an unknown one, else its name */
+    const char *a = argv[optind - 1], *v = optarg;
+    char flag[32];
+    if (li >= 0) snprintf(flag, sizeof flag, "--%s", longs[li].name);
+    else snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
+    if (v && !*v) bad_usage("%s: empty value", flag);
+    switch (o) {
+    case 'h': fputs(usage, stdout); exit(0);
+    case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
+    case O_QUIET: c->quiet = 1; break;
+    case O_TF32: c->tf32 = 1; break;
+    case O_INIT: c->init = v; break;
+    case O_SEED:
+      c->seed = count(flag, v, UINT64_MAX);
+      c->have_seed = 1;
+      break;
+    case O_DATA: c->data = v; break;
+    case O_STEPS: c->steps = (int64_t)count(flag, v, 1000000000); break;
+    case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
+    case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
+    case O_BETA2: c->h.beta2 = num(flag, v, 0, 1, 0, 1); break;
+    case O_EPS: c->h.eps = num(flag, v, 0, 1e9, 1, 0); break;
+    case O_WD: c->h.wd = num(flag, v, 0, 1e9, 0, 0); break;
+    case O_CLIP:
+      c->h.clip = num(flag, v, 0, 1e30, 1, 0);
+      c->h.use_clip = 1;
+      break;
+    case O_SAVE_GRADS: c->save_grads = v; break;
+    case O_SAVE: c->save = v; break;
+    case O_LOG: c->log = v; break;
+    case O_TRACE: c->trace = v; break;
+    case O_DEVICE: c->device = v; break;
+    case O_TIMEOUT: c->timeout = num(flag, v, 0, 1e9, 0, 0); break;
+    case ':': bad_usage("%s needs a value", flag); break;
+    default: /* '?': getopt_long's answer for an option it does not know */
+      if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
+      bad_usage("unknown option '%s'", a);
+    }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
+    c->dir = argv[i];
+  }
+  if (!c->dir) bad_usage("no program directory DIR");
+  if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
+  RtDevKind kind;
+  int index;
+  if (rt_dev_parse(c->device, &kind, &index))
+    bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
+              getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
+  if (c->tf32 && kind != RT_DEV_CUDA)
+    bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
+  if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
+  if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
+  /* the files rank 0 writes: not one file for two of them */
+  const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
+  static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
+  for (int a = 0; a < 4; a++)
+    for (int b = a + 1; b < 4; b++)
+      if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
+        bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
+}

@@ -1,0 +1,23 @@
+/* ppr_cli.h - ppr's command line (ppr_cli.c): `ppr DIR [options]`, parsed and checked. */
+#ifndef PPR_CLI_H
+#define PPR_CLI_H
+
+#include <stdint.h>
+
+#include "rt_prog.h"
+
+typedef struct {
+  const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
+  uint64_t seed;
+  double timeout;
+  int have_seed, quiet, tf32;
+  int64_t steps;
+  RtHyper h;
+} PprCli;
+
+/* Parses argv into c, with the defaults of the options not given, and checks the options against
+ * each other. --help and --version print on stdout and exit 0; a bad command line prints
+ * "ppr: error: ..." and the usage line on stderr and exits 1. */
+void ppr_cli_parse(int argc, char **argv, PprCli *c);
+
+#endif /* PPR_CLI_H */

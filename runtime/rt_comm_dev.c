@@ -1,0 +1,342 @@
+/* rt_comm_dev.c - ppr's messages and collectives on device buffers: the pipeline's point-to-point messages, the
+ * deterministic allreduce (staged through host memory when the arena is not host memory), and NCCL where it carries
+ * them (cuda). */
+#include "rt_comm_impl.h"
+#include "rt_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- point to point and the embedding group ------------------------------------------------ */
+
+/* A device failure inside the transport ends the job, as a failed MPI call does. */
+_Noreturn static void dev_fail(RtComm *c, RtDev *d) {
+  fprintf(stderr, "ppr: error: rank %d: %s\n", c ? c->rank : 0, rt_dev_error(d));
+  fflush(stderr);
+  if (c && c->mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+/* A host buffer of at least n bytes in *buf (capacity *cap). */
+static void *room(void **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    *buf = malloc(n ? n : 1);
+    if (!*buf) RT_INTERNAL("out of memory");
+    *cap = n;
+  }
+  return *buf;
+}
+
+#ifdef PPR_CUDA
+/* Every NCCL call: on failure the call, where, NCCL's message, then the job ends. */
+#define NCCL_CHECK(call)                                                                                               \
+  do {                                                                                                                 \
+    ncclResult_t rc_ = (call);                                                                                         \
+    if (rc_ != ncclSuccess && rc_ != ncclInProgress) nccl_fail(rc_, #call, __FILE__, __LINE__);                        \
+  } while (0)
+
+_Noreturn static void nccl_fail(ncclResult_t rc, const char *call, const char *file, int line) {
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "ppr: error: rank %d: NCCL: %s failed: %s [%s:%d]\n", rank, call, ncclGetErrorString(rc), file, line);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+/* One NCCL communicator over the members of an MPI one: the id made by its rank 0, broadcast. */
+static ncclComm_t nccl_over(RtComm *c, MPI_Comm g) {
+  if (g == MPI_COMM_NULL) return NULL;
+  int n = 0, me = 0;
+  MPI_CHECK(MPI_Comm_size(g, &n));
+  MPI_CHECK(MPI_Comm_rank(g, &me));
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (me == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_Request rq;
+  MPI_CHECK(MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, g, &rq));
+  rt_comm_coll_wait(c, g, &rq, "the broadcast of an NCCL id", (int64_t)sizeof id, "bytes");
+  ncclComm_t comm = NULL;
+  NCCL_CHECK(ncclCommInitRank(&comm, n, id, me));
+  return comm;
+}
+
+/* rank's place in the MPI group g (MPI_UNDEFINED when not a member) */
+static int rank_in(RtComm *c, MPI_Comm g, int rank) {
+  MPI_Group wg, gg;
+  int r = MPI_UNDEFINED;
+  MPI_CHECK(MPI_Comm_group(c->world, &wg));
+  MPI_CHECK(MPI_Comm_group(g, &gg));
+  MPI_CHECK(MPI_Group_translate_ranks(wg, 1, &rank, gg, &r));
+  MPI_CHECK(MPI_Group_free(&wg));
+  MPI_CHECK(MPI_Group_free(&gg));
+  return r;
+}
+
+static void nccl_p2p(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
+  if (!c->nccl_busy && n <= 2) { /* the first operation of the queue: what it waits for if it stops */
+    c->nccl_busy = 1;
+    c->nccl_op = NULL, c->nccl_g = MPI_COMM_NULL, c->nccl_nmsg = n;
+    memcpy(c->nccl_msg, ops, (size_t)n * sizeof *ops);
+    c->nccl_where = c->where;
+  }
+  NCCL_CHECK(ncclGroupStart()); /* a comm entry's send and receive go together */
+  for (int i = 0; i < n; i++) {
+    const RtP2p *o = &ops[i];
+    void *stream = NULL, *buf = rt_dev_native(d, o->off, &stream);
+    int peer = o->peer == c->prev ? c->pp_prev : o->peer == c->next ? c->pp_next : -1;
+    if (peer < 0) RT_INTERNAL("a pipeline message to a rank that is not a neighbour");
+    if (o->send) NCCL_CHECK(ncclSend(buf, (size_t)(o->bytes / 4), ncclFloat, peer, c->npp, (cudaStream_t)stream));
+    else NCCL_CHECK(ncclRecv(buf, (size_t)(o->bytes / 4), ncclFloat, peer, c->npp, (cudaStream_t)stream));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+}
+#endif
+
+void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p) {
+  (void)p;
+  if (!c || !c->mpi || !d->uid[0]) return;
+#ifdef PPR_CUDA
+  /* NCCL takes one rank per GPU: ranks that share one go through host-staged MPI */
+  char(*uids)[sizeof d->uid] = malloc((size_t)c->size * sizeof *uids);
+  if (!uids) RT_INTERNAL("out of memory");
+  rt_comm_allgather_named(c, d->uid, uids, sizeof d->uid, "the allgather of the GPUs' ids");
+  int shared = 0;
+  for (int a = 0; a < c->size && !shared; a++)
+    for (int b = a + 1; b < c->size && !shared; b++) shared = !strncmp(uids[a], uids[b], sizeof d->uid);
+  free(uids);
+  if (shared) {
+    if (c->rank == 0)
+      printf("ppr: ranks share a GPU, and NCCL takes one rank per GPU: messages and collectives go through MPI, staged "
+             "through host memory\n");
+    return;
+  }
+  c->npp = nccl_over(c, c->pp);
+  c->ntp = nccl_over(c, c->tp);
+  c->ndp = nccl_over(c, c->dp);
+  c->nemb = nccl_over(c, c->emb);
+  c->nccl_sub = calloc((size_t)(c->nsub ? c->nsub : 1), sizeof *c->nccl_sub);
+  if (!c->nccl_sub) RT_INTERNAL("out of memory");
+  for (int i = 0; i < c->nsub; i++) c->nccl_sub[i] = nccl_over(c, c->sub[i]);
+  c->prev = p->prev, c->next = p->next;
+  c->pp_prev = p->prev >= 0 ? rank_in(c, c->pp, p->prev) : -1;
+  c->pp_next = p->next >= 0 ? rank_in(c, c->pp, p->next) : -1;
+  c->nccl = 1;
+#endif
+}
+
+/* Waits for the device's queued work; with NCCL, watching for its asynchronous errors meanwhile,
+ * so that a dead or failed peer ends the job instead of hanging it. */
+int rt_comm_wait(RtComm *c, RtDev *d) {
+#ifdef PPR_CUDA
+  if (c && c->nccl) {
+    struct timespec nap = {0, 100000}; /* 0.1 ms */
+    double since = rt_util_now_s();
+    for (;;) {
+      int q = rt_dev_query(d);
+      if (q <= 0) {
+        c->nccl_busy = 0;
+        return q;
+      }
+      ncclComm_t all[4] = {c->npp, c->ntp, c->ndp, c->nemb};
+      for (int i = 0; i < 4 + c->nsub; i++) {
+        ncclComm_t m = i < 4 ? all[i] : c->nccl_sub[i - 4];
+        ncclResult_t e = ncclSuccess;
+        if (m) NCCL_CHECK(ncclCommGetAsyncError(m, &e));
+        if (e != ncclSuccess && e != ncclInProgress) {
+          ncclCommAbort(m);
+          nccl_fail(e, "a collective or message (ncclCommGetAsyncError)", __FILE__, __LINE__);
+        }
+      }
+      double t = rt_util_now_s();
+      int late = c->timeout > 0 && t - since >= c->timeout;
+      if (late || rt_comm_notice_waiting(c)) { /* the device's queue is stuck: name its first NCCL operation */
+        Wait w = {.op = c->nccl_op ? c->nccl_op : "the device's queued work",
+                  .g = c->nccl_g,
+                  .seq = c->nccl_seq,
+                  .count = c->nccl_op ? c->nccl_count : -1,
+                  .unit = "floats",
+                  .n = c->nccl_nmsg,
+                  .msg = c->nccl_msg};
+        if (w.g != MPI_COMM_NULL) w.gid = rt_comm_group_id(c, w.g);
+        rt_comm_stuck(c, &w, NULL, &c->nccl_where, since, late);
+      }
+      nanosleep(&nap, NULL);
+    }
+  }
+#else
+  (void)c;
+#endif
+  return rt_dev_sync(d);
+}
+
+void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
+  if (!c || !c->mpi) RT_INTERNAL("a pipeline message in a one-rank world");
+#ifdef PPR_CUDA
+  if (c->nccl) {
+    nccl_p2p(c, d, n, ops); /* on the device's stream: what follows it there waits for it */
+    return;
+  }
+#endif
+  if (c->nreq + n > MAX_REQ) RT_INTERNAL("too many messages in flight");
+  for (int i = 0; i < n; i++) {
+    const RtP2p *o = &ops[i];
+    if (o->bytes / 4 > INT32_MAX) RT_INTERNAL("a message of more than 2^31 floats");
+    Stage *st = &c->stage[c->nreq];
+    st->bytes = 0;
+    void *buf = rt_dev_host(d, o->off);
+    if (!buf) { /* host staging: the device's bytes go out of, or come into, a host copy */
+      buf = room(&st->buf, &st->cap, (size_t)o->bytes);
+      if (o->send && rt_dev_read(d, o->off, buf, o->bytes)) dev_fail(c, d);
+      if (!o->send) st->off = o->off, st->bytes = o->bytes;
+    }
+    c->msg[c->nreq] = *o;
+    MPI_Request *rq = &c->req[c->nreq++];
+    if (o->send) MPI_CHECK(MPI_Isend(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, rq));
+    else MPI_CHECK(MPI_Irecv(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, rq));
+  }
+}
+
+void rt_comm_p2p_wait(RtComm *c, RtDev *d) {
+  if (!c || !c->nreq) return; /* NCCL's messages: ordered on the device's stream, waited for there */
+  rt_comm_wait_reqs(c, c->nreq, c->req, &(Wait){.g = MPI_COMM_NULL, .n = c->nreq, .msg = c->msg});
+  for (int i = 0; i < c->nreq; i++)
+    if (c->stage[i].bytes && rt_dev_write(d, c->stage[i].off, c->stage[i].buf, c->stage[i].bytes)) dev_fail(c, d);
+  c->nreq = 0;
+}
+
+/* ---- deterministic allreduce ----------------------------------------------------------------- */
+
+static float *red_scratch(RtComm *c, size_t n) {
+  if (n > c->red_cap) {
+    free(c->red);
+    c->red = malloc(n * sizeof *c->red);
+    if (!c->red) RT_INTERNAL("out of memory");
+    c->red_cap = n;
+  }
+  return c->red;
+}
+
+/* dst[i] = src[0][i] op src[1][i] op ... op src[n-1][i], left to right (src[q] = all + q * stride) */
+static void reduce_rows(float *dst, const float *all, int64_t stride, int n, int64_t len, int op) {
+  for (int64_t i = 0; i < len; i++) {
+    float v = all[i];
+    for (int q = 1; q < n; q++) {
+      float w = all[q * stride + i];
+      if (op == RT_OP_MAX) v = w > v ? w : v;
+      else v = v + w;
+    }
+    dst[i] = v;
+  }
+}
+
+/* The totals of small buffers: every member gathers all of them (MPI_Allgather) and reduces them
+ * itself. Larger ones: member q reduces elements [count·q/n, count·(q+1)/n) of every member
+ * (MPI_Alltoallv), then every member gets every part (MPI_Allgatherv). Either way each element is
+ * reduced in the group's rank order, and every member ends with the same bits (MPI_Allreduce does
+ * not promise either). */
+#define SMALL_REDUCE ((int64_t)1 << 16) /* floats gathered from all members at most */
+#define SEGMENT      ((int64_t)1 << 24) /* floats reduced at a time (64 MiB): bounds the scratch */
+static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf, int64_t count, const char *name);
+static void det_allreduce(RtComm *c, MPI_Comm g, int op, float *buf, int64_t count, const char *name) {
+  int n = 1, me = 0;
+  MPI_CHECK(MPI_Comm_size(g, &n));
+  MPI_CHECK(MPI_Comm_rank(g, &me));
+  if (n == 1 || count == 0) return;
+  for (int64_t off = 0; off < count; off += SEGMENT)
+    reduce_part(c, g, n, me, op, buf + off, count - off < SEGMENT ? count - off : SEGMENT, name);
+}
+
+static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf, int64_t count, const char *name) {
+  MPI_Request rq;
+  if (count * n <= SMALL_REDUCE) {
+    float *all = red_scratch(c, (size_t)(count * n));
+    MPI_CHECK(MPI_Iallgather(buf, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT, g, &rq));
+    rt_comm_coll_wait(c, g, &rq, name, count, "floats");
+    reduce_rows(buf, all, count, n, count, op);
+    return;
+  }
+  if (n > c->ints_cap) {
+    free(c->ints);
+    c->ints = malloc((size_t)n * 4 * sizeof *c->ints);
+    if (!c->ints) RT_INTERNAL("out of memory");
+    c->ints_cap = n;
+  }
+  int *counts = c->ints, *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
+  for (int q = 0; q < n; q++) {
+    int64_t a = count * q / n, e = count * (q + 1) / n;
+    displs[q] = (int)a;
+    counts[q] = (int)(e - a);
+  }
+  int len = counts[me];
+  for (int q = 0; q < n; q++) {
+    rcounts[q] = len;
+    rdispls[q] = q * len; /* <= count */
+  }
+  float *parts = red_scratch(c, (size_t)len * (size_t)n + 1);
+  MPI_CHECK(MPI_Ialltoallv(buf, counts, displs, MPI_FLOAT, parts, rcounts, rdispls, MPI_FLOAT, g, &rq));
+  rt_comm_coll_wait(c, g, &rq, name, count, "floats");
+  reduce_rows(buf + displs[me], parts, len, n, len, op);
+  MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, g, &rq));
+  rt_comm_coll_wait(c, g, &rq, name, count, "floats");
+}
+
+/* det_allreduce on the floats at arena offset off, through a host copy where the arena is not host memory. */
+static void dev_allreduce(RtComm *c, RtDev *d, MPI_Comm g, int op, int64_t off, int64_t count, const char *name) {
+#ifdef PPR_CUDA
+  if (c->nccl) { /* NCCL's reduction: every member gets the same bits, in NCCL's fixed order */
+    ncclComm_t m = g == c->tp ? c->ntp : g == c->dp ? c->ndp : g == c->emb ? c->nemb : NULL;
+    for (int i = 0; i < c->nsub && !m; i++)
+      if (g == c->sub[i]) m = c->nccl_sub[i];
+    if (!m) RT_INTERNAL("an allreduce without its NCCL communicator");
+    void *stream = NULL, *buf = rt_dev_native(d, off, &stream);
+    int gid = 0;
+    int64_t seq = rt_comm_next_seq(c, g, &gid);
+    if (!c->nccl_busy) { /* the first operation of the queue: what it waits for if it stops */
+      c->nccl_busy = 1;
+      c->nccl_op = name, c->nccl_g = g, c->nccl_seq = seq, c->nccl_count = count, c->nccl_nmsg = 0;
+      c->nccl_where = c->where;
+    }
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, op == RT_OP_MAX ? ncclMax : ncclSum, m,
+                             (cudaStream_t)stream));
+    return;
+  }
+#endif
+  float *buf = rt_dev_host(d, off);
+  if (buf) {
+    det_allreduce(c, g, op, buf, count, name);
+    return;
+  }
+  buf = room((void **)&c->host, &c->host_cap, (size_t)count * sizeof *buf);
+  if (rt_dev_read(d, off, buf, count * 4)) dev_fail(c, d);
+  det_allreduce(c, g, op, buf, count, name);
+  if (rt_dev_write(d, off, buf, count * 4)) dev_fail(c, d);
+}
+
+void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count) {
+  if (!c || c->emb == MPI_COMM_NULL) RT_INTERNAL("allreduce_tied without an embedding group");
+  dev_allreduce(c, d, c->emb, RT_OP_SUM, off, count, "allreduce_tied");
+}
+
+void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count) {
+  if (!c || !c->mpi) return; /* a one-rank world: every group is this rank alone */
+  MPI_Comm g = MPI_COMM_NULL;
+  if (group == RT_G_TP) g = c->tp;
+  else if (group == RT_G_DP) g = c->dp;
+  else
+    for (int i = 0; i < c->nsub; i++)
+      if (c->sub_r[i] == sub) g = c->sub[i];
+  if (g == MPI_COMM_NULL) RT_INTERNAL("an allreduce without its group");
+  int n = 1;
+  MPI_CHECK(MPI_Comm_size(g, &n));
+  /* the watchdog's name of it, as the listing writes it */
+  static const char *const names[2][3] = {{"allreduce tp sum", "allreduce tp/R sum", "allreduce dp sum"},
+                                          {"allreduce tp max", "allreduce tp/R max", "allreduce dp max"}};
+  if (n > 1)
+    dev_allreduce(c, d, g, op, off, count, names[op == RT_OP_MAX][group == RT_G_TP ? 0 : group == RT_G_DP ? 2 : 1]);
+}
+
+int rt_comm_before_host(RtComm *c, RtDev *d) { return c && c->nccl ? rt_comm_wait(c, d) : 0; }

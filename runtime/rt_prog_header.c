@@ -1,0 +1,219 @@
+/* rt_prog_header.c - the header of a listing: its lines in their fixed order, from 'ppr-program 3' (the version)
+ * and the content hash to the kernel files' sizes and hashes. */
+#include "rt_prog_parse.h"
+#include "rt_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_KERNEL_FILE ((int64_t)1 << 40) /* bytes of a kernel file (`object`, `cuda` lines) */
+
+/* ---- header -------------------------------------------------------------------------------- */
+
+static const char *const header_forms[H_COUNT] = {
+    "ppr-program 3",
+    "compiler NAME VERSION",
+    "hash HEX16",
+    "model NAME",
+    "mesh tp N pp N dp N",
+    "rank R stage S tp_rank T dp_rank D",
+    "peers prev P next N",
+    "step micro_batch B seq S microbatches M schedule NAME",
+    "vocab N",
+    "kernels NAME HEX16",
+    "object so BYTES|- HEX16|-",
+    "object cl BYTES|- HEX16|-",
+    "cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- PTX-BYTES|- PTX-HEX16|-",
+};
+
+const char *rt_prog_header_form(int h) { return header_forms[h]; }
+
+static int is_hex16(const char *t) {
+  if (strlen(t) != 16) return 0;
+  for (int i = 0; i < 16; i++)
+    if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) return 0;
+  return 1;
+}
+
+/* Fields i and i+1: a kernel file's BYTES and HEX (its FNV-1a 64 hash), or '- -' for none. */
+static int file_sum(RtParser *s, int i, int kind, const char *key, RtFileSum *out) {
+  const char *ext = rt_kernel_file_ext(kind);
+  const char *b = s->f[i], *h = s->f[i + 1];
+  out->line = s->line;
+  if (!strcmp(b, "-") && !strcmp(h, "-")) {
+    out->bytes = -1;
+    snprintf(out->hash, sizeof out->hash, "-");
+    return 0;
+  }
+  if (!strcmp(b, "-") || !strcmp(h, "-"))
+    return rt_prog_err(s, "%s: the %s file's size and hash come together: both, or both '-'", key, ext);
+  if (rt_prog_parse_int(b, 1, MAX_KERNEL_FILE, &out->bytes))
+    return rt_prog_err(s, "%s: %s bytes: expected an integer in [1, 2^40] or '-', found '%.60s'", key, ext, b);
+  if (!is_hex16(h))
+    return rt_prog_err(s, "%s: %s hash: expected 16 lowercase hex digits or '-', found '%.60s'", key, ext, h);
+  memcpy(out->hash, h, 17);
+  return 0;
+}
+
+int rt_prog_header_line(RtParser *s, size_t after) {
+  RtProg *g = s->p;
+  const char *form = header_forms[s->hdr];
+  static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash",    "model",  "mesh",   "rank", "peers",
+                                            "step",        "vocab",    "kernels", "object", "object", "cuda"};
+  if (s->hdr == H_PEERS && strcmp(s->f[0], keys[H_PEERS]) != 0) { /* the optional line */
+    if (g->pp > 1)
+      return rt_prog_err(s, "expected '%s' (a pipeline-parallel program names its neighbours), found '%.60s'", form,
+                         s->f[0]);
+    s->hdr = H_STEP;
+    form = header_forms[s->hdr];
+  }
+  if (strcmp(s->f[0], keys[s->hdr]) != 0) {
+    if (s->hdr == H_VERSION)
+      return rt_prog_err(s, "not a ppr program listing: the first line must be 'ppr-program %d'", RT_PROG_VERSION);
+    return rt_prog_err(s, "expected '%s' (the header lines come in a fixed order), found '%.60s'", form, s->f[0]);
+  }
+  int64_t v;
+  switch (s->hdr) {
+  case H_VERSION:
+    if (s->nf != 2 || rt_prog_parse_int(s->f[1], INT64_MIN, INT64_MAX, &v))
+      return rt_prog_err(s, "not a ppr program listing: the first line must be 'ppr-program %d'", RT_PROG_VERSION);
+    if (v != RT_PROG_VERSION) {
+      rt_util_set_err(s->err, s->errlen, "%s: format version %lld, this ppr reads %d", s->path, (long long)v,
+                      RT_PROG_VERSION);
+      return -1;
+    }
+    break;
+  case H_COMPILER: {
+    if (s->nf < 2) return rt_prog_err(s, "expected '%s'", form);
+    size_t n = 0;
+    for (int i = 1; i < s->nf; i++) n += strlen(s->f[i]) + 1;
+    g->compiler = malloc(n);
+    S_ALLOC(g->compiler);
+    g->compiler[0] = 0;
+    for (int i = 1; i < s->nf; i++) {
+      if (i > 1) strcat(g->compiler, " ");
+      strcat(g->compiler, s->f[i]);
+    }
+    break;
+  }
+  case H_HASH: {
+    if (rt_prog_want_nf(s, 2, form)) return -1;
+    if (!is_hex16(s->f[1])) return rt_prog_err(s, "hash: expected 16 lowercase hex digits, found '%.60s'", s->f[1]);
+    g->hash = strtoull(s->f[1], NULL, 16);
+    uint64_t h = rt_fnv1a64(s->text + after, s->len - after);
+    if (h != g->hash) {
+      rt_util_set_err(s->err, s->errlen, "%s: content hash mismatch: edited by hand, or written by another ppc",
+                      s->path);
+      return -1;
+    }
+    break;
+  }
+  case H_MODEL:
+    if (rt_prog_want_nf(s, 2, form)) return -1;
+    if (pp_name_bad_at(s->f[1]) >= 0) return rt_prog_err(s, "model: '%.60s' is not a name", s->f[1]);
+    g->model = rt_prog_strdup(s->f[1]);
+    S_ALLOC(g->model);
+    break;
+  case H_MESH:
+    if (rt_prog_want_nf(s, 7, form) || rt_prog_want_word(s, 1, "tp", form) || rt_prog_want_word(s, 3, "pp", form) ||
+        rt_prog_want_word(s, 5, "dp", form) || rt_prog_want_i32(s, 2, "tp", 1, PP_MAX_RANKS, &g->tp) ||
+        rt_prog_want_i32(s, 4, "pp", 1, PP_MAX_RANKS, &g->pp) || rt_prog_want_i32(s, 6, "dp", 1, PP_MAX_RANKS, &g->dp))
+      return -1;
+    if ((int64_t)g->tp * g->pp * g->dp > PP_MAX_RANKS) return rt_prog_err(s, "mesh: more than %d ranks", PP_MAX_RANKS);
+    if (s->stop_at_mesh) {
+      s->stopped = 1;
+      return 0;
+    }
+    break;
+  case H_RANK: {
+    int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
+    if (rt_prog_want_nf(s, 8, form) || rt_prog_want_word(s, 2, "stage", form) ||
+        rt_prog_want_word(s, 4, "tp_rank", form) || rt_prog_want_word(s, 6, "dp_rank", form) ||
+        rt_prog_want_i32(s, 1, "rank", 0, nranks - 1, &g->rank) ||
+        rt_prog_want_i32(s, 3, "stage", 0, g->pp - 1, &g->stage) ||
+        rt_prog_want_i32(s, 5, "tp_rank", 0, g->tp - 1, &g->tp_rank) ||
+        rt_prog_want_i32(s, 7, "dp_rank", 0, g->dp - 1, &g->dp_rank))
+      return -1;
+    break;
+  }
+  case H_PEERS: {
+    int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
+    int prev, next;
+    if (rt_prog_want_nf(s, 5, form) || rt_prog_want_word(s, 1, "prev", form) || rt_prog_want_word(s, 3, "next", form) ||
+        rt_prog_want_i32(s, 2, "peers: prev", -1, nranks - 1, &prev) ||
+        rt_prog_want_i32(s, 4, "peers: next", -1, nranks - 1, &next))
+      return -1;
+    if (prev == g->rank || next == g->rank) return rt_prog_err(s, "peers: a rank is not its own pipeline neighbour");
+    if ((g->stage == 0) != (prev < 0))
+      return rt_prog_err(s, "peers: prev %d, but stage %d %s", prev, g->stage,
+                         g->stage ? "has a previous stage" : "is the first stage (prev -1)");
+    if ((g->stage == g->pp - 1) != (next < 0))
+      return rt_prog_err(s, "peers: next %d, but stage %d of %d %s", next, g->stage, g->pp,
+                         g->stage == g->pp - 1 ? "is the last stage (next -1)" : "has a next stage");
+    g->prev = prev;
+    g->next = next;
+    break;
+  }
+  case H_STEP:
+    if (rt_prog_want_nf(s, 9, form) || rt_prog_want_word(s, 1, "micro_batch", form) ||
+        rt_prog_want_word(s, 3, "seq", form) || rt_prog_want_word(s, 5, "microbatches", form) ||
+        rt_prog_want_word(s, 7, "schedule", form) ||
+        rt_prog_want_i32(s, 2, "micro_batch", 1, PP_MAX_STEP_DIM, &g->micro_batch) ||
+        rt_prog_want_i32(s, 4, "seq", 1, PP_MAX_STEP_DIM, &g->seq) ||
+        rt_prog_want_i32(s, 6, "microbatches", 1, PP_MAX_STEP_DIM, &g->microbatches))
+      return -1;
+    if ((int64_t)g->micro_batch * g->seq > ((int64_t)1 << 30))
+      return rt_prog_err(s, "step: micro_batch * seq is more than 2^30 tokens");
+    if (g->microbatches % g->dp)
+      return rt_prog_err(s,
+                         "step: microbatches %d is not a multiple of dp %d (each data-parallel replica runs M/dp "
+                         "of the step's micro-batches)",
+                         g->microbatches, g->dp);
+    g->local_microbatches = g->microbatches / g->dp;
+    if (pp_name_bad_at(s->f[8]) >= 0) return rt_prog_err(s, "step: schedule '%.60s' is not a name", s->f[8]);
+    g->schedule_name = rt_prog_strdup(s->f[8]);
+    S_ALLOC(g->schedule_name);
+    break;
+  case H_VOCAB:
+    if (rt_prog_want_nf(s, 2, form) || rt_prog_want_int(s, 1, "vocab", 1, INT32_MAX, &g->vocab)) return -1;
+    break;
+  case H_KERNELS:
+    if (rt_prog_want_nf(s, 3, form)) return -1;
+    if (!rt_prog_is_ident(s->f[1]))
+      return rt_prog_err(
+          s,
+          "kernels: '%.60s' is not a name (letters, digits, '_'): the kernel files are NAME.so, NAME.cl, "
+          "NAME.cu in the program's directory",
+          s->f[1]);
+    if (!is_hex16(s->f[2]))
+      return rt_prog_err(s, "kernels: hash: expected 16 lowercase hex digits, found '%.60s'", s->f[2]);
+    g->kernels_base = rt_prog_strdup(s->f[1]);
+    S_ALLOC(g->kernels_base);
+    memcpy(g->kernels_hash, s->f[2], 17);
+    break;
+  case H_OBJECT_SO:
+  case H_OBJECT_CL: {
+    int kind = s->hdr == H_OBJECT_SO ? RT_KF_SO : RT_KF_CL;
+    if (rt_prog_want_word(s, 1, rt_kernel_file_ext(kind), form) || rt_prog_want_nf(s, 4, form) ||
+        file_sum(s, 2, kind, "object", &g->file[kind]))
+      return -1;
+    break;
+  }
+  case H_CUDA:
+    if (rt_prog_want_nf(s, 6, form)) return -1;
+    if (strncmp(s->f[1], "sm_", 3) || strlen(s->f[1]) > 8 || strlen(s->f[1]) < 5 ||
+        strspn(s->f[1] + 3, "0123456789") != strlen(s->f[1] + 3))
+      return rt_prog_err(s, "cuda: '%.60s' is not a GPU architecture (sm_80, sm_90, ...)", s->f[1]);
+    if (file_sum(s, 2, RT_KF_CUBIN, "cuda", &g->file[RT_KF_CUBIN]) ||
+        file_sum(s, 4, RT_KF_PTX, "cuda", &g->file[RT_KF_PTX]))
+      return -1;
+    if ((g->file[RT_KF_CUBIN].bytes < 0) != (g->file[RT_KF_PTX].bytes < 0))
+      return rt_prog_err(s, "cuda: the cubin and the PTX come together: both sizes and hashes, or all '-'");
+    snprintf(g->cuda_arch, sizeof g->cuda_arch, "%s", s->f[1]);
+    break;
+  }
+  s->hdr++;
+  if (s->hdr == H_COUNT) s->sec = SEC_REGIONS;
+  return 0;
+}

@@ -1,0 +1,355 @@
+/* rt_prog_instr.c - the instructions of a listing's blocks (batch, zero, kernel, gemm, seed, loss, grad_norm,
+ * allreduce_tied, allreduce), each operand bounded, and the optimizer block's checks of the gradient sums. */
+#include "rt_prog_parse.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BATCH ((int64_t)1 << 20) /* gemm BATCH */
+
+/* ---- instructions -------------------------------------------------------------------------- */
+
+/* <<<GRID,BLOCK,LOCAL>>> */
+static int parse_geom(RtParser *s, const char *t, const char *what, RtGeom *out) {
+  char tmp[96];
+  size_t n = strlen(t);
+  if (n < 8 || n >= sizeof tmp || strncmp(t, "<<<", 3) || strcmp(t + n - 3, ">>>"))
+    return rt_prog_err(s, "%s: expected the launch geometry <<<GRID,BLOCK,LOCAL>>>, found '%.60s'", what, t);
+  memcpy(tmp, t + 3, n - 6);
+  tmp[n - 6] = 0;
+  char *c1 = strchr(tmp, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
+  if (!c1 || !c2)
+    return rt_prog_err(s, "%s: expected the launch geometry <<<GRID,BLOCK,LOCAL>>>, found '%.60s'", what, t);
+  *c1 = *c2 = 0;
+  int64_t b;
+  if (rt_prog_parse_int(tmp, 1, RT_MAX_GRID, &out->grid))
+    return rt_prog_err(s, "%s: %.60s: GRID is not an integer in [1, 2^31-1]", what, t);
+  if (rt_prog_parse_int(c1 + 1, 1, RT_MAX_BLOCK, &b) || (b & (b - 1)))
+    return rt_prog_err(s, "%s: %.60s: BLOCK is not a power of two in [1, %d]", what, t, RT_MAX_BLOCK);
+  out->block = (int)b;
+  if (rt_prog_parse_int(c2 + 1, 0, RT_MAX_LOCAL, &out->local))
+    return rt_prog_err(s, "%s: %.60s: LOCAL is not an integer in [0, %d]", what, t, RT_MAX_LOCAL);
+  return 0;
+}
+
+/* The index of kernel NAME, launched with geometry g: every call of a kernel has the same. */
+static int kernel_index(RtParser *s, const char *name, const RtGeom *g0) {
+  RtProg *g = s->p;
+  for (int i = 0; i < g->nkernels; i++)
+    if (!strcmp(g->kernels[i], name)) {
+      const RtGeom *o = &g->kgeom[i];
+      if (o->grid != g0->grid || o->block != g0->block || o->local != g0->local)
+        return rt_prog_err(s,
+                           "kernel %.60s: launched <<<%lld,%d,%lld>>> here, <<<%lld,%d,%lld>>> before (a kernel's "
+                           "geometry is fixed by the compiler)",
+                           name, (long long)g0->grid, g0->block, (long long)g0->local, (long long)o->grid, o->block,
+                           (long long)o->local);
+      return i;
+    }
+  int cap = s->cap_kernels;
+  if (rt_prog_grow(s, (void **)&g->kernels, &s->cap_kernels, g->nkernels + 1, sizeof *g->kernels)) return -1;
+  if (s->cap_kernels != cap) {
+    RtGeom *ng = realloc(g->kgeom, (size_t)s->cap_kernels * sizeof *ng);
+    S_ALLOC(ng);
+    g->kgeom = ng;
+  }
+  g->kernels[g->nkernels] = rt_prog_strdup(name);
+  S_ALLOC(g->kernels[g->nkernels]);
+  g->kgeom[g->nkernels] = *g0;
+  return g->nkernels++;
+}
+
+static int only_in(RtParser *s, const char *ins, int allow_fwd_bwd, int allow_opt) {
+  int b = s->cur_blk;
+  if ((b == RT_BLK_OPTIMIZER && !allow_opt) || (b != RT_BLK_OPTIMIZER && !allow_fwd_bwd))
+    return rt_prog_err(s, "'%s' is not allowed in the %s block (only in %s)", ins, rt_block_name(b),
+                       allow_opt ? "the optimizer block" : "the forward and backward blocks");
+  return 0;
+}
+
+/* Elements spanned by BATCH row-major matrices of rows x cols with leading dim ld, stride apart. */
+static int gemm_operand(RtParser *s, const char *which, const RtPtr *p, int64_t rows, int64_t cols, int64_t ld,
+                        int64_t stride, int64_t batch) {
+  if (ld < cols)
+    return rt_prog_err(s, "gemm: leading dimension of %s is %lld, less than its %lld columns", which, (long long)ld,
+                       (long long)cols);
+  int64_t a, b, e;
+  if (__builtin_mul_overflow(rows - 1, ld, &a) || __builtin_mul_overflow(batch - 1, stride, &b) ||
+      __builtin_add_overflow(a, b, &e) || __builtin_add_overflow(e, cols, &e) || __builtin_mul_overflow(e, 4, &e))
+    return rt_prog_err(s, "gemm: %s spans more than 2^63 bytes", which);
+  char what[32];
+  snprintf(what, sizeof what, "gemm: %s", which);
+  return rt_prog_check_extent(s, what, p, e);
+}
+
+static int parse_gemm(RtParser *s, RtInstr *in) {
+  static const char *const form = "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH";
+  if (rt_prog_want_nf(s, 18, form)) return -1;
+  for (int i = 1; i <= 2; i++)
+    if (strcmp(s->f[i], "N") && strcmp(s->f[i], "T"))
+      return rt_prog_err(s, "gemm: %s is '%.60s' (expected N or T)", i == 1 ? "TA" : "TB", s->f[i]);
+  in->ta = s->f[1][0] == 'T';
+  in->tb = s->f[2][0] == 'T';
+  if (rt_prog_want_i32(s, 3, "gemm: M", 1, INT_MAX, &in->m) || rt_prog_want_i32(s, 4, "gemm: N", 1, INT_MAX, &in->n) ||
+      rt_prog_want_i32(s, 5, "gemm: K", 1, INT_MAX, &in->k))
+    return -1;
+  if (rt_prog_parse_float(s->f[6], &in->alpha))
+    return rt_prog_err(s, "gemm: ALPHA '%.60s' is not a finite number", s->f[6]);
+  if (rt_prog_parse_ptr(s, s->f[7], "gemm: A", &in->p[0], NULL) ||
+      rt_prog_want_i32(s, 8, "gemm: LDA", 1, INT_MAX, &in->lda) ||
+      rt_prog_want_int(s, 9, "gemm: SA", 0, PP_MAX_ARENA, &in->sa) ||
+      rt_prog_parse_ptr(s, s->f[10], "gemm: B", &in->p[1], NULL) ||
+      rt_prog_want_i32(s, 11, "gemm: LDB", 1, INT_MAX, &in->ldb) ||
+      rt_prog_want_int(s, 12, "gemm: SB", 0, PP_MAX_ARENA, &in->sb))
+    return -1;
+  if (rt_prog_parse_float(s->f[13], &in->beta))
+    return rt_prog_err(s, "gemm: BETA '%.60s' is not a finite number", s->f[13]);
+  if (rt_prog_parse_ptr(s, s->f[14], "gemm: C", &in->p[2], NULL) ||
+      rt_prog_want_i32(s, 15, "gemm: LDC", 1, INT_MAX, &in->ldc) ||
+      rt_prog_want_int(s, 16, "gemm: SC", 0, PP_MAX_ARENA, &in->sc) ||
+      rt_prog_want_i32(s, 17, "gemm: BATCH", 1, MAX_BATCH, &in->batch))
+    return -1;
+  int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k;
+  int64_t br = in->tb ? in->n : in->k, bc = in->tb ? in->k : in->n;
+  if (gemm_operand(s, "A", &in->p[0], ar, ac, in->lda, in->sa, in->batch) ||
+      gemm_operand(s, "B", &in->p[1], br, bc, in->ldb, in->sb, in->batch) ||
+      gemm_operand(s, "C", &in->p[2], in->m, in->n, in->ldc, in->sc, in->batch))
+    return -1;
+  return 0;
+}
+
+static int parse_kernel(RtParser *s, RtInstr *in) {
+  if (s->nf < 3) return rt_prog_err(s, "expected 'kernel NAME <<<GRID,BLOCK,LOCAL>>> ARG...'");
+  if (!rt_prog_is_ident(s->f[1])) return rt_prog_err(s, "kernel: '%.60s' is not a C identifier", s->f[1]);
+  char what0[96];
+  snprintf(what0, sizeof what0, "kernel %.60s", s->f[1]);
+  if (parse_geom(s, s->f[2], what0, &in->geom)) return -1;
+  if (s->nf - 3 > RT_MAX_KARGS)
+    return rt_prog_err(s, "kernel %.60s: %d arguments, at most %d", s->f[1], s->nf - 3, RT_MAX_KARGS);
+  in->kernel = kernel_index(s, s->f[1], &in->geom);
+  if (in->kernel < 0) return -1;
+  in->nargs = s->nf - 3;
+  if (in->nargs) {
+    in->args = calloc((size_t)in->nargs, sizeof *in->args);
+    S_ALLOC(in->args);
+  }
+  for (int a = 0; a < in->nargs; a++) {
+    const char *t = s->f[a + 3];
+    RtArg *x = &in->args[a];
+    char what[128];
+    snprintf(what, sizeof what, "kernel %.60s: argument %d", s->f[1], a + 1);
+    if (t[0] == '@' || t[0] == '$') {
+      x->kind = RT_A_PTR;
+      /* without an extent, at least the first element must be inside */
+      if (rt_prog_parse_ptr(s, t, what, &x->ptr, &x->bytes) ||
+          rt_prog_check_extent(s, what, &x->ptr, x->bytes ? x->bytes : 4))
+        return -1;
+    } else if (!strncmp(t, "f:", 2)) {
+      x->kind = RT_A_F32;
+      if (rt_prog_parse_float(t + 2, &x->f)) return rt_prog_err(s, "%s: '%.60s' is not a finite float", what, t);
+    } else if (!strncmp(t, "i:", 2)) {
+      x->kind = RT_A_I64;
+      if (rt_prog_parse_int(t + 2, INT64_MIN, INT64_MAX, &x->i))
+        return rt_prog_err(s, "%s: '%.60s' is not a 64-bit integer", what, t);
+    } else if (!strncmp(t, "s:", 2)) {
+      x->kind = RT_A_SCALAR;
+      x->scalar = -1;
+      for (int k = 0; k < RT_NSCALAR; k++)
+        if (!strcmp(t + 2, rt_scalar_name(k))) x->scalar = k;
+      if (x->scalar < 0)
+        return rt_prog_err(s, "%s: unknown runtime scalar '%.60s' (lr, beta1, beta2, eps, wd, bc1, bc2, clip)", what,
+                           t);
+      if (x->scalar == RT_S_CLIP && (s->cur_blk != RT_BLK_OPTIMIZER || !s->grad_norm_line))
+        return rt_prog_err(s, "%s: s:clip is set by grad_norm: use it in the optimizer block after grad_norm", what);
+    } else {
+      return rt_prog_err(s, "%s: '%.60s' (expected @OFF[:BYTES], $OFF[:BYTES], f:FLOAT, i:INT or s:NAME)", what, t);
+    }
+  }
+  return 0;
+}
+
+/* grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES: KERNEL(grad, partials, n) writes GRID
+ * partial sums of squares; param i's go to partials + 4*GRID*i. */
+static int parse_grad_norm(RtParser *s, RtInstr *in) {
+  static const char *const form = "grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES";
+  if (rt_prog_want_nf(s, 4, form)) return -1;
+  if (!rt_prog_is_ident(s->f[1])) return rt_prog_err(s, "grad_norm: '%.60s' is not a C identifier", s->f[1]);
+  if (parse_geom(s, s->f[2], "grad_norm", &in->geom)) return -1;
+  in->kernel = kernel_index(s, s->f[1], &in->geom);
+  if (in->kernel < 0 || rt_prog_parse_ptr(s, s->f[3], "grad_norm: partials", &in->p[0], &in->bytes)) return -1;
+  int64_t need = 4 * in->geom.grid * (int64_t)(s->p->nparams ? s->p->nparams : 1);
+  if (in->bytes < need)
+    return rt_prog_err(s, "grad_norm: the partials hold %lld bytes; %d params of %lld partial sums need %lld",
+                       (long long)in->bytes, s->p->nparams, (long long)in->geom.grid, (long long)need);
+  return rt_prog_check_extent(s, "grad_norm: partials", &in->p[0], in->bytes);
+}
+
+/* At the optimizer block's end: every shared param's gradient is inside one allreduce_tied. */
+int rt_prog_check_shared_sums(RtParser *s) {
+  const RtProg *g = s->p;
+  const RtBlock *o = &g->blk[RT_BLK_OPTIMIZER];
+  int64_t shift = g->reg[RT_REG_GRADS].base - g->reg[RT_REG_PARAMS].base;
+  for (int i = 0; i < g->nparams; i++) {
+    const RtParam *q = &g->params[i];
+    if (!q->shared) continue;
+    int64_t a = q->off + shift, e = a + 4 * q->numel;
+    int covered = 0;
+    for (int n = 0; n < o->n && !covered; n++)
+      covered =
+          o->ins[n].kind == RT_I_ALLREDUCE_TIED && o->ins[n].p[0].off <= a && o->ins[n].p[0].off + o->ins[n].bytes >= e;
+    if (!covered)
+      return rt_prog_err(s,
+                         "param %.200s (line %d) is shared, but no allreduce_tied of the optimizer block sums its "
+                         "gradient (@%lld, %lld bytes)",
+                         q->name, q->line, (long long)a, (long long)(e - a));
+  }
+  return 0;
+}
+
+/* allreduce tp|tp/R|dp sum|max OPERAND BYTES */
+static int parse_allreduce(RtParser *s, RtInstr *in) {
+  const RtProg *g = s->p;
+  static const char *const form = "allreduce tp|tp/R|dp sum|max OPERAND BYTES";
+  if (rt_prog_want_nf(s, 5, form)) return -1;
+  const char *gr = s->f[1];
+  if (!strcmp(gr, "tp")) {
+    in->group = RT_G_TP;
+  } else if (!strcmp(gr, "dp")) {
+    in->group = RT_G_DP;
+  } else if (!strncmp(gr, "tp/", 3)) {
+    int64_t r;
+    if (rt_prog_parse_int(gr + 3, 1, PP_MAX_RANKS, &r))
+      return rt_prog_err(s, "allreduce: group '%.60s': R in tp/R is not an integer in [1, %d]", gr, PP_MAX_RANKS);
+    if (g->tp % r)
+      return rt_prog_err(s, "allreduce: group tp/%lld: %lld does not divide tp %d", (long long)r, (long long)r, g->tp);
+    in->group = RT_G_TP_SUB;
+    in->sub = (int)r;
+  } else {
+    return rt_prog_err(s, "allreduce: unknown group '%.60s' (expected tp, tp/R or dp)", gr);
+  }
+  if (!strcmp(s->f[2], "sum")) in->op = RT_OP_SUM;
+  else if (!strcmp(s->f[2], "max")) in->op = RT_OP_MAX;
+  else return rt_prog_err(s, "allreduce: unknown op '%.60s' (expected sum or max)", s->f[2]);
+  if (rt_prog_parse_ptr(s, s->f[3], "allreduce", &in->p[0], NULL) ||
+      rt_prog_want_int(s, 4, "allreduce: bytes", 4, (int64_t)4 * INT32_MAX, &in->bytes))
+    return -1;
+  if (in->bytes % 4)
+    return rt_prog_err(s, "allreduce: %lld bytes is not a whole number of floats", (long long)in->bytes);
+  if (rt_prog_check_extent(s, "allreduce", &in->p[0], in->bytes)) return -1;
+  const RtRegion *grr = &g->reg[RT_REG_GRADS];
+  if (s->cur_blk == RT_BLK_OPTIMIZER && s->grad_norm_line && !in->p[0].in_slot &&
+      in->p[0].off < grr->base + grr->bytes && grr->base < in->p[0].off + in->bytes)
+    return rt_prog_err(s, "allreduce of gradients after grad_norm (line %d): the norm needs the summed gradients",
+                       s->grad_norm_line);
+  return 0;
+}
+
+/* At the optimizer block's end, with dp > 1: every param's gradient is inside one `allreduce dp
+ * sum` (before grad_norm), or the replicas would drift apart. */
+int rt_prog_check_dp_sums(RtParser *s) {
+  const RtProg *g = s->p;
+  if (g->dp == 1) return 0;
+  const RtBlock *o = &g->blk[RT_BLK_OPTIMIZER];
+  int64_t shift = g->reg[RT_REG_GRADS].base - g->reg[RT_REG_PARAMS].base;
+  for (int i = 0; i < g->nparams; i++) {
+    const RtParam *q = &g->params[i];
+    int64_t a = q->off + shift, e = a + 4 * q->numel;
+    int covered = 0;
+    for (int n = 0; n < o->n && !covered; n++) {
+      const RtInstr *x = &o->ins[n];
+      covered = x->kind == RT_I_ALLREDUCE && x->group == RT_G_DP && x->op == RT_OP_SUM && x->p[0].off <= a &&
+                x->p[0].off + x->bytes >= e;
+    }
+    if (!covered)
+      return rt_prog_err(s,
+                         "param %.200s (line %d): dp %d, but no 'allreduce dp sum' of the optimizer block sums its "
+                         "gradient (@%lld, %lld bytes) over the replicas",
+                         q->name, q->line, g->dp, (long long)a, (long long)(e - a));
+  }
+  return 0;
+}
+
+int rt_prog_instr_line(RtParser *s) {
+  RtProg *g = s->p;
+  RtBlock *bk = &g->blk[s->cur_blk];
+  if (rt_prog_grow(s, (void **)&bk->ins, &s->cap_ins, bk->n + 1, sizeof *bk->ins)) return -1;
+  RtInstr *in = &bk->ins[bk->n];
+  memset(in, 0, sizeof *in);
+  in->line = s->line;
+  const char *op = s->f[0];
+  int rc;
+  if (!strcmp(op, "batch")) {
+    in->kind = RT_I_BATCH;
+    rc = only_in(s, op, 1, 0) || rt_prog_want_nf(s, 3, "batch TOKENS LABELS");
+    int64_t bytes = (int64_t)g->micro_batch * g->seq * 4;
+    for (int i = 0; i < 2 && !rc; i++) {
+      const char *what = i ? "batch: labels" : "batch: tokens";
+      if (!strcmp(s->f[i + 1], "-")) continue;
+      rc = rt_prog_parse_ptr(s, s->f[i + 1], what, &in->p[i], NULL) || rt_prog_check_extent(s, what, &in->p[i], bytes);
+    }
+  } else if (!strcmp(op, "zero")) {
+    in->kind = RT_I_ZERO;
+    rc = rt_prog_want_nf(s, 3, "zero DST BYTES") || rt_prog_parse_ptr(s, s->f[1], "zero", &in->p[0], NULL) ||
+         rt_prog_want_int(s, 2, "zero: bytes", 1, PP_MAX_ARENA, &in->bytes) ||
+         rt_prog_check_extent(s, "zero", &in->p[0], in->bytes);
+  } else if (!strcmp(op, "kernel")) {
+    in->kind = RT_I_KERNEL;
+    rc = parse_kernel(s, in);
+  } else if (!strcmp(op, "gemm")) {
+    in->kind = RT_I_GEMM;
+    rc = parse_gemm(s, in);
+  } else if (!strcmp(op, "seed")) {
+    in->kind = RT_I_SEED;
+    rc = only_in(s, op, 1, 0) || rt_prog_want_nf(s, 3, "seed DST VALUE") ||
+         rt_prog_parse_ptr(s, s->f[1], "seed", &in->p[0], NULL) || rt_prog_check_extent(s, "seed", &in->p[0], 4);
+    if (!rc && rt_prog_parse_float(s->f[2], &in->value))
+      rc = rt_prog_err(s, "seed: VALUE '%.60s' is not a finite number", s->f[2]);
+  } else if (!strcmp(op, "loss")) {
+    in->kind = RT_I_LOSS;
+    rc = only_in(s, op, 1, 0) || rt_prog_want_nf(s, 2, "loss SRC") ||
+         rt_prog_parse_ptr(s, s->f[1], "loss", &in->p[0], NULL) || rt_prog_check_extent(s, "loss", &in->p[0], 4);
+  } else if (!strcmp(op, "grad_norm")) {
+    in->kind = RT_I_GRAD_NORM;
+    rc = only_in(s, op, 0, 1) || parse_grad_norm(s, in);
+    if (!rc && s->grad_norm_line)
+      rc = rt_prog_err(s, "a second grad_norm (the first is on line %d)", s->grad_norm_line);
+    if (!rc) s->grad_norm_line = s->line;
+  } else if (!strcmp(op, "allreduce_tied")) {
+    in->kind = RT_I_ALLREDUCE_TIED;
+    rc = only_in(s, op, 0, 1) || rt_prog_want_nf(s, 3, "allreduce_tied @OFF BYTES") ||
+         rt_prog_parse_ptr(s, s->f[1], "allreduce_tied", &in->p[0], NULL) ||
+         rt_prog_want_int(s, 2, "allreduce_tied: bytes", 4, (int64_t)4 * INT32_MAX, &in->bytes) ||
+         rt_prog_check_extent(s, "allreduce_tied", &in->p[0], in->bytes);
+    const RtRegion *gr = &g->reg[RT_REG_GRADS];
+    if (!rc && in->bytes % 4)
+      rc = rt_prog_err(s, "allreduce_tied: %lld bytes is not a whole number of floats", (long long)in->bytes);
+    if (!rc && (in->p[0].off < gr->base || in->p[0].off + in->bytes > gr->base + gr->bytes))
+      rc = rt_prog_err(s, "allreduce_tied: @%lld + %lld bytes is not inside the grads region [%lld, %lld)",
+                       (long long)in->p[0].off, (long long)in->bytes, (long long)gr->base,
+                       (long long)(gr->base + gr->bytes));
+    if (!rc && s->grad_norm_line)
+      rc = rt_prog_err(s, "allreduce_tied after grad_norm (line %d): the norm needs the summed gradients",
+                       s->grad_norm_line);
+    if (!rc && !g->nshared) rc = rt_prog_err(s, "allreduce_tied, but no param is marked shared");
+  } else if (!strcmp(op, "allreduce")) {
+    in->kind = RT_I_ALLREDUCE;
+    rc = parse_allreduce(s, in);
+  } else if (!strcmp(op, "block") || !strcmp(op, "schedule")) {
+    return rt_prog_err(s, "'%s' inside block %s (line %d): a block ends with 'end'", op, rt_block_name(s->cur_blk),
+                       bk->line);
+  } else {
+    return rt_prog_err(s,
+                       "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, allreduce, "
+                       "allreduce_tied or grad_norm)",
+                       op);
+  }
+  if (rc) {
+    free(in->args);
+    in->args = NULL;
+    return -1;
+  }
+  bk->n++;
+  return 0;
+}
