@@ -125,8 +125,11 @@ int rt_comm_wait(RtComm *c, RtDev *d);
 int rt_comm_before_host(RtComm *c, RtDev *d);
 
 /* The pipeline's point-to-point messages: post them all (MPI_Isend / MPI_Irecv on the world
- * communicator, peer = a world rank), then wait for all of them (polled, under the watchdog). The
- * tag says what a message is (rt_boundary_msg): 2*mb for activations, 2*mb + 1 for gradients. */
+ * communicator, peer = a world rank), then wait for the receives (polled, under the watchdog). A
+ * send goes out of a host copy of its buffer and stays in flight, so the sender computes on while
+ * its peer has not yet taken it; rt_comm_p2p_flush waits for every send in flight (the executor:
+ * before the optimizer). The tag says what a message is (rt_boundary_msg): 2*mb for activations,
+ * 2*mb + 1 for gradients. With NCCL the messages are ordered on the device's stream instead. */
 typedef struct {
   int send; /* 1: MPI_Isend, 0: MPI_Irecv */
   int peer, tag;
@@ -134,6 +137,7 @@ typedef struct {
 } RtP2p;
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops); /* n <= 4 */
 void rt_comm_p2p_wait(RtComm *c, RtDev *d);
+void rt_comm_p2p_flush(RtComm *c);
 
 /* SUM in place over the embedding group (allreduce_tied): count floats at arena offset off. */
 void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count);

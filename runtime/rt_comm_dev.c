@@ -173,6 +173,57 @@ int rt_comm_wait(RtComm *c, RtDev *d) {
   return rt_dev_sync(d);
 }
 
+/* The sends in flight that are done: their slots freed (the copies' memory kept for reuse). */
+static void reap_sends(RtComm *c) {
+  for (int i = 0; i < c->nsend;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&c->sreq[i], &done, MPI_STATUS_IGNORE));
+    if (!done) {
+      i++;
+      continue;
+    }
+    Stage t = c->sbuf[i]; /* keep the copy's memory: move it past the live ones */
+    c->nsend--;
+    c->sreq[i] = c->sreq[c->nsend];
+    c->smsg[i] = c->smsg[c->nsend];
+    c->sbuf[i] = c->sbuf[c->nsend];
+    c->sbuf[c->nsend] = t;
+  }
+}
+
+/* A send: the buffer copied to the host, posted, and left in flight. */
+static void post_send(RtComm *c, RtDev *d, const RtP2p *o) {
+  if (c->nsend == c->scap) {
+    int cap = c->scap ? 2 * c->scap : 8;
+    MPI_Request *r = realloc(c->sreq, (size_t)cap * sizeof *r);
+    if (r) c->sreq = r;
+    RtP2p *m = realloc(c->smsg, (size_t)cap * sizeof *m);
+    if (m) c->smsg = m;
+    Stage *b = realloc(c->sbuf, (size_t)cap * sizeof *b);
+    if (b) c->sbuf = b;
+    if (!r || !m || !b) RT_INTERNAL("out of memory");
+    memset(c->sbuf + c->scap, 0, (size_t)(cap - c->scap) * sizeof *c->sbuf);
+    c->scap = cap;
+  }
+  Stage *st = &c->sbuf[c->nsend];
+  void *buf = room(&st->buf, &st->cap, (size_t)o->bytes);
+  const void *host = rt_dev_host(d, o->off);
+  if (host) memcpy(buf, host, (size_t)o->bytes);
+  else if (rt_dev_read(d, o->off, buf, o->bytes)) dev_fail(c, d);
+  c->smsg[c->nsend] = *o;
+  MPI_CHECK(MPI_Isend(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, &c->sreq[c->nsend]));
+  c->nsend++;
+}
+
+void rt_comm_p2p_flush(RtComm *c) {
+  if (!c) return;
+  for (int i = 0; i < c->nsend; i += MAX_REQ) {
+    int n = c->nsend - i < MAX_REQ ? c->nsend - i : MAX_REQ;
+    rt_comm_wait_reqs(c, n, c->sreq + i, &(Wait){.g = MPI_COMM_NULL, .n = n, .msg = c->smsg + i});
+  }
+  reap_sends(c);
+}
+
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
   if (!c || !c->mpi) RT_INTERNAL("a pipeline message in a one-rank world");
 #ifdef PPR_CUDA
@@ -182,21 +233,23 @@ void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
   }
 #endif
   if (c->nreq + n > MAX_REQ) RT_INTERNAL("too many messages in flight");
+  reap_sends(c);
   for (int i = 0; i < n; i++) {
     const RtP2p *o = &ops[i];
     if (o->bytes / 4 > INT32_MAX) RT_INTERNAL("a message of more than 2^31 floats");
+    if (o->send) {
+      post_send(c, d, o);
+      continue;
+    }
     Stage *st = &c->stage[c->nreq];
     st->bytes = 0;
     void *buf = rt_dev_host(d, o->off);
-    if (!buf) { /* host staging: the device's bytes go out of, or come into, a host copy */
+    if (!buf) { /* host staging: the device's bytes come into a host copy */
       buf = room(&st->buf, &st->cap, (size_t)o->bytes);
-      if (o->send && rt_dev_read(d, o->off, buf, o->bytes)) dev_fail(c, d);
-      if (!o->send) st->off = o->off, st->bytes = o->bytes;
+      st->off = o->off, st->bytes = o->bytes;
     }
     c->msg[c->nreq] = *o;
-    MPI_Request *rq = &c->req[c->nreq++];
-    if (o->send) MPI_CHECK(MPI_Isend(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, rq));
-    else MPI_CHECK(MPI_Irecv(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, rq));
+    MPI_CHECK(MPI_Irecv(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, &c->req[c->nreq++]));
   }
 }
 

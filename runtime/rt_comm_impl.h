@@ -44,12 +44,18 @@ struct RtComm {
   size_t host_cap;
   int *ints; /* allreduce counts and displacements: 4 * ints_cap */
   int ints_cap;
-  int nccl;                /* rt_comm_use_device: NCCL carries the messages and collectives */
-  double timeout;          /* the watchdog's, seconds; 0: none */
-  RtWhere where;           /* what the rank is doing (rt_comm_set_where) */
-  int64_t seq[G_SUB];      /* per communicator: the collectives started on it */
-  int64_t *sub_seq;        /* the same for sub[i] */
-  RtP2p msg[MAX_REQ];      /* the messages of req */
+  int nccl;           /* rt_comm_use_device: NCCL carries the messages and collectives */
+  double timeout;     /* the watchdog's, seconds; 0: none */
+  RtWhere where;      /* what the rank is doing (rt_comm_set_where) */
+  int64_t seq[G_SUB]; /* per communicator: the collectives started on it */
+  int64_t *sub_seq;   /* the same for sub[i] */
+  RtP2p msg[MAX_REQ]; /* the messages of req */
+  /* sends in flight: posted from a host copy, so the arena may change at once; waited for by
+   * rt_comm_p2p_flush (before the optimizer) or found done at a later post */
+  MPI_Request *sreq;
+  RtP2p *smsg;
+  Stage *sbuf; /* sbuf[i].buf: the copy send i reads; kept (its capacity reused) once done */
+  int nsend, scap;
   int stop_sig, stop_rank; /* rt_comm_step_sum's verdict: a rank asked to stop */
 #ifdef PPR_CUDA
   ncclComm_t npp, ntp, ndp, nemb, *nccl_sub; /* one per MPI group, NULL where the group is absent */

@@ -364,6 +364,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     }
     case RT_E_COMM: run_comm(&s, en); break;
     case RT_E_OPT: {
+      if (x->comm) rt_comm_p2p_flush(x->comm); /* the step's sends taken by their peers */
       double inner = s.coll_ms + s.hook_ms;
       rc = run_block(&s, RT_BLK_OPTIMIZER, -1, -1);
       if (s.tr) {
