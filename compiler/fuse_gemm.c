@@ -206,7 +206,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   if (c->att_done[fwd]) return;
   c->att_done[fwd] = true;
   int gq = -1, gk = -1, gv = -1;
-  for (int i = id; i < c->g->nnodes; i++)
+  for (int i = id; i < c->g->nnodes && (gq < 0 || gk < 0 || gv < 0); i++) /* made together: a few nodes apart */
     if (N(c, i)->fwd == fwd) {
       if (N(c, i)->op == OP_ATTENTION_DQ) gq = i;
       if (N(c, i)->op == OP_ATTENTION_DK) gk = i;

@@ -85,6 +85,7 @@ static void assign_buffers(FuseCtx *c) {
   int nn = g->nnodes;
   p->node_vb = xmalloc((size_t)nn * sizeof(int));
   p->node_aux = xmalloc((size_t)nn * sizeof(int));
+  c->grad_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
   for (int i = 0; i < nn; i++) p->node_vb[i] = p->node_aux[i] = -1;
   static const BufClass pc[4] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V};
   for (int cls = 0; cls < 4; cls++)
@@ -92,6 +93,7 @@ static void assign_buffers(FuseCtx *c) {
       int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, false);
       p->vb[vb].param = i;
       if (cls == 0) p->node_vb[g->params[i].node] = vb;
+      if (pc[cls] == BC_GRAD) c->grad_vb[i] = vb;
     }
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
@@ -262,5 +264,6 @@ Program *fuse_lower(const Graph *g) {
   free(c.inlined);
   free(c.phys);
   free(c.att_done);
+  free(c.grad_vb);
   return p;
 }

@@ -62,9 +62,8 @@ int fuse_prog_buf(FuseCtx *c, int id) {
 
 /* The gradient buffer of a sink's parameter. */
 int fuse_prog_grad(FuseCtx *c, int param) {
-  for (int i = 0; i < c->p->nvb; i++)
-    if (c->p->vb[i].cls == BC_GRAD && c->p->vb[i].param == param) return i;
-  diag_fatal("internal: no gradient buffer for parameter %d", param);
+  if (param < 0 || param >= c->g->nparams) diag_fatal("internal: no gradient buffer for parameter %d", param);
+  return c->grad_vb[param];
 }
 
 void fuse_prog_free(Program *p) {

@@ -603,6 +603,7 @@ typedef struct FuseCtx {
   bool *inlined;  /* per node: computed inside its consumer's kernel, no buffer */
   Layout *phys;   /* per node: the physical order of its buffer's two leading axes */
   bool *att_done; /* per attention node: its backward is lowered */
+  int *grad_vb;   /* per parameter: its gradient buffer */
   char **bodies;  /* rendered kernel bodies, for deduplication */
 } FuseCtx;
 
