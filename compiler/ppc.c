@@ -23,6 +23,8 @@ static const char usage[] =
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
     "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted whose activations fit\n"
+    "  --vpp V            chunks of layers per rank (interleaved; predicted by --emit schedule and svg,\n"
+    "                     not yet compiled into programs when V > 1)\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
     "\n"
@@ -71,6 +73,7 @@ typedef struct Cli {
   const char *arch;           /* --arch: the CUDA target */
   bool balanced;              /* --partition balanced */
   int64_t mem_limit;          /* --mem-limit: bytes, 0 for none */
+  int vpp;                    /* --vpp: chunks of layers per rank */
   Options opt;
 } Cli;
 
@@ -122,7 +125,8 @@ static Cli parse_args(int argc, char **argv) {
     O_EMIT,
     O_VERSION,
     O_DEBUG_SCHEDULE,
-    O_MEM_LIMIT
+    O_MEM_LIMIT,
+    O_VPP
   };
   static const struct option longs[] = {
       {"tp", required_argument, NULL, O_TP},
@@ -139,9 +143,10 @@ static Cli parse_args(int argc, char **argv) {
       {"version", no_argument, NULL, O_VERSION},
       {"debug-schedule", required_argument, NULL, O_DEBUG_SCHEDULE},
       {"mem-limit", required_argument, NULL, O_MEM_LIMIT},
+      {"vpp", required_argument, NULL, O_VPP},
       {NULL, 0, NULL, 0},
   };
-  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90"};
+  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90", .vpp = 1};
   opterr = 0; /* the messages below name the option as it was written */
   for (int o; (o = getopt_long(argc, argv, ":ho:", longs, NULL)) != -1;) {
     const char *flag = argv[optind - 1];
@@ -178,6 +183,11 @@ static Cli parse_args(int argc, char **argv) {
     }
     case O_DEBUG_SCHEDULE: c.debug_schedule = optarg; break;
     case O_MEM_LIMIT: c.mem_limit = parse_bytes("--mem-limit", optarg); break;
+    case O_VPP:
+      c.vpp = (int)parse_count("--vpp", optarg);
+      _Static_assert(SCHED_MAX_CHUNKS == 16, "the message below");
+      if (c.vpp > SCHED_MAX_CHUNKS) bad_usage("--vpp expects at most 16 chunks of layers per rank, got '%s'", optarg);
+      break;
     case 'o':
       if (!*optarg) bad_usage("-o needs a directory%s", "");
       c.outdir = optarg;
@@ -262,7 +272,7 @@ static int choose_schedule(Graph *g, const Plan *plan, int64_t mem_limit, char *
   for (int split = 0; split < 2; split++) {
     int k = 0;
     while (k < sched_count() && sched_splits(sched_name(k)) != split) k++;
-    Sched *s = sched_build(pp, M, sched_name(k)); /* the first of its kind: its slot counts do not matter */
+    Sched *s = sched_build(pp, 1, M, sched_name(k)); /* the first of its kind: its slot counts do not matter */
     Stage *st = build_stages(g, plan, s, true, true);
     for (int r = 0; st && r < pp; r++) sched_stage_cost(st[r].prog, &cost[split][r]); /* sched_time.c */
     free_stages(st, pp);
@@ -293,6 +303,29 @@ static void print_schedule(const Graph *g, const Stage *st, const Sched *sched, 
   if (svg) sched_svg(stdout, sched, cost, g->model);
   else sched_print(stdout, sched, cost);
   free(cost);
+}
+
+/* The predicted timeline of a schedule whose ranks hold V chunks of layers: the layers cut into
+ * pp·V virtual stages by the same rule as stages (--partition too), each lowered for its costs;
+ * then the pipeline's own partition back. */
+static void print_chunked_schedule(Graph *g, bool balanced, const Sched *sched, bool svg) {
+  int64_t pp = g->cfg.pp;
+  int nv = (int)pp * sched->V;
+  g->cfg.pp = nv;
+  pp_partition(g, balanced); /* pp_plan.c */
+  Plan *plan = pp_plan(g);
+  Sched *one = sched_build(nv, 1, sched->M, "1f1b"); /* the virtual stages' programs, for their costs */
+  Stage *st = build_stages(g, plan, one, true, true);
+  StageCost *cost = xcalloc((size_t)nv, sizeof *cost);
+  for (int v = 0; st && v < nv; v++) sched_stage_cost(st[v].prog, &cost[v]); /* sched_time.c */
+  if (st && svg) sched_svg(stdout, sched, cost, g->model);
+  else if (st) sched_print(stdout, sched, cost);
+  free(cost);
+  free_stages(st, nv);
+  sched_free(one);
+  pp_plan_free(plan);
+  g->cfg.pp = pp;
+  pp_partition(g, balanced);
 }
 
 /* Each stage's kernels in one language, as its ranks compile them (--emit c|opencl|cuda). */
@@ -489,14 +522,29 @@ static int compile(const Cli *cli) {
     goto out;
   }
   /* each data-parallel replica runs its share of the micro-batches */
-  sched = sched_build((int)g->cfg.pp, (int)(g->cfg.microbatches / g->cfg.dp), g->cfg.schedule); /* sched.c */
+  int M = (int)(g->cfg.microbatches / g->cfg.dp), V = cli->vpp;
+  char fit[320];
+  if (sched_fits(g->cfg.schedule, (int)g->cfg.pp, V, M, g->nlayers, fit, sizeof fit)) { /* sched.c */
+    sched_report(src, g->cfg.sched_loc, "%s", fit);
+    goto out;
+  }
+  bool chunks = V > 1; /* predicted only, so far: no stage program holds more than one chunk */
+  if (chunks && cli->emit != EMIT_SCHEDULE && cli->emit != EMIT_SVG && cli->emit != EMIT_PLAN) {
+    sched_report(src, g->cfg.sched_loc,
+                 "schedule '%s' with --vpp %d is predicted (--emit schedule, --emit svg) but not yet compiled into "
+                 "rank programs, whose stages hold one chunk of layers: train with 1f1b or zb-h1",
+                 g->cfg.schedule, V);
+    goto out;
+  }
+  sched = sched_build((int)g->cfg.pp, V, M, g->cfg.schedule); /* sched.c */
   if (cli->debug_schedule) sched_debug_break(sched, cli->debug_schedule);
   if (sched_verify(sched, src, g->cfg.sched_loc)) goto out; /* sched.c: no rank waits forever */
 
   /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
   bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
-  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG;
+  bool lower =
+      cli->outdir || cli->emit >= EMIT_PROGRAM || ((cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG) && !chunks);
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, sched, backward, lower))) goto out;
 
@@ -516,7 +564,8 @@ static int compile(const Cli *cli) {
   case EMIT_SCHEDULE:
   case EMIT_SVG:
     if (why && cli->emit == EMIT_SCHEDULE) fputs(why, stdout);
-    print_schedule(g, st, sched, cli->emit == EMIT_SVG);
+    if (chunks) print_chunked_schedule(g, cli->balanced, sched, cli->emit == EMIT_SVG);
+    else print_schedule(g, st, sched, cli->emit == EMIT_SVG);
     break;
   case EMIT_PROGRAM: rc = write_outputs(NULL, g, plan, why, sched, st, cli->arch); break;
   case EMIT_C: print_kernels(g, st, LANG_C); break;

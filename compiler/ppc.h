@@ -671,37 +671,51 @@ typedef enum SchedKind { SE_F, SE_B, SE_W, SE_COMM } SchedKind; /* W: weight gra
 typedef struct CommOp {
   PpBoundary kind;
   int mb, slot;
+  int chunk;      /* the rank's chunk of layers whose boundary this is (0 without chunks) */
+  int peer, link; /* the other rank; which link between the two (pp_boundary_tag) */
 } CommOp;
 
 typedef struct SchedEntry {
   SchedKind kind;
-  int mb, slot;  /* SE_F, SE_B, SE_W */
-  CommOp ops[2]; /* SE_COMM: one operation, or a send and a receive issued together */
+  int chunk, mb, slot; /* SE_F, SE_B, SE_W: the chunk of layers, micro-batch and activation slot */
+  CommOp ops[2];       /* SE_COMM: one operation, or a send and a receive issued together */
   int nops;
 } SchedEntry;
 
+#define SCHED_MAX_CHUNKS 16 /* --vpp at most */
 typedef struct StageSched {
   SchedEntry *e;
   int n, cap;
-  int nslots;
+  int nslots;                   /* activation slots (of chunk 0) */
+  int cslots[SCHED_MAX_CHUNKS]; /* per chunk */
 } StageSched;
 
 typedef struct Sched {
   int pp, M;
+  int V; /* chunks of layers per rank: virtual stage c·pp + r is rank r's chunk c */
   char kind[16];
   bool split;     /* the backward runs as B (activation gradients, sent on) and W (weight gradients) */
   StageSched *st; /* per stage */
 } Sched;
 
-#define SCHED_NAMES "naive, gpipe, 1f1b, zb-h1" /* sched.c's table, for messages */
+#define SCHED_NAMES "naive, gpipe, 1f1b, zb-h1, interleaved" /* sched.c's table, for messages */
 bool sched_known(const char *kind);
-bool sched_splits(const char *kind); /* a schedule with W entries */
-int sched_count(void);               /* the schedules of the table, for --schedule auto */
+bool sched_splits(const char *kind);  /* a schedule with W entries */
+bool sched_chunked(const char *kind); /* a schedule whose ranks hold --vpp chunks of layers */
+/* NULL when the schedule can run pp ranks of V chunks over M micro-batches and nlayers layers;
+ * else why not, and what would (in why). */
+const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char *why, size_t n);
+int sched_count(void); /* the schedules of the table, for --schedule auto */
 const char *sched_name(int i);
-Sched *sched_build(int pp, int M, const char *kind);
+Sched *sched_build(int pp, int V, int M, const char *kind);
+int sched_vstage(const Sched *s, int r, int chunk); /* rank r's chunk as a virtual stage */
+int sched_rank_of(const Sched *s, int v);           /* the rank holding virtual stage v */
 int sched_verify(const Sched *s, Src *src, Loc at); /* 0, or reports the ranks and entries that block */
-char sched_letter(SchedKind k);                     /* F, B, W */
-void sched_entry_str(const SchedEntry *e, char *buf, size_t n);
+/* An error about the schedule: located at the train block's schedule setting; from a flag or the
+ * default, "ppc: error: FILE: ...". */
+void sched_report(Src *src, Loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+char sched_letter(SchedKind k); /* F, B, W */
+void sched_entry_str(const Sched *s, const SchedEntry *e, char *buf, size_t n);
 void sched_free(Sched *s);
 void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt on purpose */
 

@@ -1,4 +1,5 @@
-/* sched.c — pipeline schedules compiled into every rank's program (naive, GPipe, 1F1B, ZB-H1),
+/* sched.c — pipeline schedules compiled into every rank's program (naive, GPipe, 1F1B, ZB-H1;
+ * interleaved 1F1B, whose ranks hold several chunks of layers, is predicted only so far),
  * the batching of a send with the receive that follows it, and the compile-time proof that every
  * stage runs each micro-batch's parts once and in order and that no rank blocks forever.
  * sched_time.c predicts their timelines. */
@@ -17,33 +18,30 @@ static void push(StageSched *st, SchedEntry e) {
   st->e[st->n++] = e;
 }
 
-static SchedEntry comm1(PpBoundary k, int mb, int slot) {
-  return (SchedEntry){.kind = SE_COMM, .ops = {{k, mb, slot}}, .nops = 1};
-}
-
-/* The order of one stage's compute: (kind, micro-batch) pairs. */
+/* The order of one rank's compute: (kind, chunk, micro-batch) triples. */
 typedef struct Order {
   SchedKind *kind;
-  int *mb;
+  int *chunk, *mb;
   int n;
 } Order;
 
-static void add(Order *o, SchedKind k, int mb) {
+static void add(Order *o, SchedKind k, int chunk, int mb) {
   o->kind[o->n] = k;
+  o->chunk[o->n] = chunk;
   o->mb[o->n++] = mb;
 }
 
 /* naive: one micro-batch through every stage and back before the next */
-static void order_naive(Order *o, int pp, int r, int M) {
-  (void)pp, (void)r;
-  for (int m = 0; m < M; m++) add(o, SE_F, m), add(o, SE_B, m);
+static void order_naive(Order *o, int pp, int r, int M, int V) {
+  (void)pp, (void)r, (void)V;
+  for (int m = 0; m < M; m++) add(o, SE_F, 0, m), add(o, SE_B, 0, m);
 }
 
 /* gpipe: all forwards, then all backwards */
-static void order_gpipe(Order *o, int pp, int r, int M) {
-  (void)pp, (void)r;
-  for (int m = 0; m < M; m++) add(o, SE_F, m);
-  for (int m = 0; m < M; m++) add(o, SE_B, m);
+static void order_gpipe(Order *o, int pp, int r, int M, int V) {
+  (void)pp, (void)r, (void)V;
+  for (int m = 0; m < M; m++) add(o, SE_F, 0, m);
+  for (int m = 0; m < M; m++) add(o, SE_B, 0, m);
 }
 
 /* 1f1b and zb-h1 share one pattern: step x runs F x, then B x-(p-1-r) (stage r's backward lags
@@ -54,24 +52,58 @@ static void order_gpipe(Order *o, int pp, int r, int M) {
 static void order_steps(Order *o, int pp, int r, int M, bool split) {
   for (int x = 0; x < M + pp - 1; x++) {
     int b = x - (pp - 1 - r), w = x - (pp - 1);
-    if (x < M) add(o, SE_F, x);
-    if (b >= 0 && b < M) add(o, SE_B, b);
-    if (split && w >= 0 && w < M) add(o, SE_W, w);
+    if (x < M) add(o, SE_F, 0, x);
+    if (b >= 0 && b < M) add(o, SE_B, 0, b);
+    if (split && w >= 0 && w < M) add(o, SE_W, 0, w);
   }
 }
-static void order_1f1b(Order *o, int pp, int r, int M) { order_steps(o, pp, r, M, false); }
-static void order_zbh1(Order *o, int pp, int r, int M) { order_steps(o, pp, r, M, true); }
+static void order_1f1b(Order *o, int pp, int r, int M, int V) {
+  (void)V;
+  order_steps(o, pp, r, M, false);
+}
+static void order_zbh1(Order *o, int pp, int r, int M, int V) {
+  (void)V;
+  order_steps(o, pp, r, M, true);
+}
+
+/* interleaved (Megatron's interleaved 1F1B): rank r holds chunks r, r+p, ... of the p·V chunks
+ * of layers. Its M·V forward units run in groups of p micro-batches per chunk: unit k is chunk
+ * (k/p) mod V of micro-batch (k/(p·V))·p + k mod p; backward unit k the same micro-batch of chunk
+ * V-1 - (k/p) mod V. A warm-up of (p-r-1)·2 + (V-1)·p forwards (all of them when M = p), then one
+ * forward one backward, then the remaining backwards. M must be a multiple of p. */
+static void unit(int k, int pp, int V, bool fwd, int *chunk, int *mb) {
+  int c = (k / pp) % V;
+  *chunk = fwd ? c : V - 1 - c;
+  *mb = k / (pp * V) * pp + k % pp;
+}
+static void order_interleaved(Order *o, int pp, int r, int M, int V) {
+  if (V == 1) { /* one chunk: 1F1B itself */
+    order_steps(o, pp, r, M, false);
+    return;
+  }
+  int total = M * V, warm = M == pp ? total : (pp - r - 1) * 2 + (V - 1) * pp;
+  if (warm > total) warm = total;
+  int c, m;
+  for (int k = 0; k < warm; k++) unit(k, pp, V, true, &c, &m), add(o, SE_F, c, m);
+  for (int k = 0; k < total - warm; k++) {
+    unit(warm + k, pp, V, true, &c, &m), add(o, SE_F, c, m);
+    unit(k, pp, V, false, &c, &m), add(o, SE_B, c, m);
+  }
+  for (int k = total - warm; k < total; k++) unit(k, pp, V, false, &c, &m), add(o, SE_B, c, m);
+}
 
 /* The schedules: SCHED_NAMES (ppc.h) lists them for messages, in this order. */
 static const struct {
   const char *name;
-  bool split; /* the backward runs as B (activation gradients) and W (weight gradients) */
-  void (*order)(Order *o, int pp, int r, int M);
+  bool split;   /* the backward runs as B (activation gradients) and W (weight gradients) */
+  bool chunked; /* a rank holds --vpp chunks of layers */
+  void (*order)(Order *o, int pp, int r, int M, int V);
 } kinds[] = {
-    {"naive", false, order_naive},
-    {"gpipe", false, order_gpipe},
-    {"1f1b", false, order_1f1b},
-    {"zb-h1", true, order_zbh1},
+    {"naive", false, false, order_naive},
+    {"gpipe", false, false, order_gpipe},
+    {"1f1b", false, false, order_1f1b},
+    {"zb-h1", true, false, order_zbh1},
+    {"interleaved", false, true, order_interleaved},
 };
 #define NKINDS ((int)(sizeof kinds / sizeof *kinds))
 
@@ -83,61 +115,108 @@ static int kind_index(const char *name) {
 
 bool sched_known(const char *kind) { return kind_index(kind) >= 0; }
 bool sched_splits(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].split; }
+bool sched_chunked(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].chunked; }
+
+int sched_vstage(const Sched *s, int r, int chunk) { return chunk * s->pp + r; }
+int sched_rank_of(const Sched *s, int v) { return v % s->pp; }
+
+const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char *why, size_t n) {
+  bool chunked = sched_chunked(kind);
+  if (!chunked && V != 1)
+    return snprintf(why, n, "--vpp %d needs a schedule whose ranks hold chunks of layers (interleaved); '%s' holds one",
+                    V, kind),
+           why;
+  if (chunked && pp * V > nlayers)
+    return snprintf(why, n,
+                    "schedule '%s' cuts the %d layers into pp x vpp = %d chunks: every chunk needs a layer (vpp %d "
+                    "or less would fit)",
+                    kind, nlayers, pp * V, nlayers / pp > 0 ? nlayers / pp : 1),
+           why;
+  if (chunked && V > 1 && M % pp) {
+    char would[48];
+    if (M < pp) snprintf(would, sizeof would, "%d would", pp);
+    else snprintf(would, sizeof would, "%d or %d would", M / pp * pp, (M / pp + 1) * pp);
+    snprintf(why, n,
+             "schedule '%s' runs the micro-batches in groups of pp = %d: %d micro-batches per replica do not fit (%s)",
+             kind, pp, M, would);
+    return why;
+  }
+  return NULL;
+}
 int sched_count(void) { return NKINDS; }
 const char *sched_name(int i) { return kinds[i].name; }
 
-/* Micro-batches whose activations are held at once: from a forward to the end of its backward
- * (its W when the backward is split), the activation slots a stage needs. */
-static int slots_needed(const Order *o, bool split) {
+/* Micro-batches of one chunk whose activations are held at once: from a forward to the end of
+ * its backward (its W when the backward is split), the activation slots the chunk needs. */
+static int slots_needed(const Order *o, bool split, int chunk) {
   int live = 0, most = 0;
   for (int i = 0; i < o->n; i++) {
+    if (o->chunk[i] != chunk) continue;
     live += o->kind[i] == SE_F ? 1 : o->kind[i] == (split ? SE_W : SE_B) ? -1 : 0;
     if (live > most) most = live;
   }
   return most ? most : 1;
 }
 
-Sched *sched_build(int pp, int M, const char *kind) {
+/* A message of micro-batch m across the boundary k of rank r's chunk c: its peer rank and the
+ * chunk of the lower of the two virtual stages it links (pp_boundary_tag). */
+static SchedEntry comm1(const Sched *s, int r, int c, PpBoundary k, int m, int slot) {
+  int v = sched_vstage(s, r, c), other = pp_boundary_to_next(k) ? v + 1 : v - 1;
+  int low = v < other ? v : other;
+  CommOp op = {.kind = k, .mb = m, .slot = slot, .chunk = c, .peer = sched_rank_of(s, other), .link = low / s->pp};
+  return (SchedEntry){.kind = SE_COMM, .chunk = c, .ops = {op}, .nops = 1};
+}
+
+Sched *sched_build(int pp, int V, int M, const char *kind) {
   int k = kind_index(kind);
-  if (k < 0) diag_fatal("internal: sched_build of an unknown schedule '%s'", kind);
+  if (k < 0 || V < 1 || V > SCHED_MAX_CHUNKS) diag_fatal("internal: sched_build of '%s' with %d chunks", kind, V);
   Sched *s = xcalloc(1, sizeof *s);
   s->pp = pp;
+  s->V = V;
   s->M = M;
   s->split = kinds[k].split;
   snprintf(s->kind, sizeof s->kind, "%s", kind);
   s->st = xcalloc((size_t)pp, sizeof *s->st);
-  Order o = {.kind = xmalloc((size_t)(3 * M) * sizeof *o.kind), .mb = xmalloc((size_t)(3 * M) * sizeof *o.mb)};
+  size_t cap = (size_t)(3 * M * V);
+  Order o = {.kind = xmalloc(cap * sizeof *o.kind),
+             .chunk = xmalloc(cap * sizeof *o.chunk),
+             .mb = xmalloc(cap * sizeof *o.mb)};
+  int nv = pp * V;
   for (int r = 0; r < pp; r++) {
     StageSched *st = &s->st[r];
     o.n = 0;
-    kinds[k].order(&o, pp, r, M);
-    st->nslots = slots_needed(&o, s->split);
-    bool first = r == 0, last = r == pp - 1;
+    kinds[k].order(&o, pp, r, M, V);
+    for (int c = 0; c < V; c++) st->cslots[c] = slots_needed(&o, s->split, c);
+    st->nslots = st->cslots[0];
     for (int i = 0; i < o.n; i++) {
-      int m = o.mb[i], slot = m % st->nslots;
-      SchedEntry e = {.kind = o.kind[i], .mb = m, .slot = slot};
+      int m = o.mb[i], c = o.chunk[i], slot = m % st->cslots[c], v = sched_vstage(s, r, c);
+      bool first = v == 0, last = v == nv - 1;
+      SchedEntry e = {.kind = o.kind[i], .chunk = c, .mb = m, .slot = slot};
       switch (o.kind[i]) {
       case SE_F:
-        if (!first) push(st, comm1(PP_RECV_FWD, m, slot));
+        if (!first) push(st, comm1(s, r, c, PP_RECV_FWD, m, slot));
         push(st, e);
-        if (!last) push(st, comm1(PP_SEND_FWD, m, slot));
+        if (!last) push(st, comm1(s, r, c, PP_SEND_FWD, m, slot));
         break;
       case SE_B:
-        if (!last) push(st, comm1(PP_RECV_BWD, m, slot));
+        if (!last) push(st, comm1(s, r, c, PP_RECV_BWD, m, slot));
         push(st, e);
-        if (!first) push(st, comm1(PP_SEND_BWD, m, slot));
+        if (!first) push(st, comm1(s, r, c, PP_SEND_BWD, m, slot));
         break;
       case SE_W: push(st, e); break;
       case SE_COMM: diag_fatal("internal: a communication in a compute order");
       }
     }
-    /* a send and the receive in the other direction right after it go out as one batch */
+    /* a send and the receive in the other direction right after it go out as one batch; with
+     * chunks, any send and the receive after it (the ring of virtual stages wraps from the last
+     * rank to the first: were every rank to send before it receives, none would receive) */
     int out = 0;
     for (int i = 0; i < st->n; i++) {
       SchedEntry e = st->e[i];
       if (e.kind == SE_COMM && i + 1 < st->n && st->e[i + 1].kind == SE_COMM) {
         PpBoundary a = e.ops[0].kind, b = st->e[i + 1].ops[0].kind;
-        if ((a == PP_SEND_FWD && b == PP_RECV_BWD) || (a == PP_SEND_BWD && b == PP_RECV_FWD)) {
+        if ((a == PP_SEND_FWD && b == PP_RECV_BWD) || (a == PP_SEND_BWD && b == PP_RECV_FWD) ||
+            (V > 1 && pp_boundary_is_send(a) && !pp_boundary_is_send(b))) {
           e.ops[1] = st->e[i + 1].ops[0];
           e.nops = 2;
           i++;
@@ -148,6 +227,7 @@ Sched *sched_build(int pp, int M, const char *kind) {
     st->n = out;
   }
   free(o.kind);
+  free(o.chunk);
   free(o.mb);
   return s;
 }
@@ -172,11 +252,15 @@ char sched_letter(SchedKind k) {
 /* in messages, spelled out; ORDER PpBoundary */
 static const char *comm_name[] = {"recv_forward", "send_forward", "recv_backward", "send_backward"};
 
-void sched_entry_str(const SchedEntry *e, char *buf, size_t n) {
-  if (e->kind != SE_COMM) snprintf(buf, n, "%c %d (slot %d)", sched_letter(e->kind), e->mb, e->slot);
-  else if (e->nops == 1) snprintf(buf, n, "%s %d", comm_name[e->ops[0].kind], e->ops[0].mb);
+void sched_entry_str(const Sched *s, const SchedEntry *e, char *buf, size_t n) {
+  char c[2][24] = {"", ""};
+  if (s->V > 1) /* which chunk, with chunks of layers */
+    for (int k = 0; k < 2; k++) snprintf(c[k], sizeof c[k], " of chunk %d", k < e->nops ? e->ops[k].chunk : e->chunk);
+  if (e->kind != SE_COMM) snprintf(buf, n, "%c %d%s (slot %d)", sched_letter(e->kind), e->mb, c[1], e->slot);
+  else if (e->nops == 1) snprintf(buf, n, "%s %d%s", comm_name[e->ops[0].kind], e->ops[0].mb, c[0]);
   else
-    snprintf(buf, n, "%s %d + %s %d", comm_name[e->ops[0].kind], e->ops[0].mb, comm_name[e->ops[1].kind], e->ops[1].mb);
+    snprintf(buf, n, "%s %d%s + %s %d%s", comm_name[e->ops[0].kind], e->ops[0].mb, c[0], comm_name[e->ops[1].kind],
+             e->ops[1].mb, c[1]);
 }
 
 /* ============================================================================================
@@ -185,10 +269,8 @@ void sched_entry_str(const SchedEntry *e, char *buf, size_t n) {
  * when all of its operations have; a rank then moves on. Compute never blocks.
  * ========================================================================================== */
 
-static int peer_of(PpBoundary k, int r) { return pp_boundary_to_next(k) ? r + 1 : r - 1; }
-
 /* Located at the train block's schedule setting; from a flag or the default, "ppc: error:". */
-__attribute__((format(printf, 3, 4))) static void report(Src *src, Loc at, const char *fmt, ...) {
+void sched_report(Src *src, Loc at, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -204,30 +286,34 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
    * when the backward is split) */
   int parts = s->split ? 3 : 2;
   for (int r = 0; r < pp; r++) {
-    int *seen = xcalloc((size_t)s->M, sizeof *seen);
+    int *seen = xcalloc((size_t)(s->M * s->V), sizeof *seen); /* per chunk and micro-batch */
     for (int i = 0; i < s->st[r].n; i++) {
       const SchedEntry *e = &s->st[r].e[i];
       if (e->kind == SE_COMM) continue;
       int step = e->kind == SE_F ? 0 : e->kind == SE_B ? 1 : 2;
-      bool bad = e->mb < 0 || e->mb >= s->M || seen[e->mb] != step || step >= parts;
+      int idx = e->chunk * s->M + e->mb;
+      bool bad = e->mb < 0 || e->mb >= s->M || e->chunk < 0 || e->chunk >= s->V || seen[idx] != step || step >= parts;
       if (bad) {
         char buf[96];
-        sched_entry_str(e, buf, sizeof buf);
-        report(src, at,
-               "schedule '%s': rank %d, entry %d (%s) is out of order: each micro-batch's forward runs once, "
-               "then its backward once%s",
-               s->kind, r, i, buf, s->split ? " (B, then W)" : "");
+        sched_entry_str(s, e, buf, sizeof buf);
+        sched_report(src, at,
+                     "schedule '%s': rank %d, entry %d (%s) is out of order: each micro-batch's forward runs once, "
+                     "then its backward once%s",
+                     s->kind, r, i, buf, s->split ? " (B, then W)" : "");
         free(seen);
         return 1;
       }
-      seen[e->mb]++;
+      seen[idx]++;
     }
-    for (int m = 0; m < s->M; m++)
-      if (seen[m] != parts) {
-        const char *what = seen[m] == 0   ? "forward"
-                           : seen[m] == 1 ? (s->split ? "backward (B)" : "backward")
+    for (int i = 0; i < s->M * s->V; i++)
+      if (seen[i] != parts) {
+        const char *what = seen[i] == 0   ? "forward"
+                           : seen[i] == 1 ? (s->split ? "backward (B)" : "backward")
                                           : "weight gradients (W)";
-        report(src, at, "schedule '%s': rank %d never runs the %s of micro-batch %d", s->kind, r, what, m);
+        char chunk[24] = "";
+        if (s->V > 1) snprintf(chunk, sizeof chunk, " of chunk %d", i / s->M);
+        sched_report(src, at, "schedule '%s': rank %d never runs the %s of micro-batch %d%s", s->kind, r, what,
+                     i % s->M, chunk);
         free(seen);
         return 1;
       }
@@ -248,15 +334,20 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
       if (e->kind != SE_COMM) continue;
       bat[r][n].nops = e->nops;
       for (int k = 0; k < e->nops; k++)
-        bat[r][n].op[k] = (PpSimOp){.peer = peer_of(e->ops[k].kind, r),
-                                    .tag = pp_boundary_tag(e->ops[k].kind, e->ops[k].mb),
+        bat[r][n].op[k] = (PpSimOp){.peer = e->ops[k].peer,
+                                    .tag = pp_boundary_tag(e->ops[k].kind, e->ops[k].mb, e->ops[k].link, s->V),
                                     .send = pp_boundary_is_send(e->ops[k].kind)};
       entry[r][n++] = i;
     }
     rank[r] = (PpSimRank){bat[r], n};
   }
   int rc = 0;
-  pp_sim_run(rank, pp, pc, done);
+  /* the programs' messages as rendezvous (NCCL's sends wait for their receives); the chunked
+   * schedules, predicted only so far, with sends that do not wait (ppr's MPI transport): placing
+   * their messages for the rendezvous proof (Megatron's four-message exchanges) comes with their
+   * programs */
+  if (s->V > 1) pp_sim_run_eager(rank, pp, pc, done);
+  else pp_sim_run(rank, pp, pc, done);
   /* pc[r]: the batch rank r waits in; as an entry, -1 when the rank is done */
   for (int r = 0; r < pp; r++) pc[r] = pc[r] < rank[r].n ? entry[r][pc[r]] : -1;
   /* anyone left waiting? */
@@ -265,21 +356,21 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
     int i = pc[r];
     if (i < 0) continue;
     const SchedEntry *e = &s->st[r].e[i];
-    sched_entry_str(e, buf, sizeof buf);
-    int q = peer_of(e->ops[0].kind, r);
+    sched_entry_str(s, e, buf, sizeof buf);
+    int q = e->ops[0].peer;
     for (int k = 0; k < e->nops; k++)
-      if (!done[r][k]) q = peer_of(e->ops[k].kind, r);
+      if (!done[r][k]) q = e->ops[k].peer;
     int j = q >= 0 && q < pp ? pc[q] : -1;
     if (q < 0 || q >= pp)
-      report(src, at, "schedule '%s': rank %d, entry %d (%s) has no peer stage", s->kind, r, i, buf);
+      sched_report(src, at, "schedule '%s': rank %d, entry %d (%s) has no peer stage", s->kind, r, i, buf);
     else if (j < 0)
-      report(src, at, "schedule '%s': rank %d, entry %d (%s) is never matched: rank %d has finished", s->kind, r, i,
-             buf, q);
+      sched_report(src, at, "schedule '%s': rank %d, entry %d (%s) is never matched: rank %d has finished", s->kind, r,
+                   i, buf, q);
     else {
-      sched_entry_str(&s->st[q].e[j], buf2, sizeof buf2);
-      report(src, at,
-             "schedule '%s' deadlocks: rank %d waits in entry %d (%s) for rank %d, which waits in entry %d (%s)",
-             s->kind, r, i, buf, q, j, buf2);
+      sched_entry_str(s, &s->st[q].e[j], buf2, sizeof buf2);
+      sched_report(src, at,
+                   "schedule '%s' deadlocks: rank %d waits in entry %d (%s) for rank %d, which waits in entry %d (%s)",
+                   s->kind, r, i, buf, q, j, buf2);
     }
     rc = 1;
     break; /* the first blocked rank names the cycle; the rest follow from it */

@@ -79,15 +79,22 @@ static double entry_cost(const Sched *s, const StageCost *c, SchedKind k) {
   return 0;
 }
 
+/* The letter of an entry in the pictures: F, B, W; lowercase for a rank's odd chunks. */
+static char letter(const SchedEntry *e) {
+  char c = sched_letter(e->kind);
+  return e->chunk % 2 ? (char)(c - 'A' + 'a') : c;
+}
+
+/* cost: per virtual stage (per stage without chunks of layers). */
 static Timeline *predict(const Sched *s, const StageCost *cost) {
-  int pp = s->pp, M = s->M;
+  int pp = s->pp, M = s->M, nv = s->pp * s->V;
   Timeline *t = xcalloc(1, sizeof *t);
   t->pp = pp;
   t->span = xcalloc((size_t)pp, sizeof *t->span);
   t->n = xcalloc((size_t)pp, sizeof *t->n);
   t->busy = xcalloc((size_t)pp, sizeof *t->busy);
-  double *fend = xmalloc((size_t)(pp * M) * sizeof *fend), *bend = xmalloc((size_t)(pp * M) * sizeof *bend);
-  for (int i = 0; i < pp * M; i++) fend[i] = bend[i] = -1;
+  double *fend = xmalloc((size_t)(nv * M) * sizeof *fend), *bend = xmalloc((size_t)(nv * M) * sizeof *bend);
+  for (int i = 0; i < nv * M; i++) fend[i] = bend[i] = -1;
   int *pc = xcalloc((size_t)pp, sizeof *pc);
   double *clock = xcalloc((size_t)pp, sizeof *clock);
   for (int r = 0; r < pp; r++) t->span[r] = xcalloc((size_t)s->st[r].n + 1, sizeof **t->span);
@@ -98,15 +105,15 @@ static Timeline *predict(const Sched *s, const StageCost *cost) {
       while (pc[r] < st->n && st->e[pc[r]].kind == SE_COMM) pc[r]++;
       if (pc[r] >= st->n) continue;
       const SchedEntry *e = &st->e[pc[r]];
-      int m = e->mb;
+      int m = e->mb, v = sched_vstage(s, r, e->chunk);
       double ready = 0;
-      if (e->kind == SE_F && r > 0) ready = fend[(r - 1) * M + m];
-      if (e->kind == SE_B && r < pp - 1) ready = bend[(r + 1) * M + m];
+      if (e->kind == SE_F && v > 0) ready = fend[(v - 1) * M + m];
+      if (e->kind == SE_B && v < nv - 1) ready = bend[(v + 1) * M + m];
       if (ready < 0) continue; /* its input has not been computed yet */
-      double t0 = clock[r] > ready ? clock[r] : ready, t1 = t0 + entry_cost(s, &cost[r], e->kind);
-      if (e->kind == SE_F) fend[r * M + m] = t1;
-      if (e->kind == SE_B) bend[r * M + m] = t1;
-      t->span[r][t->n[r]++] = (PpSpan){t0, t1, sched_letter(e->kind), m};
+      double t0 = clock[r] > ready ? clock[r] : ready, t1 = t0 + entry_cost(s, &cost[v], e->kind);
+      if (e->kind == SE_F) fend[v * M + m] = t1;
+      if (e->kind == SE_B) bend[v * M + m] = t1;
+      t->span[r][t->n[r]++] = (PpSpan){t0, t1, letter(e), m};
       t->busy[r] += t1 - t0;
       clock[r] = t1;
       if (t1 > t->total) t->total = t1;
@@ -131,14 +138,26 @@ static void timeline_free(Timeline *t) {
   free(t);
 }
 
+/* The activation bytes rank r holds at most: every chunk's slots. */
+static int64_t held(const Sched *s, const StageCost *cost, int r) {
+  int64_t bytes = 0;
+  for (int c = 0; c < s->V; c++) bytes += (int64_t)s->st[r].cslots[c] * cost[sched_vstage(s, r, c)].slot_bytes;
+  return bytes;
+}
+
+static int sets(const Sched *s, int r) {
+  int n = 0;
+  for (int c = 0; c < s->V; c++) n += s->st[r].cslots[c];
+  return n;
+}
+
 SchedPrediction sched_predict(const Sched *s, const StageCost *cost) {
   Timeline *t = predict(s, cost);
   SchedPrediction out = {.step = t->total};
   double busy = 0;
   for (int r = 0; r < s->pp; r++) {
     busy += t->busy[r];
-    int64_t bytes = (int64_t)s->st[r].nslots * cost[r].slot_bytes;
-    if (bytes > out.peak_bytes) out.peak_bytes = bytes;
+    if (held(s, cost, r) > out.peak_bytes) out.peak_bytes = held(s, cost, r);
   }
   out.bubble = t->total > 0 ? 1 - busy / (t->total * s->pp) : 0;
   timeline_free(t);
@@ -159,6 +178,9 @@ static void formula(FILE *f, const Sched *s) {
   if (!strcmp(s->kind, "1f1b") || !strcmp(s->kind, "gpipe"))
     fprintf(f, "formula (balanced stages): (p-1)/(M+p-1) = %.1f%%\n", 100 * (p - 1) / (M + p - 1));
   else if (!strcmp(s->kind, "naive")) fprintf(f, "formula (balanced stages): (p-1)/p = %.1f%%\n", 100 * (p - 1) / p);
+  else if (!strcmp(s->kind, "interleaved"))
+    fprintf(f, "formula (balanced stages): ((p-1)/V)/(M+(p-1)/V) = (p-1)/(VM+p-1) = %.1f%%, V = %d\n",
+            100 * (p - 1) / (s->V * M + p - 1), s->V);
   else if (!strcmp(s->kind, "zb-h1"))
     fprintf(f, "formula (balanced stages, F = B = W): (p-1)/(3M+p-1) = %.1f%%, a third of 1F1B's bubble time\n",
             100 * (p - 1) / (3 * M + p - 1));
@@ -170,14 +192,28 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
   double u = unit_of(t->total, &un);
   fprintf(f, "# schedule %s: %d stages, %d micro-batches; costs from the cost model in %s (10^%d flops + %g x bytes)\n",
           s->kind, s->pp, s->M, un, u == 1e9 ? 9 : 6, SCHED_BYTE_WEIGHT);
+  if (s->V > 1)
+    fprintf(f,
+            "# %d chunks of layers per rank: rank r holds virtual stages r, r+%d, ...; costs per chunk, "
+            "lowercase letters for odd chunks\n",
+            s->V, s->pp);
   double busy = 0;
   for (int r = 0; r < s->pp; r++) {
     char b[32];
-    mib(b, sizeof b, (int64_t)s->st[r].nslots * cost[r].slot_bytes);
-    if (s->split) fprintf(f, "stage %d: F %.4g  B %.4g  W %.4g", r, cost[r].f / u, cost[r].b / u, cost[r].w / u);
-    else fprintf(f, "stage %d: F %.4g  B %.4g", r, cost[r].f / u, (cost[r].b + cost[r].w) / u);
-    fprintf(f, "  | busy %.4g, idle %.1f%% | %d activation set%s held at most, %s\n", t->busy[r] / u,
-            100 * (1 - t->busy[r] / t->total), s->st[r].nslots, s->st[r].nslots == 1 ? "" : "s", b);
+    mib(b, sizeof b, held(s, cost, r));
+    fprintf(f, "stage %d:", r);
+    for (int k = 0; k < (s->split ? 3 : 2); k++) {
+      fprintf(f, " %c ", "FBW"[k]);
+      for (int c = 0; c < s->V; c++) {
+        const StageCost *x = &cost[sched_vstage(s, r, c)];
+        double v = k == 0 ? x->f : k == 2 ? x->w : s->split ? x->b : x->b + x->w;
+        fprintf(f, "%s%.4g", c ? "/" : "", v / u);
+      }
+      fprintf(f, " ");
+    }
+    int n = sets(s, r);
+    fprintf(f, " | busy %.4g, idle %.1f%% | %d activation set%s held at most, %s\n", t->busy[r] / u,
+            100 * (1 - t->busy[r] / t->total), n, n == 1 ? "" : "s", b);
     busy += t->busy[r];
   }
   /* the chart: a column is total/W of time; an entry is its letter and micro-batch, then dashes */
@@ -240,7 +276,8 @@ int sched_choose(int pp, int M, const StageCost *plain, const StageCost *split, 
   const char *un = "Mfe";
   double u = 1e6;
   for (int k = 0; k < sched_count(); k++) {
-    Sched *s = sched_build(pp, M, sched_name(k));
+    if (sched_chunked(sched_name(k))) continue; /* one chunk per rank: the costs are the stages' */
+    Sched *s = sched_build(pp, 1, M, sched_name(k));
     SchedPrediction p = sched_predict(s, s->split ? split : plain);
     if (k == 0) u = unit_of(p.step, &un);
     bool fits = mem_limit <= 0 || p.peak_bytes <= mem_limit;

@@ -19,7 +19,12 @@ static inline int pp_boundary_is_fwd(PpBoundary k) { return k == PP_RECV_FWD || 
 static inline int pp_boundary_to_next(PpBoundary k) { return k == PP_SEND_FWD || k == PP_RECV_BWD; }
 /* What the peer posts for this message: a send's receive, a receive's send. */
 static inline PpBoundary pp_boundary_match(PpBoundary k) { return (PpBoundary)(k ^ 1); }
-/* The message tag: 2 mb for micro-batch mb's hidden state, 2 mb + 1 for its gradient. */
-static inline int pp_boundary_tag(PpBoundary k, int mb) { return 2 * mb + (pp_boundary_is_fwd(k) ? 0 : 1); }
+/* The message tag: 2 (mb·links + link) for micro-batch mb's hidden state, + 1 for its gradient.
+ * link: which of the links between the same two ranks the message crosses (with chunks of layers,
+ * the chunk of the lower of the two virtual stages it joins; 0 of links = 1 without chunks, where
+ * the tag is 2 mb or 2 mb + 1). */
+static inline int pp_boundary_tag(PpBoundary k, int mb, int link, int links) {
+  return 2 * (mb * links + link) + (pp_boundary_is_fwd(k) ? 0 : 1);
+}
 
 #endif /* PP_BOUNDARY_H */

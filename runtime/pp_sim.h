@@ -26,5 +26,9 @@ typedef struct PpSimRank {
  * rank that finished) and done[r][k] whether operation k of it completed. at and done: nranks
  * entries each. */
 int pp_sim_run(const PpSimRank *rank, int nranks, int *at, unsigned char (*done)[2]);
+/* The same with sends that never wait (ppr's MPI transport leaves them in flight): a send completes
+ * when posted, a receive once its peer has posted the matching send, at that batch or before;
+ * every send must be received by the end. Returns 0, or 1 with at and done as above. */
+int pp_sim_run_eager(const PpSimRank *rank, int nranks, int *at, unsigned char (*done)[2]);
 
 #endif /* PP_SIM_H */

@@ -12,6 +12,9 @@ static const char *fill(char kind) {
   case 'B': return "#59a14f"; /* green */
   case 'W': return "#f28e2b"; /* orange */
   case 'O': return "#9c755f"; /* brown */
+  case 'f': return "#a0cbe8"; /* the same, lighter: a rank's odd chunks of layers */
+  case 'b': return "#8cd17d";
+  case 'w': return "#ffbe7d";
   default: return "#bab0ac";
   }
 }

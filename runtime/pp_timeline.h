@@ -8,7 +8,8 @@
 
 /* One piece of a rank's work: [t0, t1) in the timeline's unit. kind: 'F' forward, 'B' backward
  * (activation gradients, or the whole backward when it is not split), 'W' weight gradients,
- * 'O' the optimizer step; mb: the micro-batch, -1 for none. */
+ * 'O' the optimizer step; 'f', 'b', 'w' the same for a rank's odd chunks of layers (drawn
+ * lighter); mb: the micro-batch, -1 for none. */
 typedef struct PpSpan {
   double t0, t1;
   char kind;

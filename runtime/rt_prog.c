@@ -98,8 +98,9 @@ char *rt_kernel_file_read(const RtProg *p, const char *dir, int kind, size_t *le
 
 RtMsg rt_boundary_msg(int kind, int mb, int prev, int next) {
   PpBoundary k = (PpBoundary)kind;
-  return (RtMsg){
-      .send = pp_boundary_is_send(k), .peer = pp_boundary_to_next(k) ? next : prev, .tag = pp_boundary_tag(k, mb)};
+  return (RtMsg){.send = pp_boundary_is_send(k),
+                 .peer = pp_boundary_to_next(k) ? next : prev,
+                 .tag = pp_boundary_tag(k, mb, 0, 1)};
 }
 
 /* ---- the line loop ------------------------------------------------------------------------- */

@@ -2,7 +2,9 @@
  * forward, backward and weight-gradient costs equal) the predicted timeline of sched_time.c must
  * give, for p = 2..8 and M = 1..4p, naive (p-1)/p, GPipe and 1F1B (p-1)/(M+p-1) whatever the
  * forward/backward ratio, and ZB-H1 with F = B = W (p-1)/(3M+p-1) for M >= p (a third of 1F1B's idle
- * time); 1F1B holds p-r activation sets on stage r, GPipe M; every schedule passes the proof. */
+ * time); 1F1B holds p-r activation sets on stage r, GPipe M; every schedule passes the proof.
+ * Interleaved 1F1B over V = 2..4 chunks per rank: (p-1)/(VM+p-1) for M a multiple of p; and what
+ * does not fit is said. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +26,7 @@ int main(void) {
     const char *kind = sched_name(k);
     for (int p = 2; p <= 8; p++)
       for (int M = 1; M <= 4 * p; M++) {
-        Sched *s = sched_build(p, M, kind);
+        Sched *s = sched_build(p, 1, M, kind);
         check(!sched_verify(s, &src, NOLOC), "%s p=%d M=%d passes the proof", kind, p, M);
         StageCost *c = calloc((size_t)p, sizeof *c);
         /* F = B = W = 1 for a split backward; otherwise a backward twice a forward, and thrice */
@@ -37,10 +39,10 @@ int main(void) {
                 pr.bubble, want);
         }
         for (int r = 0; r < p; r++) {
-          int want = !strcmp(kind, "1f1b")    ? (p - r < M ? p - r : M)
-                     : !strcmp(kind, "gpipe") ? M
-                     : !strcmp(kind, "naive") ? 1
-                                              : (p < M ? p : M);
+          int want = !strcmp(kind, "1f1b") || sched_chunked(kind) ? (p - r < M ? p - r : M) /* one chunk: 1F1B */
+                     : !strcmp(kind, "gpipe")                     ? M
+                     : !strcmp(kind, "naive")                     ? 1
+                                                                  : (p < M ? p : M);
           check(s->st[r].nslots == want, "%s p=%d M=%d stage %d holds %d activation sets (want %d)", kind, p, M, r,
                 s->st[r].nslots, want);
         }
@@ -48,5 +50,36 @@ int main(void) {
         sched_free(s);
       }
   }
+  /* interleaved 1F1B over V chunks per rank, M a multiple of p: each virtual stage's forward costs
+   * 1/V of a stage's, so the bubble is ((p-1)/V) / (M + (p-1)/V) = (p-1)/(VM+p-1) */
+  for (int p = 2; p <= 8; p++)
+    for (int V = 2; V <= 4; V++)
+      for (int M = p; M <= 4 * p; M += p) {
+        char why[256];
+        check(!sched_fits("interleaved", p, V, M, p * V, why, sizeof why), "interleaved p=%d V=%d M=%d fits", p, V, M);
+        Sched *s = sched_build(p, V, M, "interleaved");
+        check(!sched_verify(s, &src, NOLOC), "interleaved p=%d V=%d M=%d: every chunk's F and B once, messages matched",
+              p, V, M);
+        StageCost *c = calloc((size_t)(p * V), sizeof *c);
+        for (int ratio = 1; ratio <= 2; ratio++) {
+          for (int v = 0; v < p * V; v++) c[v] = (StageCost){1.0 / V, (double)ratio / V, (double)ratio / V, 1};
+          double want = (double)(p - 1) / (V * M + p - 1), got = sched_predict(s, c).bubble;
+          check(fabs(got - want) < 1e-12, "interleaved p=%d V=%d M=%d ratio %d: bubble %.6f, formula %.6f", p, V, M,
+                ratio, got, want);
+        }
+        free(c);
+        sched_free(s);
+      }
+  /* what does not fit: said, with what would */
+  char why[256];
+  check(sched_fits("interleaved", 4, 2, 6, 8, why, sizeof why) &&
+            strstr(why, "6 micro-batches per replica do not fit (4 or 8 would)"),
+        "interleaved with M not a multiple of p: %s", why);
+  check(sched_fits("interleaved", 4, 3, 8, 8, why, sizeof why) && strstr(why, "into pp x vpp = 12 chunks") &&
+            strstr(why, "vpp 2 or less would fit"),
+        "interleaved with fewer layers than chunks: %s", why);
+  check(sched_fits("1f1b", 4, 2, 8, 8, why, sizeof why) &&
+            strstr(why, "--vpp 2 needs a schedule whose ranks hold chunks"),
+        "--vpp with an unchunked schedule: %s", why);
   return check_done();
 }
