@@ -23,7 +23,7 @@ static const char usage[] =
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
     "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted whose activations fit\n"
-    "  --vpp V            chunks of layers per rank (interleaved; predicted by --emit schedule and svg,\n"
+    "  --vpp V            chunks of layers per rank (interleaved, zbv: 2; predicted by --emit schedule/svg,\n"
     "                     not yet compiled into programs when V > 1)\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
@@ -314,7 +314,9 @@ static void print_chunked_schedule(Graph *g, bool balanced, const Sched *sched, 
   g->cfg.pp = nv;
   pp_partition(g, balanced); /* pp_plan.c */
   Plan *plan = pp_plan(g);
-  Sched *one = sched_build(nv, 1, sched->M, "1f1b"); /* the virtual stages' programs, for their costs */
+  int k = 0; /* the virtual stages' programs, for their costs: a one-chunk schedule of the same backward */
+  while (k < sched_count() && (sched_chunked(sched_name(k)) || sched_splits(sched_name(k)) != sched->split)) k++;
+  Sched *one = sched_build(nv, 1, sched->M, sched_name(k));
   Stage *st = build_stages(g, plan, one, true, true);
   StageCost *cost = xcalloc((size_t)nv, sizeof *cost);
   for (int v = 0; st && v < nv; v++) sched_stage_cost(st[v].prog, &cost[v]); /* sched_time.c */

@@ -692,13 +692,14 @@ typedef struct StageSched {
 
 typedef struct Sched {
   int pp, M;
-  int V; /* chunks of layers per rank: virtual stage c·pp + r is rank r's chunk c */
+  int V;       /* chunks of layers per rank: virtual stage c·pp + r is rank r's chunk c */
+  bool vshape; /* ... or, two chunks in a V, virtual stages r and 2·pp-1-r (zbv) */
   char kind[16];
   bool split;     /* the backward runs as B (activation gradients, sent on) and W (weight gradients) */
   StageSched *st; /* per stage */
 } Sched;
 
-#define SCHED_NAMES "naive, gpipe, 1f1b, zb-h1, interleaved" /* sched.c's table, for messages */
+#define SCHED_NAMES "naive, gpipe, 1f1b, zb-h1, interleaved, zbv" /* sched.c's table, for messages */
 bool sched_known(const char *kind);
 bool sched_splits(const char *kind);  /* a schedule with W entries */
 bool sched_chunked(const char *kind); /* a schedule whose ranks hold --vpp chunks of layers */

@@ -92,18 +92,70 @@ static void order_interleaved(Order *o, int pp, int r, int M, int V) {
   for (int k = total - warm; k < total; k++) unit(k, pp, V, false, &c, &m), add(o, SE_B, c, m);
 }
 
+/* zbv (the Zero Bubble paper's ZB-V): two chunks per rank in a V (rank r holds virtual stages r
+ * and 2p-1-r, so rank 0 holds the first and the last) and a split backward. The order is found
+ * by running every rank in unit steps (F = B = W = 1): an idle rank runs a ready B first (the
+ * lowest micro-batch, the chunk nearer the pipeline's end first), else a ready F while it holds
+ * fewer than 2p chunk activations (1F1B's memory: p sets of whole stages), else its oldest
+ * pending W. */
+static int zbv_v(int pp, int r, int c) { return c ? 2 * pp - 1 - r : r; }
+
+static void order_zbv(Order *o, int pp, int r0, int M, int V) {
+  (void)V;
+  int nv = 2 * pp, cap = 2 * pp;
+  int *fend = xmalloc((size_t)(nv * M) * sizeof *fend), *bend = xmalloc((size_t)(nv * M) * sizeof *bend);
+  for (int i = 0; i < nv * M; i++) fend[i] = bend[i] = -1;
+  int(*nextf)[2] = xcalloc((size_t)pp, sizeof *nextf), (*nextb)[2] = xcalloc((size_t)pp, sizeof *nextb);
+  int *held = xcalloc((size_t)pp, sizeof *held), *nw = xcalloc((size_t)pp, sizeof *nw), *wq = NULL;
+  int(*w)[2] = xcalloc((size_t)(pp * 2 * M), sizeof *w); /* per rank, its B-done (chunk, mb) in order */
+  int *whead = xcalloc((size_t)pp, sizeof *whead);
+  int left = 3 * 2 * M * pp;
+  (void)wq;
+  for (int t = 0; left > 0; t++) {
+    if (t > 100 * (left + nv * M)) diag_fatal("internal: the zbv order does not finish");
+    for (int r = 0; r < pp; r++) {
+      int pick = -1, pc = -1, pm = -1;          /* 0 F, 1 B, 2 W */
+      for (int k = 0; k < 2 && pick < 0; k++) { /* B: chunk 1 (nearer the end) first on ties */
+        int c = 1 - k, m = nextb[r][c], v = zbv_v(pp, r, c);
+        if (m >= M || fend[v * M + m] < 0 || fend[v * M + m] > t) continue;
+        if (v < nv - 1 && (bend[(v + 1) * M + m] < 0 || bend[(v + 1) * M + m] > t)) continue;
+        if (pick < 0 || m < pm) pick = 1, pc = c, pm = m;
+      }
+      for (int k = 0; k < 2 && pick < 0 && held[r] < cap; k++) { /* F: chunk 1 first */
+        int c = 1 - k, m = nextf[r][c], v = zbv_v(pp, r, c);
+        if (m >= M || (v > 0 && (fend[(v - 1) * M + m] < 0 || fend[(v - 1) * M + m] > t))) continue;
+        pick = 0, pc = c, pm = m;
+      }
+      if (pick < 0 && whead[r] < nw[r]) pick = 2, pc = w[r * 2 * M + whead[r]][0], pm = w[r * 2 * M + whead[r]][1];
+      if (pick < 0) continue;
+      int v = zbv_v(pp, r, pc);
+      if (pick == 0) fend[v * M + pm] = t + 1, nextf[r][pc]++, held[r]++;
+      if (pick == 1) {
+        bend[v * M + pm] = t + 1, nextb[r][pc]++;
+        w[r * 2 * M + nw[r]][0] = pc, w[r * 2 * M + nw[r]++][1] = pm;
+      }
+      if (pick == 2) whead[r]++, held[r]--;
+      if (r == r0) add(o, pick == 0 ? SE_F : pick == 1 ? SE_B : SE_W, pc, pm);
+      left--;
+    }
+  }
+  free(fend), free(bend), free(nextf), free(nextb), free(held), free(nw), free(w), free(whead);
+}
+
 /* The schedules: SCHED_NAMES (ppc.h) lists them for messages, in this order. */
 static const struct {
   const char *name;
   bool split;   /* the backward runs as B (activation gradients) and W (weight gradients) */
   bool chunked; /* a rank holds --vpp chunks of layers */
+  bool vshape;  /* two chunks in a V: rank r holds virtual stages r and 2p-1-r (else r, r+p, ...) */
   void (*order)(Order *o, int pp, int r, int M, int V);
 } kinds[] = {
-    {"naive", false, false, order_naive},
-    {"gpipe", false, false, order_gpipe},
-    {"1f1b", false, false, order_1f1b},
-    {"zb-h1", true, false, order_zbh1},
-    {"interleaved", false, true, order_interleaved},
+    {"naive", false, false, false, order_naive},
+    {"gpipe", false, false, false, order_gpipe},
+    {"1f1b", false, false, false, order_1f1b},
+    {"zb-h1", true, false, false, order_zbh1},
+    {"interleaved", false, true, false, order_interleaved},
+    {"zbv", true, true, true, order_zbv},
 };
 #define NKINDS ((int)(sizeof kinds / sizeof *kinds))
 
@@ -117,8 +169,8 @@ bool sched_known(const char *kind) { return kind_index(kind) >= 0; }
 bool sched_splits(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].split; }
 bool sched_chunked(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].chunked; }
 
-int sched_vstage(const Sched *s, int r, int chunk) { return chunk * s->pp + r; }
-int sched_rank_of(const Sched *s, int v) { return v % s->pp; }
+int sched_vstage(const Sched *s, int r, int chunk) { return s->vshape ? zbv_v(s->pp, r, chunk) : chunk * s->pp + r; }
+int sched_rank_of(const Sched *s, int v) { return !s->vshape ? v % s->pp : v < s->pp ? v : 2 * s->pp - 1 - v; }
 
 const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char *why, size_t n) {
   bool chunked = sched_chunked(kind);
@@ -132,7 +184,12 @@ const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char
                     "or less would fit)",
                     kind, nlayers, pp * V, nlayers / pp > 0 ? nlayers / pp : 1),
            why;
-  if (chunked && V > 1 && M % pp) {
+  int k = kind_index(kind);
+  if (k >= 0 && kinds[k].vshape && V != 2)
+    return snprintf(why, n, "schedule '%s' holds two chunks of layers per rank in a V: it needs --vpp 2, not %d", kind,
+                    V),
+           why;
+  if (chunked && V > 1 && M % pp && !kinds[k].vshape) {
     char would[48];
     if (M < pp) snprintf(would, sizeof would, "%d would", pp);
     else snprintf(would, sizeof would, "%d or %d would", M / pp * pp, (M / pp + 1) * pp);
@@ -169,12 +226,14 @@ static SchedEntry comm1(const Sched *s, int r, int c, PpBoundary k, int m, int s
 
 Sched *sched_build(int pp, int V, int M, const char *kind) {
   int k = kind_index(kind);
-  if (k < 0 || V < 1 || V > SCHED_MAX_CHUNKS) diag_fatal("internal: sched_build of '%s' with %d chunks", kind, V);
+  if (k < 0 || V < 1 || V > SCHED_MAX_CHUNKS || (kinds[k].vshape && V != 2) || (!kinds[k].chunked && V != 1))
+    diag_fatal("internal: sched_build of '%s' with %d chunks", kind, V);
   Sched *s = xcalloc(1, sizeof *s);
   s->pp = pp;
   s->V = V;
   s->M = M;
   s->split = kinds[k].split;
+  s->vshape = kinds[k].vshape;
   snprintf(s->kind, sizeof s->kind, "%s", kind);
   s->st = xcalloc((size_t)pp, sizeof *s->st);
   size_t cap = (size_t)(3 * M * V);
@@ -192,16 +251,18 @@ Sched *sched_build(int pp, int V, int M, const char *kind) {
       int m = o.mb[i], c = o.chunk[i], slot = m % st->cslots[c], v = sched_vstage(s, r, c);
       bool first = v == 0, last = v == nv - 1;
       SchedEntry e = {.kind = o.kind[i], .chunk = c, .mb = m, .slot = slot};
+      /* the neighbours of the virtual stage; one on this rank (the turn of a V) takes no message */
+      bool prev = !first && sched_rank_of(s, v - 1) != r, next = !last && sched_rank_of(s, v + 1) != r;
       switch (o.kind[i]) {
       case SE_F:
-        if (!first) push(st, comm1(s, r, c, PP_RECV_FWD, m, slot));
+        if (prev) push(st, comm1(s, r, c, PP_RECV_FWD, m, slot));
         push(st, e);
-        if (!last) push(st, comm1(s, r, c, PP_SEND_FWD, m, slot));
+        if (next) push(st, comm1(s, r, c, PP_SEND_FWD, m, slot));
         break;
       case SE_B:
-        if (!last) push(st, comm1(s, r, c, PP_RECV_BWD, m, slot));
+        if (next) push(st, comm1(s, r, c, PP_RECV_BWD, m, slot));
         push(st, e);
-        if (!first) push(st, comm1(s, r, c, PP_SEND_BWD, m, slot));
+        if (prev) push(st, comm1(s, r, c, PP_SEND_BWD, m, slot));
         break;
       case SE_W: push(st, e); break;
       case SE_COMM: diag_fatal("internal: a communication in a compute order");

@@ -181,6 +181,8 @@ static void formula(FILE *f, const Sched *s) {
   else if (!strcmp(s->kind, "interleaved"))
     fprintf(f, "formula (balanced stages): ((p-1)/V)/(M+(p-1)/V) = (p-1)/(VM+p-1) = %.1f%%, V = %d\n",
             100 * (p - 1) / (s->V * M + p - 1), s->V);
+  else if (!strcmp(s->kind, "zbv"))
+    fprintf(f, "formula (balanced stages, F = B = W): (p-1)(F+B-2W) of idle time per rank = 0%%, V-shaped chunks\n");
   else if (!strcmp(s->kind, "zb-h1"))
     fprintf(f, "formula (balanced stages, F = B = W): (p-1)/(3M+p-1) = %.1f%%, a third of 1F1B's bubble time\n",
             100 * (p - 1) / (3 * M + p - 1));
@@ -192,10 +194,15 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
   double u = unit_of(t->total, &un);
   fprintf(f, "# schedule %s: %d stages, %d micro-batches; costs from the cost model in %s (10^%d flops + %g x bytes)\n",
           s->kind, s->pp, s->M, un, u == 1e9 ? 9 : 6, SCHED_BYTE_WEIGHT);
-  if (s->V > 1)
+  if (s->V > 1 && s->vshape)
     fprintf(f,
-            "# %d chunks of layers per rank: rank r holds virtual stages r, r+%d, ...; costs per chunk, "
-            "lowercase letters for odd chunks\n",
+            "# 2 chunks of layers per rank in a V: rank r holds virtual stages r and %d-r; costs per chunk, lowercase "
+            "letters for the second\n",
+            2 * s->pp - 1);
+  else if (s->V > 1)
+    fprintf(f,
+            "# %d chunks of layers per rank: rank r holds virtual stages r, r+%d, ...; costs per chunk, lowercase "
+            "letters for odd chunks\n",
             s->V, s->pp);
   double busy = 0;
   for (int r = 0; r < s->pp; r++) {
