@@ -14,7 +14,7 @@ Op ir_op_lookup(const char *name) {
   return OP__COUNT;
 }
 
-const char *role_name(Role r) {
+const char *ir_role_name(Role r) {
   static const char *names[] = {"replicated", "column", "row", "vocab"};
   return names[r];
 }
@@ -183,7 +183,7 @@ void ir_print(FILE *f, const Graph *g) {
                                            : "unused");
     } else if (n->op == OP_PARAM) {
       const IrParam *p = &g->params[n->param];
-      k = snprintf(tb, sizeof tb, "param \"%s\" %s %s", p->name, role_name(p->role), init_str(p, ib, sizeof ib));
+      k = snprintf(tb, sizeof tb, "param \"%s\" %s %s", p->name, ir_role_name(p->role), init_str(p, ib, sizeof ib));
     } else {
       k = snprintf(tb, sizeof tb, "%s", ir_ops[n->op].name);
       for (int j = 0; j < n->nin && k < (int)sizeof tb; j++)

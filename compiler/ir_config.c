@@ -137,7 +137,7 @@ static void check_roles(Builder *b) {
         if (p->role != ROLE_VOCAB) {
           ir_build_err(b, p->role_loc,
                        "an embedding table is split by rows: its role is 'vocab' (or replicated), not '%s'",
-                       role_name(p->role));
+                       ir_role_name(p->role));
           continue;
         }
         dim = 0, why = "vocabulary";
@@ -145,7 +145,7 @@ static void check_roles(Builder *b) {
         ir_build_err(b, p->role_loc,
                      "role '%s' applies to the weight or bias of a linear/matmul or an embedding table, but "
                      "'%s' is used by %s",
-                     role_name(p->role), p->var, ir_ops[n->op].name);
+                     ir_role_name(p->role), p->var, ir_ops[n->op].name);
         continue;
       }
       if (p->role == ROLE_VOCAB) continue; /* a vocabulary not divisible by tp is padded */
@@ -153,8 +153,8 @@ static void check_roles(Builder *b) {
         ir_build_err(b, p->loc,
                      "tensor-parallel degree %lld does not divide %s (%lld), dimension %d of '%s': the %s dimension "
                      "of a %s-parallel %s",
-                     (long long)tp, p->dim_text[dim], (long long)p->shape.d[dim], dim, p->name, why, role_name(p->role),
-                     k == 2 ? "bias" : "weight");
+                     (long long)tp, p->dim_text[dim], (long long)p->shape.d[dim], dim, p->name, why,
+                     ir_role_name(p->role), k == 2 ? "bias" : "weight");
       (void)why;
     }
   }

@@ -298,7 +298,7 @@ static void print_params(FILE *f, const Graph *g, const Plan *p, int r) {
     const ParamStages *s = &p->param[p->held[h]];
     /* "    %-56s %-14s %s" without printf: a plan of 100,000 layers has a million of these lines */
     char line[PP_MAX_NAME + 128], *l = line;
-    const char *cols[3] = {q->name, ir_shape_str(&q->shape, sb, sizeof sb), role_name(q->role)};
+    const char *cols[3] = {q->name, ir_shape_str(&q->shape, sb, sizeof sb), ir_role_name(q->role)};
     static const size_t width[3] = {56, 14, 0};
     memcpy(l, "    ", 4), l += 4;
     for (int c = 0; c < 3; c++) {

@@ -302,7 +302,7 @@ char *ir_shape_str(const Shape *s, char *buf, size_t n); /* "[16,2,64]" */
 void ir_print(FILE *f, const Graph *g);
 void ir_free(Graph *g);
 int ir_verify(const Graph *g); /* 0 when every node's inputs precede it and shapes are set */
-const char *role_name(Role r);
+const char *ir_role_name(Role r);
 
 /* ============================================================================================
  * ir_build.c, ir_config.c, ir_infer.c — AST to typed IR: names, dims, shapes, the repeated layer,
