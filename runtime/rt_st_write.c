@@ -182,11 +182,11 @@ int rt_st_write(const char *path, int n, const char *const *names, const int *nd
       }
   }
 
-  /* header JSON */
-  sb_put(&hb, "{", 1);
+  /* header JSON; the metadata Hugging Face's loaders expect of a PyTorch checkpoint first */
+  sb_puts(&hb, "{\"__metadata__\":{\"format\":\"pt\"}");
   uint64_t off = 0;
   for (int k = 0; k < n; k++) {
-    if (k) sb_put(&hb, ",", 1);
+    sb_put(&hb, ",", 1);
     sb_json_string(&hb, names[k]);
     sb_puts(&hb, ":{\"dtype\":\"F32\",\"shape\":[");
     for (int d = 0; d < ndims[k]; d++) {

@@ -140,6 +140,9 @@ static void test_roundtrip(T *t) {
   for (int i = 0; i < n; i++) expect_data += (size_t)numel[i] * 4;
   check(t, padok && fl == 8 + hl + expect_data, "roundtrip: header length %llu is a multiple of 8, file size %zu",
         (unsigned long long)hl, fl);
+  static const char meta[] = "{\"__metadata__\":{\"format\":\"pt\"},"; /* what transformers' loaders expect */
+  check(t, fl > 8 + sizeof meta && !memcmp(raw + 8, meta, sizeof meta - 1),
+        "roundtrip: the header starts with __metadata__ {\"format\": \"pt\"}");
   free(raw);
 
   RtStFile *f = NULL;
