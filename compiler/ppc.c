@@ -237,8 +237,8 @@ static Stage *build_stages(const Graph *g, const Plan *plan, const Sched *sched,
     if (!lower) continue;
     Program *prog = st[r].prog = fuse_lower(sg); /* fuse_lower.c: kernels, GEMMs, instructions */
     prog->model = g;
-    prog->nslots = sched->st[r].nslots;
-    mem_plan(prog); /* mem_plan.c: the arena */
+    prog->nslots = sched->st[r].cslots[0]; /* one chunk per stage program */
+    mem_plan(prog);                        /* mem_plan.c: the arena */
     if (prog->arena > PP_MAX_ARENA) {
       fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
               (long long)prog->arena, (long long)PP_MAX_ARENA);
@@ -263,25 +263,29 @@ static void free_stages(Stage *st, int pp) {
   free(st);
 }
 
+/* Every stage's costs (sched_time.c) as lowered for a one-chunk schedule whose backward is split
+ * or whole: its slot counts do not matter to them. 0, or 1 after a reported error. */
+static int stage_costs(const Graph *g, const Plan *plan, int M, bool split, StageCost *cost) {
+  int n = (int)g->cfg.pp;
+  Sched *s = sched_build(n, 1, M, sched_one_chunk(split)); /* sched.c */
+  Stage *st = build_stages(g, plan, s, true, true);
+  for (int r = 0; st && r < n; r++) sched_stage_cost(st[r].prog, &cost[r]);
+  free_stages(st, n);
+  sched_free(s);
+  return !st;
+}
+
 /* --schedule auto: every stage lowered twice, its backward whole and split, for the costs of each
  * kind of schedule; sched_choose picks (sched_time.c) and g's schedule becomes its choice. 0, or 1
  * after an error (*why, the comparison, is set either way once the stages are lowered). */
 static int choose_schedule(Graph *g, const Plan *plan, int64_t mem_limit, char **why) {
   int pp = (int)g->cfg.pp, M = (int)(g->cfg.microbatches / g->cfg.dp);
   StageCost *cost[2] = {xcalloc((size_t)pp, sizeof **cost), xcalloc((size_t)pp, sizeof **cost)};
-  for (int split = 0; split < 2; split++) {
-    int k = 0;
-    while (k < sched_count() && sched_splits(sched_name(k)) != split) k++;
-    Sched *s = sched_build(pp, 1, M, sched_name(k)); /* the first of its kind: its slot counts do not matter */
-    Stage *st = build_stages(g, plan, s, true, true);
-    for (int r = 0; st && r < pp; r++) sched_stage_cost(st[r].prog, &cost[split][r]); /* sched_time.c */
-    free_stages(st, pp);
-    sched_free(s);
-    if (!st) {
+  for (int split = 0; split < 2; split++)
+    if (stage_costs(g, plan, M, split, cost[split])) {
       free(cost[0]), free(cost[1]);
       return 1;
     }
-  }
   size_t len = 0;
   FILE *w = open_memstream(why, &len);
   if (!w) diag_fatal("out of memory");
@@ -314,17 +318,11 @@ static void print_chunked_schedule(Graph *g, bool balanced, const Sched *sched, 
   g->cfg.pp = nv;
   pp_partition(g, balanced); /* pp_plan.c */
   Plan *plan = pp_plan(g);
-  int k = 0; /* the virtual stages' programs, for their costs: a one-chunk schedule of the same backward */
-  while (k < sched_count() && (sched_chunked(sched_name(k)) || sched_splits(sched_name(k)) != sched->split)) k++;
-  Sched *one = sched_build(nv, 1, sched->M, sched_name(k));
-  Stage *st = build_stages(g, plan, one, true, true);
   StageCost *cost = xcalloc((size_t)nv, sizeof *cost);
-  for (int v = 0; st && v < nv; v++) sched_stage_cost(st[v].prog, &cost[v]); /* sched_time.c */
-  if (st && svg) sched_svg(stdout, sched, cost, g->model);
-  else if (st) sched_print(stdout, sched, cost);
+  bool ok = !stage_costs(g, plan, sched->M, sched->split, cost); /* the virtual stages as stages */
+  if (ok && svg) sched_svg(stdout, sched, cost, g->model);
+  else if (ok) sched_print(stdout, sched, cost);
   free(cost);
-  free_stages(st, nv);
-  sched_free(one);
   pp_plan_free(plan);
   g->cfg.pp = pp;
   pp_partition(g, balanced);

@@ -686,8 +686,7 @@ typedef struct SchedEntry {
 typedef struct StageSched {
   SchedEntry *e;
   int n, cap;
-  int nslots;                   /* activation slots (of chunk 0) */
-  int cslots[SCHED_MAX_CHUNKS]; /* per chunk */
+  int cslots[SCHED_MAX_CHUNKS]; /* per chunk: its activation slots */
 } StageSched;
 
 typedef struct Sched {
@@ -701,8 +700,9 @@ typedef struct Sched {
 
 #define SCHED_NAMES "naive, gpipe, 1f1b, zb-h1, interleaved, zbv" /* sched.c's table, for messages */
 bool sched_known(const char *kind);
-bool sched_splits(const char *kind);  /* a schedule with W entries */
-bool sched_chunked(const char *kind); /* a schedule whose ranks hold --vpp chunks of layers */
+bool sched_splits(const char *kind);     /* a schedule with W entries */
+bool sched_chunked(const char *kind);    /* a schedule whose ranks hold --vpp chunks of layers */
+const char *sched_one_chunk(bool split); /* the table's first one-chunk schedule with (or without) W */
 /* NULL when the schedule can run pp ranks of V chunks over M micro-batches and nlayers layers;
  * else why not, and what would (in why). */
 const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char *why, size_t n);

@@ -169,6 +169,12 @@ bool sched_known(const char *kind) { return kind_index(kind) >= 0; }
 bool sched_splits(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].split; }
 bool sched_chunked(const char *kind) { return kind_index(kind) >= 0 && kinds[kind_index(kind)].chunked; }
 
+const char *sched_one_chunk(bool split) {
+  for (int k = 0; k < NKINDS; k++)
+    if (!kinds[k].chunked && kinds[k].split == split) return kinds[k].name;
+  diag_fatal("internal: no one-chunk schedule with%s a split backward", split ? "" : "out");
+}
+
 int sched_vstage(const Sched *s, int r, int chunk) { return s->vshape ? zbv_v(s->pp, r, chunk) : chunk * s->pp + r; }
 int sched_rank_of(const Sched *s, int v) { return !s->vshape ? v % s->pp : v < s->pp ? v : 2 * s->pp - 1 - v; }
 
@@ -246,7 +252,6 @@ Sched *sched_build(int pp, int V, int M, const char *kind) {
     o.n = 0;
     kinds[k].order(&o, pp, r, M, V);
     for (int c = 0; c < V; c++) st->cslots[c] = slots_needed(&o, s->split, c);
-    st->nslots = st->cslots[0];
     for (int i = 0; i < o.n; i++) {
       int m = o.mb[i], c = o.chunk[i], slot = m % st->cslots[c], v = sched_vstage(s, r, c);
       bool first = v == 0, last = v == nv - 1;

@@ -66,7 +66,8 @@ typedef struct Timeline {
   PpSpan **span; /* per rank, its compute entries in order */
   int *n;
   double total;
-  double *busy; /* per rank */
+  double *busy;  /* per rank */
+  double bubble; /* the idle share of all ranks' time */
 } Timeline;
 
 static double entry_cost(const Sched *s, const StageCost *c, SchedKind k) {
@@ -121,8 +122,12 @@ static Timeline *predict(const Sched *s, const StageCost *cost) {
       progress = true;
     }
   }
-  for (int r = 0; r < pp; r++)
+  double busy = 0;
+  for (int r = 0; r < pp; r++) {
     if (pc[r] < s->st[r].n) diag_fatal("internal: the timeline of schedule '%s' stops at rank %d", s->kind, r);
+    busy += t->busy[r];
+  }
+  t->bubble = t->total > 0 ? 1 - busy / (t->total * pp) : 0;
   free(fend);
   free(bend);
   free(pc);
@@ -153,13 +158,9 @@ static int sets(const Sched *s, int r) {
 
 SchedPrediction sched_predict(const Sched *s, const StageCost *cost) {
   Timeline *t = predict(s, cost);
-  SchedPrediction out = {.step = t->total};
-  double busy = 0;
-  for (int r = 0; r < s->pp; r++) {
-    busy += t->busy[r];
+  SchedPrediction out = {.step = t->total, .bubble = t->bubble};
+  for (int r = 0; r < s->pp; r++)
     if (held(s, cost, r) > out.peak_bytes) out.peak_bytes = held(s, cost, r);
-  }
-  out.bubble = t->total > 0 ? 1 - busy / (t->total * s->pp) : 0;
   timeline_free(t);
   return out;
 }
@@ -204,7 +205,6 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
             "# %d chunks of layers per rank: rank r holds virtual stages r, r+%d, ...; costs per chunk, lowercase "
             "letters for odd chunks\n",
             s->V, s->pp);
-  double busy = 0;
   for (int r = 0; r < s->pp; r++) {
     char b[32];
     mib(b, sizeof b, held(s, cost, r));
@@ -221,7 +221,6 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
     int n = sets(s, r);
     fprintf(f, " | busy %.4g, idle %.1f%% | %d activation set%s held at most, %s\n", t->busy[r] / u,
             100 * (1 - t->busy[r] / t->total), n, n == 1 ? "" : "s", b);
-    busy += t->busy[r];
   }
   /* the chart: a column is total/W of time; an entry is its letter and micro-batch, then dashes */
   enum { W = 120 };
@@ -241,8 +240,7 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
     }
     fprintf(f, "stage %d |%s|\n", r, line);
   }
-  fprintf(f, "step: %.4g %s predicted; bubble %.1f%% of all ranks' time idle\n", t->total / u, un,
-          100 * (1 - busy / (t->total * s->pp)));
+  fprintf(f, "step: %.4g %s predicted; bubble %.1f%% of all ranks' time idle\n", t->total / u, un, 100 * t->bubble);
   formula(f, s);
   timeline_free(t);
 }
@@ -250,16 +248,14 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost) {
 void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model) {
   Timeline *t = predict(s, cost);
   const char *un;
-  double u = unit_of(t->total, &un), busy = 0;
-  for (int r = 0; r < s->pp; r++) {
-    busy += t->busy[r];
+  double u = unit_of(t->total, &un);
+  for (int r = 0; r < s->pp; r++)
     for (int i = 0; i < t->n[r]; i++) t->span[r][i].t0 /= u, t->span[r][i].t1 /= u;
-  }
   char title[160], sub[160];
   snprintf(title, sizeof title, "%s: schedule %s, %d stages, %d micro-batches (predicted)", model, s->kind, s->pp,
            s->M);
   snprintf(sub, sizeof sub, "step %.4g %s, bubble %.1f%% (ppc's cost model: flops + %g x bytes)", t->total / u, un,
-           100 * (1 - busy / (t->total * s->pp)), SCHED_BYTE_WEIGHT);
+           100 * t->bubble, SCHED_BYTE_WEIGHT);
   PpLane *lane = xcalloc((size_t)s->pp, sizeof *lane);
   for (int r = 0; r < s->pp; r++) lane[r] = (PpLane){t->span[r], t->n[r]};
   pp_timeline_svg(f, title, sub, lane, s->pp, t->total / u, un);

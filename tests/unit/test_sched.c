@@ -45,8 +45,8 @@ int main(void) {
                      : !strcmp(kind, "gpipe")                     ? M
                      : !strcmp(kind, "naive")                     ? 1
                                                                   : (p < M ? p : M);
-          check(s->st[r].nslots == want, "%s p=%d M=%d stage %d holds %d activation sets (want %d)", kind, p, M, r,
-                s->st[r].nslots, want);
+          check(s->st[r].cslots[0] == want, "%s p=%d M=%d stage %d holds %d activation sets (want %d)", kind, p, M, r,
+                s->st[r].cslots[0], want);
         }
         free(c);
         sched_free(s);
