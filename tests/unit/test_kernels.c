@@ -20,9 +20,11 @@
 #include "rt_dev.h"
 #include "rt_prog.h"
 
+#define CHECK_PRINT_ALL /* every result, as it runs */
+#include "check.h"
+
 #define TOL 1e-6
 
-static int pass, fail;
 static char bin[512] = "build";
 
 /* The models: each dense and on a mesh; the big ones at a short sequence (the kernels' shapes
@@ -40,18 +42,6 @@ static const char *const cases[][2] = {
     {"examples/gpt2.pdl", "--micro-batch 1 --seq 64 --tp 2"},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-  va_list ap;
-  printf("%s ", ok ? "PASS" : "FAIL");
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  printf("\n");
-  fflush(stdout);
-  ok ? pass++ : fail++;
-}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next(void) { /* splitmix64 */
@@ -518,6 +508,5 @@ int main(int argc, char **argv) {
     }
   }
   test_device_errors();
-  printf("%d passed, %d failed\n", pass, fail);
-  return fail != 0;
+  return check_done();
 }

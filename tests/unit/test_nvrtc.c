@@ -16,6 +16,9 @@
 #include "ppc.h"
 #include "test_util.h"
 
+#define CHECK_PRINT_ALL /* every result, as it runs */
+#include "check.h"
+
 static const char *const cases[][2] = {
     {"examples/tiny.pdl", ""},
     {"examples/minimind.pdl", ""},
@@ -33,20 +36,7 @@ static const char *const cases[][2] = {
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
-static int pass, fail;
 static char bin[512] = "build";
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-  va_list ap;
-  printf("%s ", ok ? "PASS" : "FAIL");
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  printf("\n");
-  fflush(stdout);
-  ok ? pass++ : fail++;
-}
 
 /* The whole file and its length; NULL when absent. */
 static char *file(const char *path, size_t *len) {
@@ -161,8 +151,7 @@ int main(int argc, char **argv) {
              !strcmp(nc, "-") && !strcmp(hp, "-") && !strcmp(np, "-");
     check(ok, "without a CUDA toolkit ppc writes 'cuda sm_90 - - - -' (no cubins; ppr --device cuda says so)");
     printf("SKIP nvrtc: ppc was built without a CUDA toolkit (nvrtc.h); %d cases not compiled\n", NCASES);
-    printf("%d passed, %d failed\n", pass, fail);
-    return fail != 0;
+    return check_done();
   }
   for (int i = 0; i < NCASES; i++) {
     char dir[700], what[600];
@@ -236,6 +225,5 @@ int main(int argc, char **argv) {
     else check_dir(dir, what, archs[i]);
   }
   check_failure();
-  printf("%d passed, %d failed\n", pass, fail);
-  return fail != 0;
+  return check_done();
 }

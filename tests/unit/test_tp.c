@@ -18,22 +18,12 @@
 #include "rt_mesh.h"
 #include "rt_prog.h"
 
-static int pass, fail;
+#define CHECK_PRINT_ALL /* every result, as it runs */
+#include "check.h"
+
 static char bin[512] = "build", dir[600];
 
 #define MPIRUN "timeout 300 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 "
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-  va_list ap;
-  printf("%s ", ok ? "PASS" : "FAIL");
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  printf("\n");
-  fflush(stdout);
-  ok ? pass++ : fail++;
-}
 
 static int quiet; /* a failure is what the next check expects: do not print the command */
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -663,6 +653,5 @@ int main(int argc, char **argv) {
   test_watchdog(argv[0]);
   test_shards();
   test_listings();
-  printf("%d passed, %d failed\n", pass, fail);
-  return fail != 0;
+  return check_done();
 }
