@@ -6,6 +6,7 @@
 #   make asan          the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo          the main job: compile tiny.pdl for a mesh, train it over MPI
 #   make gpu-check     on a machine with an NVIDIA GPU: the cuda device's first run, one table
+#   make test-hf       ppr against Hugging Face transformers (installed from PyPI into a virtualenv)
 
 BUILD  ?= build
 CC     ?= gcc
@@ -18,7 +19,7 @@ LDLIBS := -lm
 
 GEN      := $(BUILD)/gen
 COMPILER := $(wildcard compiler/*.c) runtime/pp_timeline.c runtime/pp_sim.c # with ppr: the timeline picture, the message proof
-RUNTIME  := runtime/rt_safetensors.c runtime/rt_st_write.c runtime/rt_data.c runtime/rt_util.c
+RUNTIME  := runtime/rt_safetensors.c runtime/rt_st_write.c runtime/rt_ckpt.c runtime/rt_data.c runtime/rt_util.c
 RUNTIME_HDR := runtime/rt_io.h runtime/rt_st.h runtime/rt_util.h
 RT_LIBS  := -ljansson # the safetensors header JSON (Debian: libjansson-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
@@ -61,7 +62,7 @@ RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_HDR   := $(wildcard runtime/*.h)
 PPR      := $(BUILD)/ppr
 
-.PHONY: all deps test test-torch asan demo clean gpu-check format
+.PHONY: all deps test test-torch test-hf asan demo clean gpu-check format
 all: $(PPC) $(PPR)
 
 # ---- set-up: tools the build needs, installed with apt-get when root --------------------------
@@ -102,8 +103,9 @@ $(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.de
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) $(NVRTC_CFLAGS) -c -o $@ $<
 
+# ppc links jansson too: --from-hf reads a Hugging Face config.json (compiler/hf_import.c)
 $(PPC): $(OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(NVRTC_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
@@ -126,12 +128,12 @@ $(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
 # ppc's cubins: every stage of the examples, reproducible, every --arch, NVRTC's failures (it calls
 # cg_nvrtc itself, so it links ppc's objects)
 $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(NVRTC_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # the balanced pipeline partition against the dynamic program it replaced
 $(BUILD)/test_partition: tests/unit/test_partition.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(NVRTC_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 $(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(NVRTC_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
 $(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
@@ -163,6 +165,20 @@ test-torch: $(PPC) $(PPR) $(BUILD)/test_fixtures
 	rm -rf $(BUILD)/torch-fixtures
 	$(TORCH_PY) tests/reference/gen_fixtures.py --out $(BUILD)/torch-fixtures --selfcheck
 	PPC_FIXTURES=$(BUILD)/torch-fixtures $(BUILD)/test_fixtures
+
+# ppr against Hugging Face transformers (tests/hf_client/check_hf.py): a virtualenv over TORCH_PY
+# (its system site packages: Debian's torch) with transformers from PyPI, which works with torch 1.13
+HF_VENV ?= $(BUILD)/hf-venv
+TRANSFORMERS_VERSION ?= 4.45.2
+test-hf: $(PPC) $(PPR)
+	@$(TORCH_PY) -c 'import torch' 2>/dev/null || { \
+	  echo "test-hf needs PyTorch for $(TORCH_PY): apt-get install python3-torch"; exit 1; }
+	@$(HF_VENV)/bin/python -c 'import transformers' 2>/dev/null || { \
+	  rm -rf $(HF_VENV) && $(TORCH_PY) -m venv --system-site-packages $(HF_VENV) && \
+	  $(HF_VENV)/bin/pip install -q "transformers==$(TRANSFORMERS_VERSION)"; } || { \
+	  echo "test-hf: could not install transformers $(TRANSFORMERS_VERSION) from PyPI into $(HF_VENV) (no network?)"; \
+	  rm -rf $(HF_VENV); exit 1; }
+	$(HF_VENV)/bin/python tests/hf_client/check_hf.py $(BUILD)
 
 # the cuda device on a real GPU: fixtures, two ranks on one GPU, GPT-2 124M throughput (tests/gpu/)
 gpu-check: $(PPC) $(PPR) $(BUILD)/test_fixtures $(BUILD)/test_pipeline

@@ -175,7 +175,8 @@ static void print_stmts(FILE *f, const Stmt *s, int depth) {
       break;
     case S_MESH:
     case S_TRAIN:
-      fputs(s->kind == S_MESH ? "mesh {" : "train {", f);
+    case S_CHECKPOINT:
+      fputs(s->kind == S_MESH ? "mesh {" : s->kind == S_TRAIN ? "train {" : "checkpoint {", f);
       for (const Setting *t = s->settings; t; t = t->next) {
         fprintf(f, " %s = ", t->key);
         print_expr(f, t->val);

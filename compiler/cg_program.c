@@ -46,22 +46,31 @@ static void operand_x(Buf *b, const Program *p, int tp_rank, const Operand *o, b
 
 static void operand(Buf *b, const Program *p, int tp_rank, const Operand *o) { operand_x(b, p, tp_rank, o, false); }
 
-static void comment(Buf *b, const Program *p, const Instr *in) {
+/* A name's chunk in a program with chunks of layers: ":C" (every chunk's, 0 too); "" without. */
+static const char *chunk_sfx(const Program *p, int chunk, char *buf, size_t n) {
+  if (p->nch > 1) snprintf(buf, n, ":%d", chunk);
+  else buf[0] = 0;
+  return buf;
+}
+
+/* g: the graph whose nodes the block's instructions implement (its chunk's; the rank's) */
+static void comment(Buf *b, const Graph *g, const Instr *in) {
   if (in->node < 0) {
     OUT(b, "\n");
     return;
   }
-  const IrNode *n = &p->g->nodes[in->node];
+  const IrNode *n = &g->nodes[in->node];
   OUT(b, "    # %%%d %s", in->node, ir_ops[n->op].name);
   if (n->layer >= 0) OUT(b, " L%d", n->layer);
   if (n->var && !n->bwd) OUT(b, " %s", n->var);
-  if (n->gparam >= 0) OUT(b, " -> grad %s", p->g->params[n->gparam].name);
+  if (n->gparam >= 0) OUT(b, " -> grad %s", g->params[n->gparam].name);
   if (in->why && in->kind != I_ALLREDUCE) OUT(b, ": %s", in->why);
   OUT(b, "\n");
 }
 
-static void block(Buf *b, const Program *p, int tp_rank, const Block *blk) {
-  OUT(b, "block %s\n", blk->name);
+static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_rank, const Block *blk) {
+  char cs[16];
+  OUT(b, "block %s%s\n", blk->name, blk == &p->opt ? "" : chunk_sfx(p, chunk, cs, sizeof cs));
   for (int i = 0; i < blk->n; i++) {
     const Instr *in = &blk->ins[i];
     OUT(b, "  ");
@@ -114,7 +123,7 @@ static void block(Buf *b, const Program *p, int tp_rank, const Block *blk) {
       operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_GRAD]));
       if (in->why) OUT(b, "    # %s\n", in->why);
-      else comment(b, p, in);
+      else comment(b, gr, in);
       continue;
     case I_ALLREDUCE_TIED:
       OUT(b, "allreduce_tied");
@@ -122,7 +131,7 @@ static void block(Buf *b, const Program *p, int tp_rank, const Block *blk) {
       OUT(b, " %lld", (long long)in->bytes);
       break;
     }
-    comment(b, p, in);
+    comment(b, gr, in);
   }
   OUT(b, "end\n\n");
 }
@@ -137,20 +146,21 @@ static const char *init_name(const IrParam *q, char *buf, size_t n) {
 /* The listing body: everything after the hash line. */
 static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
   const StageSched *st = &s->st[stage];
+  char cs[2][16];
   OUT(b, "schedule %s\n  zero_grads\n", s->kind);
   for (int i = 0; i < st->n; i++) {
     const SchedEntry *e = &st->e[i];
     if (e->kind != SE_COMM) {
-      OUT(b, "  %c %d %d\n", sched_letter(e->kind), e->mb, e->slot);
+      OUT(b, "  %c%s %d %d\n", sched_letter(e->kind), chunk_sfx(p, e->chunk, cs[0], sizeof cs[0]), e->mb, e->slot);
       continue;
     }
     OUT(b, "  comm");
     for (int k = 0; k < e->nops; k++)
-      OUT(b, " %s %d %d", pp_boundary_name(e->ops[k].kind), e->ops[k].mb, e->ops[k].slot);
+      OUT(b, " %s%s %d %d", pp_boundary_name(e->ops[k].kind), chunk_sfx(p, e->ops[k].chunk, cs[k], sizeof cs[k]),
+          e->ops[k].mb, e->ops[k].slot);
     OUT(b, "\n");
   }
   OUT(b, "  OPT\nend\n");
-  (void)p;
 }
 
 /* The rank at (dp, pp, tp): a listing's own, and its pipeline neighbours (the same dp and tp on the
@@ -174,6 +184,13 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   OUT(b, "rank %d stage %d tp_rank %d dp_rank %d\n", rank, stage, tp_rank, dp_rank);
   OUT(b, "peers prev %d next %d\n", stage > 0 ? rank_of(c, dp_rank, stage - 1, tp_rank) : -1,
       stage + 1 < c->pp ? rank_of(c, dp_rank, stage + 1, tp_rank) : -1);
+  /* with chunks of layers, each chunk's virtual stage and the ranks holding the ones around it */
+  for (int k = 0; p->nch > 1 && k < p->nch; k++) {
+    int v = sched_vstage(s, stage, k), nv = s->pp * s->V;
+    OUT(b, "chunk %d vstage %d prev %d next %d\n", k, v,
+        v > 0 ? rank_of(c, dp_rank, sched_rank_of(s, v - 1), tp_rank) : -1,
+        v + 1 < nv ? rank_of(c, dp_rank, sched_rank_of(s, v + 1), tp_rank) : -1);
+  }
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch, (long long)c->seq,
       (long long)c->microbatches, c->schedule);
   OUT(b, "vocab %lld\n", (long long)g->vocab);
@@ -187,20 +204,29 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   OUT(b, "\ncuda %s", f->arch);
   file_sum_out(b, &f->cubin);
   file_sum_out(b, &f->ptx);
-  OUT(b, "\n\n");
+  OUT(b, "\n");
+  /* how checkpoint files name the params (ppr --init, --save): the optional prefix, the config */
+  if (c->ckpt_prefix[0]) OUT(b, "checkpoint_prefix %s\n", c->ckpt_prefix);
+  char *hf = NULL;
+  Loc hf_at;
+  if (!ir_config_hf_json(g->src, &hf, &hf_at) && hf) OUT(b, "hf_config %s\n", hf);
+  free(hf);
+  OUT(b, "\n");
   for (int r = 0; r < BC__COUNT; r++) {
     OUT(b, "region %-9s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
     OUT(b, "\n");
   }
   OUT(b, "arena %lld\n\n", (long long)p->arena);
-  for (int k = 0; k < PP_NBND; k++) {
-    if (p->bnd[k] < 0) continue;
-    const VBuf *v = &p->vb[p->bnd[k]];
-    OUT(b, "boundary %s", pp_boundary_name(k));
-    operand(b, p, tp_rank, &(Operand){.kind = 'b', .vb = p->bnd[k]});
-    OUT(b, " %lld %s\n", (long long)v->bytes, ir_shape_str(&v->shape, sb, sizeof sb));
-  }
+  char cs[16];
+  for (int ch = 0; ch < p->nch; ch++)
+    for (int k = 0; k < PP_NBND; k++) {
+      int vb = p->ch[ch].bnd[k];
+      if (vb < 0) continue;
+      OUT(b, "boundary %s%s", pp_boundary_name(k), chunk_sfx(p, ch, cs, sizeof cs));
+      operand(b, p, tp_rank, &(Operand){.kind = 'b', .vb = vb});
+      OUT(b, " %lld %s\n", (long long)p->vb[vb].bytes, ir_shape_str(&p->vb[vb].shape, sb, sizeof sb));
+    }
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
     if (v->cls != BC_PARAM) continue;
@@ -233,10 +259,13 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
         v->cls == BC_SLOT ? " saved" : "");
   }
   OUT(b, "\n");
-  block(b, p, tp_rank, &p->fwd);
-  block(b, p, tp_rank, &p->bwd);
-  if (s->split) block(b, p, tp_rank, &p->wgt); /* the W entries' block */
-  block(b, p, tp_rank, &p->opt);
+  for (int k = 0; k < p->nch; k++) {
+    const ProgChunk *ch = &p->ch[k];
+    block(b, p, ch->g, k, tp_rank, &ch->fwd);
+    block(b, p, ch->g, k, tp_rank, &ch->bwd);
+    if (s->split) block(b, p, ch->g, k, tp_rank, &ch->wgt); /* the W entries' block */
+  }
+  block(b, p, p->g, 0, tp_rank, &p->opt);
   schedule(b, p, s, stage);
 }
 

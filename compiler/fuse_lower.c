@@ -79,7 +79,21 @@ static bool transpose_is_free(FuseCtx *c, int id) {
   return c->nusers[id] > 0;
 }
 
-static void assign_buffers(FuseCtx *c) {
+/* The rank's parameters, each once: its value, gradient and AdamW moments (every chunk reading one
+ * uses these); rank_grad[i]: parameter i's gradient buffer. */
+static void param_buffers(FuseCtx *c, int *rank_grad) {
+  static const BufClass pc[4] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V};
+  const Graph *g = c->g;
+  for (int cls = 0; cls < 4; cls++)
+    for (int i = 0; i < g->nparams; i++) {
+      int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, false);
+      c->p->vb[vb].param = i;
+      if (pc[cls] == BC_GRAD) rank_grad[i] = vb;
+    }
+}
+
+/* A chunk's values' buffers; its parameters are the rank's (pmap, rank_grad). */
+static void assign_buffers(FuseCtx *c, const int *rank_grad) {
   const Graph *g = c->g;
   Program *p = c->p;
   int nn = g->nnodes;
@@ -87,14 +101,11 @@ static void assign_buffers(FuseCtx *c) {
   p->node_aux = xmalloc((size_t)nn * sizeof(int));
   c->grad_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
   for (int i = 0; i < nn; i++) p->node_vb[i] = p->node_aux[i] = -1;
-  static const BufClass pc[4] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V};
-  for (int cls = 0; cls < 4; cls++)
-    for (int i = 0; i < g->nparams; i++) {
-      int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, false);
-      p->vb[vb].param = i;
-      if (cls == 0) p->node_vb[g->params[i].node] = vb;
-      if (pc[cls] == BC_GRAD) c->grad_vb[i] = vb;
-    }
+  for (int i = 0; i < g->nparams; i++) {
+    int r = c->pmap[i];
+    p->node_vb[g->params[i].node] = r; /* the value buffers come first, in the rank's order */
+    c->grad_vb[i] = rank_grad[r];
+  }
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
     char name[40];
@@ -115,16 +126,19 @@ static void assign_buffers(FuseCtx *c) {
       int vb = p->node_vb[n->in[0]];
       p->node_vb[i] = vb;
       p->vb[vb].pin_end = true;
-      p->bnd[n->op == OP_SEND_FORWARD ? PP_SEND_FWD : PP_SEND_BWD] = vb;
+      p->ch[c->chunk].bnd[n->op == OP_SEND_FORWARD ? PP_SEND_FWD : PP_SEND_BWD] = vb;
       continue;
     }
     if (n->op == OP_RECV_FORWARD || n->op == OP_RECV_BACKWARD) {
       bool f = n->op == OP_RECV_FORWARD;
-      bool slot = f || c->saved[i]; /* a received gradient that W reads too waits in the slot */
+      /* a received gradient that W reads waits in the slot: W may run long after the gradient
+       * of the next micro-batch arrives (a stage that sends nothing back runs its whole backward
+       * as W, the received gradient too) */
+      bool slot = f || c->saved[i] || n->wgt;
       int vb = fuse_prog_vbuf(c, f ? "recv_forward" : "recv_backward", slot ? BC_SLOT : BC_SCRATCH, n->shape, false);
       p->vb[vb].pin_start = true;
       p->node_vb[i] = vb;
-      p->bnd[f ? PP_RECV_FWD : PP_RECV_BWD] = vb;
+      p->ch[c->chunk].bnd[f ? PP_RECV_FWD : PP_RECV_BWD] = vb;
       continue;
     }
     if (n->op == OP_TRANSPOSE_SB && transpose_is_free(c, i)) {
@@ -230,40 +244,89 @@ static void lower_node(FuseCtx *c, int id) {
   }
 }
 
-Program *fuse_lower(const Graph *g) {
-  Program *p = xcalloc(1, sizeof *p);
-  p->g = g;
-  p->fwd.name = "forward";
-  p->bwd.name = "backward";
-  p->wgt.name = "weights";
-  p->opt.name = "optimizer";
-  p->nslots = 1;
-  for (int i = 0; i < PP_NBND; i++) p->bnd[i] = -1;
-  FuseCtx c = {.p = p, .g = g};
-  analyse(&c);
-  assign_buffers(&c);
-  c.blk = &p->fwd;
+/* Which of the rank's parameters each of the chunk's is: the same tensor of the model (gindex). */
+static int *param_map(const Graph *rank, const Graph *g) {
+  int top = 0;
+  for (int j = 0; j < rank->nparams; j++)
+    if (rank->params[j].gindex >= top) top = rank->params[j].gindex + 1;
+  int *at = xmalloc((size_t)(top ? top : 1) * sizeof *at),
+      *map = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof *map);
+  for (int j = 0; j < top; j++) at[j] = -1;
+  for (int j = 0; j < rank->nparams; j++) at[rank->params[j].gindex] = j;
+  for (int i = 0; i < g->nparams; i++) {
+    int x = g->params[i].gindex;
+    map[i] = x >= 0 && x < top ? at[x] : -1;
+    if (map[i] < 0) diag_fatal("internal: parameter %s is not the rank's", g->params[i].name);
+  }
+  free(at);
+  return map;
+}
+
+/* One chunk: its buffers, then each node's instructions in its forward, backward or weights block. */
+static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
+  Program *p = c->p;
+  ProgChunk *ch = &p->ch[c->chunk];
+  const Graph *g = c->g;
+  if (rank == g) { /* one chunk: the rank's parameters are its own */
+    c->pmap = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof *c->pmap);
+    for (int i = 0; i < g->nparams; i++) c->pmap[i] = i;
+  } else c->pmap = param_map(rank, g);
+  analyse(c);
+  assign_buffers(c, rank_grad);
+  c->blk = &ch->fwd;
   /* the batch: token ids and labels of this micro-batch */
   if (g->ninputs) {
-    Instr *in = fuse_prog_instr(&c, I_BATCH, -1);
+    Instr *in = fuse_prog_instr(c, I_BATCH, -1);
     in->nop = 2;
     in->op[0] = in->op[1] = (Operand){.kind = '-'};
     for (int i = 0; i < g->ninputs; i++)
       in->op[g->inputs[i].use == USE_LABELS] = fuse_prog_ob(p->node_vb[g->inputs[i].node], 0);
   }
   for (int i = 0; i < g->nnodes; i++) {
-    c.blk = !N(&c, i)->bwd ? &p->fwd : N(&c, i)->wgt ? &p->wgt : &p->bwd;
-    lower_node(&c, i);
+    c->blk = !N(c, i)->bwd ? &ch->fwd : N(c, i)->wgt ? &ch->wgt : &ch->bwd;
+    lower_node(c, i);
   }
+  free(c->pmap);
+  c->pmap = NULL;
+  free(c->nusers);
+  free(c->user);
+  free(c->saved);
+  free(c->inlined);
+  free(c->phys);
+  free(c->att_done);
+  free(c->grad_vb);
+  free(p->node_vb);
+  free(p->node_aux);
+  p->node_vb = p->node_aux = NULL;
+}
+
+Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
+  if (nch < 1 || nch > PP_MAX_CHUNKS) diag_fatal("internal: a program of %d chunks", nch);
+  Program *p = xcalloc(1, sizeof *p);
+  p->g = rank;
+  p->nch = nch;
+  p->opt.name = "optimizer";
+  p->nslots = 1;
+  FuseCtx c = {.p = p, .g = rank};
+  int *rank_grad = xmalloc((size_t)(rank->nparams ? rank->nparams : 1) * sizeof *rank_grad);
+  param_buffers(&c, rank_grad);
+  for (int k = 0; k < nch; k++) {
+    ProgChunk *ch = &p->ch[k];
+    ch->g = chunk[k];
+    ch->fwd.name = "forward";
+    ch->bwd.name = "backward";
+    ch->wgt.name = "weights";
+    for (int i = 0; i < PP_NBND; i++) ch->bnd[i] = -1;
+    c.g = chunk[k];
+    c.chunk = k;
+    lower_chunk(&c, rank, rank_grad);
+  }
+  c.g = rank; /* the optimizer: over the rank's parameters */
+  c.chunk = 0;
+  c.grad_vb = rank_grad;
   fuse_adamw(&c);
   for (int i = 0; i < p->nk; i++) free(c.bodies[i]);
   free(c.bodies);
-  free(c.nusers);
-  free(c.user);
-  free(c.saved);
-  free(c.inlined);
-  free(c.phys);
-  free(c.att_done);
-  free(c.grad_vb);
+  free(rank_grad);
   return p;
 }

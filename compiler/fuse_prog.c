@@ -19,6 +19,7 @@ int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, bool
   b->is_int = is_int;
   b->bytes = ir_shape_numel(&shape) * 4;
   b->param = -1;
+  b->chunk = c->chunk;
   b->first = b->last = -1;
   b->alias = -1;
   return p->nvb++;
@@ -71,9 +72,11 @@ void fuse_prog_free(Program *p) {
   for (int i = 0; i < p->nk; i++) kir_free(p->kernels[i]);
   free(p->kernels);
   free(p->vb);
-  free(p->fwd.ins);
-  free(p->bwd.ins);
-  free(p->wgt.ins);
+  for (int k = 0; k < p->nch; k++) {
+    free(p->ch[k].fwd.ins);
+    free(p->ch[k].bwd.ins);
+    free(p->ch[k].wgt.ins);
+  }
   free(p->opt.ins);
   free(p->node_vb);
   free(p->node_aux);

@@ -225,6 +225,28 @@ void fuse_rows_bias_db(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
+/* Llama-3's scaling of one frequency inv, as transformers' _compute_llama3_parameters: with the
+ * wavelength w = 2π/inv, w < original_max_pos/high_freq_factor keeps inv, w >
+ * original_max_pos/low_freq_factor divides it by factor, and between them it is interpolated
+ * smoothly, (1 − sm)·inv/factor + sm·inv with sm = (original_max_pos/w − low_freq_factor) /
+ * (high_freq_factor − low_freq_factor). */
+static int rope_llama3(Kernel *k, const IrNode *n, int inv_freq) {
+  const IrAttrs *a = &n->a;
+  double omax = (double)a->original_max_pos;
+  int inv = kir_let(k, inv_freq);
+  int wl = kir_let(k, kir_e(k, K_DIV, kir_f(k, 2 * 3.14159265358979323846), inv, 0));
+  int sm = kir_let(k, kir_e(k, K_DIV,
+                            kir_e(k, K_SUB, kir_e(k, K_DIV, kir_f(k, omax), wl, 0), kir_f(k, a->low_freq_factor), 0),
+                            kir_f(k, a->high_freq_factor - a->low_freq_factor), 0));
+  int lowered = kir_e(k, K_DIV, inv, kir_f(k, a->factor), 0);
+  int smooth = kir_e(
+      k, K_ADD, kir_e(k, K_DIV, kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), sm, 0), inv, 0), kir_f(k, a->factor), 0),
+      kir_e(k, K_MUL, sm, inv, 0), 0);
+  int high = kir_e(k, K_FLT, wl, kir_f(k, omax / a->high_freq_factor), 0); /* a high frequency: kept */
+  int low = kir_e(k, K_FLT, kir_f(k, omax / a->low_freq_factor), wl, 0);   /* a low one: divided by factor */
+  return kir_e(k, K_SEL, high, inv, kir_e(k, K_SEL, low, lowered, smooth));
+}
+
 /* rotate-half RoPE at position s, or its inverse (the gradient) */
 void fuse_rows_rope(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
@@ -244,6 +266,7 @@ void fuse_rows_rope(FuseCtx *c, int id) {
       kir_e(k, K_POW, kir_f(k, n->a.theta),
             kir_e(k, K_DIV, kir_e(k, K_TOF, kir_e(k, K_IMUL, kir_i(k, 2), j, 0), 0, 0), kir_f(k, (double)D), 0), 0),
       0);
+  if (n->a.llama3) fr = rope_llama3(k, n, fr);
   int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, s, 0, 0), fr, 0));
   int co = kir_let(k, kir_e(k, K_COS, ang, 0, 0)), si = kir_let(k, kir_e(k, K_SIN, ang, 0, 0));
   int bh = kir_for(k, kir_i(k, B * H));

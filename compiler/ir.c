@@ -152,6 +152,10 @@ static void print_attrs(FILE *f, const IrNode *n) {
     else if (!strcmp(key, "parts")) fprintf(f, " parts=%lld", (long long)n->a.parts);
     else if (!strcmp(key, "causal")) {
       if (n->a.causal) fputs(" causal", f);
+    } else if (!strcmp(key, "llama3")) {
+      if (n->a.llama3)
+        fprintf(f, " llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max_pos=%lld", n->a.factor,
+                n->a.low_freq_factor, n->a.high_freq_factor, (long long)n->a.original_max_pos);
     }
     spec += len + (end ? 1 : 0);
   }

@@ -793,8 +793,12 @@ static void stmts(Builder *b, const Stmt *s) {
     case S_FOR: layers(b, s); break;
     case S_MESH:
     case S_TRAIN:
+    case S_CHECKPOINT:
       if (b->depth)
-        ir_build_err(b, s->loc, "'%s' belongs outside the repeated layer", s->kind == S_MESH ? "mesh" : "train");
+        ir_build_err(b, s->loc, "'%s' belongs outside the repeated layer",
+                     s->kind == S_MESH    ? "mesh"
+                     : s->kind == S_TRAIN ? "train"
+                                          : "checkpoint");
       break;
     }
   }

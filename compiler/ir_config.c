@@ -1,6 +1,8 @@
 /* ir_config.c — the mesh and the step: the mesh { } and train { } blocks of the .pdl with the
  * command-line flags on top, and the checks of them against the model (tensor-parallel roles,
  * the data-parallel share of micro-batches, the ranks, one rank's arena, the pipeline depth). */
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +67,88 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
   }
 }
 
+/* checkpoint { optional_prefix = "transformer." }: a prefix of the params' checkpoint names that a
+ * checkpoint's names may all lack (the hub's GPT-2 files name `wte.weight` what the model calls
+ * `transformer.wte.weight`); ppr --init accepts either (docs/language.md). */
+static void read_checkpoint(Builder *b, const Stmt *s, Config *c) {
+  for (const Setting *t = s->settings; t; t = t->next) {
+    for (const Setting *u = s->settings; u != t; u = u->next)
+      if (!strcmp(u->key, t->key)) {
+        ir_build_err(b, t->key_loc, "'%s' is set twice", t->key);
+        goto next;
+      }
+    if (strcmp(t->key, "optional_prefix")) {
+      ir_build_err(b, t->key_loc, "unknown checkpoint setting '%s' (expected optional_prefix)", t->key);
+      continue;
+    }
+    const Expr *v = t->val;
+    if (v->kind != E_STR) {
+      ir_build_err(b, v->loc, "optional_prefix is a string: optional_prefix = \"transformer.\"");
+      continue;
+    }
+    size_t n = strlen(v->name);
+    if (n == 0 || n > PPC_MAX_PREFIX) {
+      ir_build_err(b, v->loc, "optional_prefix must have 1 to %d bytes, not %zu", PPC_MAX_PREFIX, n);
+      continue;
+    }
+    if (pp_name_bad_at(v->name) >= 0) { /* the rule of checkpoint names */
+      ir_build_err(b, v->loc,
+                   "optional_prefix has a space, quote, backslash, '#', control character or non-ASCII byte: it "
+                   "is the start of checkpoint names, which are printable ASCII");
+      continue;
+    }
+    snprintf(c->ckpt_prefix, sizeof c->ckpt_prefix, "%s", v->name);
+    c->prefix_loc = v->loc;
+  next:;
+  }
+}
+
+#define HF_CONFIG_TAG "# hf-config: "
+
+static int reals_read_back(const json_t *v, int prec) {
+  if (json_is_real(v)) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
+    return strtod(buf, NULL) == json_real_value(v);
+  }
+  const char *key;
+  json_t *x;
+  size_t i;
+  if (json_is_object(v)) json_object_foreach((json_t *)v, key, x) if (!reals_read_back(x, prec)) return 0;
+  if (json_is_array(v)) json_array_foreach(v, i, x) if (!reals_read_back(x, prec)) return 0;
+  return 1;
+}
+
+int ir_config_hf_json(const Src *src, char **out, Loc *at) {
+  *out = NULL;
+  const char *t = src->text, *c = NULL;
+  for (const char *l = t; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+    if (!strncmp(l, HF_CONFIG_TAG, strlen(HF_CONFIG_TAG))) {
+      c = l;
+      break;
+    }
+  if (!c) return 0;
+  const char *j = c + strlen(HF_CONFIG_TAG), *e = strchr(j, '\n');
+  size_t n = e ? (size_t)(e - j) : strlen(j);
+  *at = (Loc){(int)(c - t), (int)(j + n - t)};
+  json_t *v = json_loadb(j, n, 0, NULL);
+  int prec = 15; /* the fewest digits that read every number back, as --from-hf wrote them */
+  while (prec < 17 && !reals_read_back(v, prec)) prec++;
+  char *d = json_is_object(v) ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(prec)) : NULL;
+  json_decref(v);
+  if (!d) return -1;
+  /* compact and ASCII: a space or '#' can only be inside a string, where \uXXXX reads the same */
+  size_t k = 0;
+  char *o = xmalloc(6 * strlen(d) + 1);
+  for (const char *q = d; *q; q++)
+    if (*q == ' ' || *q == '#') k += (size_t)sprintf(o + k, "\\u%04x", (unsigned)*q);
+    else o[k++] = *q;
+  o[k] = 0;
+  free(d);
+  *out = o;
+  return 0;
+}
+
 /* Settings come first, whatever their place in the file: every shape needs B and S. */
 void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) {
   *c = (Config){.tp = 1,
@@ -76,19 +160,22 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
                 .tp_loc = NOLOC,
                 .pp_loc = NOLOC,
                 .dp_loc = NOLOC,
-                .sched_loc = NOLOC};
+                .sched_loc = NOLOC,
+                .prefix_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
-  const Stmt *seen[2] = {0, 0};
+  static const char *const block_names[3] = {"mesh", "train", "checkpoint"};
+  const Stmt *seen[3] = {0, 0, 0};
   for (const Stmt *s = ast->stmts; s; s = s->next) {
-    if (s->kind != S_MESH && s->kind != S_TRAIN) continue;
-    int k = s->kind == S_TRAIN;
+    if (s->kind != S_MESH && s->kind != S_TRAIN && s->kind != S_CHECKPOINT) continue;
+    int k = s->kind == S_MESH ? 0 : s->kind == S_TRAIN ? 1 : 2;
     if (seen[k]) {
-      ir_build_err(b, s->loc, "a second '%s' block", k ? "train" : "mesh");
+      ir_build_err(b, s->loc, "a second '%s' block", block_names[k]);
       diag_note(ir_build_graph(b)->src, seen[k]->loc, "the first is here");
       continue;
     }
     seen[k] = s;
-    read_settings(b, s, c);
+    if (k == 2) read_checkpoint(b, s, c);
+    else read_settings(b, s, c);
   }
   if (o->tp > 0) c->tp = o->tp, c->tp_loc = NOLOC;
   if (o->pp > 0) c->pp = o->pp, c->pp_loc = NOLOC;
@@ -167,6 +254,21 @@ static void check_roles(Builder *b) {
 void ir_config_check(Builder *b, Loc end) {
   Graph *g = ir_build_graph(b);
   check_roles(b);
+  if (g->cfg.ckpt_prefix[0]) { /* a prefix no name has would be a typo */
+    size_t n = strlen(g->cfg.ckpt_prefix);
+    int any = 0;
+    for (int i = 0; i < g->nparams && !any; i++) any = !strncmp(g->params[i].name, g->cfg.ckpt_prefix, n);
+    if (!any && g->nparams > 0)
+      ir_build_err(b, g->cfg.prefix_loc, "optional_prefix '%s' starts no parameter's checkpoint name",
+                   g->cfg.ckpt_prefix);
+  }
+  char *hf = NULL;
+  Loc hf_at = NOLOC;
+  if (ir_config_hf_json(g->src, &hf, &hf_at))
+    ir_build_err(b, hf_at,
+                 "the '# hf-config:' comment is not a JSON object (ppc --from-hf writes it; the listing "
+                 "carries it for ppr --save's config.json)");
+  free(hf);
   if (g->cfg.microbatches % g->cfg.dp)
     ir_build_err(
         b, g->cfg.dp_loc.first >= 0 ? g->cfg.dp_loc : end,

@@ -103,12 +103,16 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (!strcmp(key, "heads")) c->a.heads = v;
     if (!strcmp(key, "index")) c->a.index = v;
     if (!strcmp(key, "parts")) c->a.parts = v;
+    if (!strcmp(key, "original_max_pos")) c->a.original_max_pos = v;
   } else {
     double v;
     if (ir_build_eval_float(b, val, &v)) return 1;
     if (!strcmp(key, "eps")) c->a.eps = v;
     if (!strcmp(key, "theta")) c->a.theta = v;
     if (!strcmp(key, "scale")) c->a.scale = v;
+    if (!strcmp(key, "factor")) c->a.factor = v;
+    if (!strcmp(key, "low_freq_factor")) c->a.low_freq_factor = v;
+    if (!strcmp(key, "high_freq_factor")) c->a.high_freq_factor = v;
   }
   c->has[k] = 1;
   return 0;
@@ -160,6 +164,7 @@ static int read_call(Builder *b, const Expr *e, Call *c) {
         }
         c->has[k] = 1;
         if (!strcmp(key, "causal")) c->a.causal = true;
+        if (!strcmp(key, "llama3")) c->a.llama3 = true;
         continue;
       }
     }
@@ -190,6 +195,31 @@ static void set_defaults(Call *c) {
   if (c->op == OP_RMSNORM && !c->has[0]) c->a.eps = 1e-6;
   if (c->op == OP_LAYERNORM && !c->has[0]) c->a.eps = 1e-5;
   if (c->op == OP_ROPE && !c->has[0]) c->a.theta = 10000.0;
+}
+
+/* rope's Llama-3 frequency scaling: the flag llama3 and its four attributes, all or none (the
+ * attributes are has[2..5] in ROPE_ATTRS). 0, or 1 after reporting. */
+static int rope_scaling(Builder *b, const Call *c) {
+  static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_pos"};
+  for (int k = 0; k < 4; k++) {
+    if (c->a.llama3 && !c->has[2 + k]) {
+      ir_build_err(b, c->e->loc, "rope with llama3 scaling needs the attribute %s=", keys[k]);
+      return 1;
+    }
+    if (!c->a.llama3 && c->has[2 + k]) {
+      ir_build_err(b, c->e->loc, "rope's %s= belongs to the llama3 frequency scaling: add the flag llama3", keys[k]);
+      return 1;
+    }
+  }
+  if (!c->a.llama3) return 0;
+  const char *bad = c->a.factor <= 0            ? "factor must be positive"
+                    : c->a.low_freq_factor <= 0 ? "low_freq_factor must be positive"
+                    : c->a.high_freq_factor <= c->a.low_freq_factor
+                        ? "high_freq_factor must be greater than low_freq_factor"
+                    : c->a.original_max_pos <= 0 ? "original_max_pos must be positive"
+                                                 : NULL;
+  if (bad) ir_build_err(b, c->e->loc, "%s", bad);
+  return bad != NULL;
 }
 
 /* Shape, dtype and layout of one op; returns the node or -1 after reporting. */
@@ -299,6 +329,7 @@ static int infer(Builder *b, Call *c) {
       ir_build_err(b, e->loc, "theta must be positive");
       return -1;
     }
+    if (rope_scaling(b, c)) return -1;
     out = *x;
     lay = LAYOUT_SB;
     break;

@@ -8,15 +8,21 @@
 
 #include "ppc.h"
 
-#define ALIGN 64
+static int64_t align(int64_t x) { return (x + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN; }
 
-static int64_t align(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
-
-/* Every buffer an instruction touches: its first and last use, numbered across the blocks. */
+/* Every buffer an instruction touches: its first and last use, numbered across the blocks (each
+ * chunk's forward, backward and weights, then the optimizer). */
 static void lifetimes(Program *p) {
-  Block *blocks[4] = {&p->fwd, &p->bwd, &p->wgt, &p->opt};
-  int t = 0, start[4], end[4];
-  for (int b = 0; b < 4; b++) {
+  int nb = 3 * p->nch + 1;
+  Block **blocks = xmalloc((size_t)nb * sizeof *blocks);
+  for (int k = 0; k < p->nch; k++) {
+    blocks[3 * k] = &p->ch[k].fwd;
+    blocks[3 * k + 1] = &p->ch[k].bwd;
+    blocks[3 * k + 2] = &p->ch[k].wgt;
+  }
+  blocks[nb - 1] = &p->opt;
+  int t = 0, *start = xmalloc((size_t)nb * sizeof *start), *end = xmalloc((size_t)nb * sizeof *end);
+  for (int b = 0; b < nb; b++) {
     start[b] = t;
     for (int i = 0; i < blocks[b]->n; i++, t++) {
       const Instr *in = &blocks[b]->ins[i];
@@ -33,11 +39,14 @@ static void lifetimes(Program *p) {
   for (int i = 0; i < p->nvb; i++) {
     VBuf *v = &p->vb[i];
     if (v->first < 0) continue;
-    for (int b = 0; b < 4; b++) {
+    for (int b = 0; b < nb; b++) {
       if (v->pin_start && v->first >= start[b] && v->first < end[b]) v->first = start[b];
       if (v->pin_end && v->last >= start[b] && v->last < end[b]) v->last = end[b];
     }
   }
+  free(blocks);
+  free(start);
+  free(end);
 }
 
 static int by_size(const void *a, const void *b) {
@@ -154,7 +163,7 @@ static int64_t place_scratch(VBuf **list, int n) {
 
 void mem_plan(Program *p) {
   lifetimes(p);
-  int64_t size[BC__COUNT] = {0};
+  int64_t size[BC__COUNT] = {0}, slot[PP_MAX_CHUNKS] = {0}; /* a slot: each chunk's layout from 0 */
   VBuf **scratch = xcalloc((size_t)p->nvb + 1, sizeof *scratch);
   int ns = 0;
   for (int i = 0; i < p->nvb; i++) {
@@ -162,6 +171,12 @@ void mem_plan(Program *p) {
     if (v->cls == BC_SCRATCH) {
       if (v->first < 0) v->first = v->last = 0; /* never touched: still placed */
       scratch[ns++] = v;
+      continue;
+    }
+    if (v->cls == BC_SLOT) {
+      v->off = slot[v->chunk];
+      slot[v->chunk] += align(v->bytes);
+      if (slot[v->chunk] > size[BC_SLOT]) size[BC_SLOT] = slot[v->chunk]; /* one slot holds any chunk's */
       continue;
     }
     v->off = size[v->cls];

@@ -291,7 +291,7 @@ void pp_plan_free(Plan *p) {
  * ========================================================================================== */
 
 /* Print the names of one stage's parameters. */
-static void print_params(FILE *f, const Graph *g, const Plan *p, int r) {
+static void print_params(FILE *f, const Graph *g, const Plan *p, int r, const Sched *sch) {
   char sb[96];
   for (int h = p->held_at[r]; h < p->held_at[r + 1]; h++) {
     const IrParam *q = &g->params[p->held[h]];
@@ -309,9 +309,13 @@ static void print_params(FILE *f, const Graph *g, const Plan *p, int r) {
     }
     fwrite(line, 1, (size_t)(l - line), f);
     if (s->tied) {
-      if (s->first == s->last) fprintf(f, "  tied: embedding and head on stage %d", s->first);
+      const char *st = sch ? "virtual stage" : "stage";
+      if (s->first == s->last) fprintf(f, "  tied: embedding and head on %s %d", st, s->first);
+      else if (sch && sched_rank_of(sch, s->first) == sched_rank_of(sch, s->last))
+        fprintf(f, "  tied: embedding on virtual stage %d, head on virtual stage %d (both rank %d's: one tensor)",
+                s->first, s->last, sched_rank_of(sch, s->first));
       else
-        fprintf(f, "  tied: embedding on stage %d, head on stage %d (a copy on each; gradients summed)", s->first,
+        fprintf(f, "  tied: embedding on %s %d, head on %s %d (a copy on each; gradients summed)", st, s->first, st,
                 s->last);
     }
     fputc('\n', f);
@@ -325,14 +329,16 @@ static void human_bytes(char *buf, size_t n, int64_t bytes) {
   else snprintf(buf, n, "%lld B", (long long)bytes);
 }
 
-void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
+void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch) {
   const Config *c = &g->cfg;
+  bool chunks = sch && sch->V > 1;
+  long long pp = chunks ? sch->pp : (long long)c->pp;
   int64_t total = 0;
   for (int i = 0; i < g->nparams; i++) total += ir_shape_numel(&g->params[i].shape);
   char hb[32];
   fprintf(f, "# plan of model '%s'\n", g->model);
-  fprintf(f, "mesh: tp=%lld pp=%lld dp=%lld (%lld ranks)\n", (long long)c->tp, (long long)c->pp, (long long)c->dp,
-          (long long)(c->tp * c->pp * c->dp));
+  fprintf(f, "mesh: tp=%lld pp=%lld dp=%lld (%lld ranks)\n", (long long)c->tp, pp, (long long)c->dp,
+          (long long)(c->tp * pp * c->dp));
   fprintf(f, "step: micro_batch=%lld seq=%lld microbatches=%lld schedule=%s\n", (long long)c->micro_batch,
           (long long)c->seq, (long long)c->microbatches, c->schedule);
   human_bytes(hb, sizeof hb, total * 4);
@@ -345,10 +351,20 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
             "partition: balanced: contiguous layers minimising the costliest stage (forward+backward flops + 8 x "
             "bytes), N=%d\n",
             g->nlayers);
+  else if (chunks)
+    fprintf(f, "partition: virtual stage v of %d runs layers [N*v//(p*V), N*(v+1)//(p*V)) with N=%d\n", p->pp,
+            g->nlayers);
   else fprintf(f, "partition: stage r of %d runs layers [N*r//p, N*(r+1)//p) with N=%d\n", p->pp, g->nlayers);
+  if (chunks)
+    fprintf(f, "chunks: %d per rank (--vpp); %s\n", sch->V,
+            sch->vshape ? "rank r holds virtual stages r and 2p-1-r (a V)" : "rank r holds virtual stages r, r+p, ...");
   for (int r = 0; r < p->pp; r++) {
     const StageInfo *s = &p->stages[r];
-    fprintf(f, "\nstage %d: ", r);
+    if (chunks) {
+      int rank = sched_rank_of(sch, r), k = 0;
+      while (sched_vstage(sch, rank, k) != r) k++;
+      fprintf(f, "\nvirtual stage %d (rank %d, chunk %d): ", r, rank, k);
+    } else fprintf(f, "\nstage %d: ", r);
     if (s->layer_end > s->layer_start)
       fprintf(f, "layers [%d, %d) = %d..%d", s->layer_start, s->layer_end, s->layer_start, s->layer_end - 1);
     else fprintf(f, "no layers");
@@ -364,6 +380,6 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p) {
       fprintf(f, "; per tensor-parallel rank %lld (%s)", (long long)s->nparams_rank, hb);
     }
     fputc('\n', f);
-    print_params(f, g, p, r);
+    print_params(f, g, p, r, chunks ? sch : NULL);
   }
 }

@@ -14,6 +14,7 @@
 
 static const char usage[] =
     "usage: ppc MODEL.pdl [options]\n"
+    "       ppc --from-hf DIR|config.json [-o FILE.pdl]\n"
     "\n"
     "The mesh and the training step (override the model's mesh and train blocks):\n"
     "  --tp N             tensor-parallel degree\n"
@@ -23,8 +24,7 @@ static const char usage[] =
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
     "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted whose activations fit\n"
-    "  --vpp V            chunks of layers per rank (interleaved, zbv: 2; predicted by --emit schedule/svg,\n"
-    "                     not yet compiled into programs when V > 1)\n"
+    "  --vpp V            chunks of layers per rank (interleaved: any; zbv: 2)\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
     "\n"
@@ -39,6 +39,11 @@ static const char usage[] =
     "  --emit WHAT        print ast, ir, plan, schedule (the predicted timeline), svg (it drawn),\n"
     "                     program (every rank's listing), or the kernel sources in c, opencl or\n"
     "                     cuda, to stdout\n"
+    "\n"
+    "Importing (no model file, no other option):\n"
+    "  --from-hf PATH     print a .pdl for a Hugging Face config (PATH: its config.json, or the directory\n"
+    "                     holding it): Llama, Qwen2, Qwen3, MiniMind or GPT-2; with -o FILE.pdl, write it\n"
+    "                     to FILE.pdl instead (-o names the .pdl file here, not a stage directory)\n"
     "\n"
     "  -h, --help         this text\n"
     "  --version          the compiler's version\n";
@@ -67,7 +72,8 @@ static const char *const emit_names[] = {"", "ast", "ir", "plan", "schedule", "s
 
 typedef struct Cli {
   const char *model;
-  const char *outdir;
+  const char *outdir;  /* -o: the stage directory; with --from-hf, the .pdl file */
+  const char *from_hf; /* --from-hf: a Hugging Face config.json or its directory (hf_import.c) */
   Emit emit;
   const char *debug_schedule; /* hidden: corrupt the schedule to test the deadlock proof */
   const char *arch;           /* --arch: the CUDA target */
@@ -126,7 +132,8 @@ static Cli parse_args(int argc, char **argv) {
     O_VERSION,
     O_DEBUG_SCHEDULE,
     O_MEM_LIMIT,
-    O_VPP
+    O_VPP,
+    O_FROM_HF
   };
   static const struct option longs[] = {
       {"tp", required_argument, NULL, O_TP},
@@ -144,12 +151,16 @@ static Cli parse_args(int argc, char **argv) {
       {"debug-schedule", required_argument, NULL, O_DEBUG_SCHEDULE},
       {"mem-limit", required_argument, NULL, O_MEM_LIMIT},
       {"vpp", required_argument, NULL, O_VPP},
+      {"from-hf", required_argument, NULL, O_FROM_HF},
       {NULL, 0, NULL, 0},
   };
   Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90", .vpp = 1};
-  opterr = 0; /* the messages below name the option as it was written */
-  for (int o; (o = getopt_long(argc, argv, ":ho:", longs, NULL)) != -1;) {
+  opterr = 0;                /* the messages below name the option as it was written */
+  char compile_opt[32] = ""; /* the first option that is not -o or --from-hf */
+  for (int o, li = -1; (o = getopt_long(argc, argv, ":ho:", longs, &li)) != -1; li = -1) {
     const char *flag = argv[optind - 1];
+    if (o != 'o' && o != O_FROM_HF && o != ':' && o != '?' && !compile_opt[0])
+      snprintf(compile_opt, sizeof compile_opt, "--%s", li >= 0 ? longs[li].name : "help");
     switch (o) {
     case 'h': fputs(usage, stdout); exit(0);
     case O_VERSION: printf("ppc %s\n", PPC_VERSION); exit(0);
@@ -189,8 +200,12 @@ static Cli parse_args(int argc, char **argv) {
       if (c.vpp > SCHED_MAX_CHUNKS) bad_usage("--vpp expects at most 16 chunks of layers per rank, got '%s'", optarg);
       break;
     case 'o':
-      if (!*optarg) bad_usage("-o needs a directory%s", "");
+      if (!*optarg) bad_usage("-o needs a directory (with --from-hf, a file)%s", "");
       c.outdir = optarg;
+      break;
+    case O_FROM_HF:
+      if (!*optarg) bad_usage("--from-hf needs a config.json or a directory holding one%s", "");
+      c.from_hf = optarg;
       break;
     case ':': bad_usage("option '%s' needs a value", flag); break;
     default: /* '?': getopt_long's answer for anything it does not know */
@@ -199,10 +214,12 @@ static Cli parse_args(int argc, char **argv) {
     }
   }
   for (int i = optind; i < argc; i++) {
-    if (c.model) bad_usage("more than one model file ('%s')", argv[i]);
+    if (c.model || c.from_hf)
+      bad_usage(c.from_hf ? "--from-hf takes no model file ('%s')" : "more than one model file ('%s')", argv[i]);
     c.model = argv[i];
   }
-  if (!c.model) bad_usage("no model file given%s", "");
+  if (c.from_hf && compile_opt[0]) bad_usage("--from-hf takes no option but -o FILE.pdl, got '%s'", compile_opt);
+  if (!c.model && !c.from_hf) bad_usage("no model file given%s", "");
   return c;
 }
 
@@ -213,85 +230,143 @@ static Cli parse_args(int argc, char **argv) {
 /* One pipeline stage as each of its ranks runs it: its graph (split from the model, sharded over
  * tensor parallelism, differentiated) and, when kernels or listings are wanted, its program. */
 typedef struct Stage {
-  Graph *graph;
+  Graph *graph;                /* the rank's: its stage's graph, or with chunks its parameters' */
+  Graph *chunk[PP_MAX_CHUNKS]; /* its chunks' graphs (one: graph itself) */
+  int nch;
   Program *prog;
 } Stage;
 
-/* Every stage: split -> shard -> autodiff -> fuse and lower -> plan memory, each once. `backward`
- * and `lower` say how far (checking the tensor-parallel roles needs only the split and the shard).
- * NULL after a reported error. */
-static Stage *build_stages(const Graph *g, const Plan *plan, const Sched *sched, bool backward, bool lower) {
-  int pp = (int)g->cfg.pp;
-  Stage *st = xcalloc((size_t)pp, sizeof *st);
-  for (int r = 0; r < pp; r++) {
-    Graph *sg = pp_split(g, plan, r); /* pp_split.c: the stage, boundaries, params */
-    if (g->cfg.tp > 1) {
-      Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives */
-      ir_free(sg);
-      if (!(sg = t)) goto fail;
-    }
-    st[r].graph = sg;
-    if (backward && ad_backward(sg)) /* ad_backward.c */
-      diag_fatal("internal: stage %d's backward graph does not verify", r);
-    if (backward && sched->split) ad_split(sg); /* ad_split.c: the backward as B and W */
-    if (!lower) continue;
-    Program *prog = st[r].prog = fuse_lower(sg); /* fuse_lower.c: kernels, GEMMs, instructions */
-    prog->model = g;
-    prog->nslots = sched->st[r].cslots[0]; /* one chunk per stage program */
-    mem_plan(prog);                        /* mem_plan.c: the arena */
-    if (prog->arena > PP_MAX_ARENA) {
-      fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
-              (long long)prog->arena, (long long)PP_MAX_ARENA);
-      goto fail;
-    }
+/* One stage (or virtual stage) of the partition in plan: split -> shard -> autodiff -> split
+ * backward, each once; NULL after a reported error. */
+static Graph *build_graph(const Graph *g, const Plan *plan, const Sched *sched, int r, bool backward) {
+  Graph *sg = pp_split(g, plan, r); /* pp_split.c: the stage, boundaries, params */
+  if (g->cfg.tp > 1) {
+    Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives */
+    ir_free(sg);
+    if (!(sg = t)) return NULL;
   }
-  return st;
-fail:
-  for (int r = 0; r < pp; r++) {
-    fuse_prog_free(st[r].prog);
-    ir_free(st[r].graph);
+  if (backward && ad_backward(sg)) /* ad_backward.c */
+    diag_fatal("internal: stage %d's backward graph does not verify", r);
+  if (backward && sched->split) ad_split(sg); /* ad_split.c: the backward as B and W */
+  return sg;
+}
+
+/* The rank's program from its graphs: fuse and lower -> plan memory. 0, or 1 after an error. */
+static int lower_stage(const Graph *g, const Sched *sched, int r, Stage *st) {
+  Program *prog = st->prog = fuse_lower(st->graph, st->chunk, st->nch); /* fuse_lower.c: kernels, instructions */
+  prog->model = g;
+  prog->nslots = sched->st[r].nslots;
+  mem_plan(prog); /* mem_plan.c: the arena */
+  if (prog->arena > PP_MAX_ARENA) {
+    fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
+            (long long)prog->arena, (long long)PP_MAX_ARENA);
+    return 1;
   }
-  free(st);
-  return NULL;
+  return 0;
 }
 
 static void free_stages(Stage *st, int pp) {
   for (int r = 0; st && r < pp; r++) {
     fuse_prog_free(st[r].prog);
+    for (int c = 0; c < st[r].nch; c++)
+      if (st[r].chunk[c] != st[r].graph) ir_free(st[r].chunk[c]);
     ir_free(st[r].graph);
   }
   free(st);
 }
 
+/* The virtual stages of chunks of layers: g cut into pp*V stages by its partition's rule
+ * (--partition too), planned, then g's own partition back. */
+static Plan *vstage_plan(Graph *g, bool balanced, int V) {
+  int64_t pp = g->cfg.pp;
+  g->cfg.pp = pp * V;
+  pp_partition(g, balanced); /* pp_plan.c */
+  Plan *p = pp_plan(g);
+  g->cfg.pp = pp;
+  pp_partition(g, balanced);
+  return p;
+}
+
+/* Every stage: its graph, then (lower) its program. With chunks of layers (sched->V > 1) the
+ * layers are cut into pp*V virtual stages by the same rule as stages (vplan: g cut so, then g's
+ * own partition back), each built as a stage is, and rank r's program holds the ones sched gives
+ * it. `backward` and `lower` say how far (checking the tensor-parallel roles needs only the split
+ * and the shard). NULL after a reported error. */
+static Stage *build_stages(Graph *g, const Plan *plan, const Plan *vplan, const Sched *sched, bool backward,
+                           bool lower) {
+  int pp = (int)g->cfg.pp, V = sched->V;
+  Stage *st = xcalloc((size_t)pp, sizeof *st);
+  Graph **vg = NULL;
+  bool ok = true;
+  if (V > 1) {
+    vg = xcalloc((size_t)(pp * V), sizeof *vg);
+    g->cfg.pp = pp * V; /* the graphs of the virtual stages, as vplan cuts g */
+    pp_partition(g, vplan->balanced);
+    for (int v = 0; v < pp * V && ok; v++) ok = (vg[v] = build_graph(g, vplan, sched, v, backward)) != NULL;
+    g->cfg.pp = pp;
+    pp_partition(g, vplan->balanced);
+  }
+  for (int r = 0; r < pp && ok; r++) {
+    Stage *x = &st[r];
+    x->nch = V;
+    if (V == 1) {
+      ok = (x->graph = x->chunk[0] = build_graph(g, plan, sched, r, backward)) != NULL;
+    } else {
+      for (int c = 0; c < V; c++) x->chunk[c] = vg[sched_vstage(sched, r, c)], vg[sched_vstage(sched, r, c)] = NULL;
+      x->graph = pp_chunks_rank(g, vplan, sched, r, x->chunk, V); /* pp_chunks.c: the rank's parameters */
+    }
+    if (ok && lower) ok = !lower_stage(g, sched, r, x);
+  }
+  for (int v = 0; vg && v < pp * V; v++) ir_free(vg[v]); /* after an error: the ones no rank took */
+  free(vg);
+  if (!ok) {
+    free_stages(st, pp);
+    return NULL;
+  }
+  return st;
+}
+
 /* Every stage's costs (sched_time.c) as lowered for a one-chunk schedule whose backward is split
  * or whole: its slot counts do not matter to them. 0, or 1 after a reported error. */
-static int stage_costs(const Graph *g, const Plan *plan, int M, bool split, StageCost *cost) {
+static int stage_costs(Graph *g, const Plan *plan, int M, bool split, StageCost *cost) {
   int n = (int)g->cfg.pp;
   Sched *s = sched_build(n, 1, M, sched_one_chunk(split)); /* sched.c */
-  Stage *st = build_stages(g, plan, s, true, true);
-  for (int r = 0; st && r < n; r++) sched_stage_cost(st[r].prog, &cost[r]);
+  Stage *st = build_stages(g, plan, NULL, s, true, true);
+  for (int r = 0; st && r < n; r++) sched_stage_cost(st[r].prog, 0, &cost[r]);
   free_stages(st, n);
   sched_free(s);
   return !st;
 }
 
 /* --schedule auto: every stage lowered twice, its backward whole and split, for the costs of each
- * kind of schedule; sched_choose picks (sched_time.c) and g's schedule becomes its choice. 0, or 1
- * after an error (*why, the comparison, is set either way once the stages are lowered). */
-static int choose_schedule(Graph *g, const Plan *plan, int64_t mem_limit, char **why) {
-  int pp = (int)g->cfg.pp, M = (int)(g->cfg.microbatches / g->cfg.dp);
-  StageCost *cost[2] = {xcalloc((size_t)pp, sizeof **cost), xcalloc((size_t)pp, sizeof **cost)};
-  for (int split = 0; split < 2; split++)
-    if (stage_costs(g, plan, M, split, cost[split])) {
-      free(cost[0]), free(cost[1]);
-      return 1;
-    }
-  size_t len = 0;
-  FILE *w = open_memstream(why, &len);
-  if (!w) diag_fatal("out of memory");
-  int k = sched_choose(pp, M, cost[0], cost[1], mem_limit, w);
-  fclose(w);
-  free(cost[0]), free(cost[1]);
+ * kind of schedule, and so every virtual stage of two chunks per rank when the layers allow; then
+ * sched_choose picks (sched_time.c), and g's schedule and *vpp become its choice. 0, or 1 after an
+ * error (*why, the comparison, is set either way once the stages are lowered). */
+static int choose_schedule(Graph *g, const Plan *plan, bool balanced, int64_t mem_limit, int *vpp, char **why) {
+  int pp = (int)g->cfg.pp, M = (int)(g->cfg.microbatches / g->cfg.dp), rc = 0;
+  StageCost *cost[2][2] = {{NULL, NULL}, {NULL, NULL}};
+  for (int split = 0; split < 2 && !rc; split++)
+    rc = stage_costs(g, plan, M, split, cost[0][split] = xcalloc((size_t)pp, sizeof(StageCost)));
+  if (!rc && pp > 1 && g->nlayers >= 2 * pp) { /* two chunks per rank: the virtual stages' costs */
+    Plan *vp = vstage_plan(g, balanced, 2);
+    g->cfg.pp = 2 * pp;
+    pp_partition(g, balanced);
+    for (int split = 0; split < 2 && !rc; split++)
+      rc = stage_costs(g, vp, M, split, cost[1][split] = xcalloc((size_t)(2 * pp), sizeof(StageCost)));
+    g->cfg.pp = pp;
+    pp_partition(g, balanced);
+    pp_plan_free(vp);
+  }
+  int k = -1;
+  if (!rc) {
+    size_t len = 0;
+    FILE *w = open_memstream(why, &len);
+    if (!w) diag_fatal("out of memory");
+    k = sched_choose(pp, M, g->nlayers, (const StageCost *const(*)[2])cost, mem_limit, w, vpp);
+    fclose(w);
+  }
+  for (int i = 0; i < 4; i++) free(cost[i / 2][i % 2]);
+  if (rc) return 1;
   if (k < 0) {
     fprintf(stderr, "ppc: error: no schedule's activations fit --mem-limit:\n%s", *why);
     return 1;
@@ -300,32 +375,16 @@ static int choose_schedule(Graph *g, const Plan *plan, int64_t mem_limit, char *
   return 0;
 }
 
-/* The predicted timeline from every stage's lowered blocks (--emit schedule, --emit svg). */
-static void print_schedule(const Graph *g, const Stage *st, const Sched *sched, bool svg) {
-  StageCost *cost = xcalloc((size_t)g->cfg.pp, sizeof *cost);
-  for (int r = 0; r < g->cfg.pp; r++) sched_stage_cost(st[r].prog, &cost[r]); /* sched_time.c */
-  if (svg) sched_svg(stdout, sched, cost, g->model);
+/* The predicted timeline from every stage's lowered blocks (--emit schedule, --emit svg); with
+ * chunks of layers, every virtual stage's from the chunk of the rank that holds it. */
+static void print_schedule(const Stage *st, const Sched *sched, const char *model, bool svg) {
+  int nv = sched->pp * sched->V;
+  StageCost *cost = xcalloc((size_t)nv, sizeof *cost);
+  for (int r = 0; r < sched->pp; r++)
+    for (int c = 0; c < sched->V; c++) sched_stage_cost(st[r].prog, c, &cost[sched_vstage(sched, r, c)]);
+  if (svg) sched_svg(stdout, sched, cost, model); /* sched_time.c */
   else sched_print(stdout, sched, cost);
   free(cost);
-}
-
-/* The predicted timeline of a schedule whose ranks hold V chunks of layers: the layers cut into
- * pp·V virtual stages by the same rule as stages (--partition too), each lowered for its costs;
- * then the pipeline's own partition back. */
-static void print_chunked_schedule(Graph *g, bool balanced, const Sched *sched, bool svg) {
-  int64_t pp = g->cfg.pp;
-  int nv = (int)pp * sched->V;
-  g->cfg.pp = nv;
-  pp_partition(g, balanced); /* pp_plan.c */
-  Plan *plan = pp_plan(g);
-  StageCost *cost = xcalloc((size_t)nv, sizeof *cost);
-  bool ok = !stage_costs(g, plan, sched->M, sched->split, cost); /* the virtual stages as stages */
-  if (ok && svg) sched_svg(stdout, sched, cost, g->model);
-  else if (ok) sched_print(stdout, sched, cost);
-  free(cost);
-  pp_plan_free(plan);
-  g->cfg.pp = pp;
-  pp_partition(g, balanced);
 }
 
 /* Each stage's kernels in one language, as its ranks compile them (--emit c|opencl|cuda). */
@@ -342,12 +401,15 @@ static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
   }
 }
 
-static void print_stage_irs(const Graph *g, const Stage *st) {
-  for (int r = 0; r < g->cfg.pp; r++) {
-    printf("# ======== stage %d of %lld%s ========\n", r, (long long)g->cfg.pp,
-           g->cfg.tp > 1 ? ", as each tensor-parallel rank runs it" : "");
-    ir_print(stdout, st[r].graph);
-  }
+static void print_stage_irs(const Graph *g, const Stage *st, const Sched *sched) {
+  for (int r = 0; r < g->cfg.pp; r++)
+    for (int c = 0; c < st[r].nch; c++) {
+      char chunk[64] = "";
+      if (st[r].nch > 1) snprintf(chunk, sizeof chunk, ", chunk %d (virtual stage %d)", c, sched_vstage(sched, r, c));
+      printf("# ======== stage %d of %lld%s%s ========\n", r, (long long)g->cfg.pp, chunk,
+             g->cfg.tp > 1 ? ", as each tensor-parallel rank runs it" : "");
+      ir_print(stdout, st[r].chunk[c]);
+    }
 }
 
 /* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
@@ -361,7 +423,7 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
     fprintf(stderr, "ppc: error: cannot write '%s': %s\n", path, strerror(errno));
     return 1;
   }
-  if (f) pp_plan_print(f, g, plan);
+  if (f) pp_plan_print(f, g, plan, sched);
   if (f && why) fputs(why, f);
   if (f && fclose(f)) {
     fprintf(stderr, "ppc: error: cannot write '%s'\n", path);
@@ -504,7 +566,7 @@ static int compile(const Cli *cli) {
   Src *src = src_load(cli->model);        /* diag.c */
   Ast *ast = src ? ast_parse(src) : NULL; /* grammar/parser.y */
   Graph *g = NULL;
-  Plan *plan = NULL;
+  Plan *plan = NULL, *vplan = NULL; /* vplan: the virtual stages, with chunks of layers */
   Sched *sched = NULL;
   Stage *st = NULL;
   char *why = NULL; /* --schedule auto: the comparison and the choice */
@@ -517,23 +579,17 @@ static int compile(const Cli *cli) {
   if (!(g = ir_build(src, ast, &cli->opt))) goto out; /* ir_build.c: names, shapes, roles */
   pp_partition(g, cli->balanced);                     /* pp_plan.c: stage boundaries */
   plan = pp_plan(g);                                  /* pp_plan.c: layers to stages, params */
-  if (!strcmp(g->cfg.schedule, "auto") ? choose_schedule(g, plan, cli->mem_limit, &why) : cli->mem_limit > 0) {
+  int V = cli->vpp;                                   /* --schedule auto: its choice's */
+  if (!strcmp(g->cfg.schedule, "auto") ? choose_schedule(g, plan, cli->balanced, cli->mem_limit, &V, &why)
+                                       : cli->mem_limit > 0) {
     if (!why) fprintf(stderr, "ppc: error: --mem-limit goes with --schedule auto\n");
     goto out;
   }
   /* each data-parallel replica runs its share of the micro-batches */
-  int M = (int)(g->cfg.microbatches / g->cfg.dp), V = cli->vpp;
+  int M = (int)(g->cfg.microbatches / g->cfg.dp);
   char fit[320];
   if (sched_fits(g->cfg.schedule, (int)g->cfg.pp, V, M, g->nlayers, fit, sizeof fit)) { /* sched.c */
     sched_report(src, g->cfg.sched_loc, "%s", fit);
-    goto out;
-  }
-  bool chunks = V > 1; /* predicted only, so far: no stage program holds more than one chunk */
-  if (chunks && cli->emit != EMIT_SCHEDULE && cli->emit != EMIT_SVG && cli->emit != EMIT_PLAN) {
-    sched_report(src, g->cfg.sched_loc,
-                 "schedule '%s' with --vpp %d is predicted (--emit schedule, --emit svg) but not yet compiled into "
-                 "rank programs, whose stages hold one chunk of layers: train with 1f1b or zb-h1",
-                 g->cfg.schedule, V);
     goto out;
   }
   sched = sched_build((int)g->cfg.pp, V, M, g->cfg.schedule); /* sched.c */
@@ -543,42 +599,42 @@ static int compile(const Cli *cli) {
   /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
   bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
-  bool lower =
-      cli->outdir || cli->emit >= EMIT_PROGRAM || ((cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG) && !chunks);
+  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG;
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
-  if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, sched, backward, lower))) goto out;
+  if (V > 1) vplan = vstage_plan(g, cli->balanced, V); /* the virtual stages of chunks of layers */
+  if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, vplan, sched, backward, lower))) goto out;
 
   rc = 0;
   switch (cli->emit) {
   case EMIT_NONE: break;
   case EMIT_AST: break; /* printed above */
   case EMIT_IR:
-    if (!dense_ir) print_stage_irs(g, st);
+    if (!dense_ir) print_stage_irs(g, st, sched);
     else if (ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
     else ir_print(stdout, g);
     break;
   case EMIT_PLAN:
-    pp_plan_print(stdout, g, plan);
+    pp_plan_print(stdout, g, vplan ? vplan : plan, sched);
     if (why) fputs(why, stdout);
     break;
   case EMIT_SCHEDULE:
   case EMIT_SVG:
     if (why && cli->emit == EMIT_SCHEDULE) fputs(why, stdout);
-    if (chunks) print_chunked_schedule(g, cli->balanced, sched, cli->emit == EMIT_SVG);
-    else print_schedule(g, st, sched, cli->emit == EMIT_SVG);
+    print_schedule(st, sched, g->model, cli->emit == EMIT_SVG);
     break;
-  case EMIT_PROGRAM: rc = write_outputs(NULL, g, plan, why, sched, st, cli->arch); break;
+  case EMIT_PROGRAM: rc = write_outputs(NULL, g, vplan ? vplan : plan, why, sched, st, cli->arch); break;
   case EMIT_C: print_kernels(g, st, LANG_C); break;
   case EMIT_OPENCL: print_kernels(g, st, LANG_OPENCL); break;
   case EMIT_CUDA: print_kernels(g, st, LANG_CUDA); break;
   }
-  if (!rc && cli->outdir) rc = write_stage_dir(cli->outdir, g, plan, why, sched, st, cli->arch);
+  if (!rc && cli->outdir) rc = write_stage_dir(cli->outdir, g, vplan ? vplan : plan, why, sched, st, cli->arch);
   if (!rc && !cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:
   if (g) free_stages(st, (int)g->cfg.pp);
   sched_free(sched);
   pp_plan_free(plan);
+  pp_plan_free(vplan);
   ir_free(g);
   ast_free(ast);
   src_free(src);
@@ -588,5 +644,6 @@ out:
 
 int main(int argc, char **argv) {
   Cli cli = parse_args(argc, argv);
+  if (cli.from_hf) return hf_import(cli.from_hf, cli.outdir); /* hf_import.c: -o is the .pdl file */
   return compile(&cli);
 }

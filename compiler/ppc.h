@@ -82,14 +82,15 @@ struct Arg {
 };
 
 typedef enum StmtKind {
-  S_MODEL, /* model "name" */
-  S_DIM,   /* dim name = value */
-  S_INPUT, /* input name: dtype[dims] */
-  S_PARAM, /* param name: [dims] as "ckpt" init value tp role */
-  S_LET,   /* name = value */
-  S_FOR,   /* for name in lo..hi { body } */
-  S_MESH,  /* mesh { settings } */
-  S_TRAIN, /* train { settings } */
+  S_MODEL,      /* model "name" */
+  S_DIM,        /* dim name = value */
+  S_INPUT,      /* input name: dtype[dims] */
+  S_PARAM,      /* param name: [dims] as "ckpt" init value tp role */
+  S_LET,        /* name = value */
+  S_FOR,        /* for name in lo..hi { body } */
+  S_MESH,       /* mesh { settings } */
+  S_TRAIN,      /* train { settings } */
+  S_CHECKPOINT, /* checkpoint { settings }: how checkpoint files name the params */
 } StmtKind;
 
 typedef struct Setting {
@@ -114,7 +115,7 @@ typedef struct Stmt {
   Loc ckpt_loc;
   char *role; /* S_PARAM: tp role, NULL when not given */
   Loc role_loc;
-  Setting *settings; /* S_MESH, S_TRAIN */
+  Setting *settings; /* S_MESH, S_TRAIN, S_CHECKPOINT */
   struct Stmt *body; /* S_FOR */
   struct Stmt *next;
   struct Stmt *tail; /* the parser's: on a list's first node, its last */
@@ -209,6 +210,9 @@ typedef struct IrAttrs {
   double eps, theta, scale; /* scale 0: 1/sqrt(head_dim) */
   int64_t heads, index, parts;
   bool causal;
+  bool llama3; /* rope: Llama-3 frequency scaling by factor, low/high_freq_factor, original_max_pos */
+  double factor, low_freq_factor, high_freq_factor;
+  int64_t original_max_pos;
   int64_t vlocal, vtotal; /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
 } IrAttrs;
 
@@ -262,13 +266,17 @@ typedef struct IrInput {
   Loc loc;
 } IrInput;
 
-/* The mesh and step shape: the .pdl's mesh/train blocks with command-line flags on top. */
+/* The mesh and step shape: the .pdl's mesh/train blocks with command-line flags on top; the
+ * checkpoint block's prefix a checkpoint's names may all lack (ppr --init). */
+#define PPC_MAX_PREFIX 64
 typedef struct Config {
   int64_t tp, pp, dp;
   int64_t micro_batch, seq, microbatches;
   char schedule[16];
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
   Loc sched_loc;
+  char ckpt_prefix[PPC_MAX_PREFIX + 1]; /* checkpoint { optional_prefix }: "" for none */
+  Loc prefix_loc;
 } Config;
 
 typedef struct Graph {
@@ -326,7 +334,11 @@ int ir_build_eval_int(Builder *b, const Expr *e, int64_t *out); /* 0, or 1 after
 int ir_build_eval_float(Builder *b, const Expr *e, double *out);
 /* ir_config.c: the mesh and the step (the .pdl's blocks, flags on top); their checks against the model */
 void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c);
-void ir_config_check(Builder *b, Loc end); /* end: where a message without a place of its own points */
+void ir_config_check(Builder *b, Loc end);
+/* The .pdl's `# hf-config: JSON` comment (ppc --from-hf's), re-serialised for the listing's
+ * `hf_config` line: compact, ASCII, spaces and '#' as \u escapes (*out malloc'd; NULL without the
+ * comment). -1 when the comment is not a JSON object (*at: where it is). */
+int ir_config_hf_json(const Src *src, char **out, Loc *at); /* end: where a message without a place of its own points */
 /* ir_infer.c: an op call checked against the op table; its result's shape, dtype and layout */
 int ir_infer_call(Builder *b, const Expr *e);   /* name(args): its node; -1 after reporting */
 int ir_infer_binary(Builder *b, const Expr *e); /* a + b, a * b */
@@ -510,6 +522,7 @@ typedef enum BufClass {
   BC_WORKSPACE,
   BC__COUNT
 } BufClass;
+#define MEM_ALIGN       64                  /* every buffer's offset in the arena is a multiple of it (mem_plan.c) */
 #define WORKSPACE_BYTES ((int64_t)32 << 20) /* a GEMM library's workspace: cuBLASLt's 32 MiB for Hopper */
 
 typedef struct VBuf {
@@ -518,7 +531,8 @@ typedef struct VBuf {
   BufClass cls;
   bool is_int;
   Shape shape;
-  int param;       /* BC_PARAM/BC_GRAD/...: the parameter */
+  int param;       /* BC_PARAM/BC_GRAD/...: the parameter (the rank's, Program.g) */
+  int chunk;       /* BC_SLOT: the chunk of layers whose slot layout holds it (0 without chunks) */
   int64_t off;     /* placed offset within its region (mem_plan.c) */
   int first, last; /* BC_SCRATCH: first and last instruction (global numbering) that touch it */
   bool pin_start;  /* live from the start of the block it is first used in (a received value) */
@@ -570,23 +584,34 @@ typedef struct Block {
   int n, cap;
 } Block;
 
-typedef struct Program {
+/* One chunk of layers of a rank's program: a stage, or with chunks (interleaved, zbv) one of the
+ * rank's virtual stages. Its instructions' node numbers are its graph's. */
+typedef struct ProgChunk {
   const Graph *g;
+  Block fwd, bwd, wgt; /* wgt: the weight gradients of a split backward (W), else empty */
+  int bnd[PP_NBND];    /* the boundary buffers, by PpBoundary; -1 for none */
+} ProgChunk;
+
+typedef struct Program {
+  const Graph *g;     /* the rank's: its stage, its parameters (each once, whichever chunks read it) */
   const Graph *model; /* the whole model: its dense parameters are listed in every program */
   VBuf *vb;
   int nvb, vcap;
   Kernel **kernels;
   int nk, kcap;
-  Block fwd, bwd, wgt, opt; /* wgt: the weight gradients of a split backward (W), else empty */
+  ProgChunk ch[PP_MAX_CHUNKS];
+  int nch;
+  Block opt;                                              /* once per step, over every parameter */
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
   int64_t arena;
-  int bnd[PP_NBND]; /* the boundary buffers, by PpBoundary; -1 for none */
-  int *node_vb;     /* per IR node: its buffer, -1 for none */
-  int *node_aux;    /* per IR node: its saved-statistics buffer, -1 */
+  int *node_vb;  /* per IR node of the chunk being lowered: its buffer, -1 for none */
+  int *node_aux; /* per IR node: its saved-statistics buffer, -1 */
 } Program;
 
-Program *fuse_lower(const Graph *g);
+/* The rank's program from its chunks' graphs (one: its stage's; rank is then that graph too) and
+ * the rank's graph of parameters (pp_chunks.c), whose indices the buffers and the optimizer use. */
+Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch);
 void mem_plan(Program *p);
 void fuse_prog_free(Program *p);
 
@@ -595,7 +620,9 @@ void fuse_prog_free(Program *p);
  * and fuse_adamw.c. */
 typedef struct FuseCtx {
   Program *p;
-  const Graph *g;
+  const Graph *g; /* the graph being lowered: a chunk's; the rank's for the optimizer */
+  int chunk;      /* the chunk being lowered */
+  int *pmap;      /* per parameter of g: the rank's parameter */
   Block *blk;     /* the block being appended to */
   int *nusers;    /* per node: how many nodes read it */
   int *user;      /* per node: its (last) user */
@@ -682,11 +709,11 @@ typedef struct SchedEntry {
   int nops;
 } SchedEntry;
 
-#define SCHED_MAX_CHUNKS 16 /* --vpp at most */
+#define SCHED_MAX_CHUNKS PP_MAX_CHUNKS /* --vpp at most */
 typedef struct StageSched {
   SchedEntry *e;
   int n, cap;
-  int cslots[SCHED_MAX_CHUNKS]; /* per chunk: its activation slots */
+  int nslots; /* its activation slots (with chunks: one pool, a slot holding any chunk's) */
 } StageSched;
 
 typedef struct Sched {
@@ -731,14 +758,16 @@ typedef struct SchedPrediction {
   double bubble;      /* idle share of all ranks' time */
   int64_t peak_bytes; /* the most activation bytes a rank holds */
 } SchedPrediction;
-void sched_stage_cost(const Program *p, StageCost *c); /* from the stage's lowered blocks */
+void sched_stage_cost(const Program *p, int chunk, StageCost *c); /* from a chunk's lowered blocks */
 SchedPrediction sched_predict(const Sched *s, const StageCost *cost);
 void sched_print(FILE *f, const Sched *s, const StageCost *cost);                  /* --emit schedule */
 void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model); /* --emit svg */
-/* --schedule auto: the table's schedules predicted with the stages' costs (plain: the backward
- * whole; split: as B and W); the fastest whose most activation bytes on a rank fit mem_limit (0:
- * none) is chosen. Writes the comparison and the choice to why; the schedule's index, or -1. */
-int sched_choose(int pp, int M, const StageCost *plain, const StageCost *split, int64_t mem_limit, FILE *why);
+/* --schedule auto: the table's schedules predicted with the stages' costs, cost[chunks][split]:
+ * [0] per stage, [1] per virtual stage of two chunks per rank (NULL: not considered); [.][0] the
+ * backward whole, [.][1] as B and W. The fastest that fits (nlayers, M) and whose most activation
+ * bytes on a rank fit mem_limit (0: none) is chosen. Writes the comparison and the choice to why;
+ * the schedule's index (*vpp its chunks per rank), or -1. */
+int sched_choose(int pp, int M, int nlayers, const StageCost *const cost[2][2], int64_t mem_limit, FILE *why, int *vpp);
 
 /* A file's size and FNV-1a hash as it was written; bytes -1: not written ('- -' in a listing). */
 typedef struct FileSum {
@@ -820,7 +849,22 @@ int pp_stage_of_node(const Graph *g, int pp, const IrNode *n);
 /* stage's forward graph with its boundary nodes; its parameters marked tied, shared, copy */
 Graph *pp_split(const Graph *g, const Plan *plan, int stage);
 Plan *pp_plan(const Graph *g);
-void pp_plan_print(FILE *f, const Graph *g, const Plan *p);
+/* s: the schedule when its ranks hold chunks of layers (the plan's stages are then virtual stages,
+ * g cut into as many), else NULL */
+void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const struct Sched *s);
 void pp_plan_free(Plan *p);
+
+/* pp_chunks.c: the graph of rank r's parameters when it holds chunks of layers (the virtual
+ * stages of vplan, as s places them): each tensor once, shared and owned between ranks. */
+Graph *pp_chunks_rank(const Graph *model, const Plan *vplan, const struct Sched *s, int r, Graph *const *chunk,
+                      int nch);
+
+/* ---- hf_import.c: ppc --from-hf -------------------------------------------------------------
+ * A readable .pdl for the Hugging Face config at path (a config.json, or the directory holding
+ * one): Llama, Qwen2, Qwen3, MiniMind or GPT-2 (docs/language.md, "Importing a Hugging Face
+ * config"). Written to out through a temporary file renamed over it, or to stdout when out is
+ * NULL. 0, or 1 after an error reported on stderr as `ppc: error: PATH: field 'X': expected ...,
+ * got ...`. */
+int hf_import(const char *path, const char *out);
 
 #endif

@@ -1,5 +1,5 @@
 /* sched.c — pipeline schedules compiled into every rank's program (naive, GPipe, 1F1B, ZB-H1;
- * interleaved 1F1B, whose ranks hold several chunks of layers, is predicted only so far),
+ * interleaved 1F1B and ZB-V, whose ranks hold several chunks of layers),
  * the batching of a send with the receive that follows it, and the compile-time proof that every
  * stage runs each micro-batch's parts once and in order and that no rank blocks forever.
  * sched_time.c predicts their timelines. */
@@ -92,54 +92,46 @@ static void order_interleaved(Order *o, int pp, int r, int M, int V) {
   for (int k = total - warm; k < total; k++) unit(k, pp, V, false, &c, &m), add(o, SE_B, c, m);
 }
 
-/* zbv (the Zero Bubble paper's ZB-V): two chunks per rank in a V (rank r holds virtual stages r
- * and 2p-1-r, so rank 0 holds the first and the last) and a split backward. The order is found
- * by running every rank in unit steps (F = B = W = 1): an idle rank runs a ready B first (the
- * lowest micro-batch, the chunk nearer the pipeline's end first), else a ready F while it holds
- * fewer than 2p chunk activations (1F1B's memory: p sets of whole stages), else its oldest
- * pending W. */
+/* zbv (the Zero Bubble paper's ZB-V): two chunks per rank in a V, rank r holding virtual stages r
+ * and 2p-1-r, so rank 0 holds the first and the last; the backward split into B and W. */
 static int zbv_v(int pp, int r, int c) { return c ? 2 * pp - 1 - r : r; }
 
-static void order_zbv(Order *o, int pp, int r0, int M, int V) {
+/* zbv's order, as the Zero Bubble paper draws ZB-V (rank r holds chunk 0, virtual stage r, and
+ * chunk 1, virtual stage 2p-1-r): a warm-up of 2(p-r)-1 forwards of chunk 0; r pairs of a
+ * chunk-1 and a chunk-0 forward; p-r rounds of a chunk-1 forward, B and W; then the steady state,
+ * rounds of F, B, W on chunk 0 and then on chunk 1 while forwards remain; a cool-down of r pairs of
+ * B (chunk 0, chunk 1) and p-r of B and W on chunk 0; the remaining W last. Entries of a
+ * micro-batch past M are left out, and whatever a phase could not run (few micro-batches) comes
+ * in the cool-down. With F = B = W it leaves no bubble in the steady state and holds at most 2p
+ * chunk activations, 1F1B's memory. */
+typedef struct ZbvCount {
+  int f[2], b[2], w[2]; /* per chunk: the next micro-batch of each kind */
+} ZbvCount;
+
+static void zbv_step(Order *o, ZbvCount *n, SchedKind k, int c, int M) {
+  int *x = k == SE_F ? &n->f[c] : k == SE_B ? &n->b[c] : &n->w[c];
+  if (*x >= M) return;
+  if (k == SE_B && n->b[c] >= n->f[c]) return; /* never before its forward */
+  if (k == SE_W && n->w[c] >= n->b[c]) return; /* never before its B */
+  add(o, k, c, (*x)++);
+}
+
+static void order_zbv(Order *o, int pp, int r, int M, int V) {
   (void)V;
-  int nv = 2 * pp, cap = 2 * pp;
-  int *fend = xmalloc((size_t)(nv * M) * sizeof *fend), *bend = xmalloc((size_t)(nv * M) * sizeof *bend);
-  for (int i = 0; i < nv * M; i++) fend[i] = bend[i] = -1;
-  int(*nextf)[2] = xcalloc((size_t)pp, sizeof *nextf), (*nextb)[2] = xcalloc((size_t)pp, sizeof *nextb);
-  int *held = xcalloc((size_t)pp, sizeof *held), *nw = xcalloc((size_t)pp, sizeof *nw), *wq = NULL;
-  int(*w)[2] = xcalloc((size_t)(pp * 2 * M), sizeof *w); /* per rank, its B-done (chunk, mb) in order */
-  int *whead = xcalloc((size_t)pp, sizeof *whead);
-  int left = 3 * 2 * M * pp;
-  (void)wq;
-  for (int t = 0; left > 0; t++) {
-    if (t > 100 * (left + nv * M)) diag_fatal("internal: the zbv order does not finish");
-    for (int r = 0; r < pp; r++) {
-      int pick = -1, pc = -1, pm = -1;          /* 0 F, 1 B, 2 W */
-      for (int k = 0; k < 2 && pick < 0; k++) { /* B: chunk 1 (nearer the end) first on ties */
-        int c = 1 - k, m = nextb[r][c], v = zbv_v(pp, r, c);
-        if (m >= M || fend[v * M + m] < 0 || fend[v * M + m] > t) continue;
-        if (v < nv - 1 && (bend[(v + 1) * M + m] < 0 || bend[(v + 1) * M + m] > t)) continue;
-        if (pick < 0 || m < pm) pick = 1, pc = c, pm = m;
-      }
-      for (int k = 0; k < 2 && pick < 0 && held[r] < cap; k++) { /* F: chunk 1 first */
-        int c = 1 - k, m = nextf[r][c], v = zbv_v(pp, r, c);
-        if (m >= M || (v > 0 && (fend[(v - 1) * M + m] < 0 || fend[(v - 1) * M + m] > t))) continue;
-        pick = 0, pc = c, pm = m;
-      }
-      if (pick < 0 && whead[r] < nw[r]) pick = 2, pc = w[r * 2 * M + whead[r]][0], pm = w[r * 2 * M + whead[r]][1];
-      if (pick < 0) continue;
-      int v = zbv_v(pp, r, pc);
-      if (pick == 0) fend[v * M + pm] = t + 1, nextf[r][pc]++, held[r]++;
-      if (pick == 1) {
-        bend[v * M + pm] = t + 1, nextb[r][pc]++;
-        w[r * 2 * M + nw[r]][0] = pc, w[r * 2 * M + nw[r]++][1] = pm;
-      }
-      if (pick == 2) whead[r]++, held[r]--;
-      if (r == r0) add(o, pick == 0 ? SE_F : pick == 1 ? SE_B : SE_W, pc, pm);
-      left--;
-    }
+  ZbvCount n = {{0, 0}, {0, 0}, {0, 0}};
+  for (int i = 0; i < 2 * (pp - r) - 1; i++) zbv_step(o, &n, SE_F, 0, M);
+  for (int i = 0; i < r; i++) zbv_step(o, &n, SE_F, 1, M), zbv_step(o, &n, SE_F, 0, M);
+  for (int i = 0; i < pp - r; i++)
+    zbv_step(o, &n, SE_F, 1, M), zbv_step(o, &n, SE_B, 1, M), zbv_step(o, &n, SE_W, 1, M);
+  while (n.f[1] < n.f[0] || n.f[0] < M) {
+    zbv_step(o, &n, SE_F, 0, M), zbv_step(o, &n, SE_B, 0, M), zbv_step(o, &n, SE_W, 0, M);
+    zbv_step(o, &n, SE_F, 1, M), zbv_step(o, &n, SE_B, 1, M), zbv_step(o, &n, SE_W, 1, M);
   }
-  free(fend), free(bend), free(nextf), free(nextb), free(held), free(nw), free(w), free(whead);
+  for (int i = 0; i < r; i++) zbv_step(o, &n, SE_B, 0, M), zbv_step(o, &n, SE_B, 1, M);
+  for (int i = 0; i < pp - r; i++) zbv_step(o, &n, SE_B, 0, M), zbv_step(o, &n, SE_W, 0, M);
+  while (n.b[1] < M || n.b[0] < M) zbv_step(o, &n, SE_B, 1, M), zbv_step(o, &n, SE_B, 0, M);
+  while (n.w[1] < M) zbv_step(o, &n, SE_W, 1, M);
+  while (n.w[0] < M) zbv_step(o, &n, SE_W, 0, M);
 }
 
 /* The schedules: SCHED_NAMES (ppc.h) lists them for messages, in this order. */
@@ -190,6 +182,10 @@ const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char
                     "or less would fit)",
                     kind, nlayers, pp * V, nlayers / pp > 0 ? nlayers / pp : 1),
            why;
+  if (chunked && pp < 2)
+    return snprintf(why, n, "schedule '%s' runs chunks of layers on a pipeline of ranks: it needs --pp 2 or more",
+                    kind),
+           why;
   int k = kind_index(kind);
   if (k >= 0 && kinds[k].vshape && V != 2)
     return snprintf(why, n, "schedule '%s' holds two chunks of layers per rank in a V: it needs --vpp 2, not %d", kind,
@@ -209,24 +205,49 @@ const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char
 int sched_count(void) { return NKINDS; }
 const char *sched_name(int i) { return kinds[i].name; }
 
-/* Micro-batches of one chunk whose activations are held at once: from a forward to the end of
- * its backward (its W when the backward is split), the activation slots the chunk needs. */
-static int slots_needed(const Order *o, bool split, int chunk) {
+/* Each compute entry's activation slot, and how many slots the rank needs: a micro-batch's
+ * activations are held from its forward to the end of its backward (its W when the backward is
+ * split). One chunk: micro-batch m in slot m mod n, n the most held at once (the order runs the
+ * micro-batches first in, first out). Chunks: the rank's slots are one pool (a slot is sized for
+ * the largest chunk), a forward takes the lowest free slot and the last part frees it. */
+static int assign_slots(const Order *o, bool split, int V, int M, int *slot) {
   int live = 0, most = 0;
   for (int i = 0; i < o->n; i++) {
-    if (o->chunk[i] != chunk) continue;
     live += o->kind[i] == SE_F ? 1 : o->kind[i] == (split ? SE_W : SE_B) ? -1 : 0;
     if (live > most) most = live;
   }
-  return most ? most : 1;
+  if (!most) most = 1;
+  if (V == 1) {
+    for (int i = 0; i < o->n; i++) slot[i] = o->mb[i] % most;
+    return most;
+  }
+  int *holder = xmalloc((size_t)most * sizeof *holder), *at = xmalloc((size_t)(V * M) * sizeof *at);
+  for (int q = 0; q < most; q++) holder[q] = -1;
+  for (int i = 0; i < o->n; i++) {
+    int unit = o->chunk[i] * M + o->mb[i];
+    if (o->kind[i] == SE_F) {
+      int q = 0;
+      while (holder[q] >= 0) q++; /* a free one exists: at most `most` are held */
+      holder[q] = unit, at[unit] = q;
+    }
+    slot[i] = at[unit];
+    if (o->kind[i] == (split ? SE_W : SE_B)) holder[at[unit]] = -1;
+  }
+  free(holder);
+  free(at);
+  return most;
 }
 
 /* A message of micro-batch m across the boundary k of rank r's chunk c: its peer rank and the
  * chunk of the lower of the two virtual stages it links (pp_boundary_tag). */
 static SchedEntry comm1(const Sched *s, int r, int c, PpBoundary k, int m, int slot) {
   int v = sched_vstage(s, r, c), other = pp_boundary_to_next(k) ? v + 1 : v - 1;
-  int low = v < other ? v : other;
-  CommOp op = {.kind = k, .mb = m, .slot = slot, .chunk = c, .peer = sched_rank_of(s, other), .link = low / s->pp};
+  CommOp op = {.kind = k,
+               .mb = m,
+               .slot = slot,
+               .chunk = c,
+               .peer = sched_rank_of(s, other),
+               .link = pp_boundary_link(k, v, s->pp)};
   return (SchedEntry){.kind = SE_COMM, .chunk = c, .ops = {op}, .nops = 1};
 }
 
@@ -246,28 +267,29 @@ Sched *sched_build(int pp, int V, int M, const char *kind) {
   Order o = {.kind = xmalloc(cap * sizeof *o.kind),
              .chunk = xmalloc(cap * sizeof *o.chunk),
              .mb = xmalloc(cap * sizeof *o.mb)};
-  int nv = pp * V;
+  int nv = pp * V, *slot = xmalloc(cap * sizeof *slot);
   for (int r = 0; r < pp; r++) {
     StageSched *st = &s->st[r];
     o.n = 0;
     kinds[k].order(&o, pp, r, M, V);
-    for (int c = 0; c < V; c++) st->cslots[c] = slots_needed(&o, s->split, c);
+    st->nslots = assign_slots(&o, s->split, V, M, slot);
     for (int i = 0; i < o.n; i++) {
-      int m = o.mb[i], c = o.chunk[i], slot = m % st->cslots[c], v = sched_vstage(s, r, c);
+      int m = o.mb[i], c = o.chunk[i], v = sched_vstage(s, r, c);
       bool first = v == 0, last = v == nv - 1;
-      SchedEntry e = {.kind = o.kind[i], .chunk = c, .mb = m, .slot = slot};
-      /* the neighbours of the virtual stage; one on this rank (the turn of a V) takes no message */
-      bool prev = !first && sched_rank_of(s, v - 1) != r, next = !last && sched_rank_of(s, v + 1) != r;
+      SchedEntry e = {.kind = o.kind[i], .chunk = c, .mb = m, .slot = slot[i]};
+      /* the neighbours of the virtual stage; one on this rank too (the turn of a V) is a message
+       * to itself, which the transport carries like any other */
+      bool prev = !first, next = !last;
       switch (o.kind[i]) {
       case SE_F:
-        if (prev) push(st, comm1(s, r, c, PP_RECV_FWD, m, slot));
+        if (prev) push(st, comm1(s, r, c, PP_RECV_FWD, m, e.slot));
         push(st, e);
-        if (next) push(st, comm1(s, r, c, PP_SEND_FWD, m, slot));
+        if (next) push(st, comm1(s, r, c, PP_SEND_FWD, m, e.slot));
         break;
       case SE_B:
-        if (next) push(st, comm1(s, r, c, PP_RECV_BWD, m, slot));
+        if (next) push(st, comm1(s, r, c, PP_RECV_BWD, m, e.slot));
         push(st, e);
-        if (prev) push(st, comm1(s, r, c, PP_SEND_BWD, m, slot));
+        if (prev) push(st, comm1(s, r, c, PP_SEND_BWD, m, e.slot));
         break;
       case SE_W: push(st, e); break;
       case SE_COMM: diag_fatal("internal: a communication in a compute order");
@@ -295,6 +317,7 @@ Sched *sched_build(int pp, int V, int M, const char *kind) {
   free(o.kind);
   free(o.chunk);
   free(o.mb);
+  free(slot);
   return s;
 }
 
@@ -409,9 +432,7 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
   }
   int rc = 0;
   /* the programs' messages as rendezvous (NCCL's sends wait for their receives); the chunked
-   * schedules, predicted only so far, with sends that do not wait (ppr's MPI transport): placing
-   * their messages for the rendezvous proof (Megatron's four-message exchanges) comes with their
-   * programs */
+   * schedules' with sends that do not wait, as ppr carries them (MPI, sends left in flight) */
   if (s->V > 1) pp_sim_run_eager(rank, pp, pc, done);
   else pp_sim_run(rank, pp, pc, done);
   /* pc[r]: the batch rank r waits in; as an entry, -1 when the rank is done */

@@ -48,11 +48,14 @@ static double block_cost(const Program *p, const Block *b) {
   return c;
 }
 
-void sched_stage_cost(const Program *p, StageCost *c) {
-  c->f = block_cost(p, &p->fwd);
-  c->b = block_cost(p, &p->bwd);
-  c->w = block_cost(p, &p->wgt);
-  c->slot_bytes = p->region_bytes[BC_SLOT];
+void sched_stage_cost(const Program *p, int chunk, StageCost *c) {
+  c->f = block_cost(p, &p->ch[chunk].fwd);
+  c->b = block_cost(p, &p->ch[chunk].bwd);
+  c->w = block_cost(p, &p->ch[chunk].wgt);
+  c->slot_bytes = 0; /* the chunk's own slot layout (a slot is sized for the largest) */
+  for (int i = 0; i < p->nvb; i++)
+    if (p->vb[i].cls == BC_SLOT && p->vb[i].chunk == chunk)
+      c->slot_bytes += (p->vb[i].bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
 }
 
 /* ============================================================================================
@@ -143,18 +146,15 @@ static void timeline_free(Timeline *t) {
   free(t);
 }
 
-/* The activation bytes rank r holds at most: every chunk's slots. */
+/* The activation bytes rank r holds: its slots, each as large as its largest chunk's activations. */
 static int64_t held(const Sched *s, const StageCost *cost, int r) {
-  int64_t bytes = 0;
-  for (int c = 0; c < s->V; c++) bytes += (int64_t)s->st[r].cslots[c] * cost[sched_vstage(s, r, c)].slot_bytes;
-  return bytes;
+  int64_t slot = 0;
+  for (int c = 0; c < s->V; c++)
+    if (cost[sched_vstage(s, r, c)].slot_bytes > slot) slot = cost[sched_vstage(s, r, c)].slot_bytes;
+  return s->st[r].nslots * slot;
 }
 
-static int sets(const Sched *s, int r) {
-  int n = 0;
-  for (int c = 0; c < s->V; c++) n += s->st[r].cslots[c];
-  return n;
-}
+static int sets(const Sched *s, int r) { return s->st[r].nslots; }
 
 SchedPrediction sched_predict(const Sched *s, const StageCost *cost) {
   Timeline *t = predict(s, cost);
@@ -269,31 +269,40 @@ void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model
 
 static void gib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.3f GiB", (double)bytes / (1 << 30)); }
 
-int sched_choose(int pp, int M, const StageCost *plain, const StageCost *split, int64_t mem_limit, FILE *why) {
+int sched_choose(int pp, int M, int nlayers, const StageCost *const cost[2][2], int64_t mem_limit, FILE *why,
+                 int *vpp) {
   char lim[32] = "none";
   if (mem_limit > 0) gib(lim, sizeof lim, mem_limit);
   fprintf(why, "# schedule auto: %d stages, %d micro-batches; activation memory limit per rank: %s\n", pp, M, lim);
-  fprintf(why, "#   %-8s %14s %8s %26s\n", "schedule", "step", "bubble", "activations (most on a rank)");
+  fprintf(why, "#   %-19s %14s %8s %26s\n", "schedule", "step", "bubble", "activations (most on a rank)");
   int best = -1;
   SchedPrediction bp = {0};
   const char *un = "Mfe";
   double u = 1e6;
   for (int k = 0; k < sched_count(); k++) {
-    if (sched_chunked(sched_name(k))) continue; /* one chunk per rank: the costs are the stages' */
-    Sched *s = sched_build(pp, 1, M, sched_name(k));
-    SchedPrediction p = sched_predict(s, s->split ? split : plain);
+    const char *kind = sched_name(k);
+    bool chunked = sched_chunked(kind);
+    int V = chunked ? 2 : 1; /* chunked: two chunks per rank, the costs are the virtual stages' */
+    char why_not[256];
+    if (!cost[chunked][sched_splits(kind)] || sched_fits(kind, pp, V, M, nlayers, why_not, sizeof why_not)) continue;
+    Sched *s = sched_build(pp, V, M, kind);
+    SchedPrediction p = sched_predict(s, cost[chunked][s->split]);
     if (k == 0) u = unit_of(p.step, &un);
     bool fits = mem_limit <= 0 || p.peak_bytes <= mem_limit;
-    char b[32];
+    char b[32], name[32];
     gib(b, sizeof b, p.peak_bytes);
-    fprintf(why, "#   %-8s %10.4g %s %7.1f%% %26s%s\n", s->kind, p.step / u, un, 100 * p.bubble, b,
+    if (chunked) snprintf(name, sizeof name, "%s (vpp %d)", kind, V);
+    else snprintf(name, sizeof name, "%s", kind);
+    fprintf(why, "#   %-19s %10.4g %s %7.1f%% %26s%s\n", name, p.step / u, un, 100 * p.bubble, b,
             fits ? "" : "  over the limit");
     /* the fastest; between equal steps, the one holding less */
     if (fits &&
         (best < 0 || p.step < bp.step * (1 - 1e-9) || (p.step <= bp.step * (1 + 1e-9) && p.peak_bytes < bp.peak_bytes)))
-      best = k, bp = p;
+      best = k, bp = p, *vpp = V;
     sched_free(s);
   }
-  if (best >= 0) fprintf(why, "# chosen: %s, the fastest predicted step whose activations fit\n", sched_name(best));
+  if (best >= 0)
+    fprintf(why, "# chosen: %s%s, the fastest predicted step whose activations fit\n", sched_name(best),
+            *vpp > 1 ? " --vpp 2" : "");
   return best;
 }

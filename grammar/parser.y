@@ -63,7 +63,7 @@ static void clause_set(ParseCtx *ctx, Stmt *p, int which, Loc at, char *str, Exp
 %token <fval> FLOAT "number"
 %token <str> IDENT "identifier" WORD "word" STRING "string"
 %token DIM "'dim'" INPUT "'input'" PARAM "'param'" FOR "'for'" IN "'in'" MESH "'mesh'"
-       TRAIN "'train'" MODEL "'model'" AS "'as'" INIT "'init'" TP "'tp'" DOTDOT "'..'"
+       TRAIN "'train'" CHECKPOINT "'checkpoint'" MODEL "'model'" AS "'as'" INIT "'init'" TP "'tp'" DOTDOT "'..'"
 
 %type <expr> expr call init_value setting_value
 %type <arg> args arglist arg exprlist
@@ -93,7 +93,7 @@ items
   | items item               { $$ = stmt_append($1, $2); }
   ;
 
-/* item: model | dim | input | param | let | for | mesh | train */
+/* item: model | dim | input | param | let | for | mesh | train | checkpoint */
 item
   : MODEL STRING             { $$ = ast_stmt(S_MODEL, @$); $$->name = $2; $$->name_loc = @2; }
   | DIM IDENT '=' expr       { $$ = ast_stmt(S_DIM, @$); $$->name = $2; $$->name_loc = @2; $$->value = $4; }
@@ -111,6 +111,8 @@ item
                                free($2); ast_free_expr($4); ast_free_stmts($6); $$ = NULL; }
   | MESH '{' settings '}'    { $$ = ast_stmt(S_MESH, @$); $$->settings = $3; }
   | TRAIN '{' settings '}'   { $$ = ast_stmt(S_TRAIN, @$); $$->settings = $3; }
+  | CHECKPOINT '{' settings '}'
+                             { $$ = ast_stmt(S_CHECKPOINT, @$); $$->settings = $3; }
   | error                    { $$ = NULL; }
   ;
 

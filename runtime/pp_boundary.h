@@ -26,5 +26,9 @@ static inline PpBoundary pp_boundary_match(PpBoundary k) { return (PpBoundary)(k
 static inline int pp_boundary_tag(PpBoundary k, int mb, int link, int links) {
   return 2 * (mb * links + link) + (pp_boundary_is_fwd(k) ? 0 : 1);
 }
+/* The link of a message across boundary k of virtual stage v (of a pipeline of pp ranks): the
+ * lower of the two virtual stages it joins, divided by pp (the chunk that virtual stage is of its
+ * rank's, numbered in the pipeline's order); 0 without chunks of layers (v < pp). */
+static inline int pp_boundary_link(PpBoundary k, int v, int pp) { return (pp_boundary_to_next(k) ? v : v - 1) / pp; }
 
 #endif /* PP_BOUNDARY_H */

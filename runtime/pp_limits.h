@@ -13,6 +13,7 @@
 #define PP_MAX_STEP_DIM ((int64_t)1 << 20) /* micro-batch B, sequence S, micro-batches M, a degree */
 #define PP_MAX_NAME     512                /* bytes of a checkpoint, model, kernel or file name */
 #define PP_MAX_LAYERS   100000             /* repetitions of the repeated layer */
+#define PP_MAX_CHUNKS   16                 /* chunks of layers one rank holds (interleaved, zbv: --vpp) */
 
 /* A name that a listing can carry as one field and a safetensors header as one key: printable
  * ASCII without space, quote, backslash or '#' (a listing's comment), 1 to PP_MAX_NAME bytes. Returns the offset of the

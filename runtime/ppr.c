@@ -146,6 +146,39 @@ static int check_output(const char *flag, const char *path, char *e, size_t elen
   return rc;
 }
 
+/* --save DIR (a checkpoint folder): absent or a checkpoint folder (rt_ckpt_check_dir), and its
+ * parent directory exists and takes new folders (it is written beside itself and renamed). */
+static int check_save_dir(const char *path, char *e, size_t elen) {
+  char m[1024];
+  if (rt_ckpt_check_dir(path, m, sizeof m))
+    return rt_fail_at(e, elen, __FILE__, __LINE__, "--save %s: cannot write a checkpoint folder: %s", path, m);
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  const char *slash = NULL;
+  for (size_t i = 0; i < n; i++)
+    if (path[i] == '/') slash = path + i;
+  char *probe = malloc(n + 32);
+  if (!probe) return rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+  if (!slash) snprintf(probe, n + 32, ".");
+  else snprintf(probe, n + 32, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  struct stat st;
+  int rc = 0;
+  if (stat(probe, &st) != 0 || !S_ISDIR(st.st_mode))
+    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "--save %s: cannot write a checkpoint folder: %s %s", path, probe,
+                    stat(probe, &st) != 0 && errno == ENOENT ? "does not exist" : "is not a directory");
+  else { /* a folder made and removed: permissions, a read-only file system */ size_t dl = strlen(probe);
+    snprintf(probe + dl, n + 32 - dl, "/.ppr-check-XXXXXX");
+    if (!mkdtemp(probe))
+      rc = rt_fail_at(e, elen, __FILE__, __LINE__,
+                      "--save %s: cannot write a checkpoint folder: cannot create "
+                      "folders in %.*s: %s",
+                      path, (int)dl, probe, strerror(errno));
+    else rmdir(probe);
+  }
+  free(probe);
+  return rc;
+}
+
 /* ---- SIGTERM and SIGINT: stop at the end of the step ------------------------------------------- */
 
 static char stop_note[2][160]; /* what rank 0's handler writes (async-signal-safe: prepared) */
@@ -223,7 +256,7 @@ static uint64_t get_u64(const unsigned char **q) {
  * from the shards of several ranks. */
 typedef struct {
   char *name;
-  int ndim, sharded, dim;
+  int ndim, sharded, dim, tied;
   int64_t shape[RT_MAX_NDIM];
   const float *data;  /* a whole param: inside the gathered blocks */
   float *dense;       /* sharded: the assembled tensor (malloc'd) */
@@ -235,7 +268,16 @@ typedef struct {
  * listing) are put together into the dense tensor (padding rows dropped), written under its name
  * where its first shard comes. Collective; every rank returns rank 0's verdict (the message only
  * on rank 0). */
-static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, char *e, size_t elen) {
+/* What --save writes besides the tensors (NULL for --save-grads: one safetensors file). */
+typedef struct {
+  int folder;            /* a checkpoint folder (rt_ckpt_write_dir), else one file */
+  int tied_head;         /* also write the tied embedding as lm_head.weight */
+  uint64_t shard_bytes;  /* a folder's shard size */
+  const char *hf_config; /* the listing's: config.json */
+} SaveOpts;
+
+static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, const SaveOpts *so, char *e,
+                       size_t elen) {
   Buf b = {0};
   uint64_t count = 0;
   int64_t most = 1;
@@ -254,7 +296,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
     put(&b, q->name, strlen(q->name));
     put_u64(&b, (uint64_t)q->ndim);
     put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
-    int64_t shard[4] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense};
+    int64_t shard[5] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense, q->tied};
     put(&b, shard, sizeof shard);
     rc = rt_exec_read_param(x, i, grads, host, e, elen);
     put(&b, host, (size_t)q->numel * sizeof(float));
@@ -288,7 +330,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
         int64_t dims[RT_MAX_NDIM];
         memcpy(dims, q, (size_t)ndim * 8);
         q += (size_t)ndim * 8;
-        int64_t sh[4];
+        int64_t sh[5];
         memcpy(sh, q, sizeof sh);
         q += sizeof sh;
         const float *data = (const float *)(const void *)q;
@@ -312,6 +354,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
           memcpy(t->name, name, nl);
           t->name[nl] = 0;
           t->ndim = ndim;
+          t->tied = (int)sh[4];
           memcpy(t->shape, dims, sizeof dims);
           t->data = data;
           if (sh[0]) {
@@ -347,18 +390,29 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
           rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: row %lld of dim %d of tensor %s is in %d shards", path,
                           (long long)k, ot[o].dim, ot[o].name, ot[o].got[k]);
     if (!rc) {
-      const char **names = calloc(nout + 1, sizeof *names);
-      int *ndims = calloc(nout + 1, sizeof *ndims);
-      const int64_t **shapes = calloc(nout + 1, sizeof *shapes);
-      const float **data = calloc(nout + 1, sizeof *data);
+      const char **names = calloc(nout + 2, sizeof *names);
+      int *ndims = calloc(nout + 2, sizeof *ndims);
+      const int64_t **shapes = calloc(nout + 2, sizeof *shapes);
+      const float **data = calloc(nout + 2, sizeof *data);
       if (!names || !ndims || !shapes || !data) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+      size_t nw = 0;
       for (size_t o = 0; o < nout && !rc; o++) {
-        names[o] = ot[o].name;
-        ndims[o] = ot[o].ndim;
-        shapes[o] = ot[o].shape;
-        data[o] = ot[o].data;
+        names[nw] = ot[o].name;
+        ndims[nw] = ot[o].ndim;
+        shapes[nw] = ot[o].shape;
+        data[nw++] = ot[o].data;
+        if (so && so->tied_head && ot[o].tied && strcmp(ot[o].name, "lm_head.weight")) {
+          /* the head under its own name too, so that strict loading finds it */
+          names[nw] = "lm_head.weight";
+          ndims[nw] = ot[o].ndim;
+          shapes[nw] = ot[o].shape;
+          data[nw++] = ot[o].data;
+        }
       }
-      if (!rc) rc = rt_st_write(path, (int)nout, names, ndims, shapes, data, e, elen);
+      if (!rc && so && so->folder) {
+        RtCkptOpts co = {.shard_bytes = so->shard_bytes, .hf_config = so->hf_config};
+        rc = rt_ckpt_write_dir(path, (int)nw, names, ndims, shapes, data, &co, e, elen);
+      } else if (!rc) rc = rt_st_write(path, (int)nw, names, ndims, shapes, data, e, elen);
       free(names);
       free(ndims);
       free(shapes);
@@ -390,7 +444,7 @@ static int save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
   if (g->done) return 0;
   g->done = 1;
   rt_comm_set_what(comm, "--save-grads: the gradients to rank 0");
-  return save_params(g->p, x, g->path, 1, e, elen);
+  return save_params(g->p, x, g->path, 1, NULL, e, elen);
 }
 
 static void json_num(FILE *fp, const char *key, double v, const char *fmt) {
@@ -438,7 +492,8 @@ static int write_trace_svg(const char *path, const RtProg *p, const RtEvent *con
       if (v.step != step || (v.kind != RT_EV_F && v.kind != RT_EV_B && v.kind != RT_EV_W && v.kind != RT_EV_OPT))
         continue;
       char kind = v.kind == RT_EV_F ? 'F' : v.kind == RT_EV_B ? 'B' : v.kind == RT_EV_W ? 'W' : 'O';
-      int mb = kind == 'O' ? -1 : atoi(v.name + 2); /* "F 3" */
+      if (kind != 'O' && v.chunk % 2) kind = (char)(kind - 'A' + 'a'); /* a rank's odd chunks: drawn lighter */
+      int mb = kind == 'O' ? -1 : v.mb;
       span[r][lane[r].n++] = (PpSpan){v.ts / 1000, (v.ts + v.dur) / 1000, kind, mb};
       if (v.ts / 1000 < t0) t0 = v.ts / 1000;
       if ((v.ts + v.dur) / 1000 > t1) t1 = (v.ts + v.dur) / 1000;
@@ -623,7 +678,8 @@ int main(int argc, char **argv) {
   static const char *const out_flags[4] = {"--save", "--save-grads", "--log", "--trace"};
   const char *outs[4] = {c.save, c.save_grads, c.log, c.trace};
   for (int k = 0; k < 4 && me == 0 && !rc; k++)
-    if (outs[k]) rc = check_output(out_flags[k], outs[k], err, sizeof err);
+    if (outs[k] && k == 0 && !rt_ckpt_is_file_path(outs[k])) rc = check_save_dir(outs[k], err, sizeof err);
+    else if (outs[k]) rc = check_output(out_flags[k], outs[k], err, sizeof err);
   settle(rc);
 
   /* the world size the programs were compiled for, before anything collective */
@@ -664,8 +720,17 @@ int main(int argc, char **argv) {
   settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
   rt_exec_set_comm(x, comm);
 
-  if (c.init) settle(rt_init_load(p, x, c.init, model_tied, err, sizeof err));
-  else settle(rt_init_seed(p, x, c.seed, err, sizeof err));
+  if (c.init) {
+    RtInitInfo info;
+    settle(rt_init_load(p, x, c.init, model_tied, &info, err, sizeof err));
+    if (me == 0 && info.skipped) /* every rank skipped the same: the checkpoint is checked whole */
+      printf("ppr: --init: skipped %d non-parameter buffer%s (%s%s%s)\n", info.skipped, info.skipped > 1 ? "s" : "",
+             info.rotary ? "rotary inv_freq" : "", info.rotary && info.mask ? ", " : "",
+             info.mask ? "attention masks" : "");
+    if (me == 0 && info.stripped)
+      printf("ppr: --init: %s names the params without the prefix '%s' (the listing's checkpoint_prefix)\n", c.init,
+             p->ckpt_prefix);
+  } else settle(rt_init_seed(p, x, c.seed, err, sizeof err));
 
   /* the data, unless no step reads it */
   RtData *d = NULL;
@@ -674,9 +739,9 @@ int main(int argc, char **argv) {
   if (c.steps > 0 && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
   else if (c.steps > 0)
     rc = rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &d, err, sizeof err);
-  if (!rc && d && rt_data_max_token(d) >= p->vocab) {
-    snprintf(err, sizeof err, "%s: token id %d is not below the model's vocab %lld (%s)%s", data_name,
-             rt_data_max_token(d), (long long)p->vocab, path, c.data ? "" : "; pass --data");
+  if (!rc && d && rt_data_check_vocab(d, data_name, p->vocab, err, sizeof err)) {
+    size_t l = strlen(err);
+    snprintf(err + l, sizeof err - l, " (%s)%s", path, c.data ? "" : "; pass --data");
     rc = -1;
   }
   settle(rc);
@@ -762,7 +827,11 @@ int main(int argc, char **argv) {
     CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
   }
   if (c.save) rt_comm_set_what(comm, "--save: the weights to rank 0");
-  if (c.save && save_params(p, x, c.save, 0, err, sizeof err)) {
+  SaveOpts so = {.folder = c.save && !rt_ckpt_is_file_path(c.save),
+                 .tied_head = c.save_tied_head,
+                 .shard_bytes = c.save_shard_size,
+                 .hf_config = p->hf_config};
+  if (c.save && save_params(p, x, c.save, 0, &so, err, sizeof err)) {
     if (me == 0) print_err(err);
     exit_all(1);
   }

@@ -26,10 +26,13 @@ static const char usage[] =
     "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
     "\n"
     "Weights and data:\n"
-    "  --init W.safetensors        initial weights, by checkpoint name (F32, F16 or BF16)\n"
+    "  --init W                    initial weights, by checkpoint name (F32, F16, BF16 or F64): a\n"
+    "                              .safetensors file, a sharded checkpoint's index (*.json) or a\n"
+    "                              model folder (model.safetensors or its index)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
-    "  --data FILE                 training tokens: an llm.c token file (magic 20240520; a *.bin\n"
-    "                              file must be one), or text whose bytes are the tokens\n"
+    "  --data FILE                 training tokens: an llm.c token file (magic 20240520, version 1\n"
+    "                              uint16 or 2 uint32 tokens; a *.bin file must be one; tools/\n"
+    "                              tokenize.py writes them), or text whose bytes are the tokens\n"
     "                              (default: a built-in English text)\n"
     "\n"
     "Training (AdamW):\n"
@@ -42,7 +45,13 @@ static const char usage[] =
     "  --clip F                    clip the global gradient norm to F (default: no clipping)\n"
     "\n"
     "Outputs (checked writable before the first step):\n"
-    "  --save W.safetensors        the weights after the last step\n"
+    "  --save W                    the weights after the last step: W.safetensors one file, any\n"
+    "                              other path a folder transformers' from_pretrained loads\n"
+    "                              (model.safetensors or shards and their index; config.json\n"
+    "                              when the program came from ppc --from-hf)\n"
+    "  --save-shard-size SIZE      a folder's shard size: bytes, or with kB, MB, GB (1000s) or\n"
+    "                              KiB, MiB, GiB (default 5GB, as transformers)\n"
+    "  --save-tied-head            also write a tied embedding as lm_head.weight\n"
     "  --save-grads G.safetensors  the first step's gradients, accumulated over the micro-batches,\n"
     "                              before clipping\n"
     "  --log FILE.jsonl            one JSON object per step\n"
@@ -94,6 +103,35 @@ static uint64_t count(const char *flag, const char *v, uint64_t hi) {
   return x;
 }
 
+/* A size: an integer of bytes, or with a unit (kB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB:
+ * of 1024; B alone), at least 1. */
+static uint64_t size_arg(const char *flag, const char *v) {
+  static const struct {
+    const char *unit;
+    uint64_t mult;
+  } units[] = {{"", 1},
+               {"B", 1},
+               {"kB", 1000},
+               {"KB", 1000},
+               {"MB", 1000000},
+               {"GB", 1000000000},
+               {"TB", 1000000000000},
+               {"KiB", 1ull << 10},
+               {"MiB", 1ull << 20},
+               {"GiB", 1ull << 30},
+               {"TiB", 1ull << 40}};
+  size_t digits = strspn(v, "0123456789");
+  for (size_t k = 0; digits > 0 && digits <= 15 && k < sizeof units / sizeof units[0]; k++)
+    if (!strcmp(v + digits, units[k].unit)) {
+      uint64_t x = strtoull(v, NULL, 10) * units[k].mult;
+      if (x >= 1 && x <= (1ull << 50)) return x;
+    }
+  bad_usage("%s: expected a size of 1 byte to 2^50: an integer with an optional unit (B, kB, MB, GB, TB, KiB, MiB, "
+            "GiB, TiB), found '%s'",
+            flag, v);
+  return 0;
+}
+
 void ppr_cli_parse(int argc, char **argv, PprCli *c) {
   memset(c, 0, sizeof *c);
   c->seed = 1;
@@ -119,7 +157,9 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     O_TIMEOUT,
     O_QUIET,
     O_TF32,
-    O_VERSION
+    O_VERSION,
+    O_SHARD_SIZE,
+    O_TIED_HEAD
   };
   static const struct option longs[] = {
       {"init", required_argument, NULL, O_INIT},
@@ -142,6 +182,8 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       {"tf32", no_argument, NULL, O_TF32},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
+      {"save-shard-size", required_argument, NULL, O_SHARD_SIZE},
+      {"save-tied-head", no_argument, NULL, O_TIED_HEAD},
       {NULL, 0, NULL, 0},
   };
   opterr = 0; /* the messages below name the option as it was written */
@@ -175,6 +217,8 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       break;
     case O_SAVE_GRADS: c->save_grads = v; break;
     case O_SAVE: c->save = v; break;
+    case O_SHARD_SIZE: c->save_shard_size = size_arg(flag, v); break;
+    case O_TIED_HEAD: c->save_tied_head = 1; break;
     case O_LOG: c->log = v; break;
     case O_TRACE: c->trace = v; break;
     case O_DEVICE: c->device = v; break;
@@ -200,6 +244,12 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
   if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
   if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
+  if ((c->save_shard_size || c->save_tied_head) && !c->save)
+    bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size" : "--save-tied-head");
+  if (c->save_shard_size && c->save && rt_ckpt_is_file_path(c->save))
+    bad_usage("--save-shard-size: --save %s is one .safetensors file; a folder (a path without that ending) "
+              "has shards",
+              c->save);
   /* the files rank 0 writes: not one file for two of them */
   const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
   static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};

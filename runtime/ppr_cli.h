@@ -11,6 +11,8 @@ typedef struct {
   uint64_t seed;
   double timeout;
   int have_seed, quiet, tf32;
+  int save_tied_head;       /* --save-tied-head: lm_head.weight written too */
+  uint64_t save_shard_size; /* --save-shard-size: a checkpoint folder's shard bytes (0: the default, 5 GB) */
   int64_t steps;
   RtHyper h;
 } PprCli;

@@ -328,11 +328,15 @@ void rt_comm_groups(RtComm *c, const RtProg *p) {
     if (!div || !used || !any || !c->sub_r || !c->sub || !c->sub_seq) RT_INTERNAL("out of memory");
     for (int r = 1, k = 0; r <= tp; r++)
       if (tp % r == 0) div[k++] = r;
-    for (int b = 0; b < RT_NBLK; b++)
-      for (int i = 0; i < p->blk[b].n; i++) {
-        const RtInstr *x = &p->blk[b].ins[i];
-        if (x->kind != RT_I_ALLREDUCE || x->group != RT_G_TP_SUB) continue;
-        for (int k = 0; k < ndiv; k++) used[k] |= div[k] == x->sub;
+    for (int ch = 0; ch < rt_prog_nchunks(p); ch++)
+      for (int b = 0; b < RT_NBLK; b++) {
+        if (ch > 0 && b == RT_BLK_OPTIMIZER) continue;
+        const RtBlock *bk = rt_prog_block(p, ch, b);
+        for (int i = 0; i < bk->n; i++) {
+          const RtInstr *x = &bk->ins[i];
+          if (x->kind != RT_I_ALLREDUCE || x->group != RT_G_TP_SUB) continue;
+          for (int k = 0; k < ndiv; k++) used[k] |= div[k] == x->sub;
+        }
       }
     MPI_Request rq;
     MPI_CHECK(MPI_Iallreduce(used, any, ndiv, MPI_INT, MPI_MAX, c->world, &rq));

@@ -59,6 +59,7 @@ typedef struct {
   int64_t step;     /* 0-based; printed 1-based */
   int entry;        /* the schedule entry */
   int block, instr; /* RT_BLK_* and the instruction's index in it */
+  int chunk;        /* the block's chunk: named ("forward:1") when > 0 */
   int mb;           /* the micro-batch (the listing's local number) */
   int line;         /* the listing's line */
   const char *file; /* the listing */
@@ -114,7 +115,10 @@ void rt_comm_groups(RtComm *c, const RtProg *p);
  * has a GPU of its own, NCCL carries the messages and collectives from here on (a communicator
  * per group, made from an ncclUniqueId broadcast over MPI; a comm entry's messages inside one
  * ncclGroupStart/End, on the device's stream); when ranks share a GPU, which NCCL refuses, MPI
- * staged through host memory does, and rank 0 says so once. Other devices: MPI. Collective. */
+ * staged through host memory does, and rank 0 says so once. When the programs hold chunks of
+ * layers, the pipeline's messages go through host-staged MPI even with NCCL (their order is proven
+ * for sends that do not wait, which NCCL's sends do not give; rank 0 says so once). Other devices:
+ * MPI. Collective. */
 void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p);
 /* Waits for the device's queued work (with NCCL: watching for its asynchronous errors meanwhile;
  * a failed or dead peer ends the job, and so does no progress for the timeout). 0, or -1 with the
@@ -129,11 +133,14 @@ int rt_comm_before_host(RtComm *c, RtDev *d);
  * send goes out of a host copy of its buffer and stays in flight, so the sender computes on while
  * its peer has not yet taken it; rt_comm_p2p_flush waits for every send in flight (the executor:
  * before the optimizer). The tag says what a message is (rt_boundary_msg): 2*mb for activations,
- * 2*mb + 1 for gradients. With NCCL the messages are ordered on the device's stream instead. */
+ * 2*mb + 1 for gradients without chunks (pp_boundary_tag). A message to this rank itself goes
+ * through MPI like any other. With NCCL the messages are ordered on the device's stream instead,
+ * except in programs with chunks of layers (rt_comm_use_device). */
 typedef struct {
   int send; /* 1: MPI_Isend, 0: MPI_Irecv */
   int peer, tag;
   int64_t off, bytes; /* the device buffer: arena offset and size */
+  int mb, chunk;      /* what the message is, for the watchdog: the micro-batch; the chunk, -1 without chunks */
 } RtP2p;
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops); /* n <= 4 */
 void rt_comm_p2p_wait(RtComm *c, RtDev *d);

@@ -125,6 +125,14 @@ void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p) {
   c->pp_prev = p->prev >= 0 ? rank_in(c, c->pp, p->prev) : -1;
   c->pp_next = p->next >= 0 ? rank_in(c, c->pp, p->next) : -1;
   c->nccl = 1;
+  /* chunks of layers: the schedules' order of messages is proven for sends that never wait (MPI's,
+   * posted from a host copy), not for NCCL's, which wait for their receives; the pipeline's
+   * messages go through MPI, staged through host memory (every rank has as many chunks) */
+  c->nccl_p2p = rt_prog_nchunks(p) == 1;
+  if (!c->nccl_p2p && c->rank == 0)
+    fprintf(stderr, "ppr: note: the programs hold chunks of layers: the pipeline's messages go through MPI, staged "
+                    "through host memory (their order is proven for sends that do not wait, which NCCL's do not "
+                    "give); NCCL carries the collectives\n");
 #endif
 }
 
@@ -208,6 +216,7 @@ static void post_send(RtComm *c, RtDev *d, const RtP2p *o) {
   Stage *st = &c->sbuf[c->nsend];
   void *buf = room(&st->buf, &st->cap, (size_t)o->bytes);
   const void *host = rt_dev_host(d, o->off);
+  if (!host && rt_comm_before_host(c, d)) dev_fail(c, d); /* with NCCL's collectives queued: watched */
   if (host) memcpy(buf, host, (size_t)o->bytes);
   else if (rt_dev_read(d, o->off, buf, o->bytes)) dev_fail(c, d);
   c->smsg[c->nsend] = *o;
@@ -227,7 +236,7 @@ void rt_comm_p2p_flush(RtComm *c) {
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
   if (!c || !c->mpi) RT_INTERNAL("a pipeline message in a one-rank world");
 #ifdef PPR_CUDA
-  if (c->nccl) {
+  if (c->nccl && c->nccl_p2p) {
     nccl_p2p(c, d, n, ops); /* on the device's stream: what follows it there waits for it */
     return;
   }

@@ -60,6 +60,7 @@ struct RtComm {
 #ifdef PPR_CUDA
   ncclComm_t npp, ntp, ndp, nemb, *nccl_sub; /* one per MPI group, NULL where the group is absent */
   int prev, next, pp_prev, pp_next;          /* the pipeline neighbours: world ranks, ranks in npp */
+  int nccl_p2p; /* NCCL carries the pipeline's messages too (not in programs with chunks: MPI does) */
   /* the first NCCL operation queued since the device's queue was last seen empty: what a stuck
    * queue waits for first (the queue runs in order) */
   int nccl_busy, nccl_nmsg;

@@ -67,6 +67,7 @@ static size_t where_text(const RtWhere *w, char *s, size_t n) {
   if (w->mb >= 0) ADD("%smicro-batch %d", SEP, w->mb);
   if (w->entry >= 0) ADD("%sschedule entry %d", SEP, w->entry);
   if (w->block >= 0) ADD("%s%s", SEP, rt_block_name(w->block));
+  if (w->block >= 0 && w->block != RT_BLK_OPTIMIZER && w->chunk > 0) ADD(":%d", w->chunk);
   if (w->instr >= 0) ADD(" instruction %d", w->instr);
   if (w->file && w->line > 0) ADD(" at %s:%d", w->file, w->line);
 #undef SEP
@@ -79,9 +80,11 @@ static size_t msg_text(const RtP2p *m, const char *mop, char *s, size_t n) {
   if (mop)
     return (size_t)snprintf(s, n, "%s: %s of %lld bytes %s rank %d", mop, m->send ? "send" : "recv",
                             (long long)m->bytes, m->send ? "to" : "from", m->peer);
-  return (size_t)snprintf(s, n, "%s of %s %s rank %d, micro-batch %d, %s", m->send ? "send" : "recv",
-                          m->tag % 2 ? "gradients" : "activations", m->send ? "to" : "from", m->peer, m->tag / 2,
-                          m->tag % 2 ? "backward" : "forward");
+  size_t k = (size_t)snprintf(s, n, "%s of %s %s rank %d, micro-batch %d", m->send ? "send" : "recv",
+                              m->tag % 2 ? "gradients" : "activations", m->send ? "to" : "from", m->peer, m->mb);
+  if (k < n && m->chunk >= 0) k += (size_t)snprintf(s + k, n - k, " of chunk %d", m->chunk);
+  if (k < n) k += (size_t)snprintf(s + k, n - k, ", %s", m->tag % 2 ? "backward" : "forward");
+  return k < n ? k : n;
 }
 
 /* The world ranks of the members of g, in g's order; *k of them. NULL when out of memory. */

@@ -1,9 +1,14 @@
-/* rt_data.c - token data sets (llm.c uint16 token files or raw-byte text) and the deterministic batch order. */
+/* rt_data.c - token data sets (llm.c token files, version 1 uint16 or 2 uint32, or raw-byte text), their writer,
+ * and the deterministic batch order. */
 #include "rt_io.h"
 #include "rt_util.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LLMC_HEADER_BYTES    1024     /* 256 int32 */
 #define LLMC_MODEL_MAGIC     20240326 /* llm.c's model checkpoint (gpt2_124M.bin) */
@@ -11,7 +16,7 @@
 
 struct RtData {
   int64_t n;                /* token count */
-  int width;                /* 1: one byte per token, 2: uint16 little-endian */
+  int width;                /* 1: one byte per token, 2: uint16, 4: uint32 (little-endian) */
   unsigned char *buf;       /* owned buffer */
   const unsigned char *tok; /* first token inside buf */
   int max_token;
@@ -24,18 +29,29 @@ static int32_t rd_i32(const unsigned char *b) {
   return v;
 }
 
-static int tok_at(const RtData *d, int64_t i) {
+static uint32_t tok_u32(const RtData *d, int64_t i) {
   if (d->width == 1) return d->tok[i];
-  return d->tok[2 * i] | d->tok[2 * i + 1] << 8;
+  if (d->width == 2) return (uint32_t)(d->tok[2 * i] | d->tok[2 * i + 1] << 8);
+  const unsigned char *b = d->tok + 4 * i;
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-static void finish(RtData *d) {
-  int mx = 0;
+static int tok_at(const RtData *d, int64_t i) { return (int)tok_u32(d, i); } /* checked below 2^31 at open */
+
+/* The largest token; a version 2 token at or above 2^31 (no vocabulary is that large) is an error. */
+static int finish(RtData *d, const char *name, char *err, size_t errlen) {
+  uint32_t mx = 0;
   for (int64_t i = 0; i < d->n; i++) {
-    int t = tok_at(d, i);
+    uint32_t t = tok_u32(d, i);
+    if (t > (uint32_t)INT32_MAX) {
+      rt_util_set_err(err, errlen, "%s: token %lu at position %lld is not below 2^31", name, (unsigned long)t,
+                      (long long)i);
+      return -1;
+    }
     if (t > mx) mx = t;
   }
-  d->max_token = mx;
+  d->max_token = (int)mx;
+  return 0;
 }
 
 static int ends_with_bin(const char *name) {
@@ -53,7 +69,8 @@ static int date_like(int64_t v) { return v >= 20000101 && v <= 20991231; } /* YY
  * date; the first or fourth byte is then 0x01, which no text starts with). 0 when the file is
  * text; else -1 with the message in err. */
 static int llmc_impostor(const char *name, const unsigned char *buf, size_t size, char *err, size_t errlen) {
-  static const char *const want = "expected an llm.c token file: int32 magic 20240520 (little-endian), version 1";
+  static const char *const want =
+      "expected an llm.c token file: int32 magic 20240520 (little-endian), version 1 (uint16) or 2 (uint32)";
   if (size < 4) {
     if (!ends_with_bin(name)) return 0;
     rt_util_set_err(err, errlen,
@@ -110,25 +127,28 @@ static int from_buffer(const char *name, unsigned char *buf, size_t size, int de
       goto fail;
     }
     int32_t version = rd_i32(buf + 4), count = rd_i32(buf + 8);
-    if (version != 1) {
-      rt_util_set_err(err, errlen, "%s: llm.c token file: unsupported version %d (expected 1)", name, (int)version);
+    if (version != 1 && version != 2) {
+      rt_util_set_err(err, errlen,
+                      "%s: llm.c token file: unsupported version %d (expected 1: uint16 tokens, or 2: uint32 tokens)",
+                      name, (int)version);
       goto fail;
     }
+    int w = version == 1 ? 2 : 4;
     if (count <= 0) {
       rt_util_set_err(err, errlen, "%s: llm.c token file: token count %d (expected > 0)", name, (int)count);
       goto fail;
     }
-    uint64_t expect = LLMC_HEADER_BYTES + 2 * (uint64_t)count;
+    uint64_t expect = LLMC_HEADER_BYTES + (uint64_t)w * (uint64_t)count;
     if ((uint64_t)size != expect) {
       rt_util_set_err(err, errlen,
-                      "%s: llm.c token file %s: header says %d tokens, expected %llu bytes (%d + 2*%d), "
+                      "%s: llm.c token file %s: header says %d tokens, expected %llu bytes (%d + %d*%d), "
                       "file has %zu",
                       name, (uint64_t)size < expect ? "truncated" : "has trailing bytes", (int)count,
-                      (unsigned long long)expect, LLMC_HEADER_BYTES, (int)count, size);
+                      (unsigned long long)expect, LLMC_HEADER_BYTES, w, (int)count, size);
       goto fail;
     }
     d->n = count;
-    d->width = 2;
+    d->width = w;
     d->tok = buf + LLMC_HEADER_BYTES;
   } else {
     if (detect && llmc_impostor(name, buf, size, err, errlen)) goto fail;
@@ -140,7 +160,7 @@ static int from_buffer(const char *name, unsigned char *buf, size_t size, int de
     d->width = 1;
     d->tok = buf;
   }
-  finish(d);
+  if (finish(d, name, err, errlen)) goto fail;
   *out = d;
   return 0;
 fail:
@@ -182,6 +202,83 @@ int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char
 int64_t rt_data_len(const RtData *d) { return d ? d->n : 0; }
 
 int rt_data_max_token(const RtData *d) { return d ? d->max_token : -1; }
+
+int rt_data_check_vocab(const RtData *d, const char *name, int64_t vocab, char *err, size_t errlen) {
+  if (!d || d->max_token < vocab) return 0;
+  for (int64_t i = 0; i < d->n; i++)
+    if (tok_at(d, i) >= vocab) {
+      rt_util_set_err(err, errlen, "%s: token %d at position %lld is not below the vocabulary's %lld", name,
+                      tok_at(d, i), (long long)i, (long long)vocab);
+      return -1;
+    }
+  return 0;
+}
+
+static void put_le32(unsigned char *b, uint32_t v) {
+  for (int k = 0; k < 4; k++) b[k] = (unsigned char)(v >> (8 * k));
+}
+
+int rt_data_write(const char *path, const uint32_t *tokens, int64_t n, int64_t vocab, char *err, size_t errlen) {
+  if (!path || (!tokens && n > 0)) {
+    rt_util_set_err(err, errlen, "%s: rt_data_write: NULL argument", path ? path : "(null)");
+    return -1;
+  }
+  if (n <= 0 || n > INT32_MAX || vocab < 1 || vocab > (int64_t)1 << 31) {
+    rt_util_set_err(err, errlen,
+                    "%s: an llm.c token file holds 1 to 2^31-1 tokens of a vocabulary of 1 to 2^31 (%lld tokens, "
+                    "vocabulary %lld)",
+                    path, (long long)n, (long long)vocab);
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (tokens[i] >= (uint64_t)vocab) {
+      rt_util_set_err(err, errlen, "%s: token %lu at position %lld is not below the vocabulary's %lld", path,
+                      (unsigned long)tokens[i], (long long)i, (long long)vocab);
+      return -1;
+    }
+  int w = vocab <= 65536 ? 2 : 4;
+  size_t bytes = LLMC_HEADER_BYTES + (size_t)w * (size_t)n;
+  unsigned char *b = calloc(bytes, 1);
+  size_t pl = strlen(path);
+  char *tmp = malloc(pl + 5);
+  if (!b || !tmp) {
+    free(b);
+    free(tmp);
+    rt_util_set_err(err, errlen, "%s: out of memory", path);
+    return -1;
+  }
+  put_le32(b, RT_DATA_LLMC_MAGIC);
+  put_le32(b + 4, w == 2 ? 1 : 2);
+  put_le32(b + 8, (uint32_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    unsigned char *o = b + LLMC_HEADER_BYTES + (size_t)w * (size_t)i;
+    if (w == 2) o[0] = (unsigned char)tokens[i], o[1] = (unsigned char)(tokens[i] >> 8);
+    else put_le32(o, tokens[i]);
+  }
+  memcpy(tmp, path, pl);
+  memcpy(tmp + pl, ".tmp", 5);
+  int rc = -1, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rt_util_set_err(err, errlen, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+  } else {
+    size_t done = 0;
+    while (done < bytes) {
+      ssize_t k = write(fd, b + done, bytes - done);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) break;
+      done += (size_t)k;
+    }
+    int ok = done == bytes && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok) rt_util_set_err(err, errlen, "%s: write to %s failed: %s", path, tmp, strerror(errno));
+    else if (rename(tmp, path) != 0) rt_util_set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
+    else rc = 0;
+    if (rc) unlink(tmp);
+  }
+  free(b);
+  free(tmp);
+  return rc;
+}
 
 void rt_data_close(RtData *d) {
   if (!d) return;

@@ -19,6 +19,7 @@ struct RtExec {
   int32_t *batch;             /* host copy of a micro-batch: tokens, then labels */
   float *partials;            /* host copy of the grad_norm partial sums */
   double wall_ms, compute_ms; /* the last step's, while tracing */
+  int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
 };
 
 /* One step's state. */
@@ -63,6 +64,9 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
   RT_CHECK_ALLOC(x);
   x->p = p;
   x->dev = dev;
+  x->loss_chunk = -1;
+  for (int c = 0; c < rt_prog_nchunks(p); c++)
+    if (p->chunk[c].vstage == p->pp * rt_prog_nchunks(p) - 1 && p->tp_rank == 0) x->loss_chunk = c;
   x->prof = rt_prof_new(p, dev->desc);
   x->batch = malloc((size_t)p->micro_batch * (size_t)p->seq * 2 * sizeof *x->batch);
   const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
@@ -107,11 +111,12 @@ int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t er
   return 0;
 }
 
-/* For the watchdog's message: the instruction n of block b (for micro-batch mb) runs. */
-static void where(Step *s, int b, int n, int mb, const RtInstr *in, const char *what) {
+/* For the watchdog's message: the instruction n of chunk c's block b (for micro-batch mb) runs. */
+static void where(Step *s, int c, int b, int n, int mb, const RtInstr *in, const char *what) {
   rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step,
                                            .entry = s->entry,
                                            .block = b,
+                                           .chunk = c,
                                            .instr = n,
                                            .mb = mb,
                                            .line = in->line,
@@ -164,12 +169,12 @@ static int grad_norm(Step *s, const RtInstr *in) {
   return 0;
 }
 
-/* Runs block b for micro-batch mb in slot slot: 0; -1 the hook failed; -2 the device failed. */
-static int run_block(Step *s, int b, int mb, int slot) {
+/* Runs chunk c's block b for micro-batch mb in slot slot: 0; -1 the hook failed; -2 the device failed. */
+static int run_block(Step *s, int c, int b, int mb, int slot) {
   RtExec *x = s->x;
   RtDev *dev = x->dev;
   const RtProg *g = x->p;
-  const RtBlock *bk = &g->blk[b];
+  const RtBlock *bk = rt_prog_block(g, c, b);
   for (int n = 0; n < bk->n; n++) {
     const RtInstr *in = &bk->ins[n];
     double t0 = s->prof ? rt_dev_time_ms(dev) : 0;
@@ -180,7 +185,7 @@ static int run_block(Step *s, int b, int mb, int slot) {
       int32_t *tok = x->batch, *lab = x->batch + bs;
       rt_data_batch(s->d, s->step, g->dp_rank * g->local_microbatches + mb, g->microbatches, g->micro_batch, g->seq,
                     in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
-      where(s, b, n, mb, in, NULL);
+      where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
       if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
       if (!rc && in->p[1].present) rc = rt_dev_write(dev, at(g, &in->p[1], slot), lab, bs * 4);
@@ -223,21 +228,21 @@ static int run_block(Step *s, int b, int mb, int slot) {
       break;
     }
     case RT_I_SEED:
-      where(s, b, n, mb, in, NULL);
+      where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev) || rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value);
       break;
     case RT_I_LOSS: {
       float v = 0;
-      where(s, b, n, mb, in, NULL);
+      where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev) || rt_dev_read(dev, at(g, &in->p[0], slot), &v, sizeof v);
-      s->loss += (double)v / g->microbatches;
+      if (c == x->loss_chunk) s->loss += (double)v / g->microbatches;
       break;
     }
     case RT_I_ALLREDUCE_TIED:
     case RT_I_ALLREDUCE: {
       double c0 = s->tr ? rt_dev_time_ms(dev) : 0;
       int64_t off = at(g, &in->p[0], slot);
-      where(s, b, n, mb, in, NULL);
+      where(s, c, b, n, mb, in, NULL);
       if (in->kind == RT_I_ALLREDUCE_TIED) rt_comm_allreduce_emb(x->comm, dev, off, in->bytes / 4);
       else rt_comm_allreduce(x->comm, dev, in->group, in->sub, in->op, off, in->bytes / 4);
       if (s->tr) {
@@ -264,12 +269,12 @@ static int run_block(Step *s, int b, int mb, int slot) {
           rt_trace_add(x->prof, RT_EV_HOOK, s->step, h0, h1, "save-grads");
         }
       }
-      where(s, b, n, mb, in, "the gradient norm");
+      where(s, c, b, n, mb, in, "the gradient norm");
       rc = grad_norm(s, in);
       break;
     }
     if (rc) return -2;
-    if (s->prof) rt_prof_instr(x->prof, b, in, rt_dev_time_ms(dev) - t0);
+    if (s->prof) rt_prof_instr(x->prof, c, b, in, rt_dev_time_ms(dev) - t0);
   }
   return 0;
 }
@@ -279,6 +284,7 @@ static void run_comm(Step *s, const RtEntry *en) {
   rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step,
                                            .entry = s->entry,
                                            .block = -1,
+                                           .chunk = -1,
                                            .instr = -1,
                                            .mb = -1,
                                            .line = en->line,
@@ -286,15 +292,26 @@ static void run_comm(Step *s, const RtEntry *en) {
   RtExec *x = s->x;
   const RtProg *g = x->p;
   RtP2p ops[2];
-  char name[40] = "";
+  char name[48] = "";
   size_t k = 0;
+  int nch = rt_prog_nchunks(g);
   for (int i = 0; i < en->nops; i++) {
     const RtCommOp *o = &en->op[i];
-    const RtBoundary *b = &g->bnd[o->kind];
-    RtMsg m = rt_boundary_msg(o->kind, o->mb, g->prev, g->next);
-    ops[i] = (RtP2p){.send = m.send, .peer = m.peer, .tag = m.tag, .off = at(g, &b->ptr, o->slot), .bytes = b->bytes};
-    if (s->tr && k < sizeof name)
-      k += (size_t)snprintf(name + k, sizeof name - k, "%s%s %d", i ? " + " : "", pp_boundary_name(o->kind), o->mb);
+    const RtBoundary *b = rt_prog_boundary(g, o->chunk, o->kind);
+    const RtChunk *ch = &g->chunk[o->chunk];
+    RtMsg m = rt_boundary_msg(o->kind, o->mb, ch->vstage, ch->prev, ch->next, g->pp, nch);
+    ops[i] = (RtP2p){.send = m.send,
+                     .peer = m.peer,
+                     .tag = m.tag,
+                     .off = at(g, &b->ptr, o->slot),
+                     .bytes = b->bytes,
+                     .mb = o->mb,
+                     .chunk = nch > 1 ? o->chunk : -1};
+    if (s->tr && k < sizeof name) {
+      k += (size_t)snprintf(name + k, sizeof name - k, "%s%s", i ? " + " : "", pp_boundary_name(o->kind));
+      if (nch > 1 && k < sizeof name) k += (size_t)snprintf(name + k, sizeof name - k, ":%d", o->chunk);
+      if (k < sizeof name) k += (size_t)snprintf(name + k, sizeof name - k, " %d", o->mb);
+    }
   }
   double t0 = s->tr ? rt_dev_time_ms(x->dev) : 0;
   rt_comm_p2p_post(x->comm, x->dev, en->nops, ops);
@@ -353,12 +370,12 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     case RT_E_B:
     case RT_E_W: {
       int blk = en->kind == RT_E_F ? RT_BLK_FORWARD : en->kind == RT_E_B ? RT_BLK_BACKWARD : RT_BLK_WEIGHTS;
-      rc = run_block(&s, blk, en->mb, en->slot);
+      rc = run_block(&s, en->chunk, blk, en->mb, en->slot);
       if (s.tr) {
         double t1 = rt_dev_time_ms(dev);
         compute += t1 - t0;
         int ev = en->kind == RT_E_F ? RT_EV_F : en->kind == RT_E_B ? RT_EV_B : RT_EV_W;
-        rt_trace_add(x->prof, ev, step, t0, t1, "%c %d", "FBW"[ev - RT_EV_F], en -> mb);
+        rt_trace_unit(x->prof, ev, step, t0, t1, en->chunk, en->mb);
       }
       break;
     }
@@ -366,7 +383,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     case RT_E_OPT: {
       if (x->comm) rt_comm_p2p_flush(x->comm); /* the step's sends taken by their peers */
       double inner = s.coll_ms + s.hook_ms;
-      rc = run_block(&s, RT_BLK_OPTIMIZER, -1, -1);
+      rc = run_block(&s, 0, RT_BLK_OPTIMIZER, -1, -1);
       if (s.tr) {
         double t1 = rt_dev_time_ms(dev);
         compute += (t1 - t0) - (s.coll_ms + s.hook_ms - inner);
@@ -386,10 +403,11 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
       &(RtWhere){
           .step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the end of the step's queued work"});
   if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
-  /* the loss: the last stage's, summed over its tp_rank 0 ranks of every replica (each loss value
-   * is divided by the global M already); the same everywhere */
+  /* the loss: the last virtual stage's (the last stage's without chunks), summed over its tp_rank 0
+   * ranks of every replica (each loss value is divided by the global M already; run_block counted
+   * only those of x->loss_chunk); the same everywhere */
   double t0 = s.tr ? rt_now_ms() : 0;
-  double mine = g->stage == g->pp - 1 && g->tp_rank == 0 ? s.loss : 0.0;
+  double mine = s.loss;
   rt_comm_set_where(
       x->comm, &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the step's loss"});
   s.loss = rt_comm_step_sum(x->comm, mine); /* and whether a rank asked to stop (SIGTERM, SIGINT) */

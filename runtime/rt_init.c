@@ -1,5 +1,5 @@
-/* rt_init.c - parameter initialisation: the mesh-independent seeded normal, ones, zeros, or a safetensors checkpoint.
- */
+/* rt_init.c - parameter initialisation: the mesh-independent seeded normal, ones, zeros, or a checkpoint (a safetensors
+ * file, a sharded checkpoint's index, a model folder; rt_ckpt.c), its names mapped to the model's. */
 #include "rt_prog.h"
 #include "rt_util.h"
 
@@ -99,7 +99,7 @@ int rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed, char *err, size_t er
   return 0;
 }
 
-/* Read param q's values (its shard of the dense tensor t, padding rows 0) into dst. */
+/* Read param q's values (its shard of the dense tensor t of file f, padding rows 0) into dst. */
 static int read_param(const RtStFile *f, int t, const RtParam *q, float *dst, char *err, size_t errlen) {
   if (!q->sharded) return rt_st_read_f32(f, t, dst, (size_t)q->numel, err, errlen);
   int64_t start[RT_MAX_NDIM] = {0}, len[RT_MAX_NDIM];
@@ -165,18 +165,32 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *dims) {
   if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-static int same_shape(const RtStFile *f, int t, int ndim, const int64_t *dims) {
+/* A tensor of the checkpoint: its file and its index there. */
+typedef struct {
+  const RtStFile *f;
+  int i;
+} CkT;
+
+static CkT ck_at(const RtCkpt *c, int t) {
+  CkT r = {NULL, -1};
+  r.f = rt_ckpt_file(c, t, &r.i);
+  return r;
+}
+
+static int same_shape(const RtCkpt *c, int t, int ndim, const int64_t *dims) {
+  CkT k = ck_at(c, t);
   int64_t fd[RT_ST_MAX_NDIM];
-  int fn = rt_st_shape(f, t, fd, RT_ST_MAX_NDIM);
+  int fn = rt_st_shape(k.f, k.i, fd, RT_ST_MAX_NDIM);
   if (fn != ndim) return 0;
   for (int i = 0; i < ndim; i++)
     if (fd[i] != dims[i]) return 0;
   return 1;
 }
 
-static void file_shape(const RtStFile *f, int t, char *buf, size_t n) {
+static void file_shape(const RtCkpt *c, int t, char *buf, size_t n) {
+  CkT k = ck_at(c, t);
   int64_t fd[RT_ST_MAX_NDIM];
-  int fn = rt_st_shape(f, t, fd, RT_ST_MAX_NDIM);
+  int fn = rt_st_shape(k.f, k.i, fd, RT_ST_MAX_NDIM);
   shape_str(buf, n, fn < 0 ? 0 : fn, fd);
 }
 
@@ -210,51 +224,122 @@ static int own_index(const RtProg *p, const char *name) {
   return -1;
 }
 
-int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, char *err, size_t errlen) {
-  RtStFile *f = NULL;
-  if (rt_st_open(path, &f, err, errlen)) return -1;
+/* ---- the checkpoint's names against the model's ----------------------------------------- */
+
+/* How the checkpoint names the model's params: as they are, or (strip) those starting with the
+ * listing's checkpoint_prefix without it. */
+typedef struct {
+  const RtProg *p;
+  const RtCkpt *c;
+  const char *prefix; /* NULL: none */
+  size_t plen;
+  int strip;
+  char buf[PP_MAX_NAME * 2 + 2];
+} Names;
+
+/* The checkpoint's tensor for the model's param name, -1 if none. */
+static int ck_find(const Names *nm, const char *name) {
+  if (nm->strip && !strncmp(name, nm->prefix, nm->plen)) return rt_ckpt_find(nm->c, name + nm->plen);
+  return rt_ckpt_find(nm->c, name);
+}
+
+/* The model's name for the checkpoint's tensor name: with the prefix when that is a model param. */
+static const char *model_name(Names *nm, const char *name) {
+  if (!nm->strip) return name;
+  snprintf(nm->buf, sizeof nm->buf, "%s%s", nm->prefix, name);
+  return model_index(nm->p, nm->buf) >= 0 ? nm->buf : name;
+}
+
+/* Known non-parameter buffers of transformers' state dicts: 1 rotary inv_freq, 2 an attention mask
+ * (GPT-2's attn.bias and attn.masked_bias); 0 otherwise. */
+static int buffer_kind(const char *name) {
+  size_t n = strlen(name);
+  static const struct {
+    const char *suffix;
+    int kind;
+  } known[] = {{"rotary_emb.inv_freq", 1}, {".attn.bias", 2}, {".attn.masked_bias", 2}};
+  for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+    size_t m = strlen(known[k].suffix);
+    if (n >= m && !strcmp(name + n - m, known[k].suffix) && (known[k].kind == 2 || n == m || name[n - m - 1] == '.'))
+      return known[k].kind;
+  }
+  return 0;
+}
+
+int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, RtInitInfo *info, char *err,
+                 size_t errlen) {
+  RtCkpt *c = NULL;
+  RtInitInfo none;
+  if (!info) info = &none;
+  memset(info, 0, sizeof *info);
+  if (rt_ckpt_open(path, &c, err, errlen)) return -1;
   Msg m = {0};
-  int nt = rt_st_count(f);
+  int nt = rt_ckpt_count(c);
   int head = -1; /* lm_head.weight, checked against this rank's tied param */
+  Names *nm = calloc(1, sizeof *nm);
+  if (!nm) {
+    rt_ckpt_close(c);
+    return RT_FAIL("out of memory");
+  }
+  nm->p = p;
+  nm->c = c;
+  if (p->ckpt_prefix) { /* strip: no checkpoint name has the prefix, and some model name has */
+    nm->prefix = p->ckpt_prefix;
+    nm->plen = strlen(p->ckpt_prefix);
+    int any_ck = 0, any_model = 0;
+    for (int t = 0; t < nt && !any_ck; t++) any_ck = !strncmp(rt_ckpt_name(c, t), nm->prefix, nm->plen);
+    for (int k = 0; k < p->nmodel && !any_model; k++) any_model = !strncmp(p->mparams[k].name, nm->prefix, nm->plen);
+    for (int k = 0; k < p->nparams && !any_model; k++) any_model = !strncmp(p->params[k].name, nm->prefix, nm->plen);
+    nm->strip = nt > 0 && !any_ck && any_model;
+  }
+  info->stripped = nm->strip;
 
   /* missing tensors (of this rank's params), all in one line */
   int nmiss = 0;
   for (int k = 0; k < p->nparams; k++)
-    if (rt_st_find(f, p->params[k].name) < 0) nmiss++;
+    if (ck_find(nm, p->params[k].name) < 0) nmiss++;
   if (nmiss) {
     msg_add(&m, "%s: %d tensor%s missing:", path, nmiss, nmiss > 1 ? "s" : "");
     for (int k = 0, j = 0; k < p->nparams; k++)
-      if (rt_st_find(f, p->params[k].name) < 0) msg_add(&m, "%s %s", j++ ? "," : "", p->params[k].name);
+      if (ck_find(nm, p->params[k].name) < 0) msg_add(&m, "%s %s", j++ ? "," : "", p->params[k].name);
+    if (nm->strip) msg_add(&m, " (looked up without the prefix '%s', which no tensor of the file has)", nm->prefix);
     msg_add(&m, "\n");
   }
   /* wrong shapes: this rank's params, then the rest of the model */
   for (int k = 0; k < p->nparams; k++) {
     const RtParam *q = &p->params[k];
-    int t = rt_st_find(f, q->name);
-    if (t < 0 || same_shape(f, t, q->ndim, q->dense_dims)) continue;
+    int t = ck_find(nm, q->name);
+    if (t < 0 || same_shape(c, t, q->ndim, q->dense_dims)) continue;
     char a[256], b[256];
-    file_shape(f, t, a, sizeof a);
+    file_shape(c, t, a, sizeof a);
     shape_str(b, sizeof b, q->ndim, q->dense_dims);
-    msg_add(&m, "%s: tensor %s has shape %s, the program's param %d needs %s%s\n", path, q->name, a, k, b,
+    msg_add(&m, "%s: tensor %s has shape %s, the program's param %d needs %s%s\n", path, rt_ckpt_name(c, t), a, k, b,
             q->sharded ? " (the dense tensor; this rank holds a shard of it)" : "");
   }
   for (int k = 0; k < p->nmodel; k++) {
     const RtModelParam *q = &p->mparams[k];
-    int t = rt_st_find(f, q->name);
-    if (t < 0 || own_index(p, q->name) >= 0 || same_shape(f, t, q->ndim, q->dims)) continue;
+    int t = ck_find(nm, q->name);
+    if (t < 0 || own_index(p, q->name) >= 0 || same_shape(c, t, q->ndim, q->dims)) continue;
     char a[256], b[256];
-    file_shape(f, t, a, sizeof a);
+    file_shape(c, t, a, sizeof a);
     shape_str(b, sizeof b, q->ndim, q->dims);
-    msg_add(&m, "%s: tensor %s has shape %s, the model's param (model_param, line %d) is %s\n", path, q->name, a,
-            q->line, b);
+    msg_add(&m, "%s: tensor %s has shape %s, the model's param (model_param, line %d) is %s\n", path,
+            rt_ckpt_name(c, t), a, q->line, b);
   }
-  /* extra tensors (not the model's), all in one line */
+  /* extra tensors (not the model's), all in one line; known buffers skipped */
   int nextra = 0;
   for (int t = 0; t < nt; t++) {
-    const char *name = rt_st_name(f, t);
+    const char *name = model_name(nm, rt_ckpt_name(c, t));
     if (model_index(p, name) >= 0) continue;
     if (model_tied && !strcmp(name, TIED_HEAD_NAME)) {
       if (p->tied >= 0) head = t;
+      continue;
+    }
+    int kind = buffer_kind(name);
+    if (kind) {
+      info->skipped++;
+      info->rotary += kind == 1;
+      info->mask += kind == 2;
       continue;
     }
     nextra++;
@@ -262,53 +347,43 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
   if (nextra) {
     msg_add(&m, "%s: %d tensor%s the program has no param for:", path, nextra, nextra > 1 ? "s" : "");
     for (int t = 0, j = 0; t < nt; t++) {
-      const char *name = rt_st_name(f, t);
-      if (model_index(p, name) >= 0 || (model_tied && !strcmp(name, TIED_HEAD_NAME))) continue;
-      msg_add(&m, "%s %s", j++ ? "," : "", name);
+      const char *name = model_name(nm, rt_ckpt_name(c, t));
+      if (model_index(p, name) >= 0 || (model_tied && !strcmp(name, TIED_HEAD_NAME)) || buffer_kind(name)) continue;
+      msg_add(&m, "%s %s", j++ ? "," : "", rt_ckpt_name(c, t));
     }
-    if (!model_tied && rt_st_find(f, TIED_HEAD_NAME) >= 0 && model_index(p, TIED_HEAD_NAME) < 0)
+    if (!model_tied && rt_ckpt_find(c, TIED_HEAD_NAME) >= 0 && model_index(p, TIED_HEAD_NAME) < 0)
       msg_add(&m, " (%s is accepted only when a param is tied)", TIED_HEAD_NAME);
     msg_add(&m, "\n");
   }
   if (head >= 0) {
     const RtParam *q = &p->params[p->tied];
-    if (!same_shape(f, head, q->ndim, q->dense_dims)) {
+    if (!same_shape(c, head, q->ndim, q->dense_dims)) {
       char a[256], b[256];
-      file_shape(f, head, a, sizeof a);
+      file_shape(c, head, a, sizeof a);
       shape_str(b, sizeof b, q->ndim, q->dense_dims);
       msg_add(&m, "%s: tensor %s has shape %s, but the head is tied to %s %s\n", path, TIED_HEAD_NAME, a, q->name, b);
       head = -1;
     }
   }
-  if (finish_msg(&m, err, errlen)) {
-    rt_st_close(f);
-    return -1;
-  }
-  float *v = malloc((size_t)max_numel(p) * sizeof *v);
-  if (!v) {
-    rt_st_close(f);
-    return RT_FAIL("out of memory");
-  }
-  for (int k = 0; k < p->nparams; k++) {
+  int rc = finish_msg(&m, err, errlen);
+  float *v = rc ? NULL : malloc((size_t)max_numel(p) * sizeof *v);
+  if (!rc && !v) rc = RT_FAIL("out of memory");
+  for (int k = 0; k < p->nparams && !rc; k++) {
     const RtParam *q = &p->params[k];
-    if (read_param(f, rt_st_find(f, q->name), q, v, err, errlen) || rt_exec_write_param(x, k, v, err, errlen)) {
-      free(v);
-      rt_st_close(f);
-      return -1;
-    }
+    CkT at = ck_at(c, ck_find(nm, q->name));
+    rc = read_param(at.f, at.i, q, v, err, errlen) || rt_exec_write_param(x, k, v, err, errlen) ? -1 : 0;
   }
-  int rc = 0;
-  if (head >= 0) {
+  if (!rc && head >= 0) {
     const RtParam *q = &p->params[p->tied];
     float *e = v;
     float *h = malloc((size_t)q->numel * sizeof *h);
-    if (!h) {
-      free(v);
-      rt_st_close(f);
-      return RT_FAIL("out of memory");
-    }
-    rc = read_param(f, head, q, h, err, errlen) ||
-         rt_exec_read_param(x, p->tied, 0, e, err, errlen); /* the same slice as the embedding's */
+    CkT at = ck_at(c, head);
+    if (!h) rc = RT_FAIL("out of memory");
+    else
+      rc = read_param(at.f, at.i, q, h, err, errlen) ||
+                   rt_exec_read_param(x, p->tied, 0, e, err, errlen) /* the same slice as the embedding's */
+               ? -1
+               : 0;
     Shard sh = shard_of(q);
     for (int64_t i = 0; i < q->numel && !rc; i++) {
       if (h[i] == e[i] || (isnan(h[i]) && isnan(e[i]))) continue;
@@ -324,6 +399,7 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, c
     free(h);
   }
   free(v);
-  rt_st_close(f);
+  free(nm);
+  rt_ckpt_close(c);
   return rc;
 }

@@ -21,12 +21,12 @@
 #define RT_ST_MAX_NDIM   16                     /* tensors with more dims are rejected */
 #define RT_ST_MAX_HEADER (100u * 1000u * 1000u) /* header JSON size limit (100 MB) */
 
-typedef enum { RT_ST_F32 = 0, RT_ST_F16 = 1, RT_ST_BF16 = 2 } RtStDtype;
+typedef enum { RT_ST_F32 = 0, RT_ST_F16 = 1, RT_ST_BF16 = 2, RT_ST_F64 = 3 } RtStDtype;
 
 typedef struct RtStFile RtStFile;
 
 /* Open and validate a safetensors file (mmap'ed, read fallback). Accepted dtypes:
- * F32, F16, BF16. "__metadata__" (string -> string) is validated and skipped;
+ * F32, F16, BF16, F64. "__metadata__" (string -> string) is validated and skipped;
  * unknown keys inside a tensor entry are ignored. Checks: header length vs file
  * size and limit, strict JSON (parsed by jansson: no key twice in any object,
  * only whitespace -- the padding -- after the object), end >= begin, byte span ==
@@ -48,10 +48,11 @@ int rt_st_ndim(const RtStFile *f, int i);            /* 0 for a scalar */
 int rt_st_shape(const RtStFile *f, int i, int64_t *dims, int maxdims);
 int64_t rt_st_numel(const RtStFile *f, int i);     /* 1 for a scalar */
 int rt_st_dtype_id(const RtStFile *f, int i);      /* RtStDtype */
-const char *rt_st_dtype(const RtStFile *f, int i); /* "F32" / "F16" / "BF16" */
+const char *rt_st_dtype(const RtStFile *f, int i); /* "F32" / "F16" / "BF16" / "F64" */
 
 /* Read a whole tensor as float32 (F16/BF16 converted exactly, incl. subnormals,
- * +-0, inf, nan). n must equal the tensor's element count. */
+ * +-0, inf, nan; F64 rounded to nearest, a finite value beyond the float range an
+ * error naming the tensor and the element). n must equal the tensor's element count. */
 int rt_st_read_f32(const RtStFile *f, int i, float *dst, size_t n, char *err, size_t errlen);
 
 /* Read the hyper-rectangle start[d] <= idx[d] < start[d] + len[d] (for every dim
@@ -70,6 +71,50 @@ int rt_st_write(const char *path, int n, const char *const *names, const int *nd
                 const float *const *data, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ */
+/* checkpoints: a file, a sharded checkpoint's index, a model folder   */
+/* ------------------------------------------------------------------ */
+
+typedef struct RtCkpt RtCkpt;
+
+/* Opens a checkpoint as one set of tensors: a safetensors file; a sharded checkpoint's index (a
+ * path ending in ".json", Hugging Face's model.safetensors.index.json: {"weight_map": {tensor:
+ * shard}}, the shards beside it, plain file names); or a model folder holding model.safetensors
+ * (taken first) or model.safetensors.index.json. Every file is checked as rt_st_open checks it;
+ * an index's map and its shards must agree exactly (a tensor the map puts in a shard that does not
+ * hold it, a shard's tensor the map does not name or puts elsewhere, a tensor in two shards: errors
+ * naming the tensor and the files). On error *out is NULL. */
+int rt_ckpt_open(const char *path, RtCkpt **out, char *err, size_t errlen);
+void rt_ckpt_close(RtCkpt *c); /* NULL ok */
+int rt_ckpt_count(const RtCkpt *c);
+int rt_ckpt_nfiles(const RtCkpt *c);
+const char *rt_ckpt_name(const RtCkpt *c, int i);    /* tensors 0..count-1: file by file, header order */
+int rt_ckpt_find(const RtCkpt *c, const char *name); /* -1 if absent */
+/* The file holding tensor i, and its index there (read it with rt_st_*); NULL for a bad i. */
+const RtStFile *rt_ckpt_file(const RtCkpt *c, int i, int *idx);
+
+#define RT_CKPT_SHARD_DEFAULT (5000ull * 1000 * 1000) /* transformers' max_shard_size, "5GB" */
+
+typedef struct {
+  uint64_t shard_bytes;  /* the most bytes of tensors in one shard (0: RT_CKPT_SHARD_DEFAULT) */
+  const char *hf_config; /* JSON object written as config.json (torch_dtype set to float32); NULL: none */
+} RtCkptOpts;
+
+/* 1 when --save's path names one safetensors file (it ends in ".safetensors"), else 0: a folder. */
+int rt_ckpt_is_file_path(const char *path);
+/* 0 when path may be written as a checkpoint folder: absent, or a folder holding only a
+ * checkpoint's files (model.safetensors, model-NNNNN-of-NNNNN.safetensors, the index,
+ * config.json, generation_config.json), which is replaced whole. Nothing is changed. */
+int rt_ckpt_check_dir(const char *path, char *err, size_t errlen);
+/* Writes the F32 tensors (as rt_st_write takes them) as a folder transformers' from_pretrained
+ * loads: model.safetensors, or, when they pass o->shard_bytes, shards model-00001-of-0000N.safetensors
+ * (tensors in order, a new shard when the next would pass the limit; a larger tensor alone) and
+ * model.safetensors.index.json (metadata.total_size, weight_map); config.json when o->hf_config.
+ * Written into PATH.tmp-XXXXXX beside it and renamed over PATH (an earlier checkpoint folder there
+ * is replaced; rt_ckpt_check_dir's rule); on error nothing is left behind. */
+int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const int *ndims, const int64_t *const *shapes,
+                      const float *const *data, const RtCkptOpts *o, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ */
 /* token data                                                          */
 /* ------------------------------------------------------------------ */
 
@@ -78,19 +123,26 @@ int rt_st_write(const char *path, int n, const char *const *names, const int *nd
 typedef struct RtData RtData;
 
 /* If the file starts with int32 20240520 it is an llm.c token file: 256 int32
- * header (little-endian), header[1] == 1 (version), header[2] == token count > 0,
- * then exactly that many uint16 tokens (size checked exactly). Otherwise the
- * file is text whose bytes are the tokens (0..255) -- unless it claims to be an
- * llm.c file, which is an error naming the expected magic: its name ends in
- * ".bin" (any case), or its first int32 reads, little- or big-endian, like an
- * llm.c magic (a YYYYMMDD date in 2000..2099: the model checkpoint's 20240326,
- * the tokenizer's 20240328, ...). An empty file is an error. */
+ * header (little-endian), header[1] the version, header[2] == token count > 0,
+ * then exactly that many tokens (size checked exactly): version 1 uint16 tokens
+ * (llm.c's), version 2 uint32 tokens (below 2^31; for vocabularies over 65536).
+ * Otherwise the file is text whose bytes are the tokens (0..255) -- unless it
+ * claims to be an llm.c file, which is an error naming the expected magic: its
+ * name ends in ".bin" (any case), or its first int32 reads, little- or
+ * big-endian, like an llm.c magic (a YYYYMMDD date in 2000..2099: the model
+ * checkpoint's 20240326, the tokenizer's 20240328, ...). An empty file is an error. */
 int rt_data_open(const char *path, RtData **out, char *err, size_t errlen);
 /* Text tokens from memory (bytes are copied; no llm.c detection); n == 0 is an error. */
 int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err, size_t errlen);
 int64_t rt_data_len(const RtData *d);   /* number of tokens; 0 for NULL */
 int rt_data_max_token(const RtData *d); /* largest token id; -1 for NULL */
-void rt_data_close(RtData *d);          /* NULL ok */
+/* 0 when every token is below vocab; else -1 and "NAME: token T at position P is not below the
+ * vocabulary's V" (the first such token). */
+int rt_data_check_vocab(const RtData *d, const char *name, int64_t vocab, char *err, size_t errlen);
+/* Writes n tokens (each below vocab) as an llm.c token file: version 1 (uint16) when vocab <=
+ * 65536, else version 2 (uint32); vocab <= 2^31. Through "<path>.tmp" and a rename. */
+int rt_data_write(const char *path, const uint32_t *tokens, int64_t n, int64_t vocab, char *err, size_t errlen);
+void rt_data_close(RtData *d); /* NULL ok */
 
 /* Batch for step s, micro-batch m of M, B rows of S tokens: row b reads S+1
  * consecutive tokens starting at ((s*M + m)*B + b)*S (int64), every index taken

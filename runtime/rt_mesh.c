@@ -15,8 +15,10 @@
 typedef struct {
   int32_t rank, stage, tp_rank, dp_rank, tp, pp, dp, prev, next;
   int32_t micro_batch, seq, microbatches, tied, shared, nallreduce, nmodel;
+  int32_t nchunks;                                                           /* V: 1 without chunk lines */
+  int32_t vstage[PP_MAX_CHUNKS], cprev[PP_MAX_CHUNKS], cnext[PP_MAX_CHUNKS]; /* per chunk */
   int64_t vocab, allreduce_bytes;
-  int64_t bnd[PP_NBND]; /* bytes; -1: no such boundary */
+  int64_t bnd[PP_MAX_CHUNKS][PP_NBND]; /* per chunk: bytes; -1: no such boundary */
   uint64_t model_hash, model_params_hash;
   uint64_t tp_hash, dp_hash; /* the schedule and the tp (dp) collectives in each block, in order */
 } Info;
@@ -73,7 +75,17 @@ static void fill_info(const RtProg *p, Info *in) {
   in->shared = p->nshared > 0;
   in->nmodel = p->nmodel;
   in->vocab = p->vocab;
-  for (int k = 0; k < PP_NBND; k++) in->bnd[k] = p->bnd[k].present ? p->bnd[k].bytes : -1;
+  in->nchunks = rt_prog_nchunks(p);
+  for (int c = 0; c < in->nchunks; c++) {
+    /* an RtProg built by hand (nchunks 0) has one chunk: its stage and peers */
+    in->vstage[c] = p->nchunks ? p->chunk[c].vstage : p->stage;
+    in->cprev[c] = p->nchunks ? p->chunk[c].prev : p->prev;
+    in->cnext[c] = p->nchunks ? p->chunk[c].next : p->next;
+    for (int k = 0; k < PP_NBND; k++) {
+      const RtBoundary *b = rt_prog_boundary(p, c, k);
+      in->bnd[c][k] = b->present ? b->bytes : -1;
+    }
+  }
   const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
   for (int i = 0; i < o->n; i++)
     if (o->ins[i].kind == RT_I_ALLREDUCE_TIED) {
@@ -94,25 +106,70 @@ static void fill_info(const RtProg *p, Info *in) {
   uint64_t sh = 0xcbf29ce484222325ull;
   for (int e = 0; e < p->nentries; e++) {
     const RtEntry *en = &p->sched[e];
-    int32_t v[3 + 6] = {(int32_t)en->kind, en->mb, en->nops};
+    int32_t v[4 + 8] = {(int32_t)en->kind, en->chunk, en->mb, en->nops};
     for (int i = 0; i < en->nops; i++) {
-      v[3 + 3 * i] = (int32_t)en->op[i].kind;
-      v[4 + 3 * i] = en->op[i].mb;
-      v[5 + 3 * i] = en->op[i].slot;
+      v[4 + 4 * i] = (int32_t)en->op[i].kind;
+      v[5 + 4 * i] = en->op[i].chunk;
+      v[6 + 4 * i] = en->op[i].mb;
+      v[7 + 4 * i] = en->op[i].slot;
     }
     sh = fnv_more(sh, v, sizeof v);
   }
   uint64_t th = sh, dh = sh;
-  for (int b = 0; b < RT_NBLK; b++)
-    for (int i = 0; i < p->blk[b].n; i++) {
-      const RtInstr *x = &p->blk[b].ins[i];
-      if (x->kind != RT_I_ALLREDUCE) continue;
-      int64_t v[5] = {b, x->group, x->sub, x->op, x->bytes};
-      if (x->group == RT_G_DP) dh = fnv_more(dh, v, sizeof v);
-      else th = fnv_more(th, v, sizeof v);
+  for (int c = 0; c < rt_prog_nchunks(p); c++)
+    for (int b = 0; b < RT_NBLK; b++) {
+      if (c > 0 && b == RT_BLK_OPTIMIZER) continue;
+      const RtBlock *bk = rt_prog_block(p, c, b);
+      for (int i = 0; i < bk->n; i++) {
+        const RtInstr *x = &bk->ins[i];
+        if (x->kind != RT_I_ALLREDUCE) continue;
+        int64_t v[6] = {c, b, x->group, x->sub, x->op, x->bytes};
+        if (x->group == RT_G_DP) dh = fnv_more(dh, v, sizeof v);
+        else th = fnv_more(th, v, sizeof v);
+      }
     }
   in->tp_hash = th;
   in->dp_hash = dh;
+}
+
+/* The rank holding virtual stage v of the pipeline (tp_rank, dp_rank), or -1; *chunk its chunk. */
+static int vstage_at(const Info *all, int n, int v, int tp_rank, int dp_rank, int *chunk) {
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < all[r].nchunks; c++)
+      if (all[r].vstage[c] == v && all[r].tp_rank == tp_rank && all[r].dp_rank == dp_rank) {
+        *chunk = c;
+        return r;
+      }
+  *chunk = -1;
+  return -1;
+}
+
+/* With chunks of layers: the virtual stages of each pipeline are a permutation of 0 .. pp·V − 1
+ * (each held once: the ranks of a pipeline are pp, each with V in range), and each chunk's prev
+ * and next are the ranks holding its neighbouring virtual stages. */
+static void check_chunks(const Info *all, int n, const char *dir, Msgs *m) {
+  char a[1024], b[1024];
+  for (int r = 0; r < n && m->n < 8; r++) {
+    const Info *x = &all[r];
+    prog_path(a, sizeof a, dir, r);
+    for (int c = 0; c < x->nchunks && m->n < 8; c++) {
+      int d, q = vstage_at(all, n, x->vstage[c], x->tp_rank, x->dp_rank, &d);
+      if (q != r || d != c) {
+        prog_path(b, sizeof b, dir, q);
+        add(m, "%s: chunk %d's vstage %d is also held by %s (chunk %d) in the pipeline of tp_rank %d, dp_rank %d", a, c,
+            x->vstage[c], b, d, x->tp_rank, x->dp_rank);
+        continue;
+      }
+      int last = x->pp * x->nchunks - 1, v = x->vstage[c], dc;
+      int want_prev = v > 0 ? vstage_at(all, n, v - 1, x->tp_rank, x->dp_rank, &dc) : -1;
+      int want_next = v < last ? vstage_at(all, n, v + 1, x->tp_rank, x->dp_rank, &dc) : -1;
+      if (x->cprev[c] != want_prev || x->cnext[c] != want_next)
+        add(m,
+            "%s: chunk %d (vstage %d): prev %d next %d, but the ranks of vstages %d and %d (tp_rank %d, dp_rank %d) "
+            "are %d and %d",
+            a, c, v, x->cprev[c], x->cnext[c], v - 1, v + 1, x->tp_rank, x->dp_rank, want_prev, want_next);
+    }
+  }
 }
 
 /* The rank at (stage, tp_rank, dp_rank), or -1. */
@@ -140,6 +197,9 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
       add(m, "%s: another model or vocab than %s: the listings come from different ppc runs", a, b);
     if (x->nmodel != z->nmodel || x->model_params_hash != z->model_params_hash)
       add(m, "%s: its model_param lines differ from %s's: the listings come from different ppc runs", a, b);
+    if (x->nchunks != z->nchunks)
+      add(m, "%s: %d chunk%s of layers, but %s has %d: every rank holds as many", a, x->nchunks,
+          x->nchunks == 1 ? "" : "s", b, z->nchunks);
   }
   if (m->n) return;
   for (int r = 0; r < n && m->n < 8; r++) {
@@ -160,19 +220,27 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
           x->prev, x->next, x->stage - 1, x->stage + 1, x->tp_rank, x->dp_rank, want_prev, want_next);
   }
   if (m->n) return;
+  if (z->nchunks > 1) check_chunks(all, n, dir, m);
+  if (m->n) return;
   static const char *const fwd = "hidden state", *const bwd = "hidden-state gradient";
   for (int r = 0; r < n && m->n < 8; r++) {
     const Info *x = &all[r];
-    if (x->next < 0) continue;
-    const Info *y = &all[x->next];
-    prog_path(a, sizeof a, dir, r);
-    prog_path(b, sizeof b, dir, x->next);
-    if (x->bnd[PP_SEND_FWD] != y->bnd[PP_RECV_FWD])
-      add(m, "%s sends a %lld-byte %s to %s (boundary send_fwd), which receives %lld bytes (boundary recv_fwd)", a,
-          (long long)x->bnd[PP_SEND_FWD], fwd, b, (long long)y->bnd[PP_RECV_FWD]);
-    if (x->bnd[PP_RECV_BWD] != y->bnd[PP_SEND_BWD])
-      add(m, "%s receives a %lld-byte %s from %s (boundary recv_bwd), which sends %lld bytes (boundary send_bwd)", a,
-          (long long)x->bnd[PP_RECV_BWD], bwd, b, (long long)y->bnd[PP_SEND_BWD]);
+    for (int c = 0; c < x->nchunks && m->n < 8; c++) {
+      int d = 0, next = x->cnext[c];
+      if (next < 0) continue;
+      const Info *y = &all[next];
+      if (x->nchunks > 1) vstage_at(all, n, x->vstage[c] + 1, x->tp_rank, x->dp_rank, &d);
+      prog_path(a, sizeof a, dir, r);
+      prog_path(b, sizeof b, dir, next);
+      char sc[16] = "", sd[16] = ""; /* the boundaries' chunks, as the listings write them */
+      if (x->nchunks > 1) snprintf(sc, sizeof sc, ":%d", c), snprintf(sd, sizeof sd, ":%d", d);
+      if (x->bnd[c][PP_SEND_FWD] != y->bnd[d][PP_RECV_FWD])
+        add(m, "%s sends a %lld-byte %s to %s (boundary send_fwd%s), which receives %lld bytes (boundary recv_fwd%s)",
+            a, (long long)x->bnd[c][PP_SEND_FWD], fwd, b, sc, (long long)y->bnd[d][PP_RECV_FWD], sd);
+      if (x->bnd[c][PP_RECV_BWD] != y->bnd[d][PP_SEND_BWD])
+        add(m, "%s receives a %lld-byte %s from %s (boundary recv_bwd%s), which sends %lld bytes (boundary send_bwd%s)",
+            a, (long long)x->bnd[c][PP_RECV_BWD], bwd, b, sc, (long long)y->bnd[d][PP_SEND_BWD], sd);
+    }
   }
   /* the TP and DP groups run the same schedule and the same collectives */
   for (int r = 0; r < n && m->n < 8; r++) {
@@ -328,11 +396,11 @@ static void verdict(RtComm *c, Msgs *m) {
   free(text);
 }
 
-/* The comm entries of a schedule as int32: count, then per entry: line, nops, (kind, mb, slot)... */
+/* The comm entries of a schedule as int32: count, then per entry: line, nops, (kind, chunk, mb, slot)... */
 static size_t pack_schedule(const RtProg *p, int32_t **out) {
   size_t n = 1;
   for (int e = 0; e < p->nentries; e++)
-    if (p->sched[e].kind == RT_E_COMM) n += 2 + 3 * (size_t)p->sched[e].nops;
+    if (p->sched[e].kind == RT_E_COMM) n += 2 + 4 * (size_t)p->sched[e].nops;
   int32_t *v = malloc(n * sizeof *v), *q = v + 1;
   if (!v) RT_INTERNAL("out of memory");
   v[0] = 0;
@@ -344,6 +412,7 @@ static size_t pack_schedule(const RtProg *p, int32_t **out) {
     *q++ = en->nops;
     for (int i = 0; i < en->nops; i++) {
       *q++ = (int32_t)en->op[i].kind;
+      *q++ = en->op[i].chunk;
       *q++ = en->op[i].mb;
       *q++ = en->op[i].slot;
     }
@@ -354,19 +423,24 @@ static size_t pack_schedule(const RtProg *p, int32_t **out) {
 
 typedef struct {
   int line, nops;
-  int kind[2], mb[2], slot[2];
+  int kind[2], chunk[2], mb[2], slot[2];
 } SimEntry;
 
-static void entry_text(const SimEntry *e, char *buf, size_t n) {
+/* The entry as the listing writes it (with chunks: every op's ":C"). */
+static void entry_text(const SimEntry *e, int chunks, char *buf, size_t n) {
   size_t k = (size_t)snprintf(buf, n, "comm");
-  for (int i = 0; i < e->nops && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, " %s %d %d", pp_boundary_name(e->kind[i]), e->mb[i], e->slot[i]);
+  for (int i = 0; i < e->nops && k < n; i++) {
+    char c[16] = "";
+    if (chunks) snprintf(c, sizeof c, ":%d", e->chunk[i]);
+    k += (size_t)snprintf(buf + k, n - k, " %s%s %d %d", pp_boundary_name(e->kind[i]), c, e->mb[i], e->slot[i]);
+  }
 }
 
 /* Rank 0: runs every rank's comm entries against each other (pp_sim.c: as if every message were a
  * rendezvous, a send completes only once its receive is posted, and the other way round; an entry
  * completes when all its ops have): every message must find its partner, and the ranks must all
- * get to their last entry. */
+ * get to their last entry. Programs with chunks of layers: with sends that never wait
+ * (pp_sim_run_eager), the order their schedules are proven for. */
 static void check_schedules(const Info *all, const unsigned char *blocks, const size_t *sizes, int n, const char *dir,
                             Msgs *m) {
   SimEntry **ent = calloc((size_t)n, sizeof *ent);
@@ -390,24 +464,35 @@ static void check_schedules(const Info *all, const unsigned char *blocks, const 
       x->nops = bat[r][e].nops = *q++;
       for (int i = 0; i < x->nops; i++) {
         x->kind[i] = *q++;
+        x->chunk[i] = *q++;
         x->mb[i] = *q++;
         x->slot[i] = *q++;
-        RtMsg msg = rt_boundary_msg(x->kind[i], x->mb[i], all[r].prev, all[r].next);
+        int c = x->chunk[i] >= 0 && x->chunk[i] < all[r].nchunks ? x->chunk[i] : 0;
+        RtMsg msg = rt_boundary_msg(x->kind[i], x->mb[i], all[r].vstage[c], all[r].cprev[c], all[r].cnext[c], all[r].pp,
+                                    all[r].nchunks);
         bat[r][e].op[i] = (PpSimOp){.peer = msg.peer, .tag = msg.tag, .send = msg.send};
       }
     }
     rank[r] = (PpSimRank){bat[r], ne};
   }
-  if (pp_sim_run(rank, n, at, done)) {
-    add(m, "the schedules' messages cannot all complete (each rank waits for a message its neighbour "
-           "does not post at that point, or never posts):");
+  int eager = all[0].nchunks > 1;
+  if (eager ? pp_sim_run_eager(rank, n, at, done) : pp_sim_run(rank, n, at, done)) {
+    if (eager)
+      add(m, "the schedules' messages cannot all complete (with sends that do not wait: each rank waits for a "
+             "message its neighbour never sends, or a message is never received):");
+    else
+      add(m, "the schedules' messages cannot all complete (each rank waits for a message its neighbour "
+             "does not post at that point, or never posts):");
+    int stuck = 0;
     for (int r = 0; r < n && m->n < 9; r++) {
       if (at[r] >= rank[r].n) continue;
-      char a[1024], t[160];
+      char a[1024], t[200];
       prog_path(a, sizeof a, dir, r);
-      entry_text(&ent[r][at[r]], t, sizeof t);
+      entry_text(&ent[r][at[r]], eager, t, sizeof t);
       add(m, "  %s:%d: rank %d waits in '%s'", a, ent[r][at[r]].line, r, t);
+      stuck++;
     }
+    if (!stuck) add(m, "  every rank gets past its last entry, but a message sent is never received");
   }
   for (int r = 0; r < n; r++) free(ent[r]), free(bat[r]);
   free(ent);
@@ -429,11 +514,17 @@ int rt_mesh_check(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
   *model_tied = 0;
   for (int r = 0; r < n; r++) *model_tied |= all[r].tied;
 
-  /* message tags 2*MB + 0|1 must fit the MPI library's tag range */
-  int ub = rt_comm_tag_ub(c);
-  if (!m.n && rt_boundary_msg(PP_RECV_BWD, p->local_microbatches - 1, 0, 0).tag > ub)
-    add(&m, "%d micro-batches need message tags up to %d; this MPI library allows %d", p->local_microbatches,
-        rt_boundary_msg(PP_RECV_BWD, p->local_microbatches - 1, 0, 0).tag, ub);
+  /* message tags (2*MB + 0|1 without chunks; pp_boundary_tag) must fit the MPI library's tag range */
+  int ub = rt_comm_tag_ub(c), nch = rt_prog_nchunks(p);
+  int64_t top = 2 * ((int64_t)(p->local_microbatches - 1) * nch + nch - 1) + 1; /* the largest tag */
+  if (!m.n && top > ub) {
+    if (nch > 1)
+      add(&m, "%d micro-batches of %d chunks need message tags up to %lld; this MPI library allows %d",
+          p->local_microbatches, nch, (long long)top, ub);
+    else
+      add(&m, "%d micro-batches need message tags up to %lld; this MPI library allows %d", p->local_microbatches,
+          (long long)top, ub);
+  }
 
   /* ownership of the model's params (on rank 0, which has the model_param list all share) */
   if (!m.n && p->nmodel > 0) {

@@ -9,14 +9,14 @@
 
 #define PROF_KINDS 16 /* instruction kinds; a larger RtInstrKind counts as the last */
 typedef struct {
-  int blk, ta, tb, m, n, k, batch;
+  int chunk, blk, ta, tb, m, n, k, batch;
   int64_t calls;
   double ms;
 } ProfGemm;
 typedef struct {
   int on;
   int64_t steps;
-  double step_ms, zero_grads_ms, blk_ms[RT_NBLK], kind_ms[PROF_KINDS];
+  double step_ms, zero_grads_ms, blk_ms[PP_MAX_CHUNKS][RT_NBLK], kind_ms[PROF_KINDS]; /* blk_ms: per chunk */
   int64_t kind_n[PROF_KINDS];
   double *kern_ms; /* per RtProg.kernels */
   int64_t *kern_n;
@@ -60,11 +60,11 @@ RtProf *rt_prof_new(const RtProg *p, const char *device) {
 
 int rt_prof_profiling(const RtProf *f) { return f && f->prof.on; }
 
-static void prof_instr(Prof *pr, int b, const RtInstr *in, double ms) {
+static void prof_instr(Prof *pr, int chunk, int b, const RtInstr *in, double ms) {
   int k = (int)in->kind < PROF_KINDS ? (int)in->kind : PROF_KINDS - 1;
   pr->kind_ms[k] += ms;
   pr->kind_n[k]++;
-  pr->blk_ms[b] += ms;
+  pr->blk_ms[chunk][b] += ms;
   if (in->kind == RT_I_KERNEL && pr->kern_ms) {
     pr->kern_ms[in->kernel] += ms;
     pr->kern_n[in->kernel]++;
@@ -72,8 +72,8 @@ static void prof_instr(Prof *pr, int b, const RtInstr *in, double ms) {
     ProfGemm *g = NULL;
     for (int i = 0; i < pr->ngemm && !g; i++) {
       ProfGemm *c = &pr->gemm[i];
-      if (c->blk == b && c->ta == in->ta && c->tb == in->tb && c->m == in->m && c->n == in->n && c->k == in->k &&
-          c->batch == in->batch)
+      if (c->chunk == chunk && c->blk == b && c->ta == in->ta && c->tb == in->tb && c->m == in->m && c->n == in->n &&
+          c->k == in->k && c->batch == in->batch)
         g = c;
     }
     if (!g) {
@@ -85,7 +85,7 @@ static void prof_instr(Prof *pr, int b, const RtInstr *in, double ms) {
         pr->capgemm = cap;
       }
       g = &pr->gemm[pr->ngemm++];
-      *g = (ProfGemm){b, in->ta, in->tb, in->m, in->n, in->k, in->batch, 0, 0};
+      *g = (ProfGemm){chunk, b, in->ta, in->tb, in->m, in->n, in->k, in->batch, 0, 0};
     }
     g->calls++;
     g->ms += ms;
@@ -144,8 +144,11 @@ static void prof_report(const RtProf *f) {
   fprintf(o, "ppr profile: %s on %s, %lld steps counted (not the first), per step: %.3f ms, %.3f ms in instructions\n",
           p->model, f->device, (long long)pr->steps, step, sum / n);
   fprintf(o, "  by block:    ");
+  char name[32];
   for (int b = 0; b < RT_NBLK; b++)
-    if (p->blk[b].present) fprintf(o, " %s %.3f ms", rt_block_name(b), pr->blk_ms[b] / n);
+    for (int c = 0; c < (b == RT_BLK_OPTIMIZER ? 1 : rt_prog_nchunks(p)); c++)
+      if (rt_prog_block(p, c, b)->present)
+        fprintf(o, " %s %.3f ms", rt_prog_block_label(p, c, b, name, sizeof name), pr->blk_ms[c][b] / n);
   fprintf(o, "  zero_grads %.3f ms\n", pr->zero_grads_ms / n);
   fprintf(o, "  by instruction:");
   for (int k = 0; k < PROF_KINDS; k++)
@@ -169,9 +172,10 @@ static void prof_report(const RtProf *f) {
             "calls/step", "ms/step", "%", "GFLOP/s");
     for (int i = 0; i < pr->ngemm; i++) {
       double fl = 2.0 * g[i].m * g[i].n * g[i].k * g[i].batch * (double)g[i].calls;
-      fprintf(o, "    %-9s %c  %c  %6d %6d %6d %6d %10.1f %9.3f %6.1f %8.2f\n", rt_block_name(g[i].blk),
-              g[i].ta ? 'T' : 'N', g[i].tb ? 'T' : 'N', g[i].m, g[i].n, g[i].k, g[i].batch, g[i].calls / n, g[i].ms / n,
-              100 * g[i].ms / pr->step_ms, g[i].ms > 0 ? fl / (g[i].ms * 1e6) : 0);
+      fprintf(o, "    %-9s %c  %c  %6d %6d %6d %6d %10.1f %9.3f %6.1f %8.2f\n",
+              rt_prog_block_label(p, g[i].chunk, g[i].blk, name, sizeof name), g[i].ta ? 'T' : 'N', g[i].tb ? 'T' : 'N',
+              g[i].m, g[i].n, g[i].k, g[i].batch, g[i].calls / n, g[i].ms / n, 100 * g[i].ms / pr->step_ms,
+              g[i].ms > 0 ? fl / (g[i].ms * 1e6) : 0);
     }
     free(g);
   }
@@ -198,7 +202,9 @@ static void prof_report(const RtProf *f) {
   free(ops);
 }
 
-void rt_prof_instr(RtProf *f, int blk, const RtInstr *in, double ms) { prof_instr(&f->prof, blk, in, ms); }
+void rt_prof_instr(RtProf *f, int chunk, int blk, const RtInstr *in, double ms) {
+  prof_instr(&f->prof, chunk, blk, in, ms);
+}
 void rt_prof_zero_grads(RtProf *f, double ms) { f->prof.zero_grads_ms += ms; }
 
 void rt_prof_step(RtProf *f, double ms) {
@@ -244,10 +250,22 @@ void rt_trace_add(RtProf *f, int kind, int64_t step, double t0, double t1, const
   e->dur = (t1 - t0) * 1e3;
   e->kind = kind;
   e->step = (int32_t)(step + 1);
+  e->chunk = e->mb = -1;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->name, sizeof e->name, fmt, ap);
   va_end(ap);
+}
+
+void rt_trace_unit(RtProf *f, int kind, int64_t step, double t0, double t1, int chunk, int mb) {
+  char k = kind == RT_EV_F ? 'F' : kind == RT_EV_B ? 'B' : 'W';
+  if (chunk > 0) rt_trace_add(f, kind, step, t0, t1, "%c:%d %d", k, chunk, mb);
+  else rt_trace_add(f, kind, step, t0, t1, "%c %d", k, mb);
+  Trace *t = &f->tr;
+  if (t->on && !t->oom && t->n > 0) {
+    t->ev[t->n - 1].chunk = chunk;
+    t->ev[t->n - 1].mb = mb;
+  }
 }
 
 const RtEvent *rt_trace_events(const RtProf *f, int64_t *n, int *oom) {

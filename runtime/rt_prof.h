@@ -21,7 +21,7 @@ void rt_prof_free(RtProf *f);                             /* prints the profile 
 int rt_prof_profiling(const RtProf *f);
 
 /* the profile (only while profiling) */
-void rt_prof_instr(RtProf *f, int blk, const RtInstr *in, double ms);
+void rt_prof_instr(RtProf *f, int chunk, int blk, const RtInstr *in, double ms); /* chunk's block blk */
 void rt_prof_zero_grads(RtProf *f, double ms);
 void rt_prof_step(RtProf *f, double ms);
 
@@ -30,6 +30,8 @@ void rt_trace_start(RtProf *f, double t0_ms);
 int rt_trace_on(const RtProf *f);
 /* Record [t0, t1) as an event of the trace (nothing when not tracing). */
 void rt_trace_add(RtProf *f, int kind, int64_t step, double t0, double t1, const char *fmt, ...) RT_FMT(6, 7);
+/* An F, B or W (kind RT_EV_F, _B, _W) of chunk's micro-batch mb: named "F 3" (chunk 0), "F:1 3". */
+void rt_trace_unit(RtProf *f, int kind, int64_t step, double t0, double t1, int chunk, int mb);
 const RtEvent *rt_trace_events(const RtProf *f, int64_t *n, int *oom);
 
 #endif /* RT_PROF_H */

@@ -96,11 +96,17 @@ char *rt_kernel_file_read(const RtProg *p, const char *dir, int kind, size_t *le
   return buf;
 }
 
-RtMsg rt_boundary_msg(int kind, int mb, int prev, int next) {
+RtMsg rt_boundary_msg(int kind, int mb, int vstage, int prev, int next, int pp, int nchunks) {
   PpBoundary k = (PpBoundary)kind;
   return (RtMsg){.send = pp_boundary_is_send(k),
                  .peer = pp_boundary_to_next(k) ? next : prev,
-                 .tag = pp_boundary_tag(k, mb, 0, 1)};
+                 .tag = pp_boundary_tag(k, mb, pp_boundary_link(k, vstage, pp), nchunks)};
+}
+
+const char *rt_prog_block_label(const RtProg *p, int c, int b, char *buf, size_t n) {
+  if (p->nchunks > 1 && b != RT_BLK_OPTIMIZER) snprintf(buf, n, "%s:%d", rt_block_name(b), c);
+  else snprintf(buf, n, "%s", rt_block_name(b));
+  return buf;
 }
 
 /* ---- the line loop ------------------------------------------------------------------------- */
@@ -137,16 +143,24 @@ static int line(RtParser *s, size_t after) {
   case SEC_BLOCKS:
     if (!strcmp(k, "block")) {
       if (rt_prog_want_nf(s, 2, "block forward|backward|weights|optimizer")) return -1;
-      int b = -1;
+      int b = -1, c = 0;
+      int has_suffix = strchr(s->f[1], ':') != NULL;
+      if (rt_prog_chunk_suffix(s, s->f[1], &c)) return -1;
       for (int i = 0; i < RT_NBLK; i++)
         if (!strcmp(s->f[1], block_names[i])) b = i;
       if (b < 0)
         return rt_prog_err(s, "unknown block '%.60s' (expected forward, backward, weights or optimizer)", s->f[1]);
-      if (g->blk[b].present)
-        return rt_prog_err(s, "a second %s block (the first is on line %d)", block_names[b], g->blk[b].line);
-      g->blk[b].present = 1;
-      g->blk[b].line = s->line;
+      if (b == RT_BLK_OPTIMIZER && has_suffix)
+        return rt_prog_err(s, "block optimizer: no ':C' (one optimizer block per program, run once per step)");
+      RtBlock *bk = rt_prog_block_w(g, c, b);
+      char name[32];
+      if (bk->present)
+        return rt_prog_err(s, "a second %s block (the first is on line %d)", rt_prog_block_label(g, c, b, name, 32),
+                           bk->line);
+      bk->present = 1;
+      bk->line = s->line;
       s->cur_blk = b;
+      s->cur_chunk = c;
       s->cap_ins = 0;
       s->sec = SEC_BLOCK;
       return 0;
@@ -182,6 +196,10 @@ static int at_eof(RtParser *s) {
   if (s->stopped) return 0;
   switch (s->sec) {
   case SEC_HEADER:
+    if (s->hdr >= H_CKPT_PREFIX) { /* past the required lines: the regions are next */
+      rt_util_set_err(s->err, s->errlen, "%s: ends before 'arena BYTES'", s->path);
+      return -1;
+    }
     if (s->hdr == H_VERSION) {
       rt_util_set_err(s->err, s->errlen, "%s: empty: not a ppr program listing", s->path);
       return -1;
@@ -190,10 +208,13 @@ static int at_eof(RtParser *s) {
                     rt_prog_header_form(s->hdr));
     return -1;
   case SEC_REGIONS: rt_util_set_err(s->err, s->errlen, "%s: ends before 'arena BYTES'", s->path); return -1;
-  case SEC_BLOCK:
-    rt_util_set_err(s->err, s->errlen, "%s: ends inside block %s (line %d): no 'end'", s->path, block_names[s->cur_blk],
-                    g->blk[s->cur_blk].line);
+  case SEC_BLOCK: {
+    char name[32];
+    rt_util_set_err(s->err, s->errlen, "%s: ends inside block %s (line %d): no 'end'", s->path,
+                    rt_prog_block_label(g, s->cur_chunk, s->cur_blk, name, sizeof name),
+                    rt_prog_block(g, s->cur_chunk, s->cur_blk)->line);
     return -1;
+  }
   case SEC_SCHEDULE:
     rt_util_set_err(s->err, s->errlen, "%s: ends inside the schedule (line %d): no 'end'", s->path, s->schedule_line);
     return -1;
@@ -272,6 +293,8 @@ static int parse_text(const char *path, const char *text, size_t len, int stop_a
   RT_CHECK_ALLOC(g);
   g->tied = -1;
   g->prev = g->next = -1;
+  g->nchunks = 1;
+  g->chunk[0].prev = g->chunk[0].next = -1;
   g->path = rt_prog_strdup(path);
   if (!g->path) {
     free(g);
@@ -340,6 +363,8 @@ void rt_prog_free(RtProg *p) {
   free(p->model);
   free(p->schedule_name);
   free(p->kernels_base);
+  free(p->ckpt_prefix);
+  free(p->hf_config);
   for (int i = 0; i < p->nbuffers; i++) free(p->buffers[i].name);
   free(p->buffers);
   free(p->kgeom);
@@ -349,10 +374,13 @@ void rt_prog_free(RtProg *p) {
   free(p->mparams);
   for (int i = 0; i < p->nkernels; i++) free(p->kernels[i]);
   free(p->kernels);
-  for (int b = 0; b < RT_NBLK; b++) {
-    for (int i = 0; i < p->blk[b].n; i++) free(p->blk[b].ins[i].args);
-    free(p->blk[b].ins);
-  }
+  for (int c = 0; c < PP_MAX_CHUNKS; c++)
+    for (int b = 0; b < RT_NBLK; b++) {
+      if (c > 0 && b == RT_BLK_OPTIMIZER) continue;
+      const RtBlock *bk = rt_prog_block(p, c, b);
+      for (int i = 0; i < bk->n; i++) free(bk->ins[i].args);
+      free(bk->ins);
+    }
   free(p->sched);
   free(p);
 }

@@ -130,13 +130,13 @@ typedef struct {
 
 typedef struct {
   PpBoundary kind;
-  int mb, slot;
+  int chunk, mb, slot; /* chunk: the op's `:C` (0 without) */
 } RtCommOp;
 
 typedef struct {
   RtEntryKind kind;
-  int mb, slot, line; /* F, B */
-  int nops;           /* comm: 1 or 2 ops, posted together, then waited for together */
+  int chunk, mb, slot, line; /* F, B, W: chunk is the entry's `:C` (0 without) */
+  int nops;                  /* comm: 1 or 2 ops, posted together, then waited for together */
   RtCommOp op[2];
 } RtEntry;
 
@@ -148,6 +148,19 @@ typedef struct {
   int ndim; /* -1 when no shape was written */
   int64_t dims[RT_MAX_NDIM];
 } RtBoundary;
+
+/* A chunk of layers the rank holds (`chunk C vstage S prev P next N`): virtual stage vstage of the
+ * pipeline's pp·V (the layers run through virtual stages 0 .. pp·V − 1 in order). A program without
+ * chunk lines has one chunk, chunk 0: its stage, its `peers`. Chunk 0's boundaries and blocks are
+ * RtProg.bnd and RtProg.blk (where one-chunk code has always read them); those of chunks 1 .. V − 1
+ * are here (read any chunk's through rt_prog_boundary and rt_prog_block). */
+typedef struct {
+  int vstage;
+  int prev, next;          /* the world ranks holding vstage − 1 and vstage + 1, -1 for none; may be this rank */
+  int line;                /* its chunk line; 0 without chunk lines */
+  RtBoundary bnd[PP_NBND]; /* chunks 1 ..: the chunk's boundaries (chunk 0: unused) */
+  RtBlock blk[RT_BLK_OPTIMIZER]; /* chunks 1 ..: forward, backward, weights (chunk 0: unused) */
+} RtChunk;
 
 /* A `buffer` line: what the compiler placed where (not needed to execute). */
 typedef struct {
@@ -208,9 +221,13 @@ typedef struct RtProg {
   char cuda_arch[16];     /* `cuda ARCH ...`: the target of NAME.cubin */
   RtFileSum file[RT_NKF]; /* per RtKernelFile: the file's bytes and hash, checked before it is loaded */
   char kernels_hash[17];
+  char *ckpt_prefix; /* `checkpoint_prefix P`: a prefix of param names a checkpoint's names may all lack; NULL: none */
+  char *hf_config;   /* `hf_config JSON`: the Hugging Face config the model came from (--save's config.json); NULL */
   uint64_t hash;
   int tp, pp, dp, rank, stage, tp_rank, dp_rank;
   int prev, next;                     /* the pipeline neighbours' world ranks (`peers`), -1 for none */
+  int nchunks;                        /* V, the chunks of layers: 1 without chunk lines */
+  RtChunk chunk[PP_MAX_CHUNKS];       /* [0, nchunks): each chunk's virtual stage and neighbours */
   int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
   int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
   int64_t vocab;
@@ -219,20 +236,33 @@ typedef struct RtProg {
   int64_t arena;
   int nparams;
   RtParam *params;
-  int tied;    /* index of the tied param, or -1 */
-  int nshared; /* params marked shared */
-  RtBoundary bnd[PP_NBND];
-  int nmodel; /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
+  int tied;                /* index of the tied param, or -1 */
+  int nshared;             /* params marked shared */
+  RtBoundary bnd[PP_NBND]; /* chunk 0's boundaries */
+  int nmodel;              /* model_param lines; 0 when the listing has none (then the model is this rank's params) */
   RtModelParam *mparams;
   int nbuffers;
   RtBuffer *buffers;
   int nkernels;
-  char **kernels; /* distinct kernel names, in order of first use */
-  RtGeom *kgeom;  /* per kernel: its geometry (every call's) */
-  RtBlock blk[RT_NBLK];
+  char **kernels;       /* distinct kernel names, in order of first use */
+  RtGeom *kgeom;        /* per kernel: its geometry (every call's) */
+  RtBlock blk[RT_NBLK]; /* chunk 0's forward, backward and weights blocks, and the optimizer block */
   int nentries;
   RtEntry *sched;
 } RtProg;
+
+/* Chunk c's block b (RT_BLK_*; the optimizer block is the program's, whatever c) and boundary k. */
+static inline const RtBlock *rt_prog_block(const RtProg *p, int c, int b) {
+  return c == 0 || b == RT_BLK_OPTIMIZER ? &p->blk[b] : &p->chunk[c].blk[b];
+}
+static inline const RtBoundary *rt_prog_boundary(const RtProg *p, int c, int k) {
+  return c == 0 ? &p->bnd[k] : &p->chunk[c].bnd[k];
+}
+/* The chunks of a program: nchunks, and 1 for an RtProg built by hand (nchunks 0). */
+static inline int rt_prog_nchunks(const RtProg *p) { return p->nchunks > 1 ? p->nchunks : 1; }
+/* The name of chunk c's block b as the listing writes it: "forward", "forward:1" (no suffix in a
+ * program without chunks, and for the optimizer block). buf: at least 24 bytes. */
+const char *rt_prog_block_label(const RtProg *p, int c, int b, char *buf, size_t n);
 
 /* Parse a listing held in memory (text[0..len), need not be NUL-terminated). path names it in
  * messages. Every check of docs/stage-format.md is made here: version, hash, order, syntax,
@@ -255,15 +285,16 @@ const char *rt_region_name(int r);
 const char *rt_block_name(int b);
 const char *rt_scalar_name(int s);
 
-/* A pipeline message: the comm op of boundary kind `kind` for (local) micro-batch mb on a rank
- * whose neighbours are the world ranks prev and next, by pp_boundary.h's rules; used by the executor that sends and by
- * the start-up check that simulates every rank. */
+/* A pipeline message: the comm op of boundary kind `kind` for (local) micro-batch mb of a chunk
+ * with virtual stage vstage whose neighbours are the world ranks prev and next, on a rank holding
+ * nchunks chunks of a pipeline of pp ranks, by pp_boundary.h's rules; used by the executor that
+ * sends and by the start-up check that simulates every rank. */
 typedef struct {
   int send; /* 1: this rank sends, 0: it receives */
-  int peer; /* the neighbour's world rank (-1: none) */
-  int tag;  /* 2*mb for the hidden state, 2*mb + 1 for its gradient */
+  int peer; /* the neighbour's world rank (-1: none; may be this rank) */
+  int tag;  /* pp_boundary_tag: 2*mb (2*mb + 1 for the gradient) without chunks */
 } RtMsg;
-RtMsg rt_boundary_msg(int kind, int mb, int prev, int next);
+RtMsg rt_boundary_msg(int kind, int mb, int vstage, int prev, int next, int pp, int nchunks);
 /* The mesh of a listing: reads the file and checks its header up to the `mesh` line only (version,
  * hash, order), so every rank can learn the world size from DIR/rank0.prog. */
 int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, size_t errlen);
@@ -304,6 +335,7 @@ typedef enum {
 typedef struct {
   double ts, dur;     /* microseconds from the trace's start */
   int32_t kind, step; /* RtEventKind; the step, 1-based */
+  int32_t chunk, mb;  /* F, B, W: the chunk and the micro-batch; else -1 */
   char name[48];
 } RtEvent;
 
@@ -347,13 +379,23 @@ float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double st
 /* Fill every param per its `init` (normal, ones, zeros); mesh-independent: a shard's element takes
  * the value of its element of the dense tensor, padding rows are 0. */
 int rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed, char *err, size_t errlen);
-/* Load every param of this rank (copies included) from a safetensors file by checkpoint name
- * (F32/F16/BF16); a sharded param reads its slice of the dense tensor (padding rows 0). The file
- * is checked against the whole model (the model_param lines, or this rank's params when there are
- * none): a tensor is extra when it is not a model param (nor lm_head.weight when model_tied), and
- * every model param in the file must have its (dense) shape.
- * model_tied: the model has a tied embedding (some rank holds a tied param). */
-int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, char *err, size_t errlen);
+/* What rt_init_load skipped or mapped, for the line ppr prints. */
+typedef struct {
+  int skipped;      /* non-parameter buffers skipped: rotary inv_freq, GPT-2's attention masks */
+  int rotary, mask; /* of them: *.rotary_emb.inv_freq; *.attn.bias and *.attn.masked_bias */
+  int stripped;     /* the checkpoint's names all lack the listing's checkpoint_prefix */
+} RtInitInfo;
+/* Load every param of this rank (copies included) from a checkpoint (rt_ckpt_open: a safetensors
+ * file, a sharded checkpoint's index or a model folder) by checkpoint name (F32/F16/BF16/F64); a
+ * sharded param reads its slice of the dense tensor (padding rows 0). The checkpoint is checked
+ * against the whole model (the model_param lines, or this rank's params when there are none): a
+ * tensor is extra when it is not a model param (nor lm_head.weight when model_tied, nor a known
+ * non-parameter buffer, which is skipped), and every model param in it must have its (dense)
+ * shape. With the listing's checkpoint_prefix P, a checkpoint none of whose names starts with P
+ * names the params that start with P without it. model_tied: the model has a tied embedding (some
+ * rank holds a tied param). info (may be NULL) says what was skipped. */
+int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, RtInitInfo *info, char *err,
+                 size_t errlen);
 
 /* ---- the default training text (rt_text.c): bytes are tokens ------------------------------- */
 

@@ -25,6 +25,8 @@ static const char *const header_forms[H_COUNT] = {
     "object so BYTES|- HEX16|-",
     "object cl BYTES|- HEX16|-",
     "cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- PTX-BYTES|- PTX-HEX16|-",
+    "checkpoint_prefix PREFIX",
+    "hf_config JSON",
 };
 
 const char *rt_prog_header_form(int h) { return header_forms[h]; }
@@ -56,17 +58,93 @@ static int file_sum(RtParser *s, int i, int kind, const char *key, RtFileSum *ou
   return 0;
 }
 
+/* ---- chunks of layers ------------------------------------------------------------------------ */
+
+static const char *const chunk_form = "chunk C vstage S prev P next N";
+
+/* `chunk C vstage S prev P next N`, the next of the lines after `peers`; what needs the count of
+ * chunks (V) is checked by finish_chunks. */
+static int chunk_line(RtParser *s) {
+  RtProg *g = s->p;
+  int c = s->chunk_lines;
+  int64_t nranks = (int64_t)g->tp * g->pp * g->dp, v;
+  if (c == PP_MAX_CHUNKS) return rt_prog_err(s, "chunk %d: a rank holds at most %d chunks", c, PP_MAX_CHUNKS);
+  if (s->nf != 8 || strcmp(s->f[2], "vstage") || strcmp(s->f[4], "prev") || strcmp(s->f[6], "next"))
+    return rt_prog_err(s, "chunk %d: expected '%s'", c, chunk_form);
+  if (rt_prog_parse_int(s->f[1], 0, INT32_MAX, &v))
+    return rt_prog_err(s, "chunk %d: expected '%s': C '%.60s' is not a chunk number", c, chunk_form, s->f[1]);
+  if (v != c)
+    return rt_prog_err(s, "chunk %lld: expected chunk %d (the chunk lines come in order, C = 0, 1, ...)", (long long)v,
+                       c);
+  RtChunk *k = &g->chunk[c];
+  if (rt_prog_want_i32(s, 3, "chunk: vstage", 0, (int64_t)g->pp * PP_MAX_CHUNKS - 1, &k->vstage) ||
+      rt_prog_want_i32(s, 5, "chunk: prev", -1, nranks - 1, &k->prev) ||
+      rt_prog_want_i32(s, 7, "chunk: next", -1, nranks - 1, &k->next))
+    return -1;
+  k->line = s->line;
+  s->chunk_lines++;
+  return 0;
+}
+
+/* After the chunk lines (none: one chunk, the stage and its peers): V >= 2, each vstage in
+ * [0, pp·V) and once, prev -1 exactly on vstage 0, next -1 exactly on the last. */
+static int finish_chunks(RtParser *s) {
+  RtProg *g = s->p;
+  int n = s->chunk_lines, line = s->line, rc = 0;
+  if (n == 0) {
+    g->nchunks = 1;
+    g->chunk[0] = (RtChunk){.vstage = g->stage, .prev = g->prev, .next = g->next};
+    return 0;
+  }
+  g->nchunks = n;
+  int last = g->pp * n - 1;
+  for (int c = 0; c < n && !rc; c++) {
+    const RtChunk *k = &g->chunk[c];
+    s->line = k->line;
+    if (n == 1)
+      rc = rt_prog_err(s,
+                       "chunk 0 is the only chunk line: a program with chunks has 2 to %d (without chunk lines: one "
+                       "chunk, its stage)",
+                       PP_MAX_CHUNKS);
+    else if (k->vstage > last)
+      rc = rt_prog_err(s, "chunk %d: vstage %d is not in [0, %d] (pp %d × %d chunks)", c, k->vstage, last, g->pp, n);
+    for (int d = 0; d < c && !rc; d++)
+      if (g->chunk[d].vstage == k->vstage)
+        rc = rt_prog_err(s, "chunk %d: vstage %d is also chunk %d's (line %d)", c, k->vstage, d, g->chunk[d].line);
+    if (!rc && (k->vstage == 0) != (k->prev < 0))
+      rc = rt_prog_err(s, "chunk %d: prev %d, but vstage %d %s", c, k->prev, k->vstage,
+                       k->vstage ? "has a previous virtual stage" : "is the first virtual stage (prev -1)");
+    if (!rc && (k->vstage == last) != (k->next < 0))
+      rc = rt_prog_err(s, "chunk %d: next %d, but vstage %d of %d %s", c, k->next, k->vstage, last + 1,
+                       k->vstage == last ? "is the last virtual stage (next -1)" : "has a next virtual stage");
+  }
+  s->line = line;
+  return rc;
+}
+
 int rt_prog_header_line(RtParser *s, size_t after) {
   RtProg *g = s->p;
   const char *form = header_forms[s->hdr];
-  static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash",    "model",  "mesh",   "rank", "peers",
-                                            "step",        "vocab",    "kernels", "object", "object", "cuda"};
+  static const char *const keys[H_COUNT] = {
+      "ppr-program", "compiler", "hash",    "model",  "mesh",   "rank", "peers",
+      "step",        "vocab",    "kernels", "object", "object", "cuda", "checkpoint_prefix",
+      "hf_config"};
+  /* the optional lines after `cuda`; then the regions */
+  while ((s->hdr == H_CKPT_PREFIX || s->hdr == H_HF_CONFIG) && strcmp(s->f[0], keys[s->hdr]) != 0) s->hdr++;
+  if (s->hdr == H_COUNT) {
+    s->sec = SEC_REGIONS;
+    return rt_prog_region_line(s);
+  }
   if (s->hdr == H_PEERS && strcmp(s->f[0], keys[H_PEERS]) != 0) { /* the optional line */
     if (g->pp > 1)
       return rt_prog_err(s, "expected '%s' (a pipeline-parallel program names its neighbours), found '%.60s'", form,
                          s->f[0]);
     s->hdr = H_STEP;
     form = header_forms[s->hdr];
+  }
+  if (s->hdr == H_STEP) { /* the chunk lines, if any, then the step line */
+    if (!strcmp(s->f[0], "chunk")) return chunk_line(s);
+    if (finish_chunks(s)) return -1;
   }
   if (strcmp(s->f[0], keys[s->hdr]) != 0) {
     if (s->hdr == H_VERSION)
@@ -212,6 +290,22 @@ int rt_prog_header_line(RtParser *s, size_t after) {
       return rt_prog_err(s, "cuda: the cubin and the PTX come together: both sizes and hashes, or all '-'");
     snprintf(g->cuda_arch, sizeof g->cuda_arch, "%s", s->f[1]);
     break;
+  case H_CKPT_PREFIX:
+    if (rt_prog_want_nf(s, 2, form)) return -1;
+    if (pp_name_bad_at(s->f[1]) >= 0) return rt_prog_err(s, "checkpoint_prefix: '%.60s' is not a name", s->f[1]);
+    g->ckpt_prefix = rt_prog_strdup(s->f[1]);
+    S_ALLOC(g->ckpt_prefix);
+    break;
+  case H_HF_CONFIG: { /* one field: compact JSON, ASCII, spaces and '#' escaped (read by --save) */
+    size_t n = strlen(s->f[1]);
+    if (rt_prog_want_nf(s, 2, form)) return -1;
+    if (n < 2 || s->f[1][0] != '{' || s->f[1][n - 1] != '}')
+      return rt_prog_err(s, "hf_config: expected a JSON object in one field, found '%.60s'", s->f[1]);
+    g->hf_config = rt_prog_strdup(s->f[1]);
+    S_ALLOC(g->hf_config);
+    break;
+  }
+  case H_COUNT: break;
   }
   s->hdr++;
   if (s->hdr == H_COUNT) s->sec = SEC_REGIONS;

@@ -63,8 +63,10 @@ static int kernel_index(RtParser *s, const char *name, const RtGeom *g0) {
 
 static int only_in(RtParser *s, const char *ins, int allow_fwd_bwd, int allow_opt) {
   int b = s->cur_blk;
+  char name[32];
   if ((b == RT_BLK_OPTIMIZER && !allow_opt) || (b != RT_BLK_OPTIMIZER && !allow_fwd_bwd))
-    return rt_prog_err(s, "'%s' is not allowed in the %s block (only in %s)", ins, rt_block_name(b),
+    return rt_prog_err(s, "'%s' is not allowed in the %s block (only in %s)", ins,
+                       rt_prog_block_label(s->p, s->cur_chunk, b, name, sizeof name),
                        allow_opt ? "the optimizer block" : "the forward and backward blocks");
   return 0;
 }
@@ -273,7 +275,7 @@ int rt_prog_check_dp_sums(RtParser *s) {
 
 int rt_prog_instr_line(RtParser *s) {
   RtProg *g = s->p;
-  RtBlock *bk = &g->blk[s->cur_blk];
+  RtBlock *bk = rt_prog_block_w(g, s->cur_chunk, s->cur_blk);
   if (rt_prog_grow(s, (void **)&bk->ins, &s->cap_ins, bk->n + 1, sizeof *bk->ins)) return -1;
   RtInstr *in = &bk->ins[bk->n];
   memset(in, 0, sizeof *in);
@@ -337,8 +339,9 @@ int rt_prog_instr_line(RtParser *s) {
     in->kind = RT_I_ALLREDUCE;
     rc = parse_allreduce(s, in);
   } else if (!strcmp(op, "block") || !strcmp(op, "schedule")) {
-    return rt_prog_err(s, "'%s' inside block %s (line %d): a block ends with 'end'", op, rt_block_name(s->cur_blk),
-                       bk->line);
+    char name[32];
+    return rt_prog_err(s, "'%s' inside block %s (line %d): a block ends with 'end'", op,
+                       rt_prog_block_label(g, s->cur_chunk, s->cur_blk, name, sizeof name), bk->line);
   } else {
     return rt_prog_err(s,
                        "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, allreduce, "

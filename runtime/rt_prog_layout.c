@@ -315,21 +315,23 @@ int rt_prog_buffer_line(RtParser *s) {
 
 /* ---- pipeline boundaries and the model's params --------------------------------------------- */
 
-/* boundary KIND OPERAND BYTES [SHAPE] */
+/* boundary KIND[:C] OPERAND BYTES [SHAPE] */
 int rt_prog_boundary_line(RtParser *s) {
   RtProg *g = s->p;
-  static const char *const form = "boundary recv_fwd|send_fwd|recv_bwd|send_bwd OPERAND BYTES [SHAPE]";
+  static const char *const form = "boundary recv_fwd|send_fwd|recv_bwd|send_bwd[:C] OPERAND BYTES [SHAPE]";
   if (s->nf != 4 && s->nf != 5) return rt_prog_err(s, "expected '%s'", form);
-  int k = -1;
+  int k = -1, c = 0;
+  if (rt_prog_chunk_suffix(s, s->f[1], &c)) return -1;
   for (int i = 0; i < PP_NBND; i++)
     if (!strcmp(s->f[1], pp_boundary_name(i))) k = i;
   if (k < 0)
     return rt_prog_err(s, "boundary: unknown kind '%.60s' (expected recv_fwd, send_fwd, recv_bwd or send_bwd)",
                        s->f[1]);
-  RtBoundary *b = &g->bnd[k];
-  if (b->present) return rt_prog_err(s, "boundary %s is given twice (first on line %d)", pp_boundary_name(k), b->line);
+  RtBoundary *b = rt_prog_boundary_w(g, c, k);
   char what[64];
-  snprintf(what, sizeof what, "boundary %s", pp_boundary_name(k));
+  if (g->nchunks > 1) snprintf(what, sizeof what, "boundary %s:%d", pp_boundary_name(k), c);
+  else snprintf(what, sizeof what, "boundary %s", pp_boundary_name(k));
+  if (b->present) return rt_prog_err(s, "%s is given twice (first on line %d)", what, b->line);
   if (rt_prog_parse_ptr(s, s->f[2], what, &b->ptr, NULL) ||
       rt_prog_want_int(s, 3, "boundary: bytes", 4, (int64_t)4 * INT32_MAX, &b->bytes))
     return -1;
@@ -348,25 +350,37 @@ int rt_prog_boundary_line(RtParser *s) {
   }
   /* which neighbour the message goes to or comes from */
   int to_prev = k == PP_RECV_FWD || k == PP_SEND_BWD;
-  if ((to_prev ? g->prev : g->next) < 0)
+  const RtChunk *ch = &g->chunk[c];
+  if ((to_prev ? ch->prev : ch->next) < 0) {
+    if (g->nchunks > 1)
+      return rt_prog_err(s, "%s: chunk %d (vstage %d) has no %s virtual stage (prev %d next %d)", what, c, ch->vstage,
+                         to_prev ? "previous" : "next", ch->prev, ch->next);
     return rt_prog_err(s, "%s: stage %d has no %s stage (peers prev %d next %d)", what, g->stage,
                        to_prev ? "previous" : "next", g->prev, g->next);
+  }
   b->present = 1;
   b->line = s->line;
   return 0;
 }
 
-/* After the boundary lines: a stage with a previous stage receives its input and sends back its
- * gradient; one with a next stage sends its output and receives that output's gradient. */
+/* After the boundary lines: a chunk with a previous (virtual) stage receives its input and sends
+ * back its gradient; one with a next stage sends its output and receives that output's gradient. */
 int rt_prog_finish_boundaries(RtParser *s) {
   RtProg *g = s->p;
-  for (int k = 0; k < PP_NBND; k++) {
-    int to_prev = k == PP_RECV_FWD || k == PP_SEND_BWD;
-    int peer = to_prev ? g->prev : g->next;
-    if (peer >= 0 && !g->bnd[k].present)
+  for (int c = 0; c < g->nchunks; c++)
+    for (int k = 0; k < PP_NBND; k++) {
+      int to_prev = k == PP_RECV_FWD || k == PP_SEND_BWD;
+      const RtChunk *ch = &g->chunk[c];
+      int peer = to_prev ? ch->prev : ch->next;
+      if (peer < 0 || rt_prog_boundary(g, c, k)->present) continue;
+      if (g->nchunks > 1)
+        return rt_prog_err(s,
+                           "no 'boundary %s:%d' line before this one: chunk %d (vstage %d) has a %s virtual stage "
+                           "(rank %d)",
+                           pp_boundary_name(k), c, c, ch->vstage, to_prev ? "previous" : "next", peer);
       return rt_prog_err(s, "no 'boundary %s' line before this one: stage %d has a %s stage (rank %d)",
                          pp_boundary_name(k), g->stage, to_prev ? "previous" : "next", peer);
-  }
+    }
   return 0;
 }
 

@@ -39,6 +39,8 @@ enum {
   H_OBJECT_SO,
   H_OBJECT_CL,
   H_CUDA,
+  H_CKPT_PREFIX, /* optional: checkpoint_prefix PREFIX */
+  H_HF_CONFIG,   /* optional: hf_config JSON */
   H_COUNT
 };
 
@@ -54,20 +56,21 @@ typedef struct {
   RtProg *p;
   int sec, hdr;
   int reg_line[RT_NREG];
-  int cur_blk, cap_ins, cap_params, cap_kernels, cap_entries, cap_model, cap_buffers;
+  int cur_blk, cur_chunk, cap_ins, cap_params, cap_kernels, cap_entries, cap_model, cap_buffers;
   int grad_norm_line;        /* line of the optimizer block's grad_norm, 0 if none yet */
   int stop_at_mesh, stopped; /* rt_prog_read_mesh: the header up to `mesh` only */
-  /* schedule bookkeeping */
-  int *slot_holds; /* per slot: micro-batch whose backward is pending, or -1 */
-  int *slot_recv;  /* per slot: micro-batch whose received input (recv_fwd) waits for its F, or -1 */
-  int *slot_done;  /* per slot: micro-batch whose B ran last in it, until the slot is reused, or -1 */
+  int chunk_lines;           /* the header's chunk lines so far (RtProg.nchunks is set after them) */
+  /* schedule bookkeeping, by unit: u = chunk * (local micro-batches) + micro-batch */
+  int *slot_holds; /* per slot: the unit whose backward is pending, or -1 */
+  int *slot_recv;  /* per slot: the unit whose received input (recv_fwd) waits for its F, or -1 */
+  int *slot_done;  /* per slot: the unit whose B ran last in it, until the slot is reused, or -1 */
   unsigned char *fwd_done, *bwd_done, *wgt_done, *ops_done; /* ops_done: bit k = boundary kind k sent/received */
-  int *fslot;                                               /* per micro-batch: the slot of its F */
-  int last_fb_kind, last_fb_mb; /* the last F, B or W entry (RT_E_F/RT_E_B/RT_E_W), -1 none */
-  int need_b;                   /* a recv_bwd into an @ buffer waits for this B, or -1 */
+  int *fslot;                                               /* per unit: the slot of its F */
+  int last_fb_kind, last_fb_unit; /* the last F, B or W entry (RT_E_F/RT_E_B/RT_E_W), -1 none */
+  int need_b;                     /* a recv_bwd into an @ buffer waits for this unit's B, or -1 */
   int need_b_line;
   int nzero, nopt, nbwd, nwgt, schedule_line;
-  int split; /* the program has a weights block: a slot is held from F to W, and every B has its W */
+  int split; /* the program has weights blocks: a slot is held from F to W, and every B has its W */
 } RtParser;
 
 /* In a parser function (RtParser *s in scope): a NULL from an allocator is "out of memory" with the source location. */
@@ -75,6 +78,12 @@ typedef struct {
   do {                                                                                                                 \
     if (!(ptr)) return rt_fail_at(s->err, s->errlen, __FILE__, __LINE__, "out of memory");                             \
   } while (0)
+
+/* Chunk c's block b and boundary k, to fill in (rt_prog_block, rt_prog_boundary). */
+static inline RtBlock *rt_prog_block_w(RtProg *p, int c, int b) { return (RtBlock *)rt_prog_block(p, c, b); }
+static inline RtBoundary *rt_prog_boundary_w(RtProg *p, int c, int k) {
+  return (RtBoundary *)rt_prog_boundary(p, c, k);
+}
 
 /* ---- the fields of a line (rt_prog_tok.c) ------------------------------------------------- */
 
@@ -93,6 +102,9 @@ int rt_prog_is_ident(const char *t); /* a C identifier of at most 200 characters
 char *rt_prog_strdup(const char *t); /* NULL when out of memory */
 /* *arr (of *cap elements of elem bytes) holds at least need; the new elements are zeroed. */
 int rt_prog_grow(RtParser *s, void **arr, int *cap, int need, size_t elem);
+/* A name with an optional chunk suffix, NAME or NAME:C (C < the program's chunks): *c = C (0
+ * without), and the field t (modified) becomes NAME. -1 with the message naming the line. */
+int rt_prog_chunk_suffix(RtParser *s, char *t, int *c);
 /* @OFF / $OFF; with extent != NULL also @OFF:BYTES / $OFF:BYTES (*extent = 0 when not given). */
 int rt_prog_parse_ptr(RtParser *s, const char *t, const char *what, RtPtr *p, int64_t *extent);
 /* The bytes [off, off + bytes) must lie inside the arena ('@') or the slot ('$'). */

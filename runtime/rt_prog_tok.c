@@ -122,6 +122,26 @@ int rt_prog_grow(RtParser *s, void **arr, int *cap, int need, size_t elem) {
   return 0;
 }
 
+int rt_prog_chunk_suffix(RtParser *s, char *t, int *c) {
+  *c = 0;
+  char *colon = strchr(t, ':');
+  if (!colon) return 0;
+  int64_t v;
+  if (rt_prog_parse_int(colon + 1, 0, PP_MAX_CHUNKS - 1, &v) || colon[1] == '-')
+    return rt_prog_err(s, "'%.60s': expected NAME or NAME:C, C a chunk (0 .. %d)", t, PP_MAX_CHUNKS - 1);
+  if (v >= s->p->nchunks) {
+    if (s->p->nchunks == 1)
+      return rt_prog_err(s,
+                         "%.60s: chunk %lld, but the program has one chunk (no chunk lines): expected %.*s or %.*s:0",
+                         t, (long long)v, (int)(colon - t), t, (int)(colon - t), t);
+    return rt_prog_err(s, "%.60s: chunk %lld, but the program has %d chunks (0 .. %d)", t, (long long)v, s->p->nchunks,
+                       s->p->nchunks - 1);
+  }
+  *colon = 0;
+  *c = (int)v;
+  return 0;
+}
+
 /* @OFF / $OFF; with extent != NULL also @OFF:BYTES / $OFF:BYTES (*extent = 0 when not given). */
 int rt_prog_parse_ptr(RtParser *s, const char *t, const char *what, RtPtr *p, int64_t *extent) {
   p->present = 1;

@@ -1,11 +1,13 @@
-/* rt_safetensors.c - safetensors reader (header JSON parsed by jansson; F32/F16/BF16 -> f32, slices); the F32 writer
- * is rt_st_write.c. */
+/* rt_safetensors.c - safetensors reader (header JSON parsed by jansson; F32/F16/BF16/F64 -> f32, slices); the F32
+ * writer is rt_st_write.c. */
 #include "rt_io.h"
 #include "rt_st.h"
 #include "rt_util.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +40,12 @@ static const char *dtype_name(int dt) {
   case RT_ST_F32: return "F32";
   case RT_ST_F16: return "F16";
   case RT_ST_BF16: return "BF16";
-  default: return NULL;
+  case RT_ST_F64: return "F64";
+  default: return NULL; /* an int: a tensor's dtype before it is known (-1) */
   }
 }
 
-static size_t dtype_size(int dt) { return dt == RT_ST_F32 ? 4 : 2; }
+static size_t dtype_size(int dt) { return dt == RT_ST_F64 ? 8 : dt == RT_ST_F32 ? 4 : 2; }
 
 static uint64_t rd_le64(const unsigned char *b) {
   uint64_t v = 0;
@@ -209,9 +212,11 @@ static int add_tensor(RtStFile *f, const char *path, const char *name, const jso
     if (!strcmp(s, "F32")) t.dtype = RT_ST_F32;
     else if (!strcmp(s, "F16")) t.dtype = RT_ST_F16;
     else if (!strcmp(s, "BF16")) t.dtype = RT_ST_BF16;
+    else if (!strcmp(s, "F64")) t.dtype = RT_ST_F64;
     else {
-      rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "': unsupported dtype \"%.40s\" (supported: F32, F16, BF16)",
-                      path, name, s);
+      rt_util_set_err(err, errlen,
+                      "%s: tensor '" NAME_FMT "': unsupported dtype \"%.40s\" (supported: F32, F16, BF16, F64)", path,
+                      name, s);
       return -1;
     }
   }
@@ -574,7 +579,9 @@ static uint32_t f16_bits_to_f32_bits(uint16_t h) {
   return sign | ((uint32_t)(e + 127) << 23) | ((man & 0x3FF) << 13);
 }
 
-static void convert(int dtype, const unsigned char *src, size_t count, float *dst) {
+/* count elements at src to f32 at dst. F64 values are rounded to the nearest float; a finite one
+ * beyond the float range is an error: -1 with *bad its element (inf and nan stay what they are). */
+static int convert(int dtype, const unsigned char *src, size_t count, float *dst, size_t *bad) {
   switch (dtype) {
   case RT_ST_F32:
     for (size_t k = 0; k < count; k++) dst[k] = bits_f32(rd_le32(src + 4 * k));
@@ -582,10 +589,37 @@ static void convert(int dtype, const unsigned char *src, size_t count, float *ds
   case RT_ST_F16:
     for (size_t k = 0; k < count; k++) dst[k] = bits_f32(f16_bits_to_f32_bits(rd_le16(src + 2 * k)));
     break;
-  default: /* BF16 */
+  case RT_ST_BF16:
     for (size_t k = 0; k < count; k++) dst[k] = bits_f32((uint32_t)rd_le16(src + 2 * k) << 16);
     break;
+  case RT_ST_F64:
+    for (size_t k = 0; k < count; k++) {
+      uint64_t u = rd_le64(src + 8 * k);
+      double x;
+      memcpy(&x, &u, sizeof x);
+      /* beyond FLT_MAX by more than half an ulp: rounds to inf */
+      if (isfinite(x) && fabs(x) >= (double)FLT_MAX + ldexp(1.0, 103)) {
+        *bad = k;
+        return -1;
+      }
+      dst[k] = (float)x;
+    }
+    break;
   }
+  return 0;
+}
+
+/* The error of a failed convert: element `at` of tensor t (its dense index) as read from src. */
+static int range_err(const RtStFile *f, const StTensor *t, int64_t at, const unsigned char *src, char *err,
+                     size_t errlen) {
+  uint64_t u = rd_le64(src);
+  double x;
+  memcpy(&x, &u, sizeof x);
+  rt_util_set_err(err, errlen,
+                  "%s: tensor '" NAME_FMT "': F64 element %lld is %.17g, outside the float32 range (|x| <= %.9g): "
+                  "ppr computes in float32",
+                  f->path, t->name, (long long)at, x, (double)FLT_MAX);
+  return -1;
 }
 
 static const StTensor *check_read(const RtStFile *f, int i, const char *fn, char *err, size_t errlen) {
@@ -612,7 +646,9 @@ int rt_st_read_f32(const RtStFile *f, int i, float *dst, size_t n, char *err, si
     rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "': NULL destination", f->path, t->name);
     return -1;
   }
-  convert(t->dtype, f->data + t->begin, n, dst);
+  size_t bad = 0;
+  if (convert(t->dtype, f->data + t->begin, n, dst, &bad))
+    return range_err(f, t, (int64_t)bad, f->data + t->begin + 8 * bad, err, errlen);
   return 0;
 }
 
@@ -664,7 +700,9 @@ int rt_st_read_f32_slice(const RtStFile *f, int i, const int64_t *start, const i
   for (;;) {
     int64_t off = 0;
     for (int d = 0; d < nd; d++) off += (start[d] + idx[d]) * stride[d];
-    convert(t->dtype, src + (size_t)off * es, inner, dst);
+    size_t bad = 0;
+    if (convert(t->dtype, src + (size_t)off * es, inner, dst, &bad))
+      return range_err(f, t, off + (int64_t)bad, src + ((size_t)off + bad) * es, err, errlen);
     dst += inner;
     int d = nd - 2;
     while (d >= 0 && ++idx[d] == len[d]) idx[d--] = 0;

@@ -86,10 +86,14 @@ static void check(const RtProg *p) {
   }
   if (p->local_microbatches < 1 || p->local_microbatches > p->microbatches)
     bad("%lld local micro-batches of %lld", p->local_microbatches, p->microbatches);
-  for (int b = 0; b < RT_NBLK; b++) {
-    if (p->blk[b].n < 0 || (p->blk[b].n > 0 && !p->blk[b].ins)) bad("block %lld has %lld instructions", b, p->blk[b].n);
-    for (int n = 0; n < p->blk[b].n; n++) {
-      const RtInstr *in = &p->blk[b].ins[n];
+  if (p->nchunks < 0 || p->nchunks > PP_MAX_CHUNKS) bad("%lld chunks (at most %lld)", p->nchunks, PP_MAX_CHUNKS);
+  for (int cb = 0; cb < rt_prog_nchunks(p) * RT_NBLK; cb++) {
+    int c = cb / RT_NBLK, b = cb % RT_NBLK;
+    const RtBlock *blk = rt_prog_block(p, c, b);
+    if (c > 0 && b == RT_BLK_OPTIMIZER) continue; /* the program's one optimizer block, checked with chunk 0 */
+    if (blk->n < 0 || (blk->n > 0 && !blk->ins)) bad("block %lld has %lld instructions", b, blk->n);
+    for (int n = 0; n < blk->n; n++) {
+      const RtInstr *in = &blk->ins[n];
       switch (in->kind) {
       case RT_I_GEMM: {
         int64_t rows[3] = {in->ta ? in->k : in->m, in->tb ? in->n : in->k, in->m};
@@ -152,21 +156,23 @@ static void check(const RtProg *p) {
   if (p->tied >= p->nparams) bad("tied param %lld of %lld", p->tied, p->nparams);
   for (int e = 0; e < p->nentries; e++) {
     const RtEntry *en = &p->sched[e];
-    if ((en->kind == RT_E_F || en->kind == RT_E_B) &&
-        (en->slot < 0 || en->slot >= p->nslots || en->mb < 0 || en->mb >= p->local_microbatches))
-      bad("F/B entry: micro-batch %lld, slot %lld", en->mb, en->slot);
+    if ((en->kind == RT_E_F || en->kind == RT_E_B || en->kind == RT_E_W) &&
+        (en->slot < 0 || en->slot >= p->nslots || en->mb < 0 || en->mb >= p->local_microbatches || en->chunk < 0 ||
+         en->chunk >= rt_prog_nchunks(p)))
+      bad("F/B/W entry: micro-batch %lld, slot %lld (or its chunk)", en->mb, en->slot);
     if (en->kind == RT_E_COMM && (en->nops < 1 || en->nops > 2))
       bad("a comm entry of %lld ops (1 to %lld)", en->nops, 2);
     for (int o = 0; en->kind == RT_E_COMM && o < en->nops; o++)
       if (en->op[o].kind < 0 || en->op[o].kind >= PP_NBND || en->op[o].slot < 0 || en->op[o].slot >= p->nslots ||
-          en->op[o].mb < 0 || en->op[o].mb >= p->local_microbatches || !p->bnd[en->op[o].kind].present)
-        bad("comm op: micro-batch %lld, slot %lld", en->op[o].mb, en->op[o].slot);
+          en->op[o].mb < 0 || en->op[o].mb >= p->local_microbatches || en->op[o].chunk < 0 ||
+          en->op[o].chunk >= rt_prog_nchunks(p) || !rt_prog_boundary(p, en->op[o].chunk, en->op[o].kind)->present)
+        bad("comm op: micro-batch %lld, slot %lld (or its chunk)", en->op[o].mb, en->op[o].slot);
   }
-  for (int k = 0; k < PP_NBND; k++) {
-    const RtBoundary *b = &p->bnd[k];
+  for (int ck = 0; ck < rt_prog_nchunks(p) * PP_NBND; ck++) {
+    const RtBoundary *b = rt_prog_boundary(p, ck / PP_NBND, ck % PP_NBND);
     if (!b->present) continue;
     in_bounds(p, &b->ptr, b->bytes, "boundary");
-    if (b->bytes % 4) bad("boundary %lld of %lld bytes", k, b->bytes);
+    if (b->bytes % 4) bad("boundary %lld of %lld bytes", ck % PP_NBND, b->bytes);
   }
 }
 

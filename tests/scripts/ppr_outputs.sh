@@ -41,22 +41,31 @@ run() {
   fi
 }
 
+mkdir "$tmp/adir.safetensors"
 for opt in --save --save-grads --log --trace; do
-  run 2 "one rank, $opt /nonexistent/x" "ppr: error: $opt /nonexistent/x: cannot open for writing: the directory /nonexistent does not exist" \
-    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /nonexistent/x
-  run 2 "one rank, $opt DIRECTORY" "ppr: error: $opt $tmp/adir: cannot open for writing: it is a directory" \
-    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" "$tmp/adir"
-  run 2 "one rank, $opt /etc/passwd/x" "ppr: error: $opt /etc/passwd/x: cannot open for writing: Not a directory" \
-    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /etc/passwd/x
-  run 2 "one rank, $opt /dev/null" "ppr: error: $opt /dev/null: cannot open for writing: not a regular file" \
-    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /dev/null
-  run 10 "tp 2 x pp 2, $opt /nonexistent/x" "ppr: error: $opt /nonexistent/x: cannot open for writing: the directory /nonexistent does not exist" \
-    $MPIRUN -np 4 "$build/ppr" "$tmp/t2p2" --steps 1000000 --quiet "$opt" /nonexistent/x
-  n=$(grep -c "^ppr: error: $opt /nonexistent/x" "$tmp/out.txt")
-  if [ "$n" -eq 1 ]; then
-    ok "tp 2 x pp 2, $opt /nonexistent/x: the message is printed once"
+  # --save to a path not ending in .safetensors writes a checkpoint folder (ppr_checkpoints.sh)
+  x=x d=adir
+  [ "$opt" = --save ] && x=x.safetensors d=adir.safetensors
+  run 2 "one rank, $opt /nonexistent/$x" "ppr: error: $opt /nonexistent/$x: cannot open for writing: the directory /nonexistent does not exist" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" "/nonexistent/$x"
+  run 2 "one rank, $opt DIRECTORY" "ppr: error: $opt $tmp/$d: cannot open for writing: it is a directory" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" "$tmp/$d"
+  run 2 "one rank, $opt /etc/passwd/$x" "ppr: error: $opt /etc/passwd/$x: cannot open for writing: Not a directory" \
+    "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" "/etc/passwd/$x"
+  if [ "$opt" = --save ]; then
+    run 2 "one rank, --save /dev/null" "ppr: error: --save /dev/null: cannot write a checkpoint folder: /dev/null: exists and is not a folder" \
+      "$build/ppr" "$tmp/one" --steps 1000000 --quiet --save /dev/null
   else
-    bad "tp 2 x pp 2, $opt /nonexistent/x: the message should be printed once ($n times)"
+    run 2 "one rank, $opt /dev/null" "ppr: error: $opt /dev/null: cannot open for writing: not a regular file" \
+      "$build/ppr" "$tmp/one" --steps 1000000 --quiet "$opt" /dev/null
+  fi
+  run 10 "tp 2 x pp 2, $opt /nonexistent/$x" "ppr: error: $opt /nonexistent/$x: cannot open for writing: the directory /nonexistent does not exist" \
+    $MPIRUN -np 4 "$build/ppr" "$tmp/t2p2" --steps 1000000 --quiet "$opt" "/nonexistent/$x"
+  n=$(grep -c "^ppr: error: $opt /nonexistent/$x" "$tmp/out.txt")
+  if [ "$n" -eq 1 ]; then
+    ok "tp 2 x pp 2, $opt /nonexistent/$x: the message is printed once"
+  else
+    bad "tp 2 x pp 2, $opt /nonexistent/$x: the message should be printed once ($n times)"
   fi
 done
 run 2 "--save and --log of one file" "ppr: error: --save and --log name the same file '$tmp/x'" \

@@ -35,6 +35,7 @@ static const Model models[] = {
     {"rmsnorm", 1e-2},
     {"layernorm", 1e-2},
     {"rope", 1e-2},
+    {"rope_llama3", 1e-2}, /* rope with Llama-3 frequency scaling */
     {"heads", 1e-2},
     {"attention_gqa", 1e-2},
     {"attention_full", 1e-2},

@@ -579,8 +579,8 @@ static void test_bad_files(T *t) {
       {"tensor entry is a string", "{\"w\":\"F32\"}", "'w'", "expected an object", 0},
       {"unknown dtype I64", "{\"pos_ids\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", "'pos_ids'",
        "\"I64\"", 8},
-      {"unknown dtype F64", "{\"w\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", "unsupported dtype",
-       "F64", 8},
+      {"unknown dtype F8_E4M3", "{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+       "unsupported dtype", "F64)", 1},
       {"lowercase dtype", "{\"w\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "unsupported dtype",
        "f32", 4},
       {"dtype not a string", "{\"w\":{\"dtype\":5,\"shape\":[1],\"data_offsets\":[0,4]}}", "'w'", "must be a string",
@@ -1058,8 +1058,8 @@ static void test_data(T *t) {
   rt_data_close(d);
 
   /* bad llm.c files */
-  img = llmc_image(RT_DATA_LLMC_MAGIC, 2, 10, tok, 10, 0, &n);
-  expect_data_bad(t, "llm.c version 2", img, n, "unsupported version 2", "expected 1");
+  img = llmc_image(RT_DATA_LLMC_MAGIC, 3, 10, tok, 10, 0, &n);
+  expect_data_bad(t, "llm.c version 3", img, n, "unsupported version 3", "expected 1: uint16 tokens, or 2");
   free(img);
   img = llmc_image(RT_DATA_LLMC_MAGIC, 1, 10, tok, 9, 0, &n);
   expect_data_bad(t, "llm.c truncated (9 of 10 tokens)", img, n, "expected 1044 bytes", "file has 1042");
@@ -1169,6 +1169,294 @@ static void test_data(T *t) {
   rt_data_close(NULL);
 }
 
+/* ---- F64 tensors, checkpoints (index, folder), the folder writer, token files v1/v2 ---------- */
+
+/* A safetensors file of raw tensors: names, dtypes, shapes (1-d: len), bytes. */
+typedef struct {
+  const char *name, *dtype;
+  int64_t len;
+  const void *bytes;
+  size_t nbytes;
+} RawT;
+
+static int write_raw(const char *path, int n, const RawT *r) {
+  char hdr[4096];
+  size_t k = (size_t)snprintf(hdr, sizeof hdr, "{");
+  uint64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    k += (size_t)snprintf(hdr + k, sizeof hdr - k,
+                          "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld],\"data_offsets\":[%llu,%llu]}", i ? "," : "",
+                          r[i].name, r[i].dtype, (long long)r[i].len, (unsigned long long)off,
+                          (unsigned long long)(off + r[i].nbytes));
+    off += r[i].nbytes;
+  }
+  k += (size_t)snprintf(hdr + k, sizeof hdr - k, "}");
+  unsigned char *data = malloc(off + 1);
+  for (int i = 0, at = 0; i < n; at += (int)r[i].nbytes, i++) memcpy(data + at, r[i].bytes, r[i].nbytes);
+  size_t len;
+  unsigned char *img = st_image(hdr, k, UINT64_MAX, data, off, &len);
+  int rc = write_bytes(path, img, len);
+  free(img);
+  free(data);
+  return rc;
+}
+
+static void test_f64(T *t) {
+  char p[256], err[512] = "";
+  tpath(t, "f64.safetensors", p, sizeof p);
+  double v[5] = {1.5, -0.1, 1e-40, 3.4028234663852886e38, -INFINITY};
+  write_raw(p, 1, (RawT[]){{"w", "F64", 5, v, sizeof v}});
+  RtStFile *f = NULL;
+  float got[5];
+  int rc = rt_st_open(p, &f, err, sizeof err);
+  rc = rc ? rc : rt_st_read_f32(f, 0, got, 5, err, sizeof err);
+  int ok = rc == 0 && !strcmp(rt_st_dtype(f, 0), "F64");
+  for (int i = 0; ok && i < 5; i++) ok = got[i] == (float)v[i];
+  check(t, ok, "f64: F64 read as the nearest floats (subnormal, FLT_MAX, -inf kept) [%s]", rc ? err : "ok");
+  int64_t st = 1, ln = 3;
+  float sl[3];
+  rc = f ? rt_st_read_f32_slice(f, 0, &st, &ln, sl, 3, err, sizeof err) : -1;
+  check(t, rc == 0 && sl[0] == (float)v[1] && sl[2] == (float)v[3], "f64: a slice of an F64 tensor [%s]",
+        rc ? err : "ok");
+  rt_st_close(f);
+  double big[3] = {1, 2, 1e39};
+  write_raw(p, 1, (RawT[]){{"layers.0.w", "F64", 3, big, sizeof big}});
+  rc = rt_st_open(p, &f, err, sizeof err);
+  rc = rc ? rc : rt_st_read_f32(f, 0, got, 3, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "'layers.0.w'") && strstr(err, "element 2") && strstr(err, "outside the float32"),
+        "f64: a value beyond the float range is an error naming the tensor and element [%s]", err);
+  rc = f ? rt_st_read_f32_slice(f, 0, (int64_t[]){2}, (int64_t[]){1}, got, 1, err, sizeof err) : 0;
+  check(t, rc != 0 && strstr(err, "element 2"), "f64: ... in a slice too [%s]", err);
+  rt_st_close(f);
+  unlink(p);
+}
+
+/* Writes an index naming tensors -> shard files. */
+static void write_index(const char *path, const char *map) {
+  char j[2048];
+  snprintf(j, sizeof j, "{\"metadata\":{\"total_size\":0},\"weight_map\":{%s}}", map);
+  write_bytes(path, j, strlen(j));
+}
+
+static void expect_ckpt_bad(T *t, const char *label, const char *path, const char *e1, const char *e2) {
+  char err[1024] = "";
+  RtCkpt *c = (RtCkpt *)&c;
+  int rc = rt_ckpt_open(path, &c, err, sizeof err);
+  check(t, rc != 0 && c == NULL && strstr(err, e1) && (!e2 || strstr(err, e2)), "ckpt: %s [%s]", label, err);
+  if (rc == 0) rt_ckpt_close(c);
+}
+
+static void test_ckpt(T *t) {
+  char d[256], p[300], q[300], ip[300], err[1024] = "";
+  tpath(t, "ck", d, sizeof d);
+  mkdir(d, 0755);
+  float a[2] = {1, 2}, b[3] = {3, 4, 5};
+  uint16_t h[2] = {0x3c00, 0xc000}; /* F16 1, -2 */
+  uint16_t bf[1] = {0x4040};        /* BF16 3 */
+  snprintf(p, sizeof p, "%s/s1.safetensors", d);
+  snprintf(q, sizeof q, "%s/s2.safetensors", d);
+  snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", d);
+  write_raw(p, 2, (RawT[]){{"a", "F32", 2, a, sizeof a}, {"h", "F16", 2, h, sizeof h}});
+  write_raw(q, 2, (RawT[]){{"b", "F32", 3, b, sizeof b}, {"bf", "BF16", 1, bf, sizeof bf}});
+  write_index(ip,
+              "\"a\":\"s1.safetensors\",\"h\":\"s1.safetensors\",\"b\":\"s2.safetensors\",\"bf\":\"s2.safetensors\"");
+  const char *opens[2] = {ip, d}; /* the index, and the folder holding only it */
+  for (int k = 0; k < 2; k++) {
+    RtCkpt *c = NULL;
+    int rc = rt_ckpt_open(opens[k], &c, err, sizeof err);
+    int ok = rc == 0 && rt_ckpt_count(c) == 4 && rt_ckpt_nfiles(c) == 2;
+    float v[3] = {0};
+    int idx = -1;
+    const RtStFile *f = ok ? rt_ckpt_file(c, rt_ckpt_find(c, "b"), &idx) : NULL;
+    ok = ok && f && rt_st_read_f32(f, idx, v, 3, err, sizeof err) == 0 && v[0] == 3 && v[2] == 5;
+    f = ok ? rt_ckpt_file(c, rt_ckpt_find(c, "h"), &idx) : NULL;
+    ok = ok && f && rt_st_read_f32(f, idx, v, 2, err, sizeof err) == 0 && v[0] == 1 && v[1] == -2;
+    f = ok ? rt_ckpt_file(c, rt_ckpt_find(c, "bf"), &idx) : NULL;
+    ok = ok && f && rt_st_read_f32(f, idx, v, 1, err, sizeof err) == 0 && v[0] == 3;
+    ok = ok && rt_ckpt_find(c, "zz") < 0 && rt_ckpt_name(c, 99) == NULL && rt_ckpt_file(c, -1, NULL) == NULL;
+    check(t, ok, "ckpt: a sharded checkpoint %s: 4 tensors of 2 shards, F32, F16 and BF16 [%s]",
+          k ? "as its folder" : "by its index", rc ? err : "ok");
+    rt_ckpt_close(c);
+  }
+  /* bad indexes */
+  write_index(ip,
+              "\"a\":\"s1.safetensors\",\"h\":\"s1.safetensors\",\"b\":\"s3.safetensors\",\"bf\":\"s2.safetensors\"");
+  expect_ckpt_bad(t, "an index naming a missing shard", ip, "s3.safetensors: cannot open", "a shard named by");
+  write_index(ip, "\"a\":\"s1.safetensors\",\"h\":\"s1.safetensors\",\"b\":\"s2.safetensors\"");
+  expect_ckpt_bad(t, "a shard's tensor the index does not name", ip, "tensor 'bf' of shard", "not in the index");
+  write_index(ip,
+              "\"a\":\"s1.safetensors\",\"h\":\"s2.safetensors\",\"b\":\"s2.safetensors\",\"bf\":\"s2.safetensors\"");
+  expect_ckpt_bad(t, "a tensor the index puts in the wrong shard", ip, "weight_map puts tensor 'h' in",
+                  "does not hold it");
+  write_index(ip, "\"a\":\"../s1.safetensors\"");
+  expect_ckpt_bad(t, "a shard outside the folder", ip, "tensor 'a': expected the file name of a shard", NULL);
+  write_bytes(ip, "{\"weight_map\": [", 16);
+  expect_ckpt_bad(t, "an index that is not JSON", ip, "not a checkpoint index: JSON error", NULL);
+  write_bytes(ip, "{\"metadata\": {}}", 16);
+  expect_ckpt_bad(t, "an index without a weight_map", ip, "non-empty \"weight_map\"", NULL);
+  /* a tensor in two shards */
+  write_raw(q, 2, (RawT[]){{"b", "F32", 3, b, sizeof b}, {"a", "F32", 2, a, sizeof a}});
+  write_index(ip, "\"a\":\"s1.safetensors\",\"h\":\"s1.safetensors\",\"b\":\"s2.safetensors\"");
+  expect_ckpt_bad(t, "a tensor in two shards", ip, "tensor 'a' is in two shards", NULL);
+  /* a truncated shard */
+  write_raw(q, 2, (RawT[]){{"b", "F32", 3, b, sizeof b}, {"bf", "BF16", 1, bf, sizeof bf}});
+  truncate(q, 30);
+  write_index(ip,
+              "\"a\":\"s1.safetensors\",\"h\":\"s1.safetensors\",\"b\":\"s2.safetensors\",\"bf\":\"s2.safetensors\"");
+  expect_ckpt_bad(t, "a truncated shard", ip, "s2.safetensors: truncated", "a shard named by");
+  unlink(q);
+  unlink(ip);
+  expect_ckpt_bad(t, "a folder without a checkpoint", d, "a folder without model.safetensors", NULL);
+  /* a folder's model.safetensors comes first */
+  snprintf(q, sizeof q, "%s/model.safetensors", d);
+  rename(p, q);
+  RtCkpt *c = NULL;
+  int rc = rt_ckpt_open(d, &c, err, sizeof err);
+  check(t, rc == 0 && rt_ckpt_count(c) == 2 && rt_ckpt_find(c, "h") >= 0, "ckpt: a folder's model.safetensors [%s]",
+        rc ? err : "ok");
+  rt_ckpt_close(c);
+  rc = rt_ckpt_open(q, &c, err, sizeof err);
+  check(t, rc == 0 && rt_ckpt_count(c) == 2, "ckpt: one .safetensors file [%s]", rc ? err : "ok");
+  rt_ckpt_close(c);
+  unlink(q);
+  rmdir(d);
+}
+
+/* The file as a NUL-terminated string (NULL if unreadable). */
+static char *read_text(const char *path) {
+  size_t n;
+  unsigned char *b = read_bytes(path, &n);
+  char *s = b ? realloc(b, n + 1) : NULL;
+  if (s) s[n] = 0;
+  else free(b);
+  return s;
+}
+
+static void test_ckpt_write(T *t) {
+  char d[256], p[300], err[1024] = "";
+  tpath(t, "out", d, sizeof d);
+  enum { N = 5 };
+  const char *names[N] = {"emb", "l0.w", "l1.w", "big", "norm"};
+  int nd[N] = {2, 1, 1, 1, 0};
+  int64_t s0[2] = {4, 5}, s1[1] = {10}, s3[1] = {100};
+  const int64_t *sh[N] = {s0, s1, s1, s3, NULL};
+  float v[100];
+  for (int i = 0; i < 100; i++) v[i] = (float)i * 0.25f;
+  const float *data[N] = {v, v + 1, v + 2, v, v + 7};
+  /* 80 + 40 + 40 + 400 + 4 bytes with a 100-byte limit: [emb] [l0.w l1.w] [big] [norm] */
+  RtCkptOpts o = {.shard_bytes = 100, .hf_config = "{\"model_type\":\"x\",\"name\":\"a\\u0020b\\u0023\",\"r\":0.1}"};
+  int rc = rt_ckpt_write_dir(d, N, names, nd, sh, data, &o, err, sizeof err);
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", d);
+  char *idx = read_text(p);
+  int ok = rc == 0 && idx && strstr(idx, "\"total_size\": 564") &&
+           strstr(idx, "\"l1.w\": \"model-00002-of-00004.safetensors\"") &&
+           strstr(idx, "\"norm\": \"model-00004-of-00004.safetensors\"");
+  check(t, ok, "ckpt write: 4 shards of a 100-byte limit, the index's total_size and weight_map [%s]",
+        rc    ? err
+        : idx ? idx
+              : "no index");
+  free(idx);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  char *cfg = read_text(p);
+  check(t,
+        cfg && strstr(cfg, "\"name\": \"a b#\"") && strstr(cfg, "\"r\": 0.1,") &&
+            strstr(cfg, "\"torch_dtype\": \"float32\""),
+        "ckpt write: config.json from the listing's hf_config (escapes decoded, torch_dtype float32) [%s]",
+        cfg ? cfg : "none");
+  free(cfg);
+  RtCkpt *c = NULL;
+  rc = rt_ckpt_open(d, &c, err, sizeof err);
+  ok = rc == 0 && rt_ckpt_count(c) == N && rt_ckpt_nfiles(c) == 4;
+  for (int k = 0; ok && k < N; k++) {
+    int i;
+    const RtStFile *f = rt_ckpt_file(c, rt_ckpt_find(c, names[k]), &i);
+    float got[100];
+    int64_t ne = rt_st_numel(f, i);
+    ok = f && rt_st_read_f32(f, i, got, (size_t)ne, err, sizeof err) == 0 && !memcmp(got, data[k], (size_t)ne * 4);
+  }
+  check(t, ok, "ckpt write: the folder reads back, every tensor the same [%s]", rc ? err : "ok");
+  rt_ckpt_close(c);
+  /* replaced whole: one file now, no config, the old shards gone */
+  rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, NULL, err, sizeof err);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  char p2[300];
+  snprintf(p2, sizeof p2, "%s/model-00001-of-00004.safetensors", d);
+  check(t, rc == 0 && exists(p) && !exists(p2), "ckpt write: an earlier checkpoint folder is replaced whole [%s]",
+        rc ? err : "ok");
+  /* refused: a folder with other files; a file */
+  snprintf(p2, sizeof p2, "%s/tokenizer.json", d);
+  write_bytes(p2, "{}", 2);
+  rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, NULL, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "tokenizer.json, which is not a checkpoint's file") && exists(p2),
+        "ckpt write: a folder holding other files is refused, untouched [%s]", err);
+  unlink(p2);
+  unlink(p);
+  rmdir(d);
+  tpath(t, "plain", p, sizeof p);
+  write_bytes(p, "x", 1);
+  rc = rt_ckpt_write_dir(p, 2, names, nd, sh, data, NULL, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "exists and is not a folder"), "ckpt write: a file at the path is refused [%s]", err);
+  unlink(p);
+  o.hf_config = "[1]";
+  rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, &o, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "hf_config is not a JSON object") && !exists(d),
+        "ckpt write: a bad hf_config writes nothing [%s]", err);
+  check(t,
+        rt_ckpt_is_file_path("a/w.safetensors") && !rt_ckpt_is_file_path("a/w") &&
+            !rt_ckpt_is_file_path("w.safetensors/"),
+        "ckpt write: a path ending in .safetensors is one file, any other a folder");
+}
+
+static void test_tokens(T *t) {
+  char p[256], err[512] = "";
+  tpath(t, "v.bin", p, sizeof p);
+  uint32_t tok[6] = {0, 1, 65535, 7, 3, 2};
+  RtData *d = NULL;
+  int rc = rt_data_write(p, tok, 6, 65536, err, sizeof err);
+  size_t n;
+  unsigned char *b = read_bytes(p, &n);
+  int ok = rc == 0 && b && n == 1024 + 12 && b[4] == 1;
+  free(b);
+  rc = ok ? rt_data_open(p, &d, err, sizeof err) : -1;
+  int32_t tk[5], lb[5];
+  if (!rc) rt_data_batch(d, 0, 0, 1, 1, 5, tk, lb);
+  ok = ok && !rc && rt_data_len(d) == 6 && rt_data_max_token(d) == 65535 && tk[2] == 65535 && lb[4] == 2;
+  check(t, ok, "tokens: a vocabulary of 65536 writes version 1 (uint16), read back [%s]", rc ? err : "ok");
+  rc = rt_data_check_vocab(d, "v.bin", 65536, err, sizeof err);
+  check(t, rc == 0, "tokens: every token below the vocabulary passes");
+  rc = rt_data_check_vocab(d, "v.bin", 1000, err, sizeof err);
+  check(t, rc != 0 && !strcmp(err, "v.bin: token 65535 at position 2 is not below the vocabulary's 1000"),
+        "tokens: a token at or above the vocabulary is named with its position [%s]", err);
+  rt_data_close(d);
+  uint32_t big[4] = {70000, 5, 151935, 0};
+  rc = rt_data_write(p, big, 4, 151936, err, sizeof err);
+  b = read_bytes(p, &n);
+  ok = rc == 0 && b && n == 1024 + 16 && b[4] == 2;
+  free(b);
+  d = NULL;
+  rc = ok ? rt_data_open(p, &d, err, sizeof err) : -1;
+  if (!rc) rt_data_batch(d, 0, 0, 1, 1, 3, tk, lb);
+  ok = ok && !rc && rt_data_max_token(d) == 151935 && tk[0] == 70000 && tk[2] == 151935 && lb[2] == 0;
+  check(t, ok, "tokens: a vocabulary of 151936 writes version 2 (uint32), read back [%s]", rc ? err : "ok");
+  rc = d ? rt_data_check_vocab(d, "tokens.bin", 65536, err, sizeof err) : -1;
+  check(t, rc != 0 && !strcmp(err, "tokens.bin: token 70000 at position 0 is not below the vocabulary's 65536"),
+        "tokens: version 2 against a smaller vocabulary [%s]", err);
+  rt_data_close(d);
+  rc = rt_data_write(p, big, 4, 100000, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "token 151935 at position 2 is not below the vocabulary's 100000"),
+        "tokens: the writer refuses a token at or above the vocabulary [%s]", err);
+  rc = rt_data_write(p, big, 0, 100000, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "1 to 2^31-1 tokens"), "tokens: the writer refuses no tokens [%s]", err);
+  /* version 2: truncated; a token at 2^31 */
+  unsigned char img[1024 + 8] = {0};
+  int32_t hdr[3] = {RT_DATA_LLMC_MAGIC, 2, 2};
+  memcpy(img, hdr, sizeof hdr);
+  img[1024 + 4 + 3] = 0x80; /* token 1 = 2^31 */
+  expect_data_bad(t, "version 2 truncated", img, 1024 + 6, "expected 1032 bytes (1024 + 4*2)", "file has 1030");
+  expect_data_bad(t, "version 2 token 2^31", img, sizeof img, "token 2147483648 at position 1 is not below 2^31", NULL);
+  unlink(p);
+}
+
 int main(void) {
   T t = {0, 0, "/tmp/test_io_XXXXXX"};
   if (!mkdtemp(t.dir)) {
@@ -1182,6 +1470,10 @@ int main(void) {
   test_bad_files(&t);
   test_fuzz(&t);
   test_data(&t);
+  test_f64(&t);
+  test_ckpt(&t);
+  test_ckpt_write(&t);
+  test_tokens(&t);
   if (rmdir(t.dir) != 0) check(&t, 0, "temporary directory %s left non-empty", t.dir);
   printf("%d passed, %d failed\n", t.pass, t.fail);
   return t.fail ? 1 : 0;

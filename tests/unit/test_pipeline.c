@@ -79,13 +79,13 @@ static double worst_rel(const char *got_path, const char *ref_path, char *worst,
  * where g / (|g| + eps) is steepest, and a tensor-parallel mesh's other summation order (a rounding
  * difference of ~1e-9 in that element) then moves its weight by ~2e-5 of the tensor's norm in 5
  * steps; with eps 1e-6 the meshes agree to ~1e-6, and the gradients are compared directly anyway. */
-static int run(const char *model, int tp, int pp, int dp, const char *sched, int M, const char *out,
+static int run(const char *model, int tp, int pp, int dp, const char *sched, int V, int M, const char *out,
                const char *device) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
-           "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --microbatches %d -o %s/prog "
-           "> /dev/null",
-           out, out, bin, model, tp, pp, dp, sched, M, out);
+           "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --vpp %d --microbatches %d -o "
+           "%s/prog > /dev/null",
+           out, out, bin, model, tp, pp, dp, sched, V, M, out);
   if (sh(cmd)) return 1;
   snprintf(cmd, sizeof cmd,
            MPIRUN "-np %d %s/ppr %s/prog --device %s --quiet --seed 7 --steps 5 --clip 1 --eps 1e-6 --save-grads "
@@ -95,22 +95,24 @@ static int run(const char *model, int tp, int pp, int dp, const char *sched, int
   return sh(cmd);
 }
 
-static void mesh_on(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int M,
-                    const char *device) {
-  char ref[640], out[640], name[256], w1[64], w2[64];
-  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s M=%d on %s", tag, tp, pp, dp, sched, M, device);
+/* V: chunks of layers per rank (--vpp) */
+static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int V, int M,
+                     const char *device) {
+  char ref[640], out[640], name[256], w1[64], w2[64], vs[16] = "";
+  if (V > 1) snprintf(vs, sizeof vs, " V=%d", V);
+  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s%s M=%d on %s", tag, tp, pp, dp, sched, vs, M, device);
   snprintf(ref, sizeof ref, "%s/pipe/%s_ref_M%d", bin, tag, M);
-  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_M%d_%s", bin, tag, tp, pp, dp, sched, M, device);
+  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_V%d_M%d_%s", bin, tag, tp, pp, dp, sched, V, M, device);
   char path[1024], rpath[1024];
   snprintf(path, sizeof path, "%s/log.jsonl", ref);
   FILE *f = fopen(path, "r");
   if (f) fclose(f);
-  else if (run(model, 1, 1, 1, "1f1b", M, ref, "cpu")) {
+  else if (run(model, 1, 1, 1, "1f1b", 1, M, ref, "cpu")) {
     printf("FAIL %s: the one-rank reference did not run\n", name);
     fail++;
     return;
   }
-  if (run(model, tp, pp, dp, sched, M, out, device)) {
+  if (run(model, tp, pp, dp, sched, V, M, out, device)) {
     printf("FAIL %s: did not run\n", name);
     fail++;
     return;
@@ -134,6 +136,11 @@ static void mesh_on(const char *model, const char *tag, int tp, int pp, int dp, 
   printf("%s %s: losses %.2g, gradients %.2g (%s), weights after 5 steps %.2g (%s)\n", ok ? "PASS" : "FAIL", name, lw,
          gw, w1, ww, w2);
   ok ? pass++ : fail++;
+}
+
+static void mesh_on(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int M,
+                    const char *device) {
+  mesh_von(model, tag, tp, pp, dp, sched, 1, M, device);
 }
 
 static void mesh(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int M) {
@@ -169,6 +176,20 @@ int main(int argc, char **argv) {
     mesh("examples/tiny.pdl", "tiny", 1, 4, 1, "zb-h1", 4 * m);
     mesh("tests/models/odd5.pdl", "odd5", 1, 3, 1, "zb-h1", 3 * m);
   }
+  /* chunks of layers (interleaved, zbv with --vpp 2): pp 2, 3 and 4 with M = p, 2p and 3p on a
+   * model of 9 layers, whose chunks are uneven; tiny on pp 2; interleaved with one chunk is 1F1B */
+  static const char *chunked[] = {"interleaved", "zbv"};
+  for (int s = 0; s < 2; s++)
+    for (int m = 1; m <= 3; m++) {
+      mesh_von("examples/tiny.pdl", "tiny", 1, 2, 1, chunked[s], 2, 2 * m, "cpu");
+      for (int pp = 2; pp <= 4; pp++) mesh_von("tests/models/odd9.pdl", "odd9", 1, pp, 1, chunked[s], 2, pp * m, "cpu");
+    }
+  mesh_von("tests/models/odd5.pdl", "odd5", 1, 3, 1, "interleaved", 1, 3, "cpu");
+  if (!getenv("PPC_TEST_NO_TP"))
+    for (int s = 0; s < 2; s++) {
+      mesh_von("examples/tiny.pdl", "tiny", 2, 2, 2, chunked[s], 2, 4, "cpu");
+      mesh_von("tests/models/tiny_untied.pdl", "untied", 2, 2, 1, chunked[s], 2, 4, "cpu");
+    }
   if (!getenv("PPC_TEST_NO_TP")) {
     mesh("examples/tiny.pdl", "tiny", 2, 2, 2, "zb-h1", 4);
     mesh("tests/models/tiny_untied.pdl", "untied", 2, 2, 1, "zb-h1", 4);
@@ -194,11 +215,13 @@ int main(int argc, char **argv) {
     mesh_on("tests/models/tiny_untied.pdl", "untied", 2, 2, 2, "gpipe", 4, "opencl");
     mesh_on("tests/models/odd5.pdl", "odd5", 1, 3, 1, "1f1b", 3, "opencl");
     mesh_on("examples/tiny.pdl", "tiny", 1, 4, 1, "zb-h1", 8, "opencl");
+    mesh_von("examples/tiny.pdl", "tiny", 1, 2, 1, "interleaved", 2, 4, "opencl");
+    mesh_von("tests/models/odd9.pdl", "odd9", 1, 3, 1, "zbv", 2, 6, "opencl");
   }
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
   snprintf(cmd, sizeof cmd,
            "timeout 60 " MPIRUN
-           "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_M3_cpu/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
+           "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_V1_M3_cpu/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
            bin, bin, bin);
   int rc = system(cmd);
   snprintf(cmd, sizeof cmd, "grep -q 'ranks' %s/pipe/ws.txt", bin);

@@ -823,10 +823,10 @@ static void test_data_errors(void) {
   path(p, sizeof p, "big.bin");
   write_tokens(p, tok, 50, 50);
   snprintf(args, sizeof args, "%s/main --data %s", tdir, p);
-  expect_fail("--data: a token id >= vocab", args, "big.bin: token id 20 is not below the model's vocab 16");
+  expect_fail("--data: a token id >= vocab", args, "big.bin: token 20 at position 33 is not below the vocabulary's 16");
   snprintf(args, sizeof args, "%s/main", tdir);
   expect_fail("the built-in text's bytes exceed a vocab of 16", args,
-              "the built-in text: token id 122 is not below the model's vocab 16");
+              "the built-in text: token 84 at position 0 is not below the vocabulary's 16");
   path(p, sizeof p, "empty.txt");
   write_bytes(p, "", 0);
   snprintf(args, sizeof args, "%s/main --data %s", tdir, p);
@@ -2153,6 +2153,380 @@ static void fuzz_body(const char *what, const char *body, int iters) {
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* ---- chunks of layers: two ranks holding two chunks each (zbv-like), over MPI ---------------- */
+
+/* The model in four virtual stages over pp 2, V 2, placed as ZB-V places them: rank 0 holds
+ * vstage 0 (chunk 0: the embedding) and vstage 3 (chunk 1: proj, gain, the tied head and the
+ * loss); rank 1 holds vstages 1 and 2, two chunks that pass the hidden state on unchanged (their
+ * blocks are empty; each receives into the buffer it sends from). Vstage 1 sends to vstage 2 on
+ * the same rank: a message to itself. The loss counts on rank 0, which holds the last vstage. */
+static const char *const CHUNK0_T = "model testlin\n"
+                                    "mesh tp 1 pp 2 dp 1\n"
+                                    "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
+                                    "peers prev -1 next 1\n"
+                                    "chunk 0 vstage 0 prev -1 next 1\n"
+                                    "chunk 1 vstage 3 prev 1 next -1\n"
+                                    "step micro_batch 2 seq 4 microbatches 2 schedule zbv\n"
+                                    "vocab 16\n"
+                                    "kernels k 0123456789abcdef\n"
+                                    "object so @SO\n"
+                                    "object cl - -\n"
+                                    "cuda sm_90 - - - -\n"
+                                    "region params  0    832\n"
+                                    "region grads   832  832\n"
+                                    "region adam_m  1664 832\n"
+                                    "region adam_v  2496 832\n"
+                                    "region slots   3328 1472 2\n"
+                                    "region scratch 6272 1344\n"
+                                    "arena 7616\n"
+                                    "boundary send_fwd $128 256 [2,4,8]\n"
+                                    "boundary recv_bwd $384 256 [2,4,8]\n"
+                                    "boundary recv_fwd:1 $128 256 [2,4,8]\n"
+                                    "boundary send_bwd:1 @7296 256 [2,4,8]\n"
+                                    "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied\n"
+                                    "param 1 gain f32 [8] @512 init ones decay 0\n"
+                                    "param 2 proj.weight f32 [8,8] @576 init normal 0.3 decay 1\n"
+                                    "model_param emb.weight [16,8]\n"
+                                    "model_param gain [8]\n"
+                                    "model_param proj.weight [8,8]\n"
+                                    "block forward\n"
+                                    "  batch $0 -\n"
+                                    "  kernel embed_fwd <<<1,1,0>>> $0:32 @0:512 $128:256 i:8 i:8\n"
+                                    "end\n"
+                                    "block backward\n"
+                                    "  kernel embed_bwd <<<1,1,0>>> $0:32 $384:256 @832:512 i:8 i:8\n"
+                                    "end\n"
+                                    "block forward:1\n"
+                                    "  batch - $64\n"
+                                    "  gemm N N 4 8 8 1 $128 8 32 @576 8 0 0 $384 8 32 2\n"
+                                    "  kernel gain_fwd <<<1,1,0>>> $384:256 @512:32 $640:256 i:8 i:8 f:1\n"
+                                    "  gemm N T 8 16 8 1 $640 8 0 @0 8 0 0 @6272 16 0 1\n"
+                                    "  kernel xent_fwd <<<1,1,0>>> @6272:512 $64:32 $896:512 $1408:4 i:8 i:16\n"
+                                    "  loss $1408\n"
+                                    "end\n"
+                                    "block backward:1\n"
+                                    "  seed @7552 0.5\n"
+                                    "  kernel xent_bwd <<<1,1,0>>> $896:512 $64:32 @7552 @6272:512 i:8 i:16\n"
+                                    "  gemm T N 16 8 8 1 @6272 16 0 $640 8 0 1 @832 8 0 1\n"
+                                    "  gemm N N 8 8 16 1 @6272 16 0 @0 8 0 0 @6784 8 0 1\n"
+                                    "  kernel gain_bwd <<<1,1,0>>> $384:256 @512:32 @6784:256 @7040:256 @1344:32 i:8 "
+                                    "i:8\n"
+                                    "  gemm T N 8 8 4 1 $128 8 32 @7040 8 32 1 @1408 8 0 2\n"
+                                    "  gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1\n"
+                                    "end\n"
+                                    "block optimizer\n"
+                                    "  grad_norm sumsq <<<1,1,0>>> @7552:12\n"
+                                    "  kernel adamw <<<1,1,0>>> @0:512 @832:512 @1664:512 @2496:512 i:128 i:1 s:lr "
+                                    "s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+                                    "  kernel adamw <<<1,1,0>>> @512:32 @1344:32 @2176:32 @3008:32 i:8 i:0 s:lr "
+                                    "s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+                                    "  kernel adamw <<<1,1,0>>> @576:256 @1408:256 @2240:256 @3072:256 i:64 i:1 s:lr "
+                                    "s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
+                                    "end\n"
+                                    "schedule zbv\n"
+                                    "  zero_grads\n"
+                                    "  F 0 0\n"
+                                    "  comm send_fwd 0 0\n"
+                                    "  comm recv_fwd:1 0 1\n"
+                                    "  F:1 0 1\n"
+                                    "  B:1 0 1\n"
+                                    "  comm send_bwd:1 0 1\n"
+                                    "  comm recv_bwd 0 0\n"
+                                    "  B 0 0\n"
+                                    "  F 1 0\n"
+                                    "  comm send_fwd 1 0\n"
+                                    "  comm recv_fwd:1 1 1\n"
+                                    "  F:1 1 1\n"
+                                    "  B:1 1 1\n"
+                                    "  comm send_bwd:1 1 1\n"
+                                    "  comm recv_bwd 1 0\n"
+                                    "  B 1 0\n"
+                                    "  OPT\n"
+                                    "end\n";
+
+static const char *const CHUNK1_T = "model testlin\n"
+                                    "mesh tp 1 pp 2 dp 1\n"
+                                    "rank 1 stage 1 tp_rank 0 dp_rank 0\n"
+                                    "peers prev 0 next -1\n"
+                                    "chunk 0 vstage 1 prev 0 next 1\n"
+                                    "chunk 1 vstage 2 prev 1 next 0\n"
+                                    "step micro_batch 2 seq 4 microbatches 2 schedule zbv\n"
+                                    "vocab 16\n"
+                                    "kernels k 0123456789abcdef\n"
+                                    "object so @SO\n"
+                                    "object cl - -\n"
+                                    "cuda sm_90 - - - -\n"
+                                    "region params  0 0\n"
+                                    "region grads   0 0\n"
+                                    "region adam_m  0 0\n"
+                                    "region adam_v  0 0\n"
+                                    "region slots   0 512 2\n"
+                                    "region scratch 1024 64\n"
+                                    "arena 1088\n"
+                                    "boundary recv_fwd $0 256 [2,4,8]\n"
+                                    "boundary send_fwd $0 256 [2,4,8]\n"
+                                    "boundary recv_bwd $256 256 [2,4,8]\n"
+                                    "boundary send_bwd $256 256 [2,4,8]\n"
+                                    "boundary recv_fwd:1 $0 256 [2,4,8]\n"
+                                    "boundary send_fwd:1 $0 256 [2,4,8]\n"
+                                    "boundary recv_bwd:1 $256 256 [2,4,8]\n"
+                                    "boundary send_bwd:1 $256 256 [2,4,8]\n"
+                                    "model_param emb.weight [16,8]\n"
+                                    "model_param gain [8]\n"
+                                    "model_param proj.weight [8,8]\n"
+                                    "block forward\n"
+                                    "end\n"
+                                    "block backward\n"
+                                    "end\n"
+                                    "block forward:1\n"
+                                    "end\n"
+                                    "block backward:1\n"
+                                    "end\n"
+                                    "block optimizer\n"
+                                    "  grad_norm sumsq <<<1,1,0>>> @1024:4\n"
+                                    "end\n"
+                                    "schedule zbv\n"
+                                    "  zero_grads\n"
+                                    "  comm recv_fwd 0 0\n"
+                                    "  F 0 0\n"
+                                    "  comm send_fwd 0 0\n"
+                                    "  comm recv_fwd:1 0 1\n"
+                                    "  F:1 0 1\n"
+                                    "  comm send_fwd:1 0 1\n"
+                                    "  comm recv_bwd:1 0 1\n"
+                                    "  B:1 0 1\n"
+                                    "  comm send_bwd:1 0 1\n"
+                                    "  comm recv_bwd 0 0\n"
+                                    "  B 0 0\n"
+                                    "  comm send_bwd 0 0\n"
+                                    "  comm recv_fwd 1 0\n"
+                                    "  F 1 0\n"
+                                    "  comm send_fwd 1 0\n"
+                                    "  comm recv_fwd:1 1 1\n"
+                                    "  F:1 1 1\n"
+                                    "  comm send_fwd:1 1 1\n"
+                                    "  comm recv_bwd:1 1 1\n"
+                                    "  B:1 1 1\n"
+                                    "  comm send_bwd:1 1 1\n"
+                                    "  comm recv_bwd 1 0\n"
+                                    "  B 1 0\n"
+                                    "  comm send_bwd 1 0\n"
+                                    "  OPT\n"
+                                    "end\n";
+
+static const char *CHUNK0, *CHUNK1;
+
+/* The listing rules of programs with chunks: the chunk lines, ':C' names, per-chunk blocks and
+ * boundaries, the schedule's rules per unit (a chunk's micro-batch). */
+static void test_chunk_parser(void) {
+  char err[2048] = "";
+  const char *bodies[2] = {CHUNK0, CHUNK1};
+  for (int r = 0; r < 2; r++) {
+    char *t = listing(bodies[r]);
+    RtProg *p = NULL;
+    int rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+    if (check(rc == 0 && p, "parser: a listing with 2 chunks (rank %d) loads [%s]", r, rc ? err : "ok")) {
+      int ok = p->nchunks == 2 && p->chunk[0].vstage == (r ? 1 : 0) && p->chunk[1].vstage == (r ? 2 : 3) &&
+               p->chunk[1].prev == 1 && p->chunk[1].next == (r ? 0 : -1) && p->prev == (r ? 0 : -1);
+      if (r == 0)
+        ok = ok && rt_prog_block(p, 1, RT_BLK_FORWARD)->n == 6 && rt_prog_block(p, 0, RT_BLK_FORWARD)->n == 2 &&
+             rt_prog_block(p, 1, RT_BLK_OPTIMIZER) == &p->blk[RT_BLK_OPTIMIZER] &&
+             rt_prog_boundary(p, 1, PP_RECV_FWD)->present && !rt_prog_boundary(p, 0, PP_RECV_FWD)->present &&
+             p->sched[4].kind == RT_E_F && p->sched[4].chunk == 1 && p->sched[3].op[0].chunk == 1 &&
+             p->sched[3].op[0].kind == PP_RECV_FWD;
+      else ok = ok && p->chunk[0].next == 1 && rt_prog_boundary(p, 1, PP_SEND_BWD)->bytes == 256;
+      check(ok, "parser: rank %d: chunk lines, per-chunk blocks, boundaries and entries as written", r);
+    }
+    rt_prog_free(p);
+    free(t);
+  }
+  /* a one-chunk program's tags are 2 M and 2 M + 1, as before chunks */
+  int same = 1;
+  for (int pp = 1; pp <= 4; pp++)
+    for (int st = 0; st < pp; st++)
+      for (int mb = 0; mb < 40; mb++)
+        for (int k = 0; k < PP_NBND; k++) {
+          int to_next = k == PP_SEND_FWD || k == PP_RECV_BWD;
+          if (to_next ? st == pp - 1 : st == 0) continue; /* no such boundary */
+          RtMsg m = rt_boundary_msg(k, mb, st, 5, 7, pp, 1);
+          same &= m.tag == 2 * mb + (k == PP_RECV_BWD || k == PP_SEND_BWD) &&
+                  m.peer == (k == PP_SEND_FWD || k == PP_RECV_BWD ? 7 : 5);
+        }
+  check(same, "rt_boundary_msg: without chunks the tags are 2*mb and 2*mb + 1, the peers prev and next");
+  /* a send and its receive carry the same tag: vstage v's send_fwd and vstage v+1's recv_fwd */
+  int pair = 1;
+  for (int pp = 1; pp <= 4; pp++)
+    for (int nv = 2; nv <= 4; nv++)
+      for (int v = 0; v + 1 < pp * nv; v++)
+        for (int mb = 0; mb < 5; mb++) {
+          pair &= rt_boundary_msg(PP_SEND_FWD, mb, v, 0, 0, pp, nv).tag ==
+                  rt_boundary_msg(PP_RECV_FWD, mb, v + 1, 0, 0, pp, nv).tag;
+          pair &= rt_boundary_msg(PP_RECV_BWD, mb, v, 0, 0, pp, nv).tag ==
+                  rt_boundary_msg(PP_SEND_BWD, mb, v + 1, 0, 0, pp, nv).tag;
+        }
+  check(pair, "rt_boundary_msg: with chunks, a message's send and receive have one tag");
+
+  const char *C0 = CHUNK0, *C1 = CHUNK1;
+  /* the chunk lines */
+  expect_parse_error_in(C0, "a chunk line without next", "chunk 1 vstage 3 prev 1 next -1\n",
+                        "chunk 1 vstage 3 prev 1\n", ":%d: chunk 1: expected 'chunk C vstage S prev P next N'");
+  expect_parse_error_in(C0, "chunk lines out of order", "chunk 1 vstage 3 prev 1 next -1\n",
+                        "chunk 2 vstage 3 prev 1 next -1\n",
+                        ":%d: chunk 2: expected chunk 1 (the chunk lines come in order");
+  expect_parse_error_in(C0, "a vstage out of range", "chunk 1 vstage 3 prev 1 next -1\n",
+                        "chunk 1 vstage 4 prev 1 next -1\n",
+                        ":%d: chunk 1: vstage 4 is not in [0, 3] (pp 2 \u00d7 2 chunks)");
+  expect_parse_error_in(C0, "a lone chunk 0 line", "chunk 1 vstage 3 prev 1 next -1\n", "",
+                        ":8: chunk 0 is the only chunk line: a program with chunks has 2 to 16");
+  expect_parse_error_in(C0, "a vstage twice", "chunk 1 vstage 3 prev 1 next -1\n", "chunk 1 vstage 0 prev -1 next 1\n",
+                        ":%d: chunk 1: vstage 0 is also chunk 0's (line 8)");
+  expect_parse_error_in(C0, "next -1 before the last vstage", "chunk 1 vstage 3 prev 1 next -1\n",
+                        "chunk 1 vstage 2 prev 1 next -1\n",
+                        ":%d: chunk 1: next -1, but vstage 2 of 4 has a next virtual stage");
+  /* names with a chunk */
+  expect_parse_error_in(C0, "a chunk suffix past the chunks", "  F:1 0 1\n", "  F:2 0 1\n",
+                        ":%d: F:2: chunk 2, but the program has 2 chunks (0 .. 1)");
+  expect_parse_error("a chunk suffix in a one-chunk program", "  F 1 1\n", "  F:1 1 1\n",
+                     ":%d: F:1: chunk 1, but the program has one chunk (no chunk lines): expected F or F:0");
+  expect_parse_error("a bad chunk suffix", "  F 1 1\n", "  F:x 1 1\n", ":%d: 'F:x': expected NAME or NAME:C");
+  expect_parse_error_in(C0, "a boundary of a chunk past the chunks", "boundary recv_fwd:1", "boundary recv_fwd:3",
+                        ":%d: recv_fwd:3: chunk 3, but the program has 2 chunks");
+  expect_parse_error_in(C0, "block optimizer with a chunk", "block optimizer\n", "block optimizer:1\n",
+                        ":%d: block optimizer: no ':C'");
+  expect_parse_error_in(C0, "a suffix on OPT", "  OPT\n", "  OPT:1\n", ":%d: OPT: no ':C' here");
+  /* blocks and boundaries per chunk */
+  expect_parse_error_in(C0, "a missing block forward:1", "block forward:1\n", "block weights:1\n",
+                        "no forward:1 block before the schedule (every chunk has a forward and a backward block");
+  expect_parse_error_in(C0, "a weights block on one chunk only", "block optimizer\n",
+                        "block weights:1\nend\nblock optimizer\n",
+                        "chunk 1 has a weights block (line %d), chunk 0 has none: either every chunk has a weights "
+                        "block or none does");
+  expect_parse_error_in(C0, "a second block backward:1", "block optimizer\n",
+                        "block backward:1\nend\nblock optimizer\n",
+                        ":%d: a second backward:1 block (the first is on line");
+  expect_parse_error_in(C0, "a missing boundary of a chunk with a previous vstage",
+                        "boundary recv_fwd:1 $128 256 [2,4,8]\n", "",
+                        "no 'boundary recv_fwd:1' line before this one: chunk 1 (vstage 3) has a previous "
+                        "virtual stage (rank 1)");
+  expect_parse_error_in(C0, "a boundary of a chunk toward no vstage", "boundary send_bwd:1 @7296 256 [2,4,8]\n",
+                        "boundary send_bwd:1 @7296 256 [2,4,8]\nboundary send_fwd:1 @0 4\n",
+                        "boundary send_fwd:1: chunk 1 (vstage 3) has no next virtual stage (prev 1 next -1)");
+  expect_parse_error_in(C1, "a boundary of a chunk given twice", "boundary send_bwd:1 $256 256 [2,4,8]\n",
+                        "boundary send_bwd:1 $256 256 [2,4,8]\nboundary send_bwd:1 $256 256\n",
+                        "boundary send_bwd:1 is given twice (first on line 30)");
+  /* the schedule's rules per unit */
+  expect_parse_error_in(C0, "a second F of a unit", "  F:1 0 1\n", "  F:1 0 1\n  F:1 0 1\n",
+                        ":69: a second F:1 for micro-batch 0 of chunk 1");
+  expect_parse_error_in(C0, "an F into a slot another chunk's unit holds", "  B:1 0 1\n", "  F 1 1\n  B:1 0 1\n",
+                        ":%d: F:0 1 1: slot 1 still holds micro-batch 0 of chunk 1 (its B has not run)");
+  expect_parse_error_in(C0, "recv_fwd into a slot another chunk's unit holds", "  comm recv_fwd:1 0 1\n  F:1 0 1\n",
+                        "  comm recv_fwd:1 0 0\n  F:1 0 0\n",
+                        ":%d: recv_fwd:1 0 0: slot 0 still holds micro-batch 0 of chunk 0 (its B has not run)");
+  expect_parse_error_in(C0, "OPT before a unit's B", "  B:1 1 1\n  comm send_bwd:1 1 1\n", "",
+                        ":79: OPT before B:1 1 ran (every chunk's micro-batches come first: 3 of 4 B ran)");
+  expect_parse_error_in(
+      C1, "OPT before a chunk's message", "  comm send_fwd:1 1 1\n", "",
+      ":70: OPT before send_fwd:1 of micro-batch 1 of chunk 1 (every micro-batch's messages come first)");
+  expect_parse_error_in(C1, "a chunk's B before its recv_bwd", "  comm recv_bwd:1 0 1\n", "",
+                        ":53: B:1 0 1 before recv_bwd:1 0 1 (the gradient of the stage's output");
+  expect_parse_error_in(C0, "send_bwd of a chunk from the arena after another B",
+                        "  comm send_bwd:1 0 1\n  comm recv_bwd 0 0\n  B 0 0\n",
+                        "  comm recv_bwd 0 0\n  B 0 0\n  comm send_bwd:1 0 1\n",
+                        "send_bwd:1 0 1: its buffer is in the arena (@7296), so it must follow B:1 0 with no F, B or W "
+                        "between");
+  expect_parse_error_in(C0, "a comm op of a chunk without that boundary", "  comm send_fwd 0 0\n",
+                        "  comm send_fwd:1 0 0\n", ":%d: comm send_fwd:1: chunk 1 has no 'boundary send_fwd:1' line");
+}
+
+/* The two ranks of CHUNK0/CHUNK1 train the model as the one-rank program does. */
+static void test_chunks_mpi(const W *w) {
+  char wp[512], dp[512], gp[512], lp[512], sp[512], sp1[512], tp[512], args[8192];
+  path(wp, sizeof wp, "w.safetensors");
+  path(dp, sizeof dp, "data.bin");
+  path(gp, sizeof gp, "cg.safetensors");
+  path(lp, sizeof lp, "clog.jsonl");
+  make_pipe("chunks", CHUNK0, CHUNK1);
+  double gE[V * H], gg[H], gP[H * H];
+  double loss = ref_step(w, data_main, 37, 0, gE, gg, gP);
+  snprintf(args, sizeof args, "%s/chunks --init %s --data %s --steps 1 --save-grads %s --log %s", tdir, wp, dp, gp, lp);
+  int rc = mpi_run(2, args);
+  if (!check(rc == 0 && sane(rc), "mpirun -np 2: two ranks of two chunks each (one sending to itself) train a step")) {
+    printf("  | exit %d\n", rc);
+    show();
+    return;
+  }
+  W g;
+  if (check(read_weights(gp, &g, 1) == 0, "chunks --save-grads: readable")) {
+    double e1 = rel_err(g.E, gE, V * H), e2 = rel_err(g.g, gg, H), e3 = rel_err(g.P, gP, H * H);
+    check(e1 < 1e-5 && e2 < 1e-5 && e3 < 1e-5, "chunks: gradients equal the direct computation (rel %.1e %.1e %.1e)",
+          e1, e2, e3);
+  }
+  char *log = read_text(lp);
+  double l = NAN;
+  int step = 0;
+  int got = log ? sscanf(log, "{\"step\":%d,\"loss\":%lf", &step, &l) : 0;
+  check(got == 2 && fabs(l - loss) < 1e-5 * loss,
+        "chunks: the loss %.7f (counted on rank 0, which holds the last vstage) equals the direct computation %.7f", l,
+        loss);
+  free(log);
+
+  path(sp, sizeof sp, "cw.safetensors");
+  path(sp1, sizeof sp1, "cw1.safetensors");
+  path(tp, sizeof tp, "ctrace.json");
+  snprintf(args, sizeof args,
+           "%s/chunks --init %s --data %s --steps 3 --lr 0.01 --clip 0.5 --save %s --trace %s --quiet", tdir, wp, dp,
+           sp, tp);
+  rc = mpi_run(2, args);
+  check(rc == 0 && sane(rc), "mpirun -np 2: chunks: three clipped steps with --save and --trace");
+  char *tr = read_text(tp);
+  check(tr && strstr(tr, "\"name\":\"F:1 1\",\"cat\":\"compute\"") && strstr(tr, "\"name\":\"B 0\",\"cat\"") &&
+            strstr(tr, "\"name\":\"send_bwd:1 0: wait\""),
+        "chunks --trace: events name the chunk (F:1 1, B 0, send_bwd:1 0)");
+  free(tr);
+  path(tp, sizeof tp, "ctrace.svg");
+  tr = read_text(tp);
+  check(tr && strstr(tr, "<title>f1 [") && strstr(tr, "<title>F1 [") && strstr(tr, "<title>b0 ["),
+        "chunks --trace: the SVG draws chunk 1's spans as f/b, chunk 0's as F/B, with their micro-batches");
+  free(tr);
+  snprintf(args, sizeof args, "%s/main --init %s --data %s --steps 3 --lr 0.01 --clip 0.5 --save %s --quiet", tdir, wp,
+           dp, sp1);
+  expect_ok("the one-rank program, three clipped steps (to compare with chunks)", args);
+  W a, b;
+  if (check(read_weights(sp, &a, 0) == 0 && read_weights(sp1, &b, 0) == 0, "chunks: both --save files readable")) {
+    double e = 0, n = 0;
+    for (int i = 0; i < V * H; i++) e += (a.E[i] - b.E[i]) * (a.E[i] - b.E[i]), n += b.E[i] * b.E[i];
+    for (int i = 0; i < H; i++) e += (a.g[i] - b.g[i]) * (a.g[i] - b.g[i]), n += b.g[i] * b.g[i];
+    for (int i = 0; i < H * H; i++) e += (a.P[i] - b.P[i]) * (a.P[i] - b.P[i]), n += b.P[i] * b.P[i];
+    check(sqrt(e / n) < 1e-6, "chunks: weights after 3 steps equal the one-rank run's (rel %.1e)", sqrt(e / n));
+  }
+
+  /* start-up checks of the mesh */
+  char *b1 = replace(CHUNK1, "boundary recv_fwd:1 $0 256 [2,4,8]", "boundary recv_fwd:1 $0 128");
+  make_pipe("chunks_bytes", CHUNK0, b1);
+  free(b1);
+  snprintf(args, sizeof args, "%s/chunks_bytes --steps 1", tdir);
+  expect_mpi_fail("chunks that disagree on the hidden state's size", 2, args,
+                  "rank1.prog sends a 256-byte hidden state to");
+  check(strstr(out, "(boundary send_fwd:0), which receives 128 bytes (boundary recv_fwd:1)") != NULL,
+        "the message names both chunks' boundaries");
+  b1 = replace(CHUNK1, "chunk 1 vstage 2 prev 1 next 0\n", "chunk 1 vstage 2 prev 1 next 1\n");
+  make_pipe("chunks_next", CHUNK0, b1);
+  free(b1);
+  snprintf(args, sizeof args, "%s/chunks_next --steps 1", tdir);
+  expect_mpi_fail("a chunk's next that does not hold the next vstage", 2, args,
+                  "rank1.prog: chunk 1 (vstage 2): prev 1 next 1, but the ranks of vstages 1 and 3 (tp_rank 0, "
+                  "dp_rank 0) are 1 and 0");
+  /* each waits for a message the other sends only later (sends do not wait: only receives block) */
+  b1 = replace(CHUNK1, "  comm send_fwd 0 0\n  comm recv_fwd:1 0 1\n", "  comm recv_fwd:1 0 1\n  comm send_fwd 0 0\n");
+  make_pipe("chunks_stuck", CHUNK0, b1);
+  free(b1);
+  snprintf(args, sizeof args, "%s/chunks_stuck --steps 1", tdir);
+  expect_mpi_fail("chunked schedules whose messages cannot complete", 2, args,
+                  "the schedules' messages cannot all complete (with sends that do not wait");
+  check(strstr(out, "chunks_stuck/rank1.prog:49: rank 1 waits in 'comm recv_fwd:1 0 1'") != NULL,
+        "the message names where the stuck rank waits, with the op's chunk");
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *self = argv[0];
@@ -2194,6 +2568,8 @@ int main(int argc, char **argv) {
   BODY = replace(BODY_T, "object so @SO", so_line);
   STAGE0 = replace(STAGE0_T, "object so @SO", so_line);
   STAGE1 = replace(STAGE1_T, "object so @SO", so_line);
+  CHUNK0 = replace(CHUNK0_T, "object so @SO", so_line);
+  CHUNK1 = replace(CHUNK1_T, "object so @SO", so_line);
   make_prog("main", BODY);
 
   W w;
@@ -2223,8 +2599,12 @@ int main(int argc, char **argv) {
   test_cli();
   test_pipeline_mpi(&w);
   test_pipeline_parser();
+  test_chunk_parser();
+  test_chunks_mpi(&w);
 
   free((char *)BODY);
+  free((char *)CHUNK0);
+  free((char *)CHUNK1);
   free((char *)STAGE0);
   free((char *)STAGE1);
   if (!nfail) {

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""check_hf.py - ppr against Hugging Face transformers (make test-hf).
+
+For small Llama (Llama-3.1 RoPE scaling), Qwen2, GPT-2 and, when this transformers has it, Qwen3
+models built from the configs in tests/hf/ with random weights:
+
+  save_pretrained -> ppc --from-hf -> one ppr step with lr 0 on one rank and on tp 2 x pp 2 (mpirun)
+  -> the loss (1e-5) and every gradient (1e-4, --save-grads) against transformers
+  -> ppr --save FOLDER (sharded for one model) -> from_pretrained loads it with no missing or
+     unexpected keys and the same weights, bit for bit.
+
+GPT-2 also starts from a GPT2Model checkpoint (the hub's names, without "transformer."), which the
+.pdl's checkpoint { optional_prefix } block lets --init read.
+
+    python3 tests/hf_client/check_hf.py BUILD_DIR     last line: "N passed, M failed"
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+from safetensors.torch import load_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+B, S, M = 2, 16, 4  # micro-batch, sequence, micro-batches of the step
+MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-x", "OMP_NUM_THREADS=1", "-np", "4"]
+
+passed = failed = 0
+
+
+def report(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+    return ok
+
+
+def run(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        print("  $ " + " ".join(cmd) + "\n" + r.stdout)
+    return r
+
+
+def write_tokens(path, toks, vocab):
+    """An llm.c token file: version 1 (uint16) for a vocabulary up to 65536, else 2 (uint32)."""
+    ver, fmt = (1, "H") if vocab <= 65536 else (2, "I")
+    hdr = [0] * 256
+    hdr[0], hdr[1], hdr[2] = 20240520, ver, len(toks)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *hdr))
+        f.write(struct.pack("<%d%s" % (len(toks), fmt), *toks))
+
+
+def reference(model, toks):
+    """The step's mean loss and the gradients of it, as ppr reads the batches (docs/stage-format.md)."""
+    model.zero_grad()
+    model.train(False)  # no dropout: ppc does not model it
+    total = 0.0
+    for m in range(M):
+        rows = [toks[(m * B + b) * S:(m * B + b) * S + S + 1] for b in range(B)]
+        x = torch.tensor([r[:S] for r in rows])
+        y = torch.tensor([r[1:] for r in rows])
+        logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / M
+        loss.backward()
+        total += loss.item()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    return total, grads
+
+
+def compare_grads(label, path, ref):
+    got = load_file(path)
+    worst, where = 0.0, ""
+    missing = [n for n in ref if n not in got]
+    extra = [n for n in got if n not in ref]
+    for n, g in ref.items():
+        if n in got:
+            d = (got[n] - g).abs().max().item()
+            if d > worst:
+                worst, where = d, n
+    report(not missing and not extra and worst <= 1e-4,
+           "%s: %d gradients, max |diff| %.3g (%s)%s" % (label, len(ref), worst, where,
+                                                         " missing %s extra %s" % (missing, extra)
+                                                         if missing or extra else ""))
+    return worst
+
+
+def step_loss(log):
+    with open(log) as f:
+        return json.loads(f.readline())["loss"]
+
+
+def check(name, cfg_dir, build, tmp):
+    with open(os.path.join(cfg_dir, "config.json")) as f:
+        arch = json.load(f)["architectures"][0]
+    if not hasattr(transformers, arch):
+        print("SKIP %s: transformers %s has no %s" % (name, transformers.__version__, arch))
+        return
+    cfg = transformers.AutoConfig.from_pretrained(cfg_dir)
+    torch.manual_seed(1234)
+    model = getattr(transformers, arch)(cfg).float()
+    with torch.no_grad():  # nonzero norms and biases, so their gradients and loading are tested too
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    d = os.path.join(tmp, name)
+    hf = os.path.join(d, "hf")
+    model.save_pretrained(hf, safe_serialization=True)
+    ppc, ppr = os.path.join(build, "ppc"), os.path.join(build, "ppr")
+    pdl = os.path.join(d, name + ".pdl")
+    if not report(run([ppc, "--from-hf", hf, "-o", pdl]).returncode == 0, "%s: ppc --from-hf" % name):
+        return
+    one, mesh = os.path.join(d, "one"), os.path.join(d, "t2p2")
+    common = ["--micro-batch", str(B), "--seq", str(S), "--microbatches", str(M)]
+    ok = run([ppc, pdl] + common + ["-o", one]).returncode == 0
+    ok = ok and run([ppc, pdl] + common + ["--tp", "2", "--pp", "2", "-o", mesh]).returncode == 0
+    if not report(ok, "%s: ppc for one rank and for tp 2 x pp 2" % name):
+        return
+    g = torch.Generator().manual_seed(7)
+    toks = torch.randint(0, cfg.vocab_size, (M * B * S + 1,), generator=g).tolist()
+    data = os.path.join(d, "tokens.bin")
+    write_tokens(data, toks, cfg.vocab_size)
+    loss, grads = reference(model, toks)
+    for label, stages, pre in (("one rank", one, []), ("tp 2 x pp 2", mesh, MPIRUN)):
+        grad_path, log = os.path.join(d, "grads-%s.safetensors" % len(pre)), os.path.join(d, "log-%d.jsonl" % len(pre))
+        r = run(pre + [ppr, stages, "--init", hf, "--data", data, "--steps", "1", "--lr", "0", "--save-grads",
+                       grad_path, "--log", log, "--quiet"])
+        if not report(r.returncode == 0, "%s, %s: ppr --init the transformers checkpoint, one step" % (name, label)):
+            continue
+        got = step_loss(log)
+        report(abs(got - loss) <= 1e-5, "%s, %s: loss %.7f, transformers %.7f (|diff| %.2g)" %
+               (name, label, got, loss, abs(got - loss)))
+        compare_grads("%s, %s" % (name, label), grad_path, grads)
+    # --save as a folder transformers loads (sharded for GPT-2), from the mesh's gathered weights
+    out = os.path.join(d, "saved")
+    extra = ["--save-shard-size", "100kB"] if name == "gpt2" else []
+    r = run(MPIRUN + [ppr, mesh, "--init", hf, "--steps", "0", "--save", out, "--quiet"] + extra)
+    if not report(r.returncode == 0, "%s: ppr --save FOLDER from tp 2 x pp 2" % name):
+        return
+    files = sorted(os.listdir(out))
+    back, info = transformers.AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    report(not bad and type(back).__name__ == arch,
+           "%s: from_pretrained(%s) is a %s with no missing or unexpected keys %s" %
+           (name, ", ".join(files), type(back).__name__, bad if bad else ""))
+    a, b = model.state_dict(), back.state_dict()
+    diff = [k for k in a if k not in b or not torch.equal(a[k], b[k])]
+    report(not diff, "%s: the same %d tensors, bit for bit%s" % (name, len(a), " (differ: %s)" % diff[:5] if diff else ""))
+    if name == "gpt2":  # the hub's names: GPT2Model's state dict, without "transformer."
+        base = os.path.join(d, "base")
+        model.transformer.save_pretrained(base, safe_serialization=True)
+        r = run([ppr, one, "--init", base, "--data", data, "--steps", "1", "--lr", "0", "--log",
+                 os.path.join(d, "log-base.jsonl"), "--quiet"])
+        ok = r.returncode == 0 and abs(step_loss(os.path.join(d, "log-base.jsonl")) - loss) <= 1e-5
+        report(ok, "gpt2: --init a GPT2Model checkpoint (names without 'transformer.'): the same loss")
+
+
+def check_tokenize(build, tmp):
+    """tools/tokenize.py: a word-level tokenizer.json of 300 and of 70000 entries; version 1 and 2
+    files, the validation split, and ppr's check of the tokens against a model's vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    d = os.path.join(tmp, "tok")
+    os.makedirs(d)
+    docs = os.path.join(d, "docs.jsonl")
+    with open(docs, "w") as f:
+        for i in range(10):
+            f.write(json.dumps({"text": " ".join("w%d" % ((i * 37 + k) % 300) for k in range(50))}) + "\n")
+    one = None
+    for vocab in (300, 70000):
+        t = Tokenizer(models.WordLevel({"w%d" % i: i for i in range(vocab)}, unk_token="w0"))
+        t.pre_tokenizer = pre_tokenizers.Whitespace()
+        tj = os.path.join(d, "tok%d.json" % vocab)
+        t.save(tj)
+        r = run([sys.executable, os.path.join(ROOT, "tools", "tokenize.py"), "--tokenizer", tj, "--val-frac", "0.2",
+                 "--out-dir", d, "--name", "v%d" % vocab, docs])
+        ver = 1 if vocab <= 65536 else 2
+        ok = r.returncode == 0
+        if ok:
+            with open(os.path.join(d, "v%d_train.bin" % vocab), "rb") as f:
+                hdr = struct.unpack("<3i", f.read(12))
+            ok = hdr == (20240520, ver, 400) and os.path.getsize(os.path.join(d, "v%d_val.bin" % vocab)) == \
+                1024 + 100 * 2 * ver
+        report(ok, "tools/tokenize.py: vocabulary %d: version %d files, 8 documents to train, 2 to val" % (vocab, ver))
+        one = one or os.path.join(tmp, "qwen2", "one")  # vocabulary 512
+    # version 2 tokens below the model's vocabulary read; 512 and above refused by position
+    ppr = os.path.join(build, "ppr")
+    r = run([ppr, one, "--data", os.path.join(d, "v70000_train.bin"), "--steps", "1", "--lr", "0", "--quiet"])
+    report(r.returncode == 0, "ppr reads a version 2 (uint32) token file")
+    write_tokens(os.path.join(d, "big.bin"), [1, 2, 3, 70000, 4], 70001)
+    r = subprocess.run([ppr, one, "--data", os.path.join(d, "big.bin")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    report(r.returncode == 1 and "big.bin: token 70000 at position 3 is not below the vocabulary's 512" in r.stdout,
+           "ppr refuses a token at or above the vocabulary, naming its position: %s" % r.stdout.strip()[-120:])
+
+
+def main():
+    build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+    print("transformers %s, torch %s" % (transformers.__version__, torch.__version__))
+    tmp = tempfile.mkdtemp(prefix="ppr-hf-")
+    os.environ.setdefault("PPC_CACHE", os.path.join(tmp, "cache"))
+    try:
+        for name in ("llama3", "qwen2", "gpt2", "qwen3"):
+            os.makedirs(os.path.join(tmp, name))
+            check(name, os.path.join(ROOT, "tests", "hf", name), build, tmp)
+        check_tokenize(build, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
