@@ -137,8 +137,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!name || !dt) die("a tensor without a name or a dtype", NULL);
     if (rt_st_find(f, name) != i) die("rt_st_find does not find a tensor by its name", name);
     int id = rt_st_dtype_id(f, i);
-    int esize = id == RT_ST_F32 ? 4 : id == RT_ST_F16 || id == RT_ST_BF16 ? 2 : 0;
-    if (!esize) die("an accepted dtype outside F32, F16, BF16", dt);
+    int esize = id == RT_ST_F64 ? 8 : id == RT_ST_F32 ? 4 : id == RT_ST_F16 || id == RT_ST_BF16 ? 2 : 0;
+    if (!esize) die("an accepted dtype outside F64, F32, F16, BF16", dt);
     int64_t dims[RT_ST_MAX_NDIM];
     int nd = rt_st_ndim(f, i);
     if (nd < 0 || nd > RT_ST_MAX_NDIM || rt_st_shape(f, i, dims, RT_ST_MAX_NDIM) != nd) die("a bad ndim", name);
@@ -151,6 +151,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (numel != rt_st_numel(f, i)) die("rt_st_numel is not the product of the shape", name);
     if (numel > (int64_t)size / esize) die("a tensor larger than the file", name);
     vals[i] = read_all(f, i, numel, err, sizeof err);
+    /* F64: a finite value beyond float's range is refused when read, by design */
+    if (!vals[i] && id == RT_ST_F64 && strstr(err, "range")) {
+      rt_st_close(f);
+      for (int k = 0; k < i; k++) free(vals[k]);
+      free(vals);
+      return 0;
+    }
     if (!vals[i]) die("an accepted tensor does not read", err);
     /* the middle third of every dim (at least one element where the dim has one) */
     int64_t start[RT_ST_MAX_NDIM], len[RT_ST_MAX_NDIM], sn = 1;
