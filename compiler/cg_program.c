@@ -241,9 +241,10 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
         init_name(q, ib, sizeof ib), q->shape.nd >= 2, q->tied ? " tied" : "", q->shared ? " shared" : "",
         q->copy ? " copy" : "", replica ? " replica" : "");
     if (q->shard_dim >= 0) { /* rows [start, start+len) of dimension dim; past the dense size: padding */
-      int64_t len = q->shape.d[q->shard_dim];
-      OUT(b, " shard %d %lld %lld %lld", q->shard_dim, (long long)((tp_rank / q->shard_rep) * len), (long long)len,
+      int64_t len = q->shape.d[q->shard_dim], block = len / q->shard_parts; /* parts: start inside each part */
+      OUT(b, " shard %d %lld %lld %lld", q->shard_dim, (long long)((tp_rank / q->shard_rep) * block), (long long)len,
           (long long)q->dense_len);
+      if (q->shard_parts > 1) OUT(b, " parts %d", q->shard_parts);
     }
     OUT(b, "\n");
   }

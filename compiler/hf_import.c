@@ -515,9 +515,9 @@ static void write_gpt2(FILE *f, const Hf *h, char *name) {
 #define CK(suffix) (snprintf(ck, sizeof ck, "transformer.h.{l}.%s", suffix), ck)
   param(f, true, "ln1_w", "[hidden]", CK("ln_1.weight"), "ones", "");
   param(f, true, "ln1_b", "[hidden]", CK("ln_1.bias"), "zeros", "");
-  param(f, true, "attn_w", "[hidden, 3 * hidden]", CK("attn.c_attn.weight"), std, "");
-  param(f, true, "attn_b", "[3 * hidden]", CK("attn.c_attn.bias"), "zeros", "");
-  param(f, true, "proj_w", "[hidden, hidden]", CK("attn.c_proj.weight"), std, "");
+  param(f, true, "attn_w", "[hidden, 3 * hidden]", CK("attn.c_attn.weight"), std, "column");
+  param(f, true, "attn_b", "[3 * hidden]", CK("attn.c_attn.bias"), "zeros", "column");
+  param(f, true, "proj_w", "[hidden, hidden]", CK("attn.c_proj.weight"), std, "row");
   param(f, true, "proj_b", "[hidden]", CK("attn.c_proj.bias"), "zeros", "");
   param(f, true, "ln2_w", "[hidden]", CK("ln_2.weight"), "ones", "");
   param(f, true, "ln2_b", "[hidden]", CK("ln_2.bias"), "zeros", "");

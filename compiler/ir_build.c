@@ -475,7 +475,8 @@ static void decl_param(Builder *b, const Stmt *s) {
                .role_loc = s->role_loc,
                .node = -1,
                .shard_dim = -1,
-               .shard_rep = 1};
+               .shard_rep = 1,
+               .shard_parts = 1};
   int bad = eval_shape(b, s->dims, &p.shape, p.dim_text);
   if (!s->ckpt) {
     ir_build_err(b, s->name_loc, "parameter '%s' has no checkpoint name: add as \"...\"", s->name);

@@ -252,6 +252,8 @@ typedef struct IrParam {
   int shard_dim;     /* tensor parallelism: the split dimension, -1 when replicated */
   int64_t dense_len; /* that dimension's dense size (the local size is shape.d[shard_dim]) */
   int shard_rep;     /* TP ranks holding the same shard (kv heads replicated when tp > kv heads); 1 */
+  int shard_parts;   /* the split dim is this many blocks (a fused projection read by chunk(parts = P)), each
+                      * split over TP on its own: the rank holds its rows of every block; 1 */
   int grad_reduce;   /* 0, or the group its gradient is summed over: 1 TP group, 2 ranks sharing a shard */
   Loc loc;           /* the declaration */
   Loc role_loc;

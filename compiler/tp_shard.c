@@ -6,7 +6,10 @@
  *   row-parallel linear      x split -> partial -> .tp_reduce (summed) -> replicated (+ bias)
  *   vocab-parallel table     its rows of the table, zeros elsewhere -> .tp_reduce
  *   vocab-parallel logits    split over the vocabulary; cross_entropy reduces max/sum/target
- * Heads follow the split features; kv heads fewer than tp are replicated over tp/kv ranks. */
+ * Heads follow the split features; kv heads fewer than tp are replicated over tp/kv ranks. A
+ * column-parallel linear whose output only chunk(parts = P) reads (GPT-2's fused q, k, v) has its
+ * weight split in P parts, each over TP (Megatron's interleaved layout): a rank's output is
+ * [q_t | k_t | v_t], and its chunks are the rank's own q, k and v. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +80,42 @@ static int tp_copy(T *t, int x, int like_old) {
   return t->copy_of[x];
 }
 
+/* P when every reader of old node lin is a chunk(parts = P), P > 1 (a fused projection, as
+ * GPT-2's c_attn: q, k and v side by side); else 1. */
+static int chunk_parts(const T *t, int lin) {
+  int parts = 0;
+  for (int i = lin + 1; i < t->g->nnodes; i++) {
+    const IrNode *u = O(t, i);
+    for (int k = 0; k < u->nin; k++)
+      if (u->in[k] == lin) {
+        if (u->op != OP_CHUNK || u->a.parts < 2 || (parts && u->a.parts != parts)) return 1;
+        parts = (int)u->a.parts;
+      }
+  }
+  return parts ? parts : 1;
+}
+
+/* The parts of a column-parallel parameter (its weight or bias reader's chunk_parts()); -1 after
+ * an error: two linears read it, their outputs chunked differently. */
+static int param_parts(T *t, int old) {
+  const IrParam *q = &t->g->params[O(t, old)->param];
+  if (q->role != ROLE_COLUMN) return 1;
+  int parts = 0;
+  for (int i = old + 1; i < t->g->nnodes; i++) {
+    const IrNode *u = O(t, i);
+    if ((u->op != OP_LINEAR && u->op != OP_MATMUL) || (u->in[1] != old && (u->nin < 3 || u->in[2] != old))) continue;
+    int p = chunk_parts(t, i);
+    if (parts && p != parts) {
+      fail(t, q->loc,
+           "this column-parallel parameter feeds two linears whose outputs are chunked differently: one split "
+           "can serve only one of them (give each its own parameter)");
+      return -1;
+    }
+    parts = p;
+  }
+  return parts ? parts : 1;
+}
+
 /* The dimension a parameter's role splits and the local shape, from its first reader. */
 static void param(T *t, int old) {
   const IrNode *pn = O(t, old);
@@ -87,6 +126,7 @@ static void param(T *t, int old) {
   grow(t);
   c->shard_dim = -1;
   c->shard_rep = 1;
+  c->shard_parts = 1;
   c->grad_reduce = 0;
   int dim = -1;
   if (q->role != ROLE_REPLICATED) {
@@ -109,6 +149,21 @@ static void param(T *t, int old) {
       local = dense / heads;
       c->shard_rep = t->kvrep[pn->param];
       c->grad_reduce = 2;
+    }
+    int parts = param_parts(t, old);
+    if (parts < 0) return;
+    if (parts > 1) { /* P blocks, each split over TP: the rank's rows of every block */
+      if (dense % parts || (dense / parts) % t->tp) {
+        diag_error(t->g->src, q->loc,
+                   "tensor-parallel degree %d does not divide the %lld rows of each of the %d parts of dimension %d "
+                   "(%s) of '%s': its linear's output is read by chunk(parts = %d), and each rank holds its rows of "
+                   "every part",
+                   t->tp, (long long)(dense / parts), parts, dim, q->dim_text[dim] ? q->dim_text[dim] : "?", q->name,
+                   parts);
+        t->bad = true;
+        return;
+      }
+      c->shard_parts = parts;
     }
     c->shard_dim = dim;
     c->dense_len = dense;
@@ -224,6 +279,14 @@ static void node(T *t, int i) {
     break;
   case OP_SPLIT_HEADS: {
     int64_t D = n->shape.d[3];
+    if (s0 == SH_SPLIT && x.d[2] % D) {
+      diag_error(t->g->src, n->loc,
+                 "tensor parallelism leaves %lld features per rank here, not a whole number of heads of %lld: "
+                 "tensor-parallel degree %d must divide the heads",
+                 (long long)x.d[2], (long long)D, t->tp);
+      t->bad = true;
+      return;
+    }
     id = clone(t, i, 1, in, (Shape){4, {x.d[0], x.d[1], x.d[2] / D, D}}, s0);
     Nn(t, id)->a.heads = x.d[2] / D;
     break;
@@ -246,11 +309,17 @@ static void node(T *t, int i) {
     id = clone(t, i, 2, in, x, s0);
     break;
   case OP_CHUNK:
-    if (s0 == SH_SPLIT) {
-      fail(t, n->loc,
-           "chunk of a value split by tensor parallelism is not supported: keep the fused projection "
-           "replicated");
-      return;
+    if (s0 == SH_SPLIT) { /* the output of a linear whose weight holds the rank's rows of each part */
+      const IrNode *lin = Nn(t, in[0]);
+      bool parted = (lin->op == OP_LINEAR || lin->op == OP_MATMUL) && Nn(t, lin->in[1])->op == OP_PARAM &&
+                    t->s->params[Nn(t, lin->in[1])->param].shard_parts == n->a.parts;
+      if (!parted) {
+        fail(t, n->loc,
+             "chunk of a value split by tensor parallelism: only the output of a column-parallel linear or "
+             "matmul whose every reader is a chunk with the same parts can be split in parts (each rank then "
+             "holds its rows of every part); otherwise keep the fused projection replicated");
+        return;
+      }
     }
     id = clone(t, i, 1, in, with_last(x, x.d[x.nd - 1] / n->a.parts), s0);
     break;

@@ -296,7 +296,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
     put(&b, q->name, strlen(q->name));
     put_u64(&b, (uint64_t)q->ndim);
     put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
-    int64_t shard[5] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense, q->tied};
+    int64_t shard[6] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense, q->tied, q->shard_parts};
     put(&b, shard, sizeof shard);
     rc = rt_exec_read_param(x, i, grads, host, e, elen);
     put(&b, host, (size_t)q->numel * sizeof(float));
@@ -330,7 +330,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
         int64_t dims[RT_MAX_NDIM];
         memcpy(dims, q, (size_t)ndim * 8);
         q += (size_t)ndim * 8;
-        int64_t sh[5];
+        int64_t sh[6];
         memcpy(sh, q, sizeof sh);
         q += sizeof sh;
         const float *data = (const float *)(const void *)q;
@@ -372,12 +372,14 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
         }
         if (!t->sharded) continue;
         /* place the shard: local row k of block o is dense row start + k; rows at or past
-         * the dense count are padding */
-        int64_t len = dims[t->dim], start = sh[2], dense = sh[3], outer = 1, inner = 1;
+         * the dense count are padding. In P parts: P times the blocks, each of len/P local and
+         * dense/P dense rows (block o of the local tensor is part o % P) */
+        int64_t P = sh[5], len = dims[t->dim] / P, start = sh[2], dense = sh[3] / P, outer = P, inner = 1;
         for (int d = 0; d < t->dim; d++) outer *= dims[d];
         for (int d = t->dim + 1; d < ndim; d++) inner *= dims[d];
         int64_t real = dense - start < len ? dense - start : len;
-        for (int64_t k = 0; k < real; k++) t->got[start + k] += t->got[start + k] < 255;
+        for (int64_t b = 0; b < P; b++)
+          for (int64_t k = 0; k < real; k++) t->got[b * dense + start + k] += t->got[b * dense + start + k] < 255;
         for (int64_t o = 0; o < outer; o++)
           memcpy(t->dense + (o * dense + start) * inner, data + o * len * inner,
                  (size_t)(real * inner) * sizeof(float));
@@ -649,6 +651,33 @@ static void write_trace(const RtProg *p, RtExec *x, const char *path, const doub
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* seconds as the step line shows them: 12.3s, 4m05s, 2h03m */
+static const char *duration(char *buf, size_t n, double sec) {
+  if (!isfinite(sec) || sec < 0) sec = 0;
+  if (sec < 60) snprintf(buf, n, "%.1fs", sec);
+  else if (sec < 3600) snprintf(buf, n, "%dm%02ds", (int)(sec / 60), (int)sec % 60);
+  else snprintf(buf, n, "%lldh%02dm", (long long)(sec / 3600), (int)(sec / 60) % 60);
+  return buf;
+}
+
+/* --val-frac f: the last floor(f * n) tokens of *d become *val, the rest *d (the training batches
+ * then read only them). Each part needs a row's seq + 1 tokens. 0, or -1 with the message in err. */
+static int split_val(RtData **d, RtData **val, const char *name, double f, int seq) {
+  int64_t n = rt_data_len(*d), nval = (int64_t)floor((double)n * f), head = n - nval;
+  if (nval < seq + 1 || head < seq + 1)
+    return rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                      "--val-frac %g of %s (%lld tokens): %lld validation tokens and %lld training tokens; each "
+                      "part needs at least a row's seq + 1 = %d",
+                      f, name, (long long)n, (long long)nval, (long long)head, seq + 1);
+  RtData *h = NULL;
+  if (rt_data_slice(*d, head, nval, name, val, err, sizeof err) ||
+      rt_data_slice(*d, 0, head, name, &h, err, sizeof err))
+    return -1;
+  rt_data_close(*d);
+  *d = h;
+  return 0;
+}
+
 static char *prog_path(const char *dir, int r) {
   size_t dl = strlen(dir);
   char *path = malloc(dl + 32);
@@ -732,17 +761,27 @@ int main(int argc, char **argv) {
              p->ckpt_prefix);
   } else settle(rt_init_seed(p, x, c.seed, err, sizeof err));
 
-  /* the data, unless no step reads it */
-  RtData *d = NULL;
-  const char *data_name = c.steps == 0 ? "none (0 steps)" : c.data ? c.data : "the built-in text";
+  /* the data, unless no step reads it (--val-frac reads its tail), and the validation data */
+  RtData *d = NULL, *dval = NULL;
+  int want_data = c.steps > 0 || c.val_frac > 0;
+  const char *data_name = !want_data ? "none (0 steps)" : c.data ? c.data : "the built-in text";
   rc = 0;
-  if (c.steps > 0 && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
-  else if (c.steps > 0)
+  if (want_data && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
+  else if (want_data)
     rc = rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &d, err, sizeof err);
   if (!rc && d && rt_data_check_vocab(d, data_name, p->vocab, err, sizeof err)) {
     size_t l = strlen(err);
     snprintf(err + l, sizeof err - l, " (%s)%s", path, c.data ? "" : "; pass --data");
     rc = -1;
+  }
+  if (!rc && c.val_frac > 0) rc = split_val(&d, &dval, data_name, c.val_frac, p->seq);
+  if (!rc && c.val_data) {
+    rc = rt_data_open(c.val_data, &dval, err, sizeof err);
+    if (!rc && rt_data_check_vocab(dval, c.val_data, p->vocab, err, sizeof err)) {
+      size_t l = strlen(err);
+      snprintf(err + l, sizeof err - l, " (--val-data; %s)", path);
+      rc = -1;
+    }
   }
   settle(rc);
 
@@ -768,6 +807,20 @@ int main(int argc, char **argv) {
              c.dir, p->model, p->tp, p->pp, p->dp, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
              (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d), (long long)c.steps,
              (long long)tokens);
+    if (dval) {
+      char every[64] = "after the last step";
+      if (c.eval_every) snprintf(every, sizeof every, "every %lld steps and after the last", (long long)c.eval_every);
+      printf("ppr: validation: %s%s (%lld tokens), %lld micro-batches of %d x %d tokens, %s\n",
+             c.val_data ? c.val_data : "the last part of ", c.val_data ? "" : data_name, (long long)rt_data_len(dval),
+             (long long)c.val_batches, p->micro_batch, p->seq, every);
+    }
+    CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+  }
+  /* --peak-flops: the step's GEMM FLOPs over the world (every rank's share, from its program) */
+  double step_flops = c.peak_flops > 0 ? rt_comm_sum(comm, rt_exec_gemm_flops(x)) : 0;
+  if (step_flops > 0 && !c.quiet && me == 0) {
+    printf("ppr: %.4g FLOPs per step in GEMMs (%.4g per token); MFU against %d x %.4g FLOP/s\n", step_flops,
+           step_flops / (double)tokens, nranks, c.peak_flops);
     CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
   }
   double *walls = NULL, *comps = NULL;
@@ -781,9 +834,26 @@ int main(int argc, char **argv) {
   GradSave gs = {p, c.save_grads, 0};
   int64_t done = 0;
   int stop_sig = 0, stop_rank = -1;
+  double run_t0 = rt_now_ms();
+  if (c.steps == 0 && dval) { /* evaluation alone: the initial weights */
+    double vloss = NAN;
+    if (rt_exec_eval(x, dval, -1, (int)c.val_batches, &vloss, err, sizeof err)) die(err);
+    if (!c.quiet && me == 0) {
+      printf("step 0/0  val_loss %.4f\n", vloss);
+      CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+    }
+    if (log) {
+      fputs("{\"step\":0", log);
+      json_num(log, "val_loss", vloss, "%.9g");
+      fputs("}\n", log);
+      CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
+    }
+  }
   for (int64_t s = 0; s < c.steps; s++) {
     double t0 = rt_now_ms(), loss = 0, gnorm = 0;
-    int rc = rt_exec_step(x, d, s, &c.h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err,
+    RtHyper h = c.h;
+    h.lr = rt_lr_at(&c.sched, s); /* --lr-schedule */
+    int rc = rt_exec_step(x, d, s, &h, c.save_grads && !gs.done ? save_grads_hook : NULL, &gs, &loss, &gnorm, err,
                           sizeof err);
     if (rc == -2) die(err); /* this rank's device failed: the job ends */
     if (rc) {               /* the --save-grads hook failed, and every rank learns rank 0's verdict */
@@ -793,18 +863,32 @@ int main(int argc, char **argv) {
     double ms = rt_now_ms() - t0;
     double tps = ms > 0 ? (double)tokens / (ms * 1e-3) : 0;
     if (walls) rt_exec_step_times(x, &walls[s], &comps[s]);
+    double mfu = step_flops > 0 && ms > 0 ? step_flops / (ms * 1e-3) / (c.peak_flops * nranks) : NAN;
+    /* validation, every --eval-every steps and after the last */
+    double vloss = NAN;
+    int eval = dval && ((c.eval_every && (s + 1) % c.eval_every == 0) || s + 1 == c.steps);
+    if (eval && rt_exec_eval(x, dval, s, (int)c.val_batches, &vloss, err, sizeof err)) die(err);
+    double elapsed = (rt_now_ms() - run_t0) * 1e-3, eta = elapsed / (double)(s + 1) * (double)(c.steps - s - 1);
     if (!c.quiet && me == 0) {
-      printf("step %lld/%lld  loss %.4f  grad_norm %.4g  lr %.2e  %.1f ms  %.0f tok/s\n", (long long)(s + 1),
-             (long long)c.steps, loss, gnorm, c.h.lr, ms, tps);
+      char m[32] = "", el[32], et[32], v[32] = "";
+      if (step_flops > 0) snprintf(m, sizeof m, "  mfu %.2f%%", 100 * mfu);
+      if (eval) snprintf(v, sizeof v, "  val_loss %.4f", vloss);
+      printf("step %lld/%lld  loss %.4f  grad_norm %.4g  lr %.2e  %.1f ms  %.0f tok/s%s  elapsed %s  eta %s%s\n",
+             (long long)(s + 1), (long long)c.steps, loss, gnorm, h.lr, ms, tps, m, duration(el, sizeof el, elapsed),
+             duration(et, sizeof et, eta), v);
       CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
     }
     if (log) {
       fprintf(log, "{\"step\":%lld", (long long)(s + 1));
       json_num(log, "loss", loss, "%.9g");
       json_num(log, "grad_norm", gnorm, "%.9g");
-      json_num(log, "lr", c.h.lr, "%.9g");
+      json_num(log, "lr", h.lr, "%.9g");
       json_num(log, "ms", ms, "%.3f");
       json_num(log, "tokens_per_s", tps, "%.1f");
+      if (step_flops > 0) json_num(log, "mfu", mfu, "%.6f");
+      json_num(log, "elapsed_s", elapsed, "%.3f");
+      json_num(log, "eta_s", eta, "%.3f");
+      if (eval) json_num(log, "val_loss", vloss, "%.9g");
       fputs("}\n", log);
       CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
     }
@@ -840,6 +924,7 @@ int main(int argc, char **argv) {
   free(walls);
   free(comps);
   rt_data_close(d);
+  rt_data_close(dval);
   rt_exec_close(x);
   rt_dev_close(dev);
   dev = NULL;

@@ -37,12 +37,32 @@ static const char usage[] =
     "\n"
     "Training (AdamW):\n"
     "  --steps N                   training steps (default 1)\n"
-    "  --lr F                      learning rate (default 1e-3)\n"
+    "  --lr F                      learning rate, the schedule's peak (default 1e-3)\n"
+    "  --lr-schedule S             constant (the default), cosine, linear or wsd (warmup, stable,\n"
+    "                              decay); the step line and --log show each step's lr\n"
+    "  --warmup N                  first N steps: lr rises linearly, step t (1-based) using lr*t/N\n"
+    "  --lr-min F                  cosine, linear, wsd: where the decay ends (default 0)\n"
+    "  --decay-steps N             cosine, linear: decay over N steps after the warmup (default the\n"
+    "                              rest of the run, reaching --lr-min on the last step); wsd: the\n"
+    "                              last N steps decay to --lr-min as 1-sqrt (default steps/5)\n"
     "  --beta1 F                   (default 0.9)\n"
     "  --beta2 F                   (default 0.95)\n"
     "  --eps F                     (default 1e-8)\n"
     "  --wd F                      weight decay of the params marked decay 1 (default 0.1)\n"
     "  --clip F                    clip the global gradient norm to F (default: no clipping)\n"
+    "\n"
+    "Validation (a forward-only pass on the same mesh; val_loss on the step line and in --log):\n"
+    "  --val-data FILE             validation tokens, a file like --data\n"
+    "  --val-frac F                or the last fraction F (0 < F < 1) of the training data (--data\n"
+    "                              or the built-in text), which is then never trained on\n"
+    "  --eval-every N              evaluate after every N steps (default: after the last step only)\n"
+    "  --val-batches K             micro-batches per evaluation, the same K every time and on every\n"
+    "                              mesh: the first K of the validation data (default 8)\n"
+    "\n"
+    "Progress (on the step line and in --log): elapsed time, ETA, tokens/s, and\n"
+    "  --peak-flops X              a rank's peak FLOP/s (e.g. 8.3e10): the step line shows the MFU,\n"
+    "                              the GEMM FLOPs of every rank's F, B and W per second over\n"
+    "                              ranks * X\n"
     "\n"
     "Outputs (checked writable before the first step):\n"
     "  --save W                    the weights after the last step: W.safetensors one file, any\n"
@@ -159,7 +179,16 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     O_TF32,
     O_VERSION,
     O_SHARD_SIZE,
-    O_TIED_HEAD
+    O_TIED_HEAD,
+    O_LR_SCHEDULE,
+    O_WARMUP,
+    O_LR_MIN,
+    O_DECAY_STEPS,
+    O_VAL_DATA,
+    O_VAL_FRAC,
+    O_EVAL_EVERY,
+    O_VAL_BATCHES,
+    O_PEAK_FLOPS
   };
   static const struct option longs[] = {
       {"init", required_argument, NULL, O_INIT},
@@ -184,6 +213,15 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       {"version", no_argument, NULL, O_VERSION},
       {"save-shard-size", required_argument, NULL, O_SHARD_SIZE},
       {"save-tied-head", no_argument, NULL, O_TIED_HEAD},
+      {"lr-schedule", required_argument, NULL, O_LR_SCHEDULE},
+      {"warmup", required_argument, NULL, O_WARMUP},
+      {"lr-min", required_argument, NULL, O_LR_MIN},
+      {"decay-steps", required_argument, NULL, O_DECAY_STEPS},
+      {"val-data", required_argument, NULL, O_VAL_DATA},
+      {"val-frac", required_argument, NULL, O_VAL_FRAC},
+      {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+      {"val-batches", required_argument, NULL, O_VAL_BATCHES},
+      {"peak-flops", required_argument, NULL, O_PEAK_FLOPS},
       {NULL, 0, NULL, 0},
   };
   opterr = 0; /* the messages below name the option as it was written */
@@ -223,6 +261,32 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_TRACE: c->trace = v; break;
     case O_DEVICE: c->device = v; break;
     case O_TIMEOUT: c->timeout = num(flag, v, 0, 1e9, 0, 0); break;
+    case O_LR_SCHEDULE: {
+      int k = rt_lr_kind(v);
+      if (k < 0) bad_usage("%s: expected constant, cosine, linear or wsd, found '%s'", flag, v);
+      c->sched.kind = (RtLrKind)k;
+      break;
+    }
+    case O_WARMUP: c->sched.warmup = (int64_t)count(flag, v, 1000000000); break;
+    case O_LR_MIN:
+      c->sched.lr_min = num(flag, v, 0, 1e9, 0, 0);
+      c->sched.have_lr_min = 1;
+      break;
+    case O_DECAY_STEPS:
+      c->sched.decay = (int64_t)count(flag, v, 1000000000);
+      if (!c->sched.decay) bad_usage("%s: expected at least 1 step, found '%s'", flag, v);
+      break;
+    case O_VAL_DATA: c->val_data = v; break;
+    case O_VAL_FRAC: c->val_frac = num(flag, v, 0, 1, 1, 1); break;
+    case O_EVAL_EVERY:
+      c->eval_every = (int64_t)count(flag, v, 1000000000);
+      if (!c->eval_every) bad_usage("%s: expected at least 1 step, found '%s'", flag, v);
+      break;
+    case O_VAL_BATCHES:
+      c->val_batches = (int64_t)count(flag, v, 1000000);
+      if (!c->val_batches) bad_usage("%s: expected at least 1 micro-batch, found '%s'", flag, v);
+      break;
+    case O_PEAK_FLOPS: c->peak_flops = num(flag, v, 0, 1e30, 1, 0); break;
     case ':': bad_usage("%s needs a value", flag); break;
     default: /* '?': getopt_long's answer for an option it does not know */
       if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
@@ -234,6 +298,15 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     c->dir = argv[i];
   }
   if (!c->dir) bad_usage("no program directory DIR");
+  c->sched.lr = c->h.lr;
+  c->sched.steps = c->steps;
+  char m[512];
+  if (rt_lr_check(&c->sched, m, sizeof m)) bad_usage("%s", m);
+  if (c->val_data && c->val_frac > 0) bad_usage("--val-data and --val-frac exclude each other");
+  if (!c->val_data && c->val_frac == 0 && (c->eval_every || c->val_batches))
+    bad_usage("%s needs a validation set: --val-data FILE or --val-frac F",
+              c->eval_every ? "--eval-every" : "--val-batches");
+  if (!c->val_batches) c->val_batches = 8;
   if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
   RtDevKind kind;
   int index;

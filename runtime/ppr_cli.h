@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "rt_lr.h"
 #include "rt_prog.h"
 
 typedef struct {
@@ -14,7 +15,14 @@ typedef struct {
   int save_tied_head;       /* --save-tied-head: lm_head.weight written too */
   uint64_t save_shard_size; /* --save-shard-size: a checkpoint folder's shard bytes (0: the default, 5 GB) */
   int64_t steps;
-  RtHyper h;
+  RtHyper h;  /* h.lr: the peak learning rate (--lr) */
+  RtLr sched; /* --lr-schedule, --warmup, --lr-min, --decay-steps (checked, the defaults filled in) */
+  /* validation: --val-data FILE or --val-frac F (the tail of the training data, then never trained on) */
+  const char *val_data;
+  double val_frac;     /* 0: none */
+  int64_t eval_every;  /* --eval-every: 0 = after the last step only */
+  int64_t val_batches; /* --val-batches: micro-batches per evaluation (default 8) */
+  double peak_flops;   /* --peak-flops: per rank, FLOP/s; 0: no MFU */
 } PprCli;
 
 /* Parses argv into c, with the defaults of the options not given, and checks the options against

@@ -286,6 +286,34 @@ void rt_data_close(RtData *d) {
   free(d);
 }
 
+int rt_data_slice(const RtData *d, int64_t start, int64_t n, const char *name, RtData **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!d || start < 0 || n < 1 || start > d->n - n) {
+    rt_util_set_err(err, errlen, "%s: tokens %lld to %lld of %lld: not a part of the data", name, (long long)start,
+                    (long long)(start + n), (long long)(d ? d->n : 0));
+    return -1;
+  }
+  RtData *s = calloc(1, sizeof *s);
+  unsigned char *buf = malloc((size_t)n * (size_t)d->width);
+  if (!s || !buf) {
+    free(s);
+    free(buf);
+    rt_util_set_err(err, errlen, "%s: out of memory", name);
+    return -1;
+  }
+  memcpy(buf, d->tok + (size_t)start * (size_t)d->width, (size_t)n * (size_t)d->width);
+  s->n = n;
+  s->width = d->width;
+  s->buf = buf;
+  s->tok = buf;
+  if (finish(s, name, err, errlen)) {
+    rt_data_close(s);
+    return -1;
+  }
+  *out = s;
+  return 0;
+}
+
 /* Modular helpers, all operands reduced to [0, m). */
 static uint64_t addmod(uint64_t a, uint64_t b, uint64_t m) { return a >= m - b ? a - (m - b) : a + b; }
 

@@ -38,6 +38,14 @@ typedef struct {
   size_t errlen;
   double hook_ms, coll_ms; /* --trace: time in the hook, and in collectives inside OPT */
   int entry;               /* the schedule entry running */
+  /* the data a batch instruction reads: local micro-batch mb of replica d is micro-batch
+   * m0 + d * (M / dp) + mb of data_M at data_step (rt_data_batch); the loss values are divided by
+   * loss_div. A training step: step, 0, M, M. A validation pass (rt_exec_eval): 0, its first
+   * validation micro-batch, K, K; micro-batches at or past limit (K) are not run. */
+  int64_t data_step, m0, limit;
+  int data_m;
+  double loss_div;
+  const char *what; /* for the watchdog: NULL in a training step */
 } Step;
 
 double rt_now_ms(void) { return rt_util_now_s() * 1e3; }
@@ -121,7 +129,7 @@ static void where(Step *s, int c, int b, int n, int mb, const RtInstr *in, const
                                            .mb = mb,
                                            .line = in->line,
                                            .file = s->x->p->path,
-                                           .what = what});
+                                           .what = what ? what : s->what});
 }
 
 /* The arena offset of an operand: $ operands are relative to the micro-batch's slot. */
@@ -183,8 +191,8 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
     case RT_I_BATCH: { /* local micro-batch mb of replica d is the step's d * (M / dp) + mb */
       int64_t bs = (int64_t)g->micro_batch * g->seq;
       int32_t *tok = x->batch, *lab = x->batch + bs;
-      rt_data_batch(s->d, s->step, g->dp_rank * g->local_microbatches + mb, g->microbatches, g->micro_batch, g->seq,
-                    in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
+      rt_data_batch(s->d, s->data_step, (int)(s->m0 + (int64_t)g->dp_rank * g->local_microbatches + mb), s->data_m,
+                    g->micro_batch, g->seq, in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
       where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
       if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
@@ -235,7 +243,7 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       float v = 0;
       where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev) || rt_dev_read(dev, at(g, &in->p[0], slot), &v, sizeof v);
-      if (c == x->loss_chunk) s->loss += (double)v / g->microbatches;
+      if (c == x->loss_chunk) s->loss += (double)v / s->loss_div;
       break;
     }
     case RT_I_ALLREDUCE_TIED:
@@ -279,7 +287,16 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
   return 0;
 }
 
-/* A comm entry: post its messages, then wait for them. */
+/* A forward-only pass (rt_exec_eval) runs a comm entry's forward messages (send_fwd, recv_fwd) of
+ * the micro-batches it runs; a training step all of them. */
+static int comm_op_runs(const Step *s, const RtCommOp *o) {
+  if (!s->what) return 1;
+  const RtProg *g = s->x->p;
+  return (o->kind == PP_SEND_FWD || o->kind == PP_RECV_FWD) &&
+         s->m0 + (int64_t)g->dp_rank * g->local_microbatches + o->mb < s->limit;
+}
+
+/* A comm entry: post its messages (those comm_op_runs keeps), then wait for them. */
 static void run_comm(Step *s, const RtEntry *en) {
   rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step,
                                            .entry = s->entry,
@@ -288,15 +305,18 @@ static void run_comm(Step *s, const RtEntry *en) {
                                            .instr = -1,
                                            .mb = -1,
                                            .line = en->line,
-                                           .file = s->x->p->path});
+                                           .file = s->x->p->path,
+                                           .what = s->what});
   RtExec *x = s->x;
   const RtProg *g = x->p;
   RtP2p ops[2];
   char name[48] = "";
   size_t k = 0;
-  int nch = rt_prog_nchunks(g);
-  for (int i = 0; i < en->nops; i++) {
-    const RtCommOp *o = &en->op[i];
+  int nch = rt_prog_nchunks(g), n = 0;
+  for (int j = 0; j < en->nops; j++) {
+    const RtCommOp *o = &en->op[j];
+    if (!comm_op_runs(s, o)) continue;
+    int i = n++;
     const RtBoundary *b = rt_prog_boundary(g, o->chunk, o->kind);
     const RtChunk *ch = &g->chunk[o->chunk];
     RtMsg m = rt_boundary_msg(o->kind, o->mb, ch->vstage, ch->prev, ch->next, g->pp, nch);
@@ -313,8 +333,9 @@ static void run_comm(Step *s, const RtEntry *en) {
       if (k < sizeof name) k += (size_t)snprintf(name + k, sizeof name - k, " %d", o->mb);
     }
   }
+  if (!n) return;
   double t0 = s->tr ? rt_dev_time_ms(x->dev) : 0;
-  rt_comm_p2p_post(x->comm, x->dev, en->nops, ops);
+  rt_comm_p2p_post(x->comm, x->dev, n, ops);
   double t1 = s->tr ? rt_now_ms() : 0;
   rt_comm_p2p_wait(x->comm, x->dev);
   if (s->tr) {
@@ -334,6 +355,10 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
   s.d = d;
   s.step = step;
   s.h = h;
+  s.data_step = step;
+  s.data_m = g->microbatches;
+  s.limit = g->microbatches;
+  s.loss_div = g->microbatches;
   double t = (double)step + 1.0;
   s.scal[RT_S_LR] = (float)h->lr;
   s.scal[RT_S_BETA1] = (float)h->beta1;
@@ -422,4 +447,102 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
   *loss = s.loss;
   *gnorm = s.grad_norm;
   return 0;
+}
+
+/* A validation pass: the schedule's forward entries only, over validation micro-batches 0 .. k-1
+ * of d (micro-batch i reads rt_data_batch(d, 0, i, k, ...): the same batches on every mesh and at
+ * every evaluation). One run of the schedule takes M (the step's micro-batches) of them: local
+ * micro-batch mb of replica r is validation micro-batch m0 + r * (M / dp) + mb, for m0 = 0, M,
+ * 2M, ...; those at or past k are skipped, on every rank alike. Each run executes, in schedule
+ * order, the F entries and the forward messages (send_fwd, recv_fwd) of the comm entries, each in
+ * its slot: no zero_grads, B, W, backward message or OPT, so the gradients, the Adam moments and
+ * the params stay as they are (the forward blocks write only slots and scratch).
+ *
+ * Why this cannot deadlock, for any schedule ppr accepts (chunks too): the training schedule
+ * completes (ppr's start-up check runs every rank's comm entries against each other, with
+ * rendezvous messages, or with sends that never wait for programs with chunks, where ppr indeed
+ * posts each send from a host copy and leaves it in flight). The pass is a subsequence of it: each
+ * rank keeps its entries in their order, and drops a message only together with its partner (the
+ * backward kinds on both sides; the same skipped micro-batch on the sender and the receiver, whose
+ * tags are the training step's). Were some rank stuck, it would wait in an entry for a message its
+ * peer has not posted because the peer is stuck earlier in its own order, and so on: the chain
+ * closes into a cycle of entries each of which, in the training run, completed only after the next
+ * one had (a wait after its partner's post, a post after the entries before it), which the
+ * completed training run rules out. Sends that never wait only make this easier: no rank ever
+ * waits for a forward message's receiver. */
+int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, char *err, size_t errlen) {
+  const RtProg *g = x->p;
+  RtDev *dev = x->dev;
+  Step s;
+  memset(&s, 0, sizeof s);
+  s.x = x;
+  s.d = d;
+  s.step = step;
+  s.scal[RT_S_CLIP] = 1.0f;
+  s.grad_norm = NAN;
+  s.err = err;
+  s.errlen = errlen;
+  s.data_m = k;
+  s.limit = k;
+  s.loss_div = k;
+  s.what = "the validation pass";
+  for (s.m0 = 0; s.m0 < k; s.m0 += g->microbatches) {
+    for (int e = 0; e < g->nentries; e++) {
+      const RtEntry *en = &g->sched[e];
+      s.entry = e;
+      int rc = 0;
+      switch (en->kind) {
+      case RT_E_F:
+        if (s.m0 + (int64_t)g->dp_rank * g->local_microbatches + en->mb < k)
+          rc = run_block(&s, en->chunk, RT_BLK_FORWARD, en->mb, en->slot);
+        break;
+      case RT_E_COMM: run_comm(&s, en); break;
+      case RT_E_ZERO_GRADS:
+      case RT_E_B:
+      case RT_E_W:
+      case RT_E_OPT: break;
+      }
+      if (rc) return dev_failed(x, err, errlen);
+    }
+    if (x->comm) rt_comm_p2p_flush(x->comm); /* this run's sends taken, before the next run's */
+  }
+  rt_comm_set_where(x->comm, &(RtWhere){.step = step,
+                                        .entry = -1,
+                                        .block = -1,
+                                        .instr = -1,
+                                        .mb = -1,
+                                        .what = "the end of the validation pass's queued work"});
+  if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
+  /* summed like the step's loss: the last virtual stage's tp_rank 0 ranks of every replica */
+  rt_comm_set_where(
+      x->comm,
+      &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the validation loss"});
+  *loss = rt_comm_sum(x->comm, s.loss);
+  return 0;
+}
+
+/* 2 m n k per GEMM of a batch of `batch`, summed over a block. */
+static double block_flops(const RtBlock *b) {
+  double f = 0;
+  for (int i = 0; i < b->n; i++)
+    if (b->ins[i].kind == RT_I_GEMM)
+      f += 2.0 * b->ins[i].m * b->ins[i].n * b->ins[i].k * (b->ins[i].batch > 0 ? b->ins[i].batch : 1);
+  return f;
+}
+
+double rt_exec_gemm_flops(const RtExec *x) {
+  const RtProg *g = x->p;
+  double f = 0;
+  for (int e = 0; e < g->nentries; e++) {
+    const RtEntry *en = &g->sched[e];
+    switch (en->kind) {
+    case RT_E_F: f += block_flops(rt_prog_block(g, en->chunk, RT_BLK_FORWARD)); break;
+    case RT_E_B: f += block_flops(rt_prog_block(g, en->chunk, RT_BLK_BACKWARD)); break;
+    case RT_E_W: f += block_flops(rt_prog_block(g, en->chunk, RT_BLK_WEIGHTS)); break;
+    case RT_E_ZERO_GRADS:
+    case RT_E_OPT:
+    case RT_E_COMM: break;
+    }
+  }
+  return f;
 }

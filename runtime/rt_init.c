@@ -35,7 +35,8 @@ float rt_init_normal_value(uint64_t seed, const char *name, int64_t i, double st
 }
 
 /* A shard as blocks: `outer` blocks of `len` rows of `inner` elements; local row r of block o is
- * dense row start + r of it (dense rows `dense` per block). A whole tensor is one block. */
+ * dense row start + r of it (dense rows `dense` per block). A whole tensor is one block; a shard
+ * in P parts is P times the blocks, each 1/P of the rows. */
 typedef struct {
   int64_t outer, len, inner, start, dense;
 } Shard;
@@ -48,6 +49,9 @@ static Shard shard_of(const RtParam *q) {
   for (int d = q->shard_dim + 1; d < q->ndim; d++) h.inner *= q->dims[d];
   h.start = q->shard_start;
   h.dense = q->shard_dense;
+  h.outer *= q->shard_parts;
+  h.len /= q->shard_parts;
+  h.dense /= q->shard_parts;
   return h;
 }
 
@@ -105,18 +109,23 @@ static int read_param(const RtStFile *f, int t, const RtParam *q, float *dst, ch
   int64_t start[RT_MAX_NDIM] = {0}, len[RT_MAX_NDIM];
   memcpy(len, q->dims, sizeof len);
   Shard h = shard_of(q);
-  int64_t real = real_rows(&h);
+  int64_t real = real_rows(&h), P = q->shard_parts;
   start[q->shard_dim] = q->shard_start;
   len[q->shard_dim] = real;
   memset(dst, 0, (size_t)q->numel * sizeof *dst);
-  if (real == h.len) return rt_st_read_f32_slice(f, t, start, len, dst, (size_t)q->numel, err, errlen);
-  /* padding rows: read the real rows, then spread them over the blocks */
-  size_t n = (size_t)(h.outer * real * h.inner);
+  if (real == h.len && P == 1) return rt_st_read_f32_slice(f, t, start, len, dst, (size_t)q->numel, err, errlen);
+  /* padding rows or parts: read each part's real rows (h.outer / P blocks of them), then spread
+   * them over its blocks (block o·P + b of the local tensor is block o of part b) */
+  size_t n = (size_t)(h.outer / P * real * h.inner);
   float *tmp = malloc(n ? n * sizeof *tmp : 1);
   RT_CHECK_ALLOC(tmp);
-  int rc = rt_st_read_f32_slice(f, t, start, len, tmp, n, err, errlen);
-  for (int64_t o = 0; o < h.outer && !rc; o++)
-    memcpy(dst + o * h.len * h.inner, tmp + o * real * h.inner, (size_t)(real * h.inner) * sizeof *dst);
+  int rc = 0;
+  for (int64_t b = 0; b < P && !rc; b++) {
+    start[q->shard_dim] = b * h.dense + q->shard_start;
+    rc = rt_st_read_f32_slice(f, t, start, len, tmp, n, err, errlen);
+    for (int64_t o = 0; o < h.outer / P && !rc; o++)
+      memcpy(dst + (o * P + b) * h.len * h.inner, tmp + o * real * h.inner, (size_t)(real * h.inner) * sizeof *dst);
+  }
   free(tmp);
   return rc;
 }

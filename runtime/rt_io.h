@@ -143,6 +143,9 @@ int rt_data_check_vocab(const RtData *d, const char *name, int64_t vocab, char *
  * 65536, else version 2 (uint32); vocab <= 2^31. Through "<path>.tmp" and a rename. */
 int rt_data_write(const char *path, const uint32_t *tokens, int64_t n, int64_t vocab, char *err, size_t errlen);
 void rt_data_close(RtData *d); /* NULL ok */
+/* Tokens [start, start + n) of d as data of their own (copied), 0 <= start, 1 <= n, start + n <= len:
+ * --val-frac's training head and validation tail. name is for the message. */
+int rt_data_slice(const RtData *d, int64_t start, int64_t n, const char *name, RtData **out, char *err, size_t errlen);
 
 /* Batch for step s, micro-batch m of M, B rows of S tokens: row b reads S+1
  * consecutive tokens starting at ((s*M + m)*B + b)*S (int64), every index taken

@@ -321,14 +321,20 @@ static void check_owners(const RtProg *p, const unsigned char *blocks, const siz
         if (!e) break;
         if ((size_t)(e - s) > nl && !memcmp(s, name, nl) && s[nl] == ' ') {
           Piece x = {r, -1, 0, 0, 0};
-          if (sscanf(s + nl, " %d %lld %lld %lld", &x.dim, &x.start, &x.len, &x.dense) != 4)
+          int parts = 1;
+          if (sscanf(s + nl, " %d %lld %lld %lld %d", &x.dim, &x.start, &x.len, &x.dense, &parts) != 5 || parts < 1)
             RT_INTERNAL("a malformed ownership record");
-          if (count == cap) {
+          while (count + parts > cap) {
             cap = cap ? 2 * cap : 16;
             pc = realloc(pc, (size_t)cap * sizeof *pc);
             if (!pc) RT_INTERNAL("out of memory");
           }
-          pc[count++] = x;
+          /* a shard in parts: one piece per part, in dense rows (part b starts at b·DENSE/P) */
+          for (int b = 0; b < parts; b++) {
+            pc[count] = x;
+            pc[count].start = b * (x.dense / parts) + x.start;
+            pc[count++].len = x.len / parts;
+          }
           whole += x.dim < 0;
         }
         s = e + 1;
@@ -529,7 +535,7 @@ int rt_mesh_check(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
   /* ownership of the model's params (on rank 0, which has the model_param list all share) */
   if (!m.n && p->nmodel > 0) {
     size_t len = 1;
-    for (int i = 0; i < p->nparams; i++) len += strlen(p->params[i].name) + 80;
+    for (int i = 0; i < p->nparams; i++) len += strlen(p->params[i].name) + 100;
     char *names = malloc(len), *q = names;
     if (!names) RT_INTERNAL("out of memory");
     if (p->dp_rank == 0)
@@ -537,9 +543,9 @@ int rt_mesh_check(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
         const RtParam *x = &p->params[i];
         if (!x->owned) continue;
         if (x->sharded)
-          q += sprintf(q, "%s %d %lld %lld %lld\n", x->name, x->shard_dim, (long long)x->shard_start,
-                       (long long)x->dims[x->shard_dim], (long long)x->shard_dense);
-        else q += sprintf(q, "%s -1 0 0 0\n", x->name);
+          q += sprintf(q, "%s %d %lld %lld %lld %d\n", x->name, x->shard_dim, (long long)x->shard_start,
+                       (long long)x->dims[x->shard_dim], (long long)x->shard_dense, x->shard_parts);
+        else q += sprintf(q, "%s -1 0 0 0 1\n", x->name);
       }
     unsigned char *blocks = NULL;
     size_t *sizes = calloc((size_t)n, sizeof *sizes);

@@ -196,8 +196,10 @@ typedef struct {
   int replica; /* another rank holds the same values and owns them (implied by copy) */
   int owned;   /* neither copy nor replica: in grad_norm, written by --save */
   /* `shard DIM START LEN DENSE`: the local tensor is the dense one (dims with dims[DIM] = DENSE)
-   * restricted along DIM to [START, START + LEN); rows at or past DENSE are zero padding */
-  int sharded, shard_dim;
+   * restricted along DIM to [START, START + LEN); rows at or past DENSE are zero padding.
+   * `... parts P`: along DIM both are P blocks (LEN/P and DENSE/P rows); local block b is dense
+   * rows [b·DENSE/P + START, b·DENSE/P + START + LEN/P) (no padding) */
+  int sharded, shard_dim, shard_parts;          /* shard_parts 1 unless `parts P` */
   int64_t shard_start, shard_dense;             /* LEN is dims[shard_dim] */
   int64_t dense_dims[RT_MAX_NDIM], dense_numel; /* the dense tensor (== dims, numel when not sharded) */
 } RtParam;
@@ -370,6 +372,16 @@ int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t er
  * this rank's device failed (the message in err; the other ranks do not know). */
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx, double *loss,
                  double *grad_norm, char *err, size_t errlen);
+/* A validation pass after 0-based step `step` (named in the watchdog's messages): the schedule's
+ * forward entries and forward messages only (no gradient, moment or param is touched) over the
+ * first k micro-batches of d (micro-batch i of the pass reads rt_data_batch(d, 0, i, k, ...), on
+ * every mesh), in runs of the schedule's M micro-batches. *loss = the mean of the last (virtual)
+ * stage's loss values over the k micro-batches, summed over the world as the step's loss: the same
+ * on every rank. Collective. 0, or -2 when this rank's device failed (the message in err). */
+int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, char *err, size_t errlen);
+/* The FLOPs of one step's GEMMs on this rank: 2*m*n*k*batch of each gemm of the blocks its
+ * schedule's F, B and W entries run. */
+double rt_exec_gemm_flops(const RtExec *x);
 
 /* ---- parameter init (rt_init.c) ------------------------------------------------------------ */
 

@@ -109,12 +109,16 @@ int rt_prog_region_line(RtParser *s) {
 /* ---- params and buffers -------------------------------------------------------------------- */
 
 #define PARAM_FORM                                                                                                     \
-  "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica] [shard DIM START LEN DENSE]"
+  "param INDEX NAME f32 [SHAPE] @OFF init INIT decay 0|1 [tied] [shared] [copy] [replica] [shard DIM START LEN DENSE " \
+  "[parts P]]"
 
-/* `shard DIM START LEN DENSE` at field i of a param line: the dense tensor is the local one with
- * dims[DIM] = DENSE; this rank holds rows [START, START + LEN) along DIM, those at or past DENSE
- * padding. LEN is the local dims[DIM]; the shard starts inside the dense tensor. */
-static int shard_clause(RtParser *s, RtParam *q, int i) {
+/* `shard DIM START LEN DENSE [parts P]` at field i of a param line: the dense tensor is the local
+ * one with dims[DIM] = DENSE; this rank holds rows [START, START + LEN) along DIM, those at or past
+ * DENSE padding. LEN is the local dims[DIM]; the shard starts inside the dense tensor. With parts P
+ * (a fused projection split in parts, each over TP) LEN and DENSE are P blocks each, and local
+ * block b is dense rows [b·DENSE/P + START, b·DENSE/P + START + LEN/P), inside the block: no
+ * padding. The fields it takes: 4, or 6 with parts. */
+static int shard_clause(RtParser *s, RtParam *q, int i, int *nfields) {
   static const char *const form = "shard DIM START LEN DENSE";
   const char *name = s->f[2];
   if (q->sharded) return rt_prog_err(s, "param %.200s: flag 'shard' given twice", name);
@@ -136,7 +140,24 @@ static int shard_clause(RtParser *s, RtParam *q, int i) {
   int64_t numel = q->numel / len;
   if (numel > PP_MAX_NUMEL / dense)
     return rt_prog_err(s, "param %.200s: the dense tensor has more than 2^40 elements", name);
+  int64_t parts = 1;
+  *nfields = 4;
+  if (i + 5 < s->nf && !strcmp(s->f[i + 5], "parts")) {
+    if (i + 6 >= s->nf) return rt_prog_err(s, "param %.200s: 'parts' needs an integer P >= 2", name);
+    if (rt_prog_want_int(s, i + 6, "shard: parts P", 2, PP_MAX_NUMEL, &parts)) return -1;
+    if (dense % parts || len % parts)
+      return rt_prog_err(s,
+                         "param %.200s: shard parts %lld does not divide LEN %lld and DENSE %lld (each is %lld blocks)",
+                         name, (long long)parts, (long long)len, (long long)dense, (long long)parts);
+    if (start + len / parts > dense / parts)
+      return rt_prog_err(s,
+                         "param %.200s: shard START %lld + LEN/parts %lld passes a part's %lld dense rows (a shard in "
+                         "parts has no padding)",
+                         name, (long long)start, (long long)(len / parts), (long long)(dense / parts));
+    *nfields = 6;
+  }
   q->sharded = 1;
+  q->shard_parts = (int)parts;
   q->shard_dim = (int)dim;
   q->shard_start = start;
   q->shard_dense = dense;
@@ -197,10 +218,13 @@ int rt_prog_param_line(RtParser *s) {
   q->decay = (int)d;
   for (; i < s->nf; i++) { /* flags, in any order, each at most once */
     if (!strcmp(s->f[i], "shard")) {
-      if (shard_clause(s, q, i)) return -1;
-      i += 4;
+      int nfields;
+      if (shard_clause(s, q, i, &nfields)) return -1;
+      i += nfields;
       continue;
     }
+    if (!strcmp(s->f[i], "parts"))
+      return rt_prog_err(s, "param %.200s: 'parts P' belongs after 'shard DIM START LEN DENSE'", s->f[2]);
     int *flag = !strcmp(s->f[i], "tied")      ? &q->tied
                 : !strcmp(s->f[i], "shared")  ? &q->shared
                 : !strcmp(s->f[i], "copy")    ? &q->copy
@@ -209,12 +233,13 @@ int rt_prog_param_line(RtParser *s) {
     if (!flag)
       return rt_prog_err(s,
                          "param %.200s: unexpected '%.60s' at the end of the line (flags: tied, shared, copy, replica, "
-                         "shard DIM START LEN DENSE)",
+                         "shard DIM START LEN DENSE [parts P])",
                          s->f[2], s->f[i]);
     if (*flag) return rt_prog_err(s, "param %.200s: flag '%s' given twice", s->f[2], s->f[i]);
     *flag = 1;
   }
   if (!q->sharded) {
+    q->shard_parts = 1;
     memcpy(q->dense_dims, q->dims, sizeof q->dims);
     q->dense_numel = q->numel;
   }

@@ -202,6 +202,15 @@ int main(int argc, char **argv) {
         mesh("examples/tiny.pdl", "tiny", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
         mesh("tests/models/tiny_untied.pdl", "untied", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
       }
+  /* GPT-2's fused q, k, v projection split in 3 parts over TP (`shard ... parts 3`): its seeded
+   * values, gradients and saved weights must be the one-rank run's, with pipelines and replicas */
+  if (!getenv("PPC_TEST_NO_TP")) {
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 1, 1, "1f1b", 4);
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 4, 1, 1, "gpipe", 4);
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 2, 1, "1f1b", 4);
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 1, 2, "1f1b", 4);
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 2, 2, "gpipe", 4);
+  }
   /* on the opencl device, against the one-rank cpu run: pipelines of 2 and 4 stages with each
    * schedule, tensor parallelism (tp 4 replicates tiny's 2 kv heads), and all three at once */
   if (!getenv("PPC_TEST_NO_OPENCL")) {
@@ -213,6 +222,7 @@ int main(int argc, char **argv) {
     mesh_on("examples/tiny.pdl", "tiny", 4, 1, 1, "1f1b", 4, "opencl");
     mesh_on("examples/tiny.pdl", "tiny", 2, 2, 2, "1f1b", 4, "opencl");
     mesh_on("tests/models/tiny_untied.pdl", "untied", 2, 2, 2, "gpipe", 4, "opencl");
+    mesh_on("tests/models/tiny_gpt2.pdl", "gpt2", 2, 2, 1, "1f1b", 4, "opencl");
     mesh_on("tests/models/odd5.pdl", "odd5", 1, 3, 1, "1f1b", 3, "opencl");
     mesh_on("examples/tiny.pdl", "tiny", 1, 4, 1, "zb-h1", 8, "opencl");
     mesh_von("examples/tiny.pdl", "tiny", 1, 2, 1, "interleaved", 2, 4, "opencl");

@@ -1,5 +1,6 @@
 /* test_ppr.c - tests of the runtime ppr: a hand-written listing and kernels (softmax regression through a tied
  * embedding) checked against a direct computation, every error path, and a fuzzer of the listing parser. */
+#include "rt_lr.h"
 #include "rt_prog.h"
 
 #include <math.h>
@@ -560,8 +561,8 @@ static void test_gradients(const W *w) {
   check(fabs(gn - norm) < 1e-5 * norm, "grad_norm %.7f equals the direct computation %.7f", gn, norm);
   free(log);
   check(strstr(out, "step 1/1  loss ") && strstr(out, "  grad_norm ") && strstr(out, "  lr 1.00e-03  ") &&
-            strstr(out, " ms  ") && strstr(out, " tok/s\n"),
-        "stdout: 'step 1/1  loss ...  grad_norm ...  lr 1.00e-03  ... ms  ... tok/s'");
+            strstr(out, " ms  ") && strstr(out, " tok/s  elapsed ") && strstr(out, "  eta 0.0s\n"),
+        "stdout: 'step 1/1  loss ...  grad_norm ...  lr 1.00e-03  ... ms  ... tok/s  elapsed ...  eta 0.0s'");
 
   /* the same gradients with one slot (1F1B order) */
   char *b1 = replace(BODY, "  F 0 0\n  F 1 1\n  B 0 0\n  B 1 1\n", "  F 0 0\n  B 0 0\n  F 1 0\n  B 1 0\n");
@@ -993,6 +994,23 @@ static void test_cli(void) {
       {"--clip nan", "--clip: expected a number"},
       {"--seed 1 --init w.safetensors", "--init and --seed exclude each other"},
       {"--steps 0 --save-grads g.safetensors", "--save-grads needs at least one step"},
+      {"--lr-schedule step", "--lr-schedule: expected constant, cosine, linear or wsd, found 'step'"},
+      {"--steps 5 --warmup 6", "--warmup 6 is more than --steps 5"},
+      {"--lr-schedule cosine --lr 1e-3 --lr-min 1e-2", "--lr-min 0.01 is more than --lr 0.001"},
+      {"--decay-steps 3", "--decay-steps is for a decaying --lr-schedule (cosine, linear or wsd), not constant"},
+      {"--lr-min 0", "--lr-min is for a decaying --lr-schedule"},
+      {"--lr-schedule linear --steps 5 --warmup 5", "--lr-schedule linear: no step left to decay after --warmup 5"},
+      {"--lr-schedule wsd --steps 10 --warmup 8 --decay-steps 3",
+       "--lr-schedule wsd: --warmup 8 and --decay-steps 3 add up to more than --steps 10"},
+      {"--lr-schedule wsd --steps 10 --warmup 9", "--decay-steps 2 (the default: --steps / 5) add up to more"},
+      {"--decay-steps 0 --lr-schedule cosine", "--decay-steps: expected at least 1 step, found '0'"},
+      {"--val-data v.bin --val-frac 0.1", "--val-data and --val-frac exclude each other"},
+      {"--eval-every 5", "--eval-every needs a validation set: --val-data FILE or --val-frac F"},
+      {"--val-batches 4", "--val-batches needs a validation set"},
+      {"--val-frac 1", "--val-frac: expected a number in (0, 1), found '1'"},
+      {"--val-frac 0.1 --eval-every 0", "--eval-every: expected at least 1 step, found '0'"},
+      {"--val-frac 0.1 --val-batches 0", "--val-batches: expected at least 1 micro-batch, found '0'"},
+      {"--peak-flops 0", "--peak-flops: expected a number in (0, "},
   };
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
     snprintf(args, sizeof args, "%s%s%s", bad[k].args[0] == 0 ? "" : tdir, bad[k].args[0] == 0 ? "" : "/main ",
@@ -1498,7 +1516,7 @@ static void test_pipeline_parser(void) {
   expect_parse_error_in(
       S1, "an unknown flag", "tied shared copy", "tied shared mine",
       ":%d: param emb.weight: unexpected 'mine' at the end of the line (flags: tied, shared, copy, replica, "
-      "shard DIM START LEN DENSE)");
+      "shard DIM START LEN DENSE [parts P])");
   expect_parse_error("shared with one stage", " decay 1 tied\n", " decay 1 tied shared\n",
                      ":%d: param emb.weight: shared, but the mesh has one pipeline stage (pp 1)");
   expect_parse_error_in(S1, "a param not among the model params", "model_param gain [8]\n", "",
@@ -1628,6 +1646,30 @@ static void test_tp_parser(void) {
                         ":%d: param emb.weight: flag 'shard' given twice");
   expect_parse_error_in(tb, "a tied table whose dense rows are not the vocab", "tied shard 0 0 8 16",
                         "tied shard 0 0 8 12", ":%d: param emb.weight: tied, so its first dim 12 must be the vocab 16");
+  /* parts: LEN and DENSE are P blocks; block b is dense rows [b·DENSE/P + START, + LEN/P) */
+  char *pb = replace(tb, "decay 1 shard 1 4 4 8\n", "decay 1 shard 1 2 4 8 parts 2\n");
+  t = listing(pb);
+  p = NULL;
+  rc = rt_prog_parse("t.prog", t, strlen(t), &p, err, sizeof err);
+  check(rc == 0 && p && p->params[2].shard_parts == 2 && p->params[2].shard_start == 2 &&
+            p->params[2].dense_dims[1] == 8 && p->params[0].shard_parts == 1 && p->params[1].shard_parts == 1,
+        "parser: shard ... parts 2 [%s]", rc ? err : "ok");
+  rt_prog_free(p);
+  free(t);
+  free(pb);
+  expect_parse_error_in(tb, "shard parts 1", "shard 1 4 4 8", "shard 1 2 4 8 parts 1",
+                        ":%d: shard: parts P: expected an integer in [2, 1099511627776], found '1'");
+  expect_parse_error_in(tb, "shard parts not dividing LEN", "shard 1 4 4 8", "shard 1 0 4 8 parts 3",
+                        ":%d: param proj.weight: shard parts 3 does not divide LEN 4 and DENSE 8 (each is 3 blocks)");
+  expect_parse_error_in(tb, "shard parts not dividing DENSE", "shard 1 4 4 8", "shard 1 0 4 6 parts 4",
+                        ":%d: param proj.weight: shard parts 4 does not divide LEN 4 and DENSE 6 (each is 4 blocks)");
+  expect_parse_error_in(tb, "shard parts past a part's rows", "shard 1 4 4 8", "shard 1 4 4 8 parts 2",
+                        ":%d: param proj.weight: shard START 4 + LEN/parts 2 passes a part's 4 dense rows (a shard in "
+                        "parts has no padding)");
+  expect_parse_error_in(tb, "shard parts without P", "shard 1 4 4 8", "shard 1 2 4 8 parts",
+                        ":%d: param proj.weight: 'parts' needs an integer P >= 2");
+  expect_parse_error_in(tb, "parts before shard", "shard 1 4 4 8", "parts 2 shard 1 2 4 8",
+                        ":%d: param proj.weight: 'parts P' belongs after 'shard DIM START LEN DENSE'");
   expect_parse_error_in(tb, "a dense shape other than the model_param's", "model_param proj.weight [8,8]",
                         "model_param proj.weight [8,6]",
                         "t.prog:24: param proj.weight: its dense shape differs from its model_param line (line 27)");
@@ -2527,6 +2569,95 @@ static void test_chunks_mpi(const W *w) {
         "the message names where the stuck rank waits, with the op's chunk");
 }
 
+/* ---- the learning-rate schedules (rt_lr.c) against their closed forms ----------------------- */
+
+static void test_lr(void) {
+  char err[512] = "";
+  const double pi = 3.14159265358979323846;
+  /* lr 1, no warmup, 10 steps: values at the quarter points written out */
+  struct {
+    RtLrKind kind;
+    int64_t warmup, decay;
+    double lr_min;
+    int64_t t; /* 1-based */
+    double want;
+  } pts[] = {
+      {RT_LR_CONSTANT, 0, 0, 0, 1, 1.0},
+      {RT_LR_CONSTANT, 0, 0, 0, 10, 1.0},
+      {RT_LR_CONSTANT, 4, 0, 0, 1, 0.25},
+      {RT_LR_CONSTANT, 4, 0, 0, 4, 1.0},
+      {RT_LR_CONSTANT, 4, 0, 0, 5, 1.0},
+      {RT_LR_COSINE, 0, 0, 0, 5, 0.5},
+      {RT_LR_COSINE, 0, 0, 0, 10, 0.0},
+      {RT_LR_COSINE, 0, 0, 0.2, 10, 0.2},
+      {RT_LR_COSINE, 2, 0, 0, 6, 0.5}, /* the decay over steps 3 .. 10: p = 4/8 */
+      {RT_LR_COSINE, 2, 0, 0, 1, 0.5}, /* warmup */
+      {RT_LR_COSINE, 0, 4, 0.1, 2, 0.1 + 0.9 * 0.5},
+      {RT_LR_COSINE, 0, 4, 0.1, 7, 0.1}, /* past the decay: the floor */
+      {RT_LR_LINEAR, 0, 0, 0, 5, 0.5},
+      {RT_LR_LINEAR, 0, 0, 0.5, 5, 0.75},
+      {RT_LR_LINEAR, 0, 0, 0, 10, 0.0},
+      {RT_LR_LINEAR, 2, 4, 0, 4, 0.5},
+      {RT_LR_WSD, 0, 0, 0, 8, 1.0}, /* the default decay: the last 10 / 5 = 2 steps */
+      {RT_LR_WSD, 0, 0, 0, 9, 1 - sqrt(0.5)},
+      {RT_LR_WSD, 0, 0, 0, 10, 0.0},
+      {RT_LR_WSD, 2, 4, 0.1, 2, 1.0},
+      {RT_LR_WSD, 2, 4, 0.1, 6, 1.0},
+      {RT_LR_WSD, 2, 4, 0.1, 8, 0.1 + 0.9 * (1 - sqrt(0.5))},
+      {RT_LR_WSD, 2, 4, 0.1, 10, 0.1},
+  };
+  int good = 1;
+  for (size_t k = 0; k < sizeof pts / sizeof pts[0]; k++) {
+    RtLr s = {.kind = pts[k].kind,
+              .lr = 1,
+              .lr_min = pts[k].lr_min,
+              .warmup = pts[k].warmup,
+              .decay = pts[k].decay,
+              .steps = 10,
+              .have_lr_min = pts[k].lr_min > 0};
+    double got = rt_lr_check(&s, err, sizeof err) ? NAN : rt_lr_at(&s, pts[k].t - 1);
+    if (!(fabs(got - pts[k].want) < 1e-12)) {
+      good = 0;
+      printf("  | %s warmup %lld decay %lld lr_min %g: step %lld: lr %.15g, expected %.15g\n", rt_lr_name(pts[k].kind),
+             (long long)pts[k].warmup, (long long)pts[k].decay, pts[k].lr_min, (long long)pts[k].t, got, pts[k].want);
+    }
+  }
+  check(good, "lr schedules: %zu points (warmup, constant, cosine, linear, wsd) equal their values",
+        sizeof pts / sizeof pts[0]);
+  /* every step of a longer run against the formulas (rt_lr.h) */
+  double worst = 0;
+  for (int kind = RT_LR_CONSTANT; kind <= RT_LR_WSD; kind++) {
+    RtLr s = {.kind = (RtLrKind)kind,
+              .lr = 3e-4,
+              .lr_min = kind == RT_LR_CONSTANT ? 0 : 3e-5,
+              .warmup = 100,
+              .steps = 1000,
+              .have_lr_min = kind != RT_LR_CONSTANT};
+    if (!check(rt_lr_check(&s, err, sizeof err) == 0, "lr schedule %s over 1000 steps checks [%s]", rt_lr_name(s.kind),
+               err))
+      continue;
+    int64_t d = kind == RT_LR_WSD ? 200 : kind == RT_LR_CONSTANT ? 0 : 900;
+    check(s.decay == d, "%s: the default decay is %lld steps (%lld)", rt_lr_name(s.kind), (long long)d,
+          (long long)s.decay);
+    for (int64_t t = 1; t <= 1000; t++) {
+      double want, p;
+      if (t <= 100) want = 3e-4 * (double)t / 100;
+      else if (kind == RT_LR_CONSTANT) want = 3e-4;
+      else if (kind == RT_LR_WSD) want = t <= 800 ? 3e-4 : 3e-5 + (3e-4 - 3e-5) * (1 - sqrt((double)(t - 800) / 200));
+      else {
+        p = (double)(t - 100) / 900;
+        want = kind == RT_LR_COSINE ? 3e-5 + (3e-4 - 3e-5) * 0.5 * (1 + cos(pi * p)) : 3e-4 - (3e-4 - 3e-5) * p;
+      }
+      double e = fabs(rt_lr_at(&s, t - 1) - want);
+      if (e > worst) worst = e;
+    }
+  }
+  check(worst < 1e-18, "lr schedules: every step of 1000 (warmup 100) equals the closed form (worst %.2e)", worst);
+  RtLr z = {.kind = RT_LR_CONSTANT, .lr = 1e-3, .steps = 5};
+  check(rt_lr_check(&z, err, sizeof err) == 0 && rt_lr_at(&z, 0) == 1e-3 && rt_lr_at(&z, 4) == 1e-3,
+        "the default (constant, no warmup) is --lr at every step");
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *self = argv[0];
@@ -2597,6 +2728,7 @@ int main(int argc, char **argv) {
   test_data_errors();
   test_listing_errors();
   test_cli();
+  test_lr();
   test_pipeline_mpi(&w);
   test_pipeline_parser();
   test_chunk_parser();

@@ -605,6 +605,21 @@ static void test_listings(void) {
         "tp 2: two ranks owning the same rows of a weight, none the others: refused at start-up");
   if (!(rc != 0 && out && strstr(out, "rows [0, 32)"))) printf("  | %s\n", out ? out : "");
   free(out);
+  out = NULL;
+  /* a shard in parts (GPT-2's fused q, k, v): rows counted in dense coordinates, every part */
+  if (compile("tests/models/tiny_gpt2.pdl", 2, 1, 1, "ownparts") ||
+      edit("ownparts", 1, "c_attn.weight f32 [64,96] @49664 init normal 0.02 decay 1 shard 1 32 96 192 parts 3",
+           "c_attn.weight f32 [64,96] @49664 init normal 0.02 decay 1 shard 1 0 96 192 parts 3"))
+    check(0, "ppc tests/models/tiny_gpt2.pdl --tp 2 for the ownership of a shard in parts");
+  else {
+    rc = ppr(2, "ownparts", "--steps 1", &out);
+    check(rc != 0 && out &&
+              strstr(out, "model_param transformer.h.0.attn.c_attn.weight: rows [0, 32) of dim 1 are owned by") &&
+              strstr(out, "model_param transformer.h.0.attn.c_attn.weight: no rank owns rows [32, 64) of dim 1"),
+          "tp 2, a shard in 3 parts: two ranks owning the same rows of every part, none the others: refused");
+    if (!(rc != 0 && out && strstr(out, "no rank owns rows [32, 64)"))) printf("  | %s\n", out ? out : "");
+    free(out);
+  }
   /* rank 1 skips one of the TP group's allreduces: it would hang or mix up buffers */
   char line[512];
   if (!line_with("coll", 1, "  allreduce tp sum @", "# row-parallel linear: partial sums", line, sizeof line))
