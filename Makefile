@@ -112,7 +112,7 @@ $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(RT_OBJ)
+$(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_state.o $(RT_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
  * reports, saves. The options and their --help text are ppr_cli.c's. */
 #include "pp_timeline.h"
 #include "ppr_cli.h"
+#include "ppr_state.h"
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_mesh.h"
 #include "rt_prog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -179,6 +181,96 @@ static int check_save_dir(const char *path, char *e, size_t elen) {
   return rc;
 }
 
+/* --save X --save-every N: X is absent or a folder (of checkpoint folders X/step-NNNNNN) that takes new
+ * folders; when absent, its parent directory takes new folders. Nothing is changed. */
+static int check_save_every(const char *path, char *e, size_t elen) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    if (errno != ENOENT)
+      return rt_fail_at(e, elen, __FILE__, __LINE__, "--save %s: cannot write: %s", path, strerror(errno));
+    return check_save_dir(path, e, elen); /* absent: its parent is probed */
+  }
+  if (!S_ISDIR(st.st_mode))
+    return rt_fail_at(e, elen, __FILE__, __LINE__,
+                      "--save %s: exists and is not a folder (with --save-every, --save names a folder of "
+                      "checkpoint folders step-NNNNNN)",
+                      path);
+  size_t n = strlen(path);
+  char *probe = malloc(n + 32);
+  if (!probe) return rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+  snprintf(probe, n + 32, "%s/.ppr-check-XXXXXX", path);
+  int rc = 0;
+  if (!mkdtemp(probe))
+    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "--save %s: cannot create folders in it: %s", path, strerror(errno));
+  else rmdir(probe);
+  free(probe);
+  return rc;
+}
+
+/* Is name a --save-every checkpoint folder's name, step-NNNNNN (6 or more digits)? */
+static int step_dir_name(const char *name) {
+  size_t n = strlen(name);
+  return n >= 11 && !strncmp(name, "step-", 5) && strspn(name + 5, "0123456789") == n - 5;
+}
+
+/* qsort's order of step folder names: by step (the number), then by name */
+static int cmp_step(const void *a, const void *b) {
+  const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+  size_t nx = strlen(x), ny = strlen(y);
+  return nx != ny ? (nx < ny ? -1 : 1) : strcmp(x, y);
+}
+
+/* --keep K: removes the checkpoint folders step-NNNNNN of dir but the last K (by step); only folders
+ * holding a checkpoint's files alone (rt_ckpt_check_dir) are removed. 0, or -1 with a message. */
+static int keep_last(const char *dir, int64_t keep, char *e, size_t elen) {
+  DIR *d = opendir(dir);
+  if (!d) return rt_fail_at(e, elen, __FILE__, __LINE__, "--keep: %s: cannot read: %s", dir, strerror(errno));
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (struct dirent *de; !rc && (de = readdir(d));) {
+    if (!step_dir_name(de->d_name)) continue;
+    if (n == cap) {
+      char **nn = realloc(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
+      if (!nn) {
+        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+        break;
+      }
+      names = nn;
+    }
+    if (!(names[n++] = strdup(de->d_name))) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+  }
+  closedir(d);
+  if (!rc) qsort(names, n, sizeof *names, cmp_step);
+  for (size_t i = 0; !rc && n > (size_t)keep && i < n - (size_t)keep; i++) {
+    char *sub = malloc(strlen(dir) + strlen(names[i]) + 2), m[1024];
+    if (!sub) {
+      rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+      break;
+    }
+    sprintf(sub, "%s/%s", dir, names[i]);
+    DIR *sd = rt_ckpt_check_dir(sub, m, sizeof m) ? NULL : opendir(sub);
+    if (!sd && !m[0]) snprintf(m, sizeof m, "%s", strerror(errno));
+    for (struct dirent *de; sd && (de = readdir(sd));) {
+      if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+      char *f = malloc(strlen(sub) + strlen(de->d_name) + 2);
+      if (f) {
+        sprintf(f, "%s/%s", sub, de->d_name);
+        unlink(f);
+      }
+      free(f);
+    }
+    if (sd) closedir(sd);
+    if (!sd || rmdir(sub) != 0)
+      rc = rt_fail_at(e, elen, __FILE__, __LINE__, "--keep: cannot remove the earlier checkpoint %s: %s", sub,
+                      sd ? strerror(errno) : m);
+    free(sub);
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return rc;
+}
+
 /* ---- SIGTERM and SIGINT: stop at the end of the step ------------------------------------------- */
 
 static char stop_note[2][160]; /* what rank 0's handler writes (async-signal-safe: prepared) */
@@ -257,6 +349,7 @@ static uint64_t get_u64(const unsigned char **q) {
 typedef struct {
   char *name;
   int ndim, sharded, dim, tied;
+  int group; /* 0: the values (or gradients); 1, 2: the AdamW moments exp_avg, exp_avg_sq */
   int64_t shape[RT_MAX_NDIM];
   const float *data;  /* a whole param: inside the gathered blocks */
   float *dense;       /* sharded: the assembled tensor (malloc'd) */
@@ -274,9 +367,12 @@ typedef struct {
   int tied_head;         /* also write the tied embedding as lm_head.weight */
   uint64_t shard_bytes;  /* a folder's shard size */
   const char *hf_config; /* the listing's: config.json */
+  /* the training state (rank 0's; NULL: none): trainer_state.json's text, and beside one file
+   * the paths of the optimizer file and of trainer_state.json */
+  const char *state_json, *opt_path, *state_path;
 } SaveOpts;
 
-static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, const SaveOpts *so, char *e,
+static int save_params(const RtProg *p, RtExec *x, const char *path, int region, const SaveOpts *so, char *e,
                        size_t elen) {
   Buf b = {0};
   uint64_t count = 0;
@@ -288,19 +384,32 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
     }
   float *host = malloc((size_t)most * sizeof *host);
   int rc = host ? 0 : rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
-  put_u64(&b, count);
-  for (int i = 0; i < p->nparams && p->dp_rank == 0 && !rc; i++) {
-    const RtParam *q = &p->params[i];
-    if (!q->owned) continue;
-    put_u64(&b, strlen(q->name));
-    put(&b, q->name, strlen(q->name));
-    put_u64(&b, (uint64_t)q->ndim);
-    put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
-    int64_t shard[6] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense, q->tied, q->shard_parts};
-    put(&b, shard, sizeof shard);
-    rc = rt_exec_read_param(x, i, grads, host, e, elen);
-    put(&b, host, (size_t)q->numel * sizeof(float));
-  }
+  /* the regions: the values (or gradients), and with the training state the AdamW moments */
+  int nreg = so && so->state_json ? 3 : 1;
+  static const int moments[2] = {RT_REG_ADAM_M, RT_REG_ADAM_V};
+  static const char *const prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
+  put_u64(&b, count * (uint64_t)nreg);
+  for (int g = 0; g < nreg && !rc; g++)
+    for (int i = 0; i < p->nparams && p->dp_rank == 0 && !rc; i++) {
+      const RtParam *q = &p->params[i];
+      if (!q->owned) continue;
+      size_t nl = strlen(prefix[g]) + strlen(q->name);
+      char *name = malloc(nl + 1);
+      if (!name) {
+        rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
+        break;
+      }
+      sprintf(name, "%s%s", prefix[g], q->name);
+      put_u64(&b, nl);
+      put(&b, name, nl);
+      free(name);
+      put_u64(&b, (uint64_t)q->ndim);
+      put(&b, q->dims, (size_t)q->ndim * sizeof *q->dims);
+      int64_t shard[7] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense, q->tied, q->shard_parts, g};
+      put(&b, shard, sizeof shard);
+      rc = rt_exec_read_param(x, i, g ? moments[g - 1] : region, host, e, elen);
+      put(&b, host, (size_t)q->numel * sizeof(float));
+    }
   free(host);
   if (!rc && b.oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
   if (!rt_comm_all_ok(comm, rc == 0)) { /* some rank could not pack: no gather */
@@ -330,7 +439,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
         int64_t dims[RT_MAX_NDIM];
         memcpy(dims, q, (size_t)ndim * 8);
         q += (size_t)ndim * 8;
-        int64_t sh[6];
+        int64_t sh[7];
         memcpy(sh, q, sizeof sh);
         q += sizeof sh;
         const float *data = (const float *)(const void *)q;
@@ -355,6 +464,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
           t->name[nl] = 0;
           t->ndim = ndim;
           t->tied = (int)sh[4];
+          t->group = (int)sh[6];
           memcpy(t->shape, dims, sizeof dims);
           t->data = data;
           if (sh[0]) {
@@ -392,13 +502,14 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
           rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: row %lld of dim %d of tensor %s is in %d shards", path,
                           (long long)k, ot[o].dim, ot[o].name, ot[o].got[k]);
     if (!rc) {
-      const char **names = calloc(nout + 2, sizeof *names);
-      int *ndims = calloc(nout + 2, sizeof *ndims);
-      const int64_t **shapes = calloc(nout + 2, sizeof *shapes);
-      const float **data = calloc(nout + 2, sizeof *data);
+      const char **names = calloc(nout + 3, sizeof *names);
+      int *ndims = calloc(nout + 3, sizeof *ndims);
+      const int64_t **shapes = calloc(nout + 3, sizeof *shapes);
+      const float **data = calloc(nout + 3, sizeof *data);
       if (!names || !ndims || !shapes || !data) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
       size_t nw = 0;
       for (size_t o = 0; o < nout && !rc; o++) {
+        if (ot[o].group) continue;
         names[nw] = ot[o].name;
         ndims[nw] = ot[o].ndim;
         shapes[nw] = ot[o].shape;
@@ -411,10 +522,36 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int grads, 
           data[nw++] = ot[o].data;
         }
       }
+      /* the moments after the weights: exp_avg.*, then exp_avg_sq.* */
+      size_t nopt = 0;
+      for (int g = 1; g <= 2; g++)
+        for (size_t o = 0; o < nout && !rc; o++)
+          if (ot[o].group == g) {
+            names[nw + nopt] = ot[o].name;
+            ndims[nw + nopt] = ot[o].ndim;
+            shapes[nw + nopt] = ot[o].shape;
+            data[nw + nopt++] = ot[o].data;
+          }
+      int state = so && so->state_json;
       if (!rc && so && so->folder) {
-        RtCkptOpts co = {.shard_bytes = so->shard_bytes, .hf_config = so->hf_config};
+        RtCkptOpts co = {.shard_bytes = so->shard_bytes,
+                         .hf_config = so->hf_config,
+                         .nopt = (int)nopt,
+                         .opt_names = names + nw,
+                         .opt_ndims = ndims + nw,
+                         .opt_shapes = shapes + nw,
+                         .opt_data = data + nw,
+                         .state_json = state ? so->state_json : NULL};
         rc = rt_ckpt_write_dir(path, (int)nw, names, ndims, shapes, data, &co, e, elen);
-      } else if (!rc) rc = rt_st_write(path, (int)nw, names, ndims, shapes, data, e, elen);
+      } else if (!rc) {
+        /* one file: the state first, the weights last (a complete weights file has its state) */
+        if (state)
+          rc = rt_st_write(so->opt_path, (int)nopt, names + nw, ndims + nw, shapes + nw, data + nw, e, elen) ||
+                       ppr_state_write(so->state_path, so->state_json, e, elen)
+                   ? -1
+                   : 0;
+        if (!rc) rc = rt_st_write(path, (int)nw, names, ndims, shapes, data, e, elen);
+      }
       free(names);
       free(ndims);
       free(shapes);
@@ -446,13 +583,61 @@ static int save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
   if (g->done) return 0;
   g->done = 1;
   rt_comm_set_what(comm, "--save-grads: the gradients to rank 0");
-  return save_params(g->p, x, g->path, 1, NULL, e, elen);
+  return save_params(g->p, x, g->path, RT_REG_GRADS, NULL, e, elen);
 }
 
 static void json_num(FILE *fp, const char *key, double v, const char *fmt) {
   fprintf(fp, ",\"%s\":", key);
   if (isfinite(v)) fprintf(fp, fmt, v);
   else fputs("null", fp);
+}
+
+/* --save: the weights and the training state after `done` steps, to --save (with --save-every to its
+ * folder step-NNNNNN, then --keep applied). Collective; on a failure every rank exits 1. */
+static void save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t done, const PprStateData *data_id) {
+  size_t n = strlen(c->save);
+  char *path = malloc(n + 32), *json = NULL;
+  if (!path) die("out of memory");
+  if (c->save_every) snprintf(path, n + 32, "%s/step-%06lld", c->save, (long long)done);
+  else snprintf(path, n + 32, "%s", c->save);
+  char *opt = ppr_state_opt_path(path), *st = ppr_state_json_path(path);
+  if (!opt || !st) die("out of memory");
+  int rc = 0;
+  if (me == 0 && !(json = ppr_state_json(c, p, data_id, done)))
+    rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory");
+  if (!rc && me == 0 && c->save_every && mkdir(c->save, 0777) != 0 && errno != EEXIST)
+    rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "--save %s: cannot create the folder: %s", c->save,
+                    strerror(errno));
+  if (!rc && me == 0 && c->save_every) rc = check_save_dir(path, err, sizeof err);
+  settle(rc);
+  rt_comm_set_what(comm, "--save: the weights to rank 0");
+  SaveOpts so = {.folder = !rt_ckpt_is_file_path(path),
+                 .tied_head = c->save_tied_head,
+                 .shard_bytes = c->save_shard_size,
+                 .hf_config = p->hf_config,
+                 .state_json = me == 0 ? json : "",
+                 .opt_path = opt,
+                 .state_path = st};
+  if (save_params(p, x, path, RT_REG_PARAMS, &so, err, sizeof err)) {
+    if (me == 0) print_err(err);
+    exit_all(1);
+  }
+  if (c->keep) { /* rank 0 prunes; every rank learns its verdict */
+    int32_t verdict = me == 0 ? keep_last(c->save, c->keep, err, sizeof err) : 0;
+    rt_comm_bcast(comm, &verdict, sizeof verdict, 0);
+    if (verdict) {
+      if (me == 0) print_err(err);
+      exit_all(1);
+    }
+  }
+  if (!c->quiet && me == 0 && c->save_every) {
+    printf("ppr: saved %s (step %lld)\n", path, (long long)done);
+    CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+  }
+  free(json);
+  free(opt);
+  free(st);
+  free(path);
 }
 
 /* ---- --trace: every rank's timeline on rank 0, and the bubble ------------------------------ */
@@ -707,8 +892,17 @@ int main(int argc, char **argv) {
   static const char *const out_flags[4] = {"--save", "--save-grads", "--log", "--trace"};
   const char *outs[4] = {c.save, c.save_grads, c.log, c.trace};
   for (int k = 0; k < 4 && me == 0 && !rc; k++)
-    if (outs[k] && k == 0 && !rt_ckpt_is_file_path(outs[k])) rc = check_save_dir(outs[k], err, sizeof err);
+    if (outs[k] && k == 0 && c.save_every) rc = check_save_every(outs[k], err, sizeof err);
+    else if (outs[k] && k == 0 && !rt_ckpt_is_file_path(outs[k])) rc = check_save_dir(outs[k], err, sizeof err);
     else if (outs[k]) rc = check_output(out_flags[k], outs[k], err, sizeof err);
+  /* --save W.safetensors: the training state beside it */
+  if (!rc && me == 0 && c.save && rt_ckpt_is_file_path(c.save)) {
+    char *so = ppr_state_opt_path(c.save), *ss = ppr_state_json_path(c.save);
+    if (!so || !ss) die("out of memory");
+    rc = check_output("--save", so, err, sizeof err) || check_output("--save", ss, err, sizeof err) ? -1 : 0;
+    free(so);
+    free(ss);
+  }
   settle(rc);
 
   /* the world size the programs were compiled for, before anything collective */
@@ -749,7 +943,32 @@ int main(int argc, char **argv) {
   settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
   rt_exec_set_comm(x, comm);
 
-  if (c.init) {
+  /* --resume: the state checked against this run, then the weights and the moments, before any step */
+  int64_t start = 0;
+  PprStateData data_id = {0};
+  if (c.save || c.resume) settle(ppr_state_data(&c, &data_id, err, sizeof err));
+  if (c.resume) {
+    char *rp = ppr_state_json_path(c.resume), *ro = ppr_state_opt_path(c.resume);
+    if (!rp || !ro) die("out of memory");
+    rc = ppr_state_check(rp, &c, p, &data_id, &start, err, sizeof err);
+    if (!rc) {
+      struct stat st;
+      if (stat(ro, &st) != 0)
+        rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                        "%s: %s: --resume expects the AdamW moments --save writes beside the weights", ro,
+                        strerror(errno));
+    }
+    settle(rc);
+    settle(rt_init_load(p, x, c.resume, model_tied, NULL, err, sizeof err));
+    settle(rt_init_load_moments(p, x, ro, err, sizeof err));
+    if (me == 0 && !c.quiet) {
+      printf("ppr: --resume %s: %lld steps done; steps %lld to %lld\n", c.resume, (long long)start,
+             (long long)start + 1, (long long)c.steps);
+      CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+    }
+    free(rp);
+    free(ro);
+  } else if (c.init) {
     RtInitInfo info;
     settle(rt_init_load(p, x, c.init, model_tied, &info, err, sizeof err));
     if (me == 0 && info.skipped) /* every rank skipped the same: the checkpoint is checked whole */
@@ -763,7 +982,7 @@ int main(int argc, char **argv) {
 
   /* the data, unless no step reads it (--val-frac reads its tail), and the validation data */
   RtData *d = NULL, *dval = NULL;
-  int want_data = c.steps > 0 || c.val_frac > 0;
+  int want_data = c.steps > start || c.val_frac > 0;
   const char *data_name = !want_data ? "none (0 steps)" : c.data ? c.data : "the built-in text";
   rc = 0;
   if (want_data && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
@@ -832,24 +1051,24 @@ int main(int argc, char **argv) {
     rt_exec_trace(x, rt_now_ms());
   }
   GradSave gs = {p, c.save_grads, 0};
-  int64_t done = 0;
+  int64_t done = start, saved = -1;
   int stop_sig = 0, stop_rank = -1;
   double run_t0 = rt_now_ms();
-  if (c.steps == 0 && dval) { /* evaluation alone: the initial weights */
+  if (c.steps == start && dval) { /* evaluation alone: the initial (or resumed) weights */
     double vloss = NAN;
     if (rt_exec_eval(x, dval, -1, (int)c.val_batches, &vloss, err, sizeof err)) die(err);
     if (!c.quiet && me == 0) {
-      printf("step 0/0  val_loss %.4f\n", vloss);
+      printf("step %lld/%lld  val_loss %.4f\n", (long long)start, (long long)c.steps, vloss);
       CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
     }
     if (log) {
-      fputs("{\"step\":0", log);
+      fprintf(log, "{\"step\":%lld", (long long)start);
       json_num(log, "val_loss", vloss, "%.9g");
       fputs("}\n", log);
       CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
     }
   }
-  for (int64_t s = 0; s < c.steps; s++) {
+  for (int64_t s = start; s < c.steps; s++) {
     double t0 = rt_now_ms(), loss = 0, gnorm = 0;
     RtHyper h = c.h;
     h.lr = rt_lr_at(&c.sched, s); /* --lr-schedule */
@@ -868,7 +1087,7 @@ int main(int argc, char **argv) {
     double vloss = NAN;
     int eval = dval && ((c.eval_every && (s + 1) % c.eval_every == 0) || s + 1 == c.steps);
     if (eval && rt_exec_eval(x, dval, s, (int)c.val_batches, &vloss, err, sizeof err)) die(err);
-    double elapsed = (rt_now_ms() - run_t0) * 1e-3, eta = elapsed / (double)(s + 1) * (double)(c.steps - s - 1);
+    double elapsed = (rt_now_ms() - run_t0) * 1e-3, eta = elapsed / (double)(s + 1 - start) * (double)(c.steps - s - 1);
     if (!c.quiet && me == 0) {
       char m[32] = "", el[32], et[32], v[32] = "";
       if (step_flops > 0) snprintf(m, sizeof m, "  mfu %.2f%%", 100 * mfu);
@@ -900,6 +1119,10 @@ int main(int argc, char **argv) {
       exit_all(1);
     }
     done = s + 1;
+    if (c.save_every && done % c.save_every == 0 && done < c.steps) {
+      save_checkpoint(&c, p, x, done, &data_id);
+      saved = done;
+    }
     /* a signal: every rank learnt it with the step's loss, and stops here together */
     if (done < c.steps && rt_comm_stopping(comm, &stop_sig, &stop_rank)) break;
   }
@@ -910,15 +1133,7 @@ int main(int argc, char **argv) {
            c.save ? c.save : "");
     CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
   }
-  if (c.save) rt_comm_set_what(comm, "--save: the weights to rank 0");
-  SaveOpts so = {.folder = c.save && !rt_ckpt_is_file_path(c.save),
-                 .tied_head = c.save_tied_head,
-                 .shard_bytes = c.save_shard_size,
-                 .hf_config = p->hf_config};
-  if (c.save && save_params(p, x, c.save, 0, &so, err, sizeof err)) {
-    if (me == 0) print_err(err);
-    exit_all(1);
-  }
+  if (c.save && saved != done) save_checkpoint(&c, p, x, done, &data_id);
   if (c.trace) write_trace(p, x, c.trace, walls, comps, done);
 
   free(walls);

@@ -30,13 +30,17 @@ static const char usage[] =
     "                              .safetensors file, a sharded checkpoint's index (*.json) or a\n"
     "                              model folder (model.safetensors or its index)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
+    "  --resume CKPT               continue a run from a --save: its weights, AdamW moments and step\n"
+    "                              count (trainer_state.json); the model, optimizer settings, lr\n"
+    "                              schedule, data and batch must be the same; any mesh. Step k+1 on:\n"
+    "                              the run ends at --steps, the total. Not with --init or --seed\n"
     "  --data FILE                 training tokens: an llm.c token file (magic 20240520, version 1\n"
     "                              uint16 or 2 uint32 tokens; a *.bin file must be one; tools/\n"
     "                              tokenize.py writes them), or text whose bytes are the tokens\n"
     "                              (default: a built-in English text)\n"
     "\n"
     "Training (AdamW):\n"
-    "  --steps N                   training steps (default 1)\n"
+    "  --steps N                   training steps in all, a resumed run's included (default 1)\n"
     "  --lr F                      learning rate, the schedule's peak (default 1e-3)\n"
     "  --lr-schedule S             constant (the default), cosine, linear or wsd (warmup, stable,\n"
     "                              decay); the step line and --log show each step's lr\n"
@@ -68,7 +72,14 @@ static const char usage[] =
     "  --save W                    the weights after the last step: W.safetensors one file, any\n"
     "                              other path a folder transformers' from_pretrained loads\n"
     "                              (model.safetensors or shards and their index; config.json\n"
-    "                              when the program came from ppc --from-hf)\n"
+    "                              when the program came from ppc --from-hf); and the training\n"
+    "                              state for --resume: the folder's optimizer.safetensors and\n"
+    "                              trainer_state.json, or W.optimizer.safetensors and\n"
+    "                              W.trainer_state.json beside the file\n"
+    "  --save-every N              also every N steps: --save X is then a folder of checkpoint\n"
+    "                              folders X/step-NNNNNN (the step count, 6 digits), the last\n"
+    "                              step's too\n"
+    "  --keep K                    with --save-every: keep the last K of them (default all)\n"
     "  --save-shard-size SIZE      a folder's shard size: bytes, or with kB, MB, GB (1000s) or\n"
     "                              KiB, MiB, GiB (default 5GB, as transformers)\n"
     "  --save-tied-head            also write a tied embedding as lm_head.weight\n"
@@ -188,7 +199,10 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     O_VAL_FRAC,
     O_EVAL_EVERY,
     O_VAL_BATCHES,
-    O_PEAK_FLOPS
+    O_PEAK_FLOPS,
+    O_RESUME,
+    O_SAVE_EVERY,
+    O_KEEP
   };
   static const struct option longs[] = {
       {"init", required_argument, NULL, O_INIT},
@@ -222,6 +236,9 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       {"eval-every", required_argument, NULL, O_EVAL_EVERY},
       {"val-batches", required_argument, NULL, O_VAL_BATCHES},
       {"peak-flops", required_argument, NULL, O_PEAK_FLOPS},
+      {"resume", required_argument, NULL, O_RESUME},
+      {"save-every", required_argument, NULL, O_SAVE_EVERY},
+      {"keep", required_argument, NULL, O_KEEP},
       {NULL, 0, NULL, 0},
   };
   opterr = 0; /* the messages below name the option as it was written */
@@ -238,6 +255,15 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_QUIET: c->quiet = 1; break;
     case O_TF32: c->tf32 = 1; break;
     case O_INIT: c->init = v; break;
+    case O_RESUME: c->resume = v; break;
+    case O_SAVE_EVERY:
+      c->save_every = (int64_t)count(flag, v, 1000000000);
+      if (!c->save_every) bad_usage("%s: expected at least 1 step, found '%s'", flag, v);
+      break;
+    case O_KEEP:
+      c->keep = (int64_t)count(flag, v, 1000000000);
+      if (!c->keep) bad_usage("%s: expected at least 1 checkpoint, found '%s'", flag, v);
+      break;
     case O_SEED:
       c->seed = count(flag, v, UINT64_MAX);
       c->have_seed = 1;
@@ -316,9 +342,16 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
   if (c->tf32 && kind != RT_DEV_CUDA)
     bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
   if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
+  if (c->resume && (c->init || c->have_seed))
+    bad_usage("--resume and %s exclude each other (--resume loads the weights)", c->init ? "--init" : "--seed");
   if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
   if ((c->save_shard_size || c->save_tied_head) && !c->save)
     bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size" : "--save-tied-head");
+  if (c->save_every && !c->save) bad_usage("--save-every is an option of --save");
+  if (c->keep && !c->save_every) bad_usage("--keep is an option of --save-every");
+  if (c->save_every && rt_ckpt_is_file_path(c->save))
+    bad_usage("--save-every: --save %s is one .safetensors file; --save-every writes a folder of checkpoint folders",
+              c->save);
   if (c->save_shard_size && c->save && rt_ckpt_is_file_path(c->save))
     bad_usage("--save-shard-size: --save %s is one .safetensors file; a folder (a path without that ending) "
               "has shards",

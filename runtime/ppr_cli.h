@@ -9,14 +9,16 @@
 
 typedef struct {
   const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;
+  const char *resume; /* --resume CKPT: the weights, the AdamW moments and the step of a --save */
   uint64_t seed;
   double timeout;
   int have_seed, quiet, tf32;
   int save_tied_head;       /* --save-tied-head: lm_head.weight written too */
   uint64_t save_shard_size; /* --save-shard-size: a checkpoint folder's shard bytes (0: the default, 5 GB) */
   int64_t steps;
-  RtHyper h;  /* h.lr: the peak learning rate (--lr) */
-  RtLr sched; /* --lr-schedule, --warmup, --lr-min, --decay-steps (checked, the defaults filled in) */
+  int64_t save_every, keep; /* --save-every N: --save X holds X/step-NNNNNN every N steps; --keep K: the last K */
+  RtHyper h;                /* h.lr: the peak learning rate (--lr) */
+  RtLr sched;               /* --lr-schedule, --warmup, --lr-min, --decay-steps (checked, the defaults filled in) */
   /* validation: --val-data FILE or --val-frac F (the tail of the training data, then never trained on) */
   const char *val_data;
   double val_frac;     /* 0: none */

@@ -305,7 +305,8 @@ int rt_ckpt_nfiles(const RtCkpt *c) { return c ? c->nfiles : 0; }
  * only these may be replaced. */
 static int ckpt_entry(const char *name) {
   if (!strcmp(name, SINGLE_NAME) || !strcmp(name, INDEX_NAME) || !strcmp(name, CONFIG_NAME) ||
-      !strcmp(name, "generation_config.json"))
+      !strcmp(name, "generation_config.json") || !strcmp(name, RT_CKPT_OPTIMIZER_NAME) ||
+      !strcmp(name, RT_CKPT_STATE_NAME))
     return 1;
   unsigned a, b;
   int end = 0;
@@ -498,6 +499,14 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
     free(text);
     if (!(fp = join(tmp, CONFIG_NAME)) || !(text = dump_json(cfg))) goto oom;
     if (write_text(fp, text, err, errlen)) goto done;
+  }
+  if (o && o->state_json) {
+    free(fp);
+    if (!(fp = join(tmp, RT_CKPT_OPTIMIZER_NAME))) goto oom;
+    if (rt_st_write(fp, o->nopt, o->opt_names, o->opt_ndims, o->opt_shapes, o->opt_data, err, errlen)) goto done;
+    free(fp);
+    if (!(fp = join(tmp, RT_CKPT_STATE_NAME))) goto oom;
+    if (write_text(fp, o->state_json, err, errlen)) goto done;
   }
   /* swap it in: an earlier checkpoint folder moves aside, then goes */
   int had = is_dir(path);

@@ -103,19 +103,24 @@ void rt_exec_close(RtExec *x) {
   free(x);
 }
 
-static int64_t grad_shift(const RtProg *p) { return p->reg[RT_REG_GRADS].base - p->reg[RT_REG_PARAMS].base; }
+/* Where param values sit in region (params, grads, adam_m, adam_v) relative to the params region. */
+static int64_t region_shift(const RtProg *p, int region) { return p->reg[region].base - p->reg[RT_REG_PARAMS].base; }
 
-int rt_exec_read_param(RtExec *x, int i, int grad, float *dst, char *err, size_t errlen) {
+int rt_exec_read_param(RtExec *x, int i, int region, float *dst, char *err, size_t errlen) {
   const RtParam *q = &x->p->params[i];
   if (rt_comm_before_host(x->comm, x->dev) ||
-      rt_dev_read(x->dev, q->off + (grad ? grad_shift(x->p) : 0), dst, q->numel * 4))
+      rt_dev_read(x->dev, q->off + region_shift(x->p, region), dst, q->numel * 4))
     return dev_failed(x, err, errlen);
   return 0;
 }
 
 int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t errlen) {
+  return rt_exec_write_region(x, i, RT_REG_PARAMS, src, err, errlen);
+}
+
+int rt_exec_write_region(RtExec *x, int i, int region, const float *src, char *err, size_t errlen) {
   const RtParam *q = &x->p->params[i];
-  if (rt_dev_write(x->dev, q->off, src, q->numel * 4)) return dev_failed(x, err, errlen);
+  if (rt_dev_write(x->dev, q->off + region_shift(x->p, region), src, q->numel * 4)) return dev_failed(x, err, errlen);
   return 0;
 }
 
@@ -150,7 +155,7 @@ static int grad_norm(Step *s, const RtInstr *in) {
   for (int i = 0; i < p->nparams; i++) {
     const RtParam *q = &p->params[i];
     if (!q->owned) continue;
-    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = q->off + grad_shift(p)},
+    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = q->off + region_shift(p, RT_REG_GRADS)},
                    {.kind = RT_KA_PTR, .off = base + 4 * grid * i},
                    {.kind = RT_KA_I64, .i = q->numel}};
     if (rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a)) return -1;

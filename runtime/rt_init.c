@@ -412,3 +412,64 @@ int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, R
   rt_ckpt_close(c);
   return rc;
 }
+
+/* ---- --resume: the AdamW moments ------------------------------------------------------------- */
+
+static const char *const moment_prefix[2] = {"exp_avg.", "exp_avg_sq."};
+
+/* The optimizer file's tensor for moment m (0: exp_avg, 1: exp_avg_sq) of param name, -1 if none. */
+static int moment_find(const RtStFile *f, int m, const char *name) {
+  char buf[PP_MAX_NAME + 16];
+  snprintf(buf, sizeof buf, "%s%s", moment_prefix[m], name);
+  return rt_st_find(f, buf);
+}
+
+static int st_same_shape(const RtStFile *f, int t, int ndim, const int64_t *dims) {
+  int64_t fd[RT_ST_MAX_NDIM];
+  if (rt_st_shape(f, t, fd, RT_ST_MAX_NDIM) != ndim) return 0;
+  for (int i = 0; i < ndim; i++)
+    if (fd[i] != dims[i]) return 0;
+  return 1;
+}
+
+int rt_init_load_moments(const RtProg *p, RtExec *x, const char *path, char *err, size_t errlen) {
+  RtStFile *f = NULL;
+  if (rt_st_open(path, &f, err, errlen)) return -1;
+  Msg m = {0};
+  int nm = p->nmodel > 0 ? p->nmodel : p->nparams, matched = 0;
+  for (int k = 0; k < nm; k++) {
+    const char *name = p->nmodel > 0 ? p->mparams[k].name : p->params[k].name;
+    int ndim = p->nmodel > 0 ? p->mparams[k].ndim : p->params[k].ndim;
+    const int64_t *dims = p->nmodel > 0 ? p->mparams[k].dims : p->params[k].dense_dims;
+    for (int j = 0; j < 2; j++) {
+      int t = moment_find(f, j, name);
+      char b[256], a[256];
+      if (t < 0) {
+        msg_add(&m, "%s: tensor %s%s missing (the model's param %s)\n", path, moment_prefix[j], name, name);
+        continue;
+      }
+      matched++;
+      if (st_same_shape(f, t, ndim, dims)) continue;
+      int64_t fd[RT_ST_MAX_NDIM];
+      int fn = rt_st_shape(f, t, fd, RT_ST_MAX_NDIM);
+      shape_str(a, sizeof a, fn < 0 ? 0 : fn, fd);
+      shape_str(b, sizeof b, ndim, dims);
+      msg_add(&m, "%s: tensor %s has shape %s, the model's param %s is %s\n", path, rt_st_name(f, t), a, name, b);
+    }
+  }
+  if (!m.n && matched != rt_st_count(f))
+    msg_add(&m, "%s: %d tensors, expected exp_avg.NAME and exp_avg_sq.NAME of the model's %d params (%d)\n", path,
+            rt_st_count(f), nm, 2 * nm);
+  int rc = finish_msg(&m, err, errlen);
+  float *v = rc ? NULL : malloc((size_t)max_numel(p) * sizeof *v);
+  if (!rc && !v) rc = RT_FAIL("out of memory");
+  for (int k = 0; k < p->nparams && !rc; k++)
+    for (int j = 0; j < 2 && !rc; j++)
+      rc = read_param(f, moment_find(f, j, p->params[k].name), &p->params[k], v, err, errlen) ||
+                   rt_exec_write_region(x, k, j ? RT_REG_ADAM_V : RT_REG_ADAM_M, v, err, errlen)
+               ? -1
+               : 0;
+  free(v);
+  rt_st_close(f);
+  return rc;
+}

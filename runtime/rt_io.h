@@ -94,21 +94,34 @@ const RtStFile *rt_ckpt_file(const RtCkpt *c, int i, int *idx);
 
 #define RT_CKPT_SHARD_DEFAULT (5000ull * 1000 * 1000) /* transformers' max_shard_size, "5GB" */
 
+#define RT_CKPT_OPTIMIZER_NAME "optimizer.safetensors" /* a folder's training state: the AdamW moments */
+#define RT_CKPT_STATE_NAME     "trainer_state.json"    /* and the step, settings and identity */
+
 typedef struct {
   uint64_t shard_bytes;  /* the most bytes of tensors in one shard (0: RT_CKPT_SHARD_DEFAULT) */
   const char *hf_config; /* JSON object written as config.json (torch_dtype set to float32); NULL: none */
+  /* the training state, written beside the weights when state_json is not NULL: nopt F32 tensors
+   * (as rt_st_write takes them) as optimizer.safetensors and state_json as trainer_state.json */
+  int nopt;
+  const char *const *opt_names;
+  const int *opt_ndims;
+  const int64_t *const *opt_shapes;
+  const float *const *opt_data;
+  const char *state_json;
 } RtCkptOpts;
 
 /* 1 when --save's path names one safetensors file (it ends in ".safetensors"), else 0: a folder. */
 int rt_ckpt_is_file_path(const char *path);
 /* 0 when path may be written as a checkpoint folder: absent, or a folder holding only a
  * checkpoint's files (model.safetensors, model-NNNNN-of-NNNNN.safetensors, the index,
- * config.json, generation_config.json), which is replaced whole. Nothing is changed. */
+ * config.json, generation_config.json, optimizer.safetensors, trainer_state.json), which is
+ * replaced whole. Nothing is changed. */
 int rt_ckpt_check_dir(const char *path, char *err, size_t errlen);
 /* Writes the F32 tensors (as rt_st_write takes them) as a folder transformers' from_pretrained
  * loads: model.safetensors, or, when they pass o->shard_bytes, shards model-00001-of-0000N.safetensors
  * (tensors in order, a new shard when the next would pass the limit; a larger tensor alone) and
- * model.safetensors.index.json (metadata.total_size, weight_map); config.json when o->hf_config.
+ * model.safetensors.index.json (metadata.total_size, weight_map); config.json when o->hf_config;
+ * optimizer.safetensors and trainer_state.json when o->state_json.
  * Written into PATH.tmp-XXXXXX beside it and renamed over PATH (an earlier checkpoint folder there
  * is replaced; rt_ckpt_check_dir's rule); on error nothing is left behind. */
 int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const int *ndims, const int64_t *const *shapes,

@@ -360,10 +360,13 @@ const RtEvent *rt_exec_events(const RtExec *x, int64_t *n, int *oom);
 /* Of the last step while tracing: its wall time and the time in compute (F, B, and OPT without
  * its collectives), milliseconds; the --save-grads hook counts in neither. */
 void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms);
-/* Param i's values (grad: its gradient accumulator), numel floats, to host memory dst; or its
- * values from src. Non-zero with the device's message in err when the device fails. */
-int rt_exec_read_param(RtExec *x, int i, int grad, float *dst, char *err, size_t errlen);
+/* Param i's numel floats in region (RT_REG_PARAMS: its values; RT_REG_GRADS: its gradient
+ * accumulator; RT_REG_ADAM_M, RT_REG_ADAM_V: its AdamW moments) to host memory dst; or its values
+ * (rt_exec_write_param) or those of a region from src. Non-zero with the device's message in err when
+ * the device fails. */
+int rt_exec_read_param(RtExec *x, int i, int region, float *dst, char *err, size_t errlen);
 int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t errlen);
+int rt_exec_write_region(RtExec *x, int i, int region, const float *src, char *err, size_t errlen);
 /* One training step: step is 0-based (it selects the data; the AdamW t is step + 1).
  * *loss = the step loss (the sum of the last stage's loss instructions' values / microbatches (the
  * global M), summed over the last stage's ranks of tp_rank 0 of every replica: the same on every rank),
@@ -408,6 +411,11 @@ typedef struct {
  * rank holds a tied param). info (may be NULL) says what was skipped. */
 int rt_init_load(const RtProg *p, RtExec *x, const char *path, int model_tied, RtInitInfo *info, char *err,
                  size_t errlen);
+/* --resume's optimizer file (a safetensors file): the AdamW moments of every model param as dense
+ * tensors "exp_avg.NAME" (adam_m) and "exp_avg_sq.NAME" (adam_v), each of the param's dense shape,
+ * and nothing else; every param of this rank (copies included) reads its slice of both. Checked
+ * whole before anything is written. */
+int rt_init_load_moments(const RtProg *p, RtExec *x, const char *path, char *err, size_t errlen);
 
 /* ---- the default training text (rt_text.c): bytes are tokens ------------------------------- */
 

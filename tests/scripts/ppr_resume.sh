@@ -1,0 +1,157 @@
+#!/bin/sh
+# ppr_resume.sh BUILD_DIR - --save writes the training state (optimizer.safetensors and trainer_state.json
+# beside the weights) and --resume continues from it: 6 steps straight and 3 + 3 resumed give the same
+# losses and byte-identical weights and moments, on one rank and on tp 2 x pp 2; a checkpoint saved at
+# pp 2 resumed on one rank agrees within 1e-5; a one-file --save; the errors (before any step, nothing
+# written). A tiny GPT-2 from `ppc --from-hf tests/hf/gpt2`. Last line: "N passed, M failed".
+set -u
+build=${1:?usage: ppr_resume.sh BUILD_DIR}
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export PPC_CACHE="$tmp/cache"
+MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
+ppr=$build/ppr
+
+expect() {
+  what=$1
+  shift
+  if "$@" >"$tmp/out.txt" 2>&1; then ok "$what"; else
+    bad "$what (exit $?)"
+    head -n 5 "$tmp/out.txt"
+  fi
+}
+# expect_fail WHAT TEXT CMD...: CMD exits 1 saying TEXT, and writes no $tmp/never
+expect_fail() {
+  what=$1 want=$2
+  shift 2
+  "$@" >"$tmp/out.txt" 2>&1
+  rc=$?
+  if [ "$rc" -eq 1 ] && grep -qF -- "$want" "$tmp/out.txt" && [ ! -e "$tmp/never" ] && ! grep -q '^step ' "$tmp/out.txt"
+  then ok "$what: $want"; else
+    bad "$what: expected exit 1 saying '$want', no step, nothing saved (exit $rc)"
+    head -n 5 "$tmp/out.txt"
+  fi
+}
+losses() { grep -o '"loss":[^,]*' "$@"; }
+
+"$build/ppc" --from-hf tests/hf/gpt2 -o "$tmp/g.pdl" >"$tmp/ppc.txt" 2>&1 &&
+  "$build/ppc" "$tmp/g.pdl" --seq 16 --microbatches 2 -o "$tmp/one" >>"$tmp/ppc.txt" 2>&1 &&
+  "$build/ppc" "$tmp/g.pdl" --seq 16 --pp 2 --microbatches 2 -o "$tmp/pp2" >>"$tmp/ppc.txt" 2>&1 &&
+  "$build/ppc" "$tmp/g.pdl" --seq 16 --tp 2 --pp 2 --microbatches 2 -o "$tmp/mesh" >>"$tmp/ppc.txt" 2>&1 || {
+  cat "$tmp/ppc.txt"
+  bad "ppc --from-hf tests/hf/gpt2"
+  echo "$pass passed, $fail failed"
+  exit 1
+}
+# a schedule whose lr changes every step, clipping on: the resumed steps must use the saved run's
+opts="--quiet --lr-schedule cosine --warmup 2 --clip 1.0"
+
+# straight_vs_resumed NAME DIR LAUNCH...: 6 steps saving every 3 (NAME-a/step-000003, NAME-a/step-000006), then
+# --resume NAME-a/step-000003 for steps 4 to 6, on the mesh of the program DIR
+straight_vs_resumed() {
+  name=$1 dir=$2
+  shift 2
+  expect "$name: 6 steps, --save-every 3" "$@" "$ppr" "$tmp/$dir" --steps 6 $opts --save "$tmp/$name-a" --save-every 3 \
+    --log "$tmp/$name-a.jsonl"
+  expect "$name: --resume step-000003, steps 4 to 6" "$@" "$ppr" "$tmp/$dir" --steps 6 $opts \
+    --resume "$tmp/$name-a/step-000003" --save "$tmp/$name-b" --log "$tmp/$name-b.jsonl"
+  if cmp -s "$tmp/$name-a/step-000006/model.safetensors" "$tmp/$name-b/model.safetensors" &&
+    cmp -s "$tmp/$name-a/step-000006/optimizer.safetensors" "$tmp/$name-b/optimizer.safetensors" &&
+    cmp -s "$tmp/$name-a/step-000006/trainer_state.json" "$tmp/$name-b/trainer_state.json"; then
+    ok "$name: 3 + resumed 3 steps: the weights, the moments and trainer_state.json byte-identical to 6 steps"
+  else bad "$name: 3 + resumed 3 steps: the weights, the moments and trainer_state.json byte-identical to 6 steps"; fi
+  losses "$tmp/$name-b.jsonl" >"$tmp/$name-b.loss"
+  losses "$tmp/$name-a.jsonl" >"$tmp/$name-a.loss"
+  if [ "$(wc -l <"$tmp/$name-a.loss")" -eq 6 ] && tail -n 3 "$tmp/$name-a.loss" | cmp -s - "$tmp/$name-b.loss" &&
+    grep -q '^{"step":4,' "$tmp/$name-b.jsonl" && ! grep -q '^{"step":3,' "$tmp/$name-b.jsonl"; then
+    ok "$name: the resumed run logs steps 4 to 6 with the uninterrupted run's losses"
+  else bad "$name: the resumed run logs steps 4 to 6 with the uninterrupted run's losses"; fi
+}
+straight_vs_resumed one one
+straight_vs_resumed mesh mesh $MPIRUN -np 4
+
+if [ "$(ls "$tmp/one-a" | tr '\n' ' ')" = "step-000003 step-000006 " ] &&
+  [ "$(ls "$tmp/one-b" | tr '\n' ' ')" = "config.json model.safetensors optimizer.safetensors trainer_state.json " ] &&
+  grep -q '"step": 6' "$tmp/one-b/trainer_state.json" && grep -q '"exp_avg_sq.transformer.wte.weight"' "$tmp/one-b/optimizer.safetensors"
+then ok "--save FOLDER: the weights, optimizer.safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json"
+else bad "--save FOLDER: the weights, optimizer.safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json"; fi
+# the state folder is still a weights checkpoint
+expect "--init a folder holding the training state" "$ppr" "$tmp/one" --init "$tmp/one-b" --steps 0 --quiet \
+  --save "$tmp/init.safetensors"
+if cmp -s "$tmp/init.safetensors" "$tmp/one-b/model.safetensors"; then ok "--init reads the weights alone"
+else bad "--init reads the weights alone"; fi
+
+# a changed mesh: saved at pp 2, resumed on one rank (another summation order: close, not identical)
+expect "pp 2: 3 steps" $MPIRUN -np 2 "$ppr" "$tmp/pp2" --steps 6 $opts --save "$tmp/pp" --save-every 3
+expect "one rank: --resume the pp 2 checkpoint" "$ppr" "$tmp/one" --steps 6 $opts --resume "$tmp/pp/step-000003" \
+  --save "$tmp/pp-b" --log "$tmp/pp-b.jsonl"
+losses "$tmp/pp-b.jsonl" | sed 's/^[^:]*://' >"$tmp/pp-b.loss"
+tail -n 3 "$tmp/one-a.loss" | sed 's/^[^:]*://' >"$tmp/one-a3.loss"
+if [ "$(wc -l <"$tmp/pp-b.loss")" -eq 3 ] &&
+  paste "$tmp/one-a3.loss" "$tmp/pp-b.loss" | awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) bad = 1} END {exit bad}'
+then ok "pp 2 -> one rank: steps 4 to 6 within 1e-5 of the one-rank run"
+else bad "pp 2 -> one rank: steps 4 to 6 within 1e-5 of the one-rank run ($(paste "$tmp/one-a3.loss" "$tmp/pp-b.loss" | tr '\n' ' '))"; fi
+
+# one file: W.optimizer.safetensors and W.trainer_state.json beside W.safetensors
+expect "--save W.safetensors" "$ppr" "$tmp/one" --steps 6 $opts --resume "$tmp/one-a/step-000003" --steps 6 \
+  --save "$tmp/w.safetensors"
+if [ -f "$tmp/w.optimizer.safetensors" ] && [ -f "$tmp/w.trainer_state.json" ] &&
+  cmp -s "$tmp/w.safetensors" "$tmp/one-b/model.safetensors"; then
+  ok "--save W.safetensors: W.optimizer.safetensors and W.trainer_state.json beside it"
+else bad "--save W.safetensors: W.optimizer.safetensors and W.trainer_state.json beside it"; fi
+expect "--resume W.safetensors at the last step: nothing to run" "$ppr" "$tmp/one" --steps 6 $opts \
+  --resume "$tmp/w.safetensors" --save "$tmp/wb"
+if cmp -s "$tmp/wb/model.safetensors" "$tmp/one-b/model.safetensors" &&
+  cmp -s "$tmp/wb/optimizer.safetensors" "$tmp/one-b/optimizer.safetensors" &&
+  cmp -s "$tmp/wb/optimizer.safetensors" "$tmp/w.optimizer.safetensors"; then
+  ok "--resume W.safetensors at --steps: the weights and moments as saved"
+else bad "--resume W.safetensors at --steps: the weights and moments as saved"; fi
+# --keep K: the last K step folders
+expect "--save-every 1 --keep 2" "$ppr" "$tmp/one" --steps 4 --quiet --save "$tmp/kept" --save-every 1 --keep 2
+if [ "$(ls "$tmp/kept" | tr '\n' ' ')" = "step-000003 step-000004 " ]; then ok "--keep 2 keeps the last two"
+else bad "--keep 2 keeps the last two ($(ls "$tmp/kept" | tr '\n' ' '))"; fi
+
+# errors: before any step, nothing written
+ck=$tmp/one-a/step-000003
+expect_fail "--resume --init" "--resume and --init exclude each other" "$ppr" "$tmp/one" --resume "$ck" --init "$ck" \
+  --save "$tmp/never"
+expect_fail "--resume --seed" "--resume and --seed exclude each other" "$ppr" "$tmp/one" --resume "$ck" --seed 3 \
+  --save "$tmp/never"
+expect_fail "other optimizer settings" "optimizer.beta2 is 0.95, this run's is 0.9" "$ppr" "$tmp/one" --steps 6 $opts \
+  --beta2 0.9 --resume "$ck" --save "$tmp/never"
+expect_fail "another lr schedule" "lr_schedule.warmup is 2, this run's is 0" "$ppr" "$tmp/one" --steps 6 --quiet \
+  --lr-schedule cosine --clip 1.0 --resume "$ck" --save "$tmp/never"
+expect_fail "other data" "the checkpoint's data." "$ppr" "$tmp/one" --steps 6 $opts --data README.md \
+  --resume "$ck" --save "$tmp/never"
+expect_fail "--steps below the checkpoint's" "has done 3 steps, more than --steps 2" "$ppr" "$tmp/one" --steps 2 \
+  --quiet --resume "$ck" --save "$tmp/never"
+expect_fail "--keep without --save-every" "--keep is an option of --save-every" "$ppr" "$tmp/one" --save "$tmp/never" \
+  --keep 2
+"$build/ppc" tests/models/tiny_gpt2.pdl --microbatches 2 -o "$tmp/other" >"$tmp/ppc2.txt" 2>&1 || cat "$tmp/ppc2.txt"
+expect_fail "another model" "the checkpoint's model is" "$ppr" "$tmp/other" --steps 6 $opts --resume "$ck" \
+  --save "$tmp/never"
+cp -r "$ck" "$tmp/cut"
+head -c 100000 "$ck/optimizer.safetensors" >"$tmp/cut/optimizer.safetensors"
+expect_fail "a truncated optimizer file" "$tmp/cut/optimizer.safetensors" "$ppr" "$tmp/one" --steps 6 $opts \
+  --resume "$tmp/cut" --save "$tmp/never"
+cp -r "$ck" "$tmp/noopt"
+rm "$tmp/noopt/optimizer.safetensors"
+expect_fail "a missing optimizer file" "$tmp/noopt/optimizer.safetensors: No such file" "$ppr" "$tmp/one" --steps 6 $opts \
+  --resume "$tmp/noopt" --save "$tmp/never"
+cp -r "$ck" "$tmp/nostate"
+rm "$tmp/nostate/trainer_state.json"
+expect_fail "a missing trainer_state.json" "$tmp/nostate/trainer_state.json: No such file" "$ppr" "$tmp/one" --steps 6 \
+  $opts --resume "$tmp/nostate" --save "$tmp/never"
+cp -r "$ck" "$tmp/badjson"
+echo '{"format": 1' >"$tmp/badjson/trainer_state.json"
+expect_fail "a broken trainer_state.json" "$tmp/badjson/trainer_state.json: not valid JSON" "$ppr" "$tmp/one" --steps 6 \
+  $opts --resume "$tmp/badjson" --save "$tmp/never"
+expect_fail "tp 2 x pp 2: a truncated optimizer file" "$tmp/cut/optimizer.safetensors" $MPIRUN -np 4 "$ppr" "$tmp/mesh" \
+  --steps 6 $opts --resume "$tmp/cut" --save "$tmp/never"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
