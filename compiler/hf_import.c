@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pp_json.h"
 #include "ppc.h"
 
 /* ORDER HfArch: hf_archs */
@@ -340,24 +341,9 @@ static void model_name(const Hf *h, char *buf, size_t n) {
 
 /* The config as read, on one line: compact, sorted keys, ASCII, each number with the fewest
  * digits (15 to 17) that read back exactly. NULL if jansson cannot write it. */
-static bool reals_read_back(const json_t *v, int prec) {
-  if (json_is_real(v)) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
-    return strtod(buf, NULL) == json_real_value(v);
-  }
-  const char *key;
-  json_t *x;
-  size_t i;
-  if (json_is_object(v)) json_object_foreach((json_t *)v, key, x) if (!reals_read_back(x, prec)) return false;
-  if (json_is_array(v)) json_array_foreach(v, i, x) if (!reals_read_back(x, prec)) return false;
-  return true;
-}
-
 static char *config_line(const json_t *cfg) {
-  int prec = 15;
-  while (prec < 17 && !reals_read_back(cfg, prec)) prec++;
-  return json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(prec));
+  return json_dumps(cfg,
+                    JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(pp_json_precision(cfg)));
 }
 
 /* A number for the .pdl: the shortest that reads back, an integer written out (500000, not

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pp_json.h"
 #include "ppc.h"
 
 /* ============================================================================================
@@ -105,20 +106,6 @@ static void read_checkpoint(Builder *b, const Stmt *s, Config *c) {
 
 #define HF_CONFIG_TAG "# hf-config: "
 
-static int reals_read_back(const json_t *v, int prec) {
-  if (json_is_real(v)) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
-    return strtod(buf, NULL) == json_real_value(v);
-  }
-  const char *key;
-  json_t *x;
-  size_t i;
-  if (json_is_object(v)) json_object_foreach((json_t *)v, key, x) if (!reals_read_back(x, prec)) return 0;
-  if (json_is_array(v)) json_array_foreach(v, i, x) if (!reals_read_back(x, prec)) return 0;
-  return 1;
-}
-
 int ir_config_hf_json(const Src *src, char **out, Loc *at) {
   *out = NULL;
   const char *t = src->text, *c = NULL;
@@ -132,8 +119,7 @@ int ir_config_hf_json(const Src *src, char **out, Loc *at) {
   size_t n = e ? (size_t)(e - j) : strlen(j);
   *at = (Loc){(int)(c - t), (int)(j + n - t)};
   json_t *v = json_loadb(j, n, 0, NULL);
-  int prec = 15; /* the fewest digits that read every number back, as --from-hf wrote them */
-  while (prec < 17 && !reals_read_back(v, prec)) prec++;
+  int prec = pp_json_precision(v); /* every number back, as --from-hf wrote them */
   char *d = json_is_object(v) ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(prec)) : NULL;
   json_decref(v);
   if (!d) return -1;

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pp_json.h"
+
 #define STATE_FORMAT "ppr-trainer-state 1"
 
 /* ckpt's companion file: CKPT/NAME for a folder, W.SUFFIX for W.safetensors. */
@@ -108,35 +110,11 @@ static json_t *state_object(const PprCli *c, const RtProg *p, const PprStateData
   return o;
 }
 
-/* Every real of v reads back from prec significant digits. */
-static int reals_read_back(const json_t *v, int prec) {
-  if (json_is_real(v)) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
-    return strtod(buf, NULL) == json_real_value(v);
-  }
-  const char *key;
-  json_t *x;
-  if (json_is_object(v)) json_object_foreach((json_t *)v, key, x) if (!reals_read_back(x, prec)) return 0;
-  return 1;
-}
-
 char *ppr_state_json(const PprCli *c, const RtProg *p, const PprStateData *d, int64_t step) {
   json_t *o = state_object(c, p, d, step);
   if (!o) return NULL;
-  int prec = 15; /* the fewest digits (15 to 17) that read back exactly */
-  while (prec < 17 && !reals_read_back(o, prec)) prec++;
-  char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(prec));
+  char *t = rt_ckpt_json_text(o); /* as the checkpoint's other JSON files (rt_ckpt.c) */
   json_decref(o);
-  if (!s) return NULL;
-  size_t n = strlen(s);
-  char *t = realloc(s, n + 2);
-  if (!t) {
-    free(s);
-    return NULL;
-  }
-  t[n] = '\n';
-  t[n + 1] = 0;
   return t;
 }
 
@@ -152,9 +130,7 @@ static int differs(const char *path, const char *sec, const json_t *saved, const
     json_object_foreach((json_t *)a, k, v) if (!key && !json_object_get(b, k)) key = k;
   }
   const json_t *x = key ? json_object_get(a, key) : a, *y = key ? json_object_get(b, key) : b;
-  int px = 15, py = 15;
-  while (px < 17 && x && !reals_read_back(x, px)) px++;
-  while (py < 17 && y && !reals_read_back(y, py)) py++;
+  int px = pp_json_precision(x), py = pp_json_precision(y);
   char *xs = x ? json_dumps(x, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(px)) : NULL;
   char *ys = y ? json_dumps(y, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(py)) : NULL;
   RT_FAIL("%s: the checkpoint's %s%s%s is %.200s, this run's is %.200s: --resume needs the same model, optimizer "

@@ -1,6 +1,7 @@
 /* rt_ckpt.c - checkpoints as Hugging Face keeps them: one safetensors file, a sharded checkpoint's index
  * (model.safetensors.index.json) or a model folder, read as one set of tensors; and the folder written
  * (model.safetensors, or shards and their index, and config.json) through a temporary folder and a rename. */
+#include "pp_json.h"
 #include "rt_io.h"
 #include "rt_st.h"
 #include "rt_util.h"
@@ -381,27 +382,9 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
   return ok ? 0 : -1;
 }
 
-/* Every real of v reads back from prec significant digits. */
-static int reals_read_back(const json_t *v, int prec) {
-  if (json_is_real(v)) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
-    return strtod(buf, NULL) == json_real_value(v);
-  }
-  const char *key;
-  json_t *x;
-  size_t i;
-  if (json_is_object(v)) json_object_foreach((json_t *)v, key, x) if (!reals_read_back(x, prec)) return 0;
-  if (json_is_array(v)) json_array_foreach(v, i, x) if (!reals_read_back(x, prec)) return 0;
-  return 1;
-}
-
-/* JSON as transformers writes it: 2-space indent, sorted keys, each number with the fewest digits
- * (15 to 17) that read back, a final newline; malloc'ed. */
-static char *dump_json(const json_t *v) {
-  int prec = 15;
-  while (prec < 17 && !reals_read_back(v, prec)) prec++;
-  char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(prec));
+/* JSON as transformers writes it (rt_io.h). */
+char *rt_ckpt_json_text(const json_t *v) {
+  char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(pp_json_precision(v)));
   if (!s) return NULL;
   size_t n = strlen(s);
   char *t = realloc(s, n + 2);
@@ -491,13 +474,13 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
   if (nshards > 1) {
     free(fp);
     free(text);
-    if (!(fp = join(tmp, INDEX_NAME)) || !(text = dump_json(index))) goto oom;
+    if (!(fp = join(tmp, INDEX_NAME)) || !(text = rt_ckpt_json_text(index))) goto oom;
     if (write_text(fp, text, err, errlen)) goto done;
   }
   if (cfg) {
     free(fp);
     free(text);
-    if (!(fp = join(tmp, CONFIG_NAME)) || !(text = dump_json(cfg))) goto oom;
+    if (!(fp = join(tmp, CONFIG_NAME)) || !(text = rt_ckpt_json_text(cfg))) goto oom;
     if (write_text(fp, text, err, errlen)) goto done;
   }
   if (o && o->state_json) {

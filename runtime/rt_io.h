@@ -85,6 +85,11 @@ typedef struct RtCkpt RtCkpt;
  * naming the tensor and the files). On error *out is NULL. */
 int rt_ckpt_open(const char *path, RtCkpt **out, char *err, size_t errlen);
 void rt_ckpt_close(RtCkpt *c); /* NULL ok */
+/* JSON as transformers writes it (config.json, the index; ppr's trainer_state.json): 2-space
+ * indent, sorted keys, each number with the fewest digits that read back (runtime/pp_json.h), a
+ * final newline; malloc'ed, NULL when out of memory. */
+struct json_t;
+char *rt_ckpt_json_text(const struct json_t *v);
 int rt_ckpt_count(const RtCkpt *c);
 int rt_ckpt_nfiles(const RtCkpt *c);
 const char *rt_ckpt_name(const RtCkpt *c, int i);    /* tensors 0..count-1: file by file, header order */
