@@ -96,11 +96,11 @@ $(GEN)/parser.o: $(GEN)/parser.c
 
 # the compiler's switches over its enums list every case: a half-added op does not compile
 PPC_WARN := -Wswitch-enum
-$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h $(GEN)/parser.h
+$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) -c -o $@ $<
 
-$(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h $(GEN)/parser.h
+$(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) $(NVRTC_CFLAGS) -c -o $@ $<
 
@@ -112,7 +112,7 @@ $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_state.o $(RT_OBJ)
+$(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_state.o $(BUILD)/runtime/ppr_gen.o $(RT_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
@@ -136,8 +136,8 @@ $(BUILD)/test_partition: tests/unit/test_partition.c $(filter-out $(BUILD)/compi
 $(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
-$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(RT_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(BUILD)/runtime/ppr_gen.o $(RT_HDR)
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(BUILD)/runtime/ppr_gen.o $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
 $(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) $(RUNTIME_HDR)
@@ -193,14 +193,28 @@ asan:
 	HOSTILE_TIMEOUT=300 $(MAKE) BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
-# the main job: compile tiny.pdl for a mesh and train it over MPI on the CPU on the built-in text
+# the main job: compile tiny.pdl (and its generation programs) for a mesh and train it over MPI on
+# the CPU on the built-in text, its last tenth held out: warmup and cosine decay, the validation
+# loss every 50 steps, a checkpoint every 100, a sample of text at the end; then how to resume
 DEMO_MESH  ?= --tp 2 --pp 2
 DEMO_RANKS ?= 4
 DEMO_STEPS ?= 300
+DEMO_RUN   ?= $(BUILD)/demo-run
 MPIRUN     ?= mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1
+DEMO_OPTS   = --steps $(DEMO_STEPS) --lr 3e-3 --clip 1 --lr-schedule cosine --warmup 30 --val-frac 0.1 \
+              --eval-every 50 --save $(DEMO_RUN) --save-every 100 --keep 2
+DEMO_SAMPLE = --prompt 'The clock ' --temperature 0.8 --top-k 20
 demo: $(PPC) $(PPR)
-	$(PPC) examples/tiny.pdl $(DEMO_MESH) --microbatches 4 -o $(BUILD)/demo
-	$(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo --steps $(DEMO_STEPS) --lr 3e-3 --clip 1
+	$(PPC) examples/tiny.pdl $(DEMO_MESH) --micro-batch 4 --microbatches 8 --generate -o $(BUILD)/demo
+	rm -rf $(DEMO_RUN)
+	$(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo $(DEMO_OPTS) --sample-every $(DEMO_STEPS) --sample-len 200 \
+	  $(DEMO_SAMPLE)
+	@echo
+	@echo "Checkpoints: $$(ls -d $(DEMO_RUN)/step-* | tr '\n' ' ')(the last 2; Ctrl-C saves one and stops)."
+	@echo "Continue a stopped run from its last checkpoint (the same options, --resume CKPT):"
+	@echo "  $(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo $(DEMO_OPTS) --resume $(DEMO_RUN)/step-000200"
+	@echo "Sample from a checkpoint:"
+	@echo "  $(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo --init $(DEMO_RUN)/step-$$(printf %06d $(DEMO_STEPS)) --generate 300 $(DEMO_SAMPLE)"
 
 # the one style of .clang-format, applied (tests/scripts/lint_format.sh checks it in make test)
 FORMATTED = $(shell git ls-files 'compiler/*.c' 'compiler/*.h' 'runtime/*.c' 'runtime/*.h' 'tests/unit/*.c' \

@@ -111,6 +111,12 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       OUT(b, "loss");
       operand(b, p, tp_rank, &in->op[0]);
       break;
+    case I_LOGITS: /* B S VLOCAL VSTART */
+      OUT(b, "logits");
+      operand(b, p, tp_rank, &in->op[0]);
+      for (int a = 1; a < 5; a++)
+        OUT(b, " %lld", (long long)(in->op[a].kind == 'v' ? in->op[a].i * tp_rank : in->op[a].i));
+      break;
     case I_GRADNORM: {
       const Kernel *k = p->kernels[in->kernel];
       KGeom g = kir_geom(k);
@@ -147,7 +153,7 @@ static const char *init_name(const IrParam *q, char *buf, size_t n) {
 static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
   const StageSched *st = &s->st[stage];
   char cs[2][16];
-  OUT(b, "schedule %s\n  zero_grads\n", s->kind);
+  OUT(b, "schedule %s\n%s", s->kind, s->fwd_only ? "" : "  zero_grads\n");
   for (int i = 0; i < st->n; i++) {
     const SchedEntry *e = &st->e[i];
     if (e->kind != SE_COMM) {
@@ -160,7 +166,7 @@ static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
           e->ops[k].mb, e->ops[k].slot);
     OUT(b, "\n");
   }
-  OUT(b, "  OPT\nend\n");
+  OUT(b, "%send\n", s->fwd_only ? "" : "  OPT\n");
 }
 
 /* The rank at (dp, pp, tp): a listing's own, and its pipeline neighbours (the same dp and tp on the
@@ -263,10 +269,10 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   for (int k = 0; k < p->nch; k++) {
     const ProgChunk *ch = &p->ch[k];
     block(b, p, ch->g, k, tp_rank, &ch->fwd);
-    block(b, p, ch->g, k, tp_rank, &ch->bwd);
-    if (s->split) block(b, p, ch->g, k, tp_rank, &ch->wgt); /* the W entries' block */
+    if (!s->fwd_only) block(b, p, ch->g, k, tp_rank, &ch->bwd); /* a generation program: the forward alone */
+    if (s->split) block(b, p, ch->g, k, tp_rank, &ch->wgt);     /* the W entries' block */
   }
-  block(b, p, p->g, 0, tp_rank, &p->opt);
+  if (!s->fwd_only) block(b, p, p->g, 0, tp_rank, &p->opt);
   schedule(b, p, s, stage);
 }
 
@@ -465,7 +471,7 @@ int cg_write_kernels(const char *dir, const Program *p, const char *cache, const
   Buf c = {0}, cl = {0}, cu = {0};
   int rc = 1;
   *out = (StageFiles){.arch = arch, .so.bytes = -1, .cl.bytes = -1, .cubin.bytes = -1, .ptx.bytes = -1};
-  snprintf(out->name, sizeof out->name, "kernels_s%d", p->g->stage);
+  snprintf(out->name, sizeof out->name, p->g->infer ? PP_GEN_KERNELS_FMT : PP_KERNELS_FMT, p->g->stage);
   kernel_sources(p, LANG_C, &c);
   out->hash = cg_fnv1a(c.s, c.len);
   unsigned long long h = (unsigned long long)out->hash;
@@ -510,7 +516,8 @@ int cg_write(const char *dir, const Program *p, const Sched *s, int tp_rank, int
     rc = fputs(all.s, stdout) < 0;
   } else {
     char path[4200];
-    snprintf(path, sizeof path, "%s/rank%d.prog", dir, rank);
+    int n = snprintf(path, sizeof path, "%s/", dir);
+    snprintf(path + n, sizeof path - (size_t)n, p->g->infer ? PP_GEN_PROG_FMT : PP_PROG_FMT, rank);
     rc = write_file(path, all.s, all.len);
   }
   free(body.s);

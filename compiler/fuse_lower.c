@@ -84,7 +84,8 @@ static bool transpose_is_free(FuseCtx *c, int id) {
 static void param_buffers(FuseCtx *c, int *rank_grad) {
   static const BufClass pc[4] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V};
   const Graph *g = c->g;
-  for (int cls = 0; cls < 4; cls++)
+  for (int i = 0; i < g->nparams; i++) rank_grad[i] = -1;
+  for (int cls = 0; cls < (g->infer ? 1 : 4); cls++) /* a generation program: the values alone */
     for (int i = 0; i < g->nparams; i++) {
       int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, false);
       c->p->vb[vb].param = i;
@@ -114,6 +115,13 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     if (n->op == OP_PARAM || n->gparam >= 0 || c->inlined[i]) continue;
     if (n->op == OP_INPUT) {
       p->node_vb[i] = fuse_prog_vbuf(c, n->var, BC_SLOT, n->shape, true);
+      continue;
+    }
+    if (n->op == OP_LOGITS) { /* the output: kept in the slot, read after the pass */
+      int vb = p->node_vb[i] = p->node_vb[n->in[0]];
+      p->vb[vb].cls = BC_SLOT;
+      p->vb[vb].pin_end = true;
+      c->phys[i] = c->phys[n->in[0]];
       continue;
     }
     if (is_alias(n->op)) {
@@ -182,10 +190,11 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_MERGE_HEADS:
   OP_CASES_LEAF:
     break;
+  case OP_RECV_FORWARD:
+  case OP_SEND_FORWARD:
   case OP_RECV_BACKWARD:
-  case OP_SEND_BACKWARD:
-  OP_CASES_PP:
-    break; /* the schedule's */
+  case OP_SEND_BACKWARD: break; /* the schedule's */
+  case OP_LOGITS: fuse_rows_logits(c, id, n->in[0]); break;
   case OP_EMBEDDING: fuse_rows_embedding(c, id); break;
   case OP_EMBEDDING_DW: fuse_rows_embedding_dw(c, id); break;
   case OP_POS_EMBEDDING: fuse_rows_pos_embedding(c, id, false); break;
@@ -324,7 +333,7 @@ Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
   c.g = rank; /* the optimizer: over the rank's parameters */
   c.chunk = 0;
   c.grad_vb = rank_grad;
-  fuse_adamw(&c);
+  if (!rank->infer) fuse_adamw(&c);
   for (int i = 0; i < p->nk; i++) free(c.bodies[i]);
   free(c.bodies);
   free(rank_grad);

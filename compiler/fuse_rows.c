@@ -339,8 +339,22 @@ void fuse_rows_transpose(FuseCtx *c, int id) {
  * mean over rows. With vocab-parallel logits each rank sees its columns: the row maximum, the
  * sum of exponentials and the target logit are reduced over the TP group between three kernels;
  * [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not count. */
+/* `logits OPERAND B S VLOCAL VSTART`: the logits [B,S,VLOCAL] (node's value), columns [VSTART,
+ * VSTART + VLOCAL) of the vocabulary (those at or past it padding): a generation program's output
+ * (.logits, id), or in a training program the ones its loss (id) reads. id's a.vlocal says whether
+ * they are a vocabulary shard (tp_shard.c). */
+void fuse_rows_logits(FuseCtx *c, int id, int node) {
+  const Shape *ls = &N(c, node)->shape;
+  int64_t VL = N(c, id)->a.vlocal;
+  Instr *in = fuse_prog_instr(c, I_LOGITS, id);
+  in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, node), 0);
+  for (int d = 0; d < 3; d++) in->op[in->nop++] = (Operand){.kind = 'i', .i = ls->d[d]};
+  in->op[in->nop++] = VL ? fuse_prog_vstart(VL) : (Operand){.kind = 'i', .i = 0};
+}
+
 void fuse_rows_ce(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
+  fuse_rows_logits(c, id, n->in[0]);
   const Shape *ls = &N(c, n->in[0])->shape;
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
   int rowloss = fuse_prog_vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, false);

@@ -28,6 +28,7 @@ Graph *pp_chunks_rank(const Graph *model, const Plan *vplan, const Sched *s, int
   g->nlayers = model->nlayers;
   g->vocab = model->vocab;
   g->layers_loc = model->layers_loc;
+  g->infer = model->infer;
   g->loss = g->seed = -1;
   g->stage = r;
   g->npp = s->pp;

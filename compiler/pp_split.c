@@ -67,6 +67,7 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
     memcpy(s->bounds, g->bounds, (size_t)(pp + 1) * sizeof *s->bounds);
   }
   s->layers_loc = g->layers_loc;
+  s->infer = g->infer;
   s->loss = -1;
   s->seed = -1;
   s->stage = stage;
@@ -80,8 +81,10 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
     const IrNode *n = &g->nodes[i];
     if (n->op == OP_PARAM || n->op == OP_INPUT) continue; /* copied when first read */
     if (pp_stage_of_node(g, pp, n) != stage) diag_fatal("internal: node %%%d is out of the order of the stages", i);
-    int in[6];
-    for (int k = 0; k < n->nin; k++) {
+    /* a generation program's graph ends with its logits: the loss and its labels are not read */
+    bool out = g->infer && n->op == OP_CROSS_ENTROPY;
+    int in[6], nin = out ? 1 : n->nin;
+    for (int k = 0; k < nin; k++) {
       int src = n->in[k], *to = map_at(&map, src);
       const IrNode *sn = &g->nodes[src];
       if (*to < 0 && sn->op == OP_PARAM) {
@@ -109,11 +112,17 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
       }
       in[k] = *to;
     }
-    int id = ir_add_node(s, n->op, n->loc);
+    int id = ir_add_node(s, out ? OP_LOGITS : n->op, n->loc);
     s->nodes[id] = *n;
-    memcpy(s->nodes[id].in, in, sizeof in[0] * (size_t)n->nin);
+    memcpy(s->nodes[id].in, in, sizeof in[0] * (size_t)nin);
+    if (out) {
+      s->nodes[id].op = OP_LOGITS;
+      s->nodes[id].nin = 1;
+      s->nodes[id].shape = s->nodes[in[0]].shape;
+      s->nodes[id].layout = s->nodes[in[0]].layout;
+    }
     *map_at(&map, i) = id;
-    if (i == g->loss) s->loss = id;
+    if (i == g->loss && !out) s->loss = id;
   }
   /* the value the next stage reads */
   if (stage + 1 < pp) {

@@ -32,6 +32,9 @@ static const char usage[] =
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
     "  --arch SM          the GPU the CUDA kernels are compiled for: sm_80, sm_89, sm_90 (the\n"
     "                     default) or sm_100; PTX for newer GPUs comes with the cubin\n"
+    "  --generate         also the generation programs (ppr --generate, --sample-every): one\n"
+    "                     sequence through the forward alone, on the same mesh and stages; with\n"
+    "                     --emit program, their listings are printed instead\n"
     "\n"
     "Output (without either, ppc checks the model and says so):\n"
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt): a new or empty directory,\n"
@@ -80,6 +83,7 @@ typedef struct Cli {
   bool balanced;              /* --partition balanced */
   int64_t mem_limit;          /* --mem-limit: bytes, 0 for none */
   int vpp;                    /* --vpp: chunks of layers per rank */
+  bool generate;              /* --generate: the generation programs too */
   Options opt;
 } Cli;
 
@@ -133,7 +137,8 @@ static Cli parse_args(int argc, char **argv) {
     O_DEBUG_SCHEDULE,
     O_MEM_LIMIT,
     O_VPP,
-    O_FROM_HF
+    O_FROM_HF,
+    O_GENERATE
   };
   static const struct option longs[] = {
       {"tp", required_argument, NULL, O_TP},
@@ -152,6 +157,7 @@ static Cli parse_args(int argc, char **argv) {
       {"mem-limit", required_argument, NULL, O_MEM_LIMIT},
       {"vpp", required_argument, NULL, O_VPP},
       {"from-hf", required_argument, NULL, O_FROM_HF},
+      {"generate", no_argument, NULL, O_GENERATE},
       {NULL, 0, NULL, 0},
   };
   Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90", .vpp = 1};
@@ -193,6 +199,7 @@ static Cli parse_args(int argc, char **argv) {
       break;
     }
     case O_DEBUG_SCHEDULE: c.debug_schedule = optarg; break;
+    case O_GENERATE: c.generate = true; break;
     case O_MEM_LIMIT: c.mem_limit = parse_bytes("--mem-limit", optarg); break;
     case O_VPP:
       c.vpp = (int)parse_count("--vpp", optarg);
@@ -412,23 +419,8 @@ static void print_stage_irs(const Graph *g, const Stage *st, const Sched *sched)
     }
 }
 
-/* DIR: plan.txt, and per rank its program listing; per stage its kernels. dir NULL: print the
- * listings (--emit program). */
-static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const char *why, const Sched *sched,
-                         const Stage *st, const char *arch) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/plan.txt", dir ? dir : ".");
-  FILE *f = dir ? fopen(path, "w") : NULL;
-  if (dir && !f) {
-    fprintf(stderr, "ppc: error: cannot write '%s': %s\n", path, strerror(errno));
-    return 1;
-  }
-  if (f) pp_plan_print(f, g, plan, sched);
-  if (f && why) fputs(why, f);
-  if (f && fclose(f)) {
-    fprintf(stderr, "ppc: error: cannot write '%s'\n", path);
-    return 1;
-  }
+/* Per stage its kernels, per rank its listing (dir NULL: printed). */
+static int write_programs(const char *dir, const Graph *g, const Sched *sched, const Stage *st, const char *arch) {
   char cache[4096] = "";
   const char *env = getenv("PPC_CACHE"), *home = getenv("HOME");
   if (env) snprintf(cache, sizeof cache, "%s", env);
@@ -446,6 +438,82 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
   return rc;
 }
 
+/* --generate: the generation programs, of the model built again with one sequence a micro-batch */
+typedef struct Gen {
+  Graph *g;
+  Plan *plan, *vplan;
+  Sched *sched;
+  Stage *st;
+} Gen;
+
+static void free_gen(Gen *x) {
+  if (x->g) free_stages(x->st, (int)x->g->cfg.pp);
+  sched_free(x->sched);
+  pp_plan_free(x->plan);
+  pp_plan_free(x->vplan);
+  ir_free(x->g);
+}
+
+/* The generation programs of the training ones (st, on sched): the model built again with one
+ * sequence a micro-batch (a replica each), cut into the same stages and chunks, each rank's chunks
+ * forward only with .logits in the loss's place (pp_split.c), on sched_forward's schedule. Each
+ * rank's parameters are the training program's, in its order (ppr copies them from one to the
+ * other). 0, or 1 after a reported error. */
+static int build_gen(const Cli *cli, Src *src, const Ast *ast, const Graph *g, const Sched *sched, const Stage *st,
+                     Gen *out) {
+  Options o = cli->opt;
+  o.tp = g->cfg.tp, o.pp = g->cfg.pp, o.dp = g->cfg.dp, o.seq = g->cfg.seq;
+  o.micro_batch = 1;
+  o.microbatches = g->cfg.dp;
+  o.schedule = g->cfg.schedule;
+  Graph *gg = out->g = ir_build(src, ast, &o); /* ir_build.c */
+  if (!gg) return 1;
+  gg->infer = true;
+  snprintf(gg->cfg.schedule, sizeof gg->cfg.schedule, "%s", PP_SCHED_FORWARD);
+  pp_partition(gg, cli->balanced);
+  out->plan = pp_plan(gg);
+  if (sched->V > 1) out->vplan = vstage_plan(gg, cli->balanced, sched->V);
+  out->sched = sched_forward(sched); /* sched.c */
+  if (sched_verify(out->sched, src, g->cfg.sched_loc)) return 1;
+  if (!(out->st = build_stages(gg, out->plan, out->vplan, out->sched, false, true))) return 1;
+  for (int r = 0; r < g->cfg.pp; r++) {
+    const Graph *a = st[r].graph, *b = out->st[r].graph;
+    bool same = a->nparams == b->nparams;
+    for (int i = 0; same && i < a->nparams; i++) same = !strcmp(a->params[i].name, b->params[i].name);
+    if (!same) {
+      fprintf(stderr,
+              "ppc: error: --generate: stage %d of the generation programs holds other parameters than its "
+              "training program (the balanced partition of one sequence differs); use --partition uniform\n",
+              r);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* DIR: plan.txt, and per rank its program listing (and with gen its generation program); per
+ * stage its kernels. dir NULL: print the listings (--emit program; with gen, its listings). */
+static int write_outputs(const char *dir, const Graph *g, const Plan *plan, const char *why, const Sched *sched,
+                         const Stage *st, const char *arch, const Gen *gen) {
+  if (!dir && gen) return write_programs(NULL, gen->g, gen->sched, gen->st, arch);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/plan.txt", dir ? dir : ".");
+  FILE *f = dir ? fopen(path, "w") : NULL;
+  if (dir && !f) {
+    fprintf(stderr, "ppc: error: cannot write '%s': %s\n", path, strerror(errno));
+    return 1;
+  }
+  if (f) pp_plan_print(f, g, plan, sched);
+  if (f && why) fputs(why, f);
+  if (f && fclose(f)) {
+    fprintf(stderr, "ppc: error: cannot write '%s'\n", path);
+    return 1;
+  }
+  int rc = write_programs(dir, g, sched, st, arch);
+  if (!rc && gen) rc = write_programs(dir, gen->g, gen->sched, gen->st, arch);
+  return rc;
+}
+
 /* ============================================================================================
  * -o DIR: a stage directory, replaced whole
  * ========================================================================================== */
@@ -455,10 +523,13 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
 static bool ppc_wrote(const char *name) {
   if (name[0] == '.') return true;
   if (!strcmp(name, "plan.txt")) return true;
-  const char *digits = !strncmp(name, "rank", 4) ? name + 4 : !strncmp(name, "kernels_s", 9) ? name + 9 : NULL;
+  const char *digits = !strncmp(name, "rank", 4)        ? name + 4
+                       : !strncmp(name, "kernels_s", 9) ? name + 9
+                       : !strncmp(name, "gen_s", 5)     ? name + 5
+                                                        : NULL;
   if (!digits || !(*digits >= '0' && *digits <= '9')) return false;
   while (*digits >= '0' && *digits <= '9') digits++;
-  return name[0] == 'r' ? !strcmp(digits, ".prog") : *digits == '.';
+  return name[0] == 'r' ? !strcmp(digits, ".prog") || !strcmp(digits, ".gen.prog") : *digits == '.';
 }
 
 /* -o DIR must be new, empty, or a stage directory ppc wrote (everything in it is ppc's): anything
@@ -520,7 +591,7 @@ static void remove_dir(const char *dir) {
  * interrupted compile (a full disk, a bad kernel) leaves DIR as it was, and a finished one leaves
  * no file of an earlier compile (a pp 2 compile after a pp 4 one has no rank4.prog). */
 static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, const char *why, const Sched *sched,
-                           const Stage *st, const char *arch) {
+                           const Stage *st, const char *arch, const Gen *gen) {
   char tmp[4096], old[4096 + 8];
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--; /* "stages/" */
@@ -537,7 +608,7 @@ static int write_stage_dir(const char *dir, const Graph *g, const Plan *plan, co
   mode_t mask = umask(0);
   umask(mask);
   chmod(tmp, 0777 & ~mask);
-  int rc = write_outputs(tmp, g, plan, why, sched, st, arch);
+  int rc = write_outputs(tmp, g, plan, why, sched, st, arch, gen);
   struct stat sb;
   bool exists = !stat(dir, &sb);
   if (!rc && exists && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE)) {
@@ -569,6 +640,7 @@ static int compile(const Cli *cli) {
   Plan *plan = NULL, *vplan = NULL; /* vplan: the virtual stages, with chunks of layers */
   Sched *sched = NULL;
   Stage *st = NULL;
+  Gen gen = {0};    /* --generate */
   char *why = NULL; /* --schedule auto: the comparison and the choice */
   if (!ast) goto out;
   if (cli->emit == EMIT_AST) {
@@ -603,6 +675,8 @@ static int compile(const Cli *cli) {
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
   if (V > 1) vplan = vstage_plan(g, cli->balanced, V); /* the virtual stages of chunks of layers */
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, vplan, sched, backward, lower))) goto out;
+  bool gen_out = cli->generate && (cli->outdir || cli->emit == EMIT_PROGRAM);
+  if (gen_out && build_gen(cli, src, ast, g, sched, st, &gen)) goto out; /* the generation programs */
 
   rc = 0;
   switch (cli->emit) {
@@ -622,15 +696,19 @@ static int compile(const Cli *cli) {
     if (why && cli->emit == EMIT_SCHEDULE) fputs(why, stdout);
     print_schedule(st, sched, g->model, cli->emit == EMIT_SVG);
     break;
-  case EMIT_PROGRAM: rc = write_outputs(NULL, g, vplan ? vplan : plan, why, sched, st, cli->arch); break;
+  case EMIT_PROGRAM:
+    rc = write_outputs(NULL, g, vplan ? vplan : plan, why, sched, st, cli->arch, gen_out ? &gen : NULL);
+    break;
   case EMIT_C: print_kernels(g, st, LANG_C); break;
   case EMIT_OPENCL: print_kernels(g, st, LANG_OPENCL); break;
   case EMIT_CUDA: print_kernels(g, st, LANG_CUDA); break;
   }
-  if (!rc && cli->outdir) rc = write_stage_dir(cli->outdir, g, vplan ? vplan : plan, why, sched, st, cli->arch);
+  if (!rc && cli->outdir)
+    rc = write_stage_dir(cli->outdir, g, vplan ? vplan : plan, why, sched, st, cli->arch, gen_out ? &gen : NULL);
   if (!rc && !cli->emit && !cli->outdir)
     printf("%s: model '%s' checks: %d layers, %d parameter tensors\n", cli->model, g->model, g->nlayers, g->nparams);
 out:
+  free_gen(&gen);
   if (g) free_stages(st, (int)g->cfg.pp);
   sched_free(sched);
   pp_plan_free(plan);

@@ -9,6 +9,7 @@
 
 #include "pp_limits.h"   /* runtime/: the limits ppr accepts */
 #include "pp_boundary.h" /* runtime/: the pipeline messages ppr sends, their peers and tags */
+#include "pp_stagedir.h" /* runtime/: the files of a stage directory */
 
 #define PPC_VERSION "0.1.0"
 
@@ -300,6 +301,7 @@ typedef struct Graph {
   int nfwd;       /* nodes [0, nfwd) are the forward graph; the rest, the backward */
   int seed;       /* the backward-seed node, -1 before autodiff */
   int *grad;      /* per forward node: its (summed) gradient node, -1 if none */
+  bool infer;     /* a generation program's: forward only, .logits in the loss's place (pp_split.c) */
 } Graph;
 
 int ir_add_node(Graph *g, Op op, Loc loc);
@@ -549,6 +551,7 @@ typedef enum InstrKind {
   I_ZERO,
   I_SEED,
   I_LOSS,
+  I_LOGITS,
   I_GRADNORM,
   I_ALLREDUCE_TIED,
   I_ALLREDUCE
@@ -686,6 +689,7 @@ void fuse_rows_chunk(FuseCtx *c, int id);
 void fuse_rows_concat(FuseCtx *c, int id);
 void fuse_rows_transpose(FuseCtx *c, int id);
 void fuse_rows_ce(FuseCtx *c, int id);
+void fuse_rows_logits(FuseCtx *c, int id, int node); /* `logits`: where node's logits are */
 void fuse_rows_ce_dx(FuseCtx *c, int id);
 void fuse_rows_param_grad(FuseCtx *c, int id);
 void fuse_rows_add_bias(FuseCtx *c, int id);
@@ -724,6 +728,7 @@ typedef struct Sched {
   bool vshape; /* ... or, two chunks in a V, virtual stages r and 2·pp-1-r (zbv) */
   char kind[16];
   bool split;     /* the backward runs as B (activation gradients, sent on) and W (weight gradients) */
+  bool fwd_only;  /* a generation program's (sched_forward): forwards alone, no backward */
   StageSched *st; /* per stage */
 } Sched;
 
@@ -735,6 +740,9 @@ const char *sched_one_chunk(bool split); /* the table's first one-chunk schedule
 /* NULL when the schedule can run pp ranks of V chunks over M micro-batches and nlayers layers;
  * else why not, and what would (in why). */
 const char *sched_fits(const char *kind, int pp, int V, int M, int nlayers, char *why, size_t n);
+/* A generation program's schedule (PP_SCHED_FORWARD) for the stages and chunks of train: one
+ * micro-batch through each rank's chunks in order, forward only, with its messages. */
+Sched *sched_forward(const Sched *train);
 int sched_count(void); /* the schedules of the table, for --schedule auto */
 const char *sched_name(int i);
 Sched *sched_build(int pp, int V, int M, const char *kind);

@@ -251,16 +251,22 @@ static SchedEntry comm1(const Sched *s, int r, int c, PpBoundary k, int m, int s
   return (SchedEntry){.kind = SE_COMM, .chunk = c, .ops = {op}, .nops = 1};
 }
 
-Sched *sched_build(int pp, int V, int M, const char *kind) {
-  int k = kind_index(kind);
-  if (k < 0 || V < 1 || V > SCHED_MAX_CHUNKS || (kinds[k].vshape && V != 2) || (!kinds[k].chunked && V != 1))
-    diag_fatal("internal: sched_build of '%s' with %d chunks", kind, V);
+/* a generation program's order: the micro-batch through the rank's chunks, in the order of their
+ * virtual stages (c·pp + r, or r and 2·pp-1-r in a V: increasing in c either way) */
+static void order_forward(Order *o, int pp, int r, int M, int V) {
+  (void)pp, (void)r, (void)M;
+  for (int c = 0; c < V; c++) add(o, SE_F, c, 0);
+}
+
+static Sched *build(int pp, int V, int M, const char *kind, bool split, bool vshape,
+                    void (*order)(Order *o, int pp, int r, int M, int V)) {
   Sched *s = xcalloc(1, sizeof *s);
   s->pp = pp;
   s->V = V;
   s->M = M;
-  s->split = kinds[k].split;
-  s->vshape = kinds[k].vshape;
+  s->split = split;
+  s->vshape = vshape;
+  s->fwd_only = order == order_forward;
   snprintf(s->kind, sizeof s->kind, "%s", kind);
   s->st = xcalloc((size_t)pp, sizeof *s->st);
   size_t cap = (size_t)(3 * M * V);
@@ -271,7 +277,7 @@ Sched *sched_build(int pp, int V, int M, const char *kind) {
   for (int r = 0; r < pp; r++) {
     StageSched *st = &s->st[r];
     o.n = 0;
-    kinds[k].order(&o, pp, r, M, V);
+    order(&o, pp, r, M, V);
     st->nslots = assign_slots(&o, s->split, V, M, slot);
     for (int i = 0; i < o.n; i++) {
       int m = o.mb[i], c = o.chunk[i], v = sched_vstage(s, r, c);
@@ -319,6 +325,17 @@ Sched *sched_build(int pp, int V, int M, const char *kind) {
   free(o.mb);
   free(slot);
   return s;
+}
+
+Sched *sched_build(int pp, int V, int M, const char *kind) {
+  int k = kind_index(kind);
+  if (k < 0 || V < 1 || V > SCHED_MAX_CHUNKS || (kinds[k].vshape && V != 2) || (!kinds[k].chunked && V != 1))
+    diag_fatal("internal: sched_build of '%s' with %d chunks", kind, V);
+  return build(pp, V, M, kind, kinds[k].split, kinds[k].vshape, kinds[k].order);
+}
+
+Sched *sched_forward(const Sched *train) {
+  return build(train->pp, train->V, 1, PP_SCHED_FORWARD, false, train->vshape, order_forward);
 }
 
 void sched_free(Sched *s) {
@@ -373,7 +390,7 @@ int sched_verify(const Sched *s, Src *src, Loc at) {
   int pp = s->pp;
   /* every stage runs each micro-batch's forward once, then its backward once (B then W once each
    * when the backward is split) */
-  int parts = s->split ? 3 : 2;
+  int parts = s->fwd_only ? 1 : s->split ? 3 : 2;
   for (int r = 0; r < pp; r++) {
     int *seen = xcalloc((size_t)(s->M * s->V), sizeof *seen); /* per chunk and micro-batch */
     for (int i = 0; i < s->st[r].n; i++) {

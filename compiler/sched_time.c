@@ -31,6 +31,7 @@ static double instr_cost(const Program *p, const Instr *in) {
     break;
   }
   case I_ZERO: bytes = (double)in->bytes; break;
+  case I_LOGITS: break; /* a marker: where the logits are */
   case I_BATCH:
   case I_SEED:
   case I_LOSS:

@@ -336,6 +336,13 @@ static void node(T *t, int i) {
       Nn(t, id)->a.vtotal = t->g->vocab;
     }
     break;
+  case OP_LOGITS:
+    id = clone(t, i, 1, in, x, s0);
+    if (s0 == SH_SPLIT) { /* vocab-parallel: each rank holds its columns */
+      Nn(t, id)->a.vlocal = x.d[2];
+      Nn(t, id)->a.vtotal = t->g->vocab;
+    }
+    break;
   case OP_SEND_FORWARD:
     if (s0 != SH_REPL) {
       fail(t, n->loc, "the hidden state sent to the next stage must be replicated over tensor parallelism");
@@ -378,6 +385,7 @@ Graph *tp_shard(const Graph *g) {
   s->nlayers = g->nlayers;
   s->layers_loc = g->layers_loc;
   s->vocab = g->vocab;
+  s->infer = g->infer;
   s->loss = s->seed = -1;
   s->stage = g->stage;
   s->npp = g->npp;

@@ -2,6 +2,7 @@
  * reports, saves. The options and their --help text are ppr_cli.c's. */
 #include "pp_timeline.h"
 #include "ppr_cli.h"
+#include "ppr_gen.h"
 #include "ppr_state.h"
 #include "rt_comm.h"
 #include "rt_dev.h"
@@ -863,12 +864,146 @@ static int split_val(RtData **d, RtData **val, const char *name, double f, int s
   return 0;
 }
 
-static char *prog_path(const char *dir, int r) {
+/* DIR/rankR.prog, or with gen DIR/rankR.gen.prog (pp_stagedir.h) */
+static char *prog_path(const char *dir, int r, int gen) {
   size_t dl = strlen(dir);
-  char *path = malloc(dl + 32);
+  char *path = malloc(dl + 48);
   CHECK_IO(path != NULL, "out of memory");
-  sprintf(path, "%s%srank%d.prog", dir, dl && dir[dl - 1] == '/' ? "" : "/", r);
+  int n = sprintf(path, "%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/");
+  sprintf(path + n, gen ? PP_GEN_PROG_FMT : PP_PROG_FMT, r);
   return path;
+}
+
+/* ---- text from the model (--generate, --sample-every) ---------------------------------------- */
+
+/* The generation programs where --generate and --sample-every run: DIR/rankR.gen.prog, its own
+ * device queue and arena, the training program's weights copied in before each sample. With
+ * PPR_GENERATE_PROGRAM=train, the training program itself instead (its forward's `logits`): the
+ * tests check that both give the same tokens. */
+typedef struct {
+  RtProg *p;
+  RtDev *dev;
+  RtExec *x;
+  int via_train; /* PPR_GENERATE_PROGRAM=train */
+  PprTokenizer *tok;
+  int32_t *prompt;
+  int nprompt;
+} Gen;
+
+static int via_train(void) {
+  const char *v = getenv("PPR_GENERATE_PROGRAM");
+  if (v && *v && strcmp(v, "train") && strcmp(v, "generate")) {
+    snprintf(err, sizeof err, "PPR_GENERATE_PROGRAM=%s: expected generate (the default) or train", v);
+    die(err);
+  }
+  return v && !strcmp(v, "train");
+}
+
+/* The generation program of this rank, checked against its training program p: the same
+ * parameters, in the same order. */
+static void gen_open(const PprCli *c, const RtProg *p, Gen *g) {
+  char *path = prog_path(c->dir, me, 1);
+  struct stat st;
+  int rc = 0;
+  if (stat(path, &st) != 0)
+    rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                    "%s: %s: %s samples through the generation programs: compile with ppc --generate", path,
+                    strerror(errno), c->generate ? "--generate" : "--sample-every");
+  if (!rc) rc = rt_prog_load(path, &g->p, err, sizeof err);
+  if (!rc && (!g->p->generate || g->p->rank != me))
+    rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: not rank %d's generation program (schedule %s)", path, me,
+                    PP_SCHED_FORWARD);
+  for (int i = 0; !rc && p && i < p->nparams; i++)
+    if (g->p->nparams != p->nparams || strcmp(g->p->params[i].name, p->params[i].name) ||
+        g->p->params[i].numel != p->params[i].numel)
+      rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                      "%s: its parameters are not those of %s (param %d): compile both with one ppc --generate", path,
+                      p->path, i);
+  settle(rc);
+  int tied = 0;
+  if (rt_mesh_check(comm, g->p, c->dir, &tied, err, sizeof err)) {
+    if (me == 0) print_err(err);
+    exit_all(1);
+  }
+  free(path);
+}
+
+/* The prompt: --prompt's bytes, --prompt-ids, or the first 8 tokens of d (the training data). */
+static void gen_prompt(const PprCli *c, const RtProg *p, const RtData *d, Gen *g) {
+  int rc = 0, n = 0;
+  size_t cap = c->prompt ? strlen(c->prompt) : c->prompt_ids ? strlen(c->prompt_ids) / 2 + 1 : 8;
+  int32_t *t = malloc((cap ? cap : 1) * sizeof *t);
+  CHECK_IO(t != NULL, "out of memory");
+  if (c->prompt) {
+    for (const unsigned char *q = (const unsigned char *)c->prompt; *q && !rc; q++)
+      if (*q >= p->vocab)
+        rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                        "--prompt: byte %u is not below the vocabulary's %lld (its bytes are the tokens; give ids "
+                        "with --prompt-ids)",
+                        *q, (long long)p->vocab);
+      else t[n++] = *q;
+  } else if (c->prompt_ids) {
+    for (const char *q = c->prompt_ids; *q && !rc;) {
+      if (*q == ',' || *q == ' ') {
+        q++;
+        continue;
+      }
+      char *end;
+      errno = 0;
+      long long v = strtoll(q, &end, 10);
+      if (end == q || errno || v < 0 || v >= p->vocab || (*end && *end != ',' && *end != ' '))
+        rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                        "--prompt-ids: '%.*s' is not a token id below the vocabulary's %lld", (int)strcspn(q, ", "), q,
+                        (long long)p->vocab);
+      else t[n++] = (int32_t)v, q = end;
+    }
+  } else {
+    n = (int)(p->seq < 8 ? p->seq : 8);
+    rt_data_batch(d, 0, 0, 1, 1, n, t, NULL);
+  }
+  if (!rc && n == 0) rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "the prompt is empty");
+  settle(rc);
+  g->prompt = t;
+  g->nprompt = n;
+}
+
+/* count tokens after the prompt, through x (p's); printed by rank 0 as "PREFIX<text>\n". */
+static void gen_sample(const PprCli *c, const RtProg *p, RtExec *x, Gen *g, const char *prefix, int count) {
+  int32_t *tok = malloc((size_t)(g->nprompt + count) * sizeof *tok);
+  CHECK_IO(tok != NULL, "out of memory");
+  memcpy(tok, g->prompt, (size_t)g->nprompt * sizeof *tok);
+  PprSampler s = {.temperature = c->temperature, .top_k = c->top_k, .state = c->sample_seed};
+  int rc = ppr_gen_extend(comm, x, p, &s, tok, g->nprompt, count, err, sizeof err);
+  if (rc == -2) die(err);
+  settle(rc);
+  if (me == 0) {
+    fputs(prefix, stdout);
+    ppr_gen_print(stdout, tok, g->nprompt + count, p->vocab, g->tok);
+    fputc('\n', stdout);
+    CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+  }
+  free(tok);
+}
+
+/* --sample-every: the training program's weights into the generation program, then a sample. */
+static void gen_during(const PprCli *c, const RtProg *p, RtExec *x, Gen *g, int64_t step) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "sample after step %lld: ", (long long)step);
+  if (g->via_train) {
+    gen_sample(c, p, x, g, prefix, (int)c->sample_len);
+    return;
+  }
+  int64_t most = 1;
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i].numel > most) most = p->params[i].numel;
+  float *buf = malloc((size_t)most * sizeof *buf);
+  int rc = buf ? 0 : rt_fail_at(err, sizeof err, __FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < p->nparams && !rc; i++)
+    rc = rt_exec_read_param(x, i, RT_REG_PARAMS, buf, err, sizeof err) ||
+         rt_exec_write_param(g->x, i, buf, err, sizeof err);
+  free(buf);
+  if (rc) die(err);
+  gen_sample(c, g->p, g->x, g, prefix, (int)c->sample_len);
 }
 
 int main(int argc, char **argv) {
@@ -905,8 +1040,19 @@ int main(int argc, char **argv) {
   }
   settle(rc);
 
+  /* --generate: the generation program is the program (PPR_GENERATE_PROGRAM=train: the training one) */
+  Gen gen = {0};
+  int gen_only = c.generate > 0;
+  gen.via_train = gen_only || c.sample_every ? via_train() : 0;
+  int main_gen = gen_only && !gen.via_train;
+
   /* the world size the programs were compiled for, before anything collective */
-  char *path0 = prog_path(c.dir, 0);
+  char *path0 = prog_path(c.dir, 0, main_gen);
+  if (main_gen && access(path0, F_OK) != 0) {
+    snprintf(err, sizeof err, "%s: %s: --generate samples through the generation programs: compile with ppc --generate",
+             path0, strerror(errno));
+    die(err);
+  }
   int tp = 0, pp = 0, dp = 0;
   settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, err, sizeof err)); /* the same file: printed once */
   if (tp * pp * dp != nranks) {
@@ -921,12 +1067,18 @@ int main(int argc, char **argv) {
   }
   free(path0);
 
-  char *path = prog_path(c.dir, me);
+  char *path = prog_path(c.dir, me, main_gen);
   RtProg *p = NULL;
   rc = rt_prog_load(path, &p, err, sizeof err);
   if (!rc && p->rank != me) {
     snprintf(err, sizeof err, "%s: the listing says 'rank %d': it is rank %d's program, not rank %d's", path, p->rank,
              p->rank, me);
+    rc = -1;
+  }
+  if (!rc && p->generate != main_gen) {
+    snprintf(err, sizeof err, "%s: %s", path,
+             main_gen ? "not a generation program (schedule " PP_SCHED_FORWARD ")"
+                      : "a generation program (schedule " PP_SCHED_FORWARD "): ppr trains with DIR/rankR.prog");
     rc = -1;
   }
   settle(rc);
@@ -946,8 +1098,8 @@ int main(int argc, char **argv) {
   /* --resume: the state checked against this run, then the weights and the moments, before any step */
   int64_t start = 0;
   PprStateData data_id = {0};
-  if (c.save || c.resume) settle(ppr_state_data(&c, &data_id, err, sizeof err));
-  if (c.resume) {
+  if (!gen_only && (c.save || c.resume)) settle(ppr_state_data(&c, &data_id, err, sizeof err));
+  if (c.resume && !gen_only) {
     char *rp = ppr_state_json_path(c.resume), *ro = ppr_state_opt_path(c.resume);
     if (!rp || !ro) die("out of memory");
     rc = ppr_state_check(rp, &c, p, &data_id, &start, err, sizeof err);
@@ -968,9 +1120,9 @@ int main(int argc, char **argv) {
     }
     free(rp);
     free(ro);
-  } else if (c.init) {
+  } else if (c.init || c.resume) { /* --generate --resume: its weights */
     RtInitInfo info;
-    settle(rt_init_load(p, x, c.init, model_tied, &info, err, sizeof err));
+    settle(rt_init_load(p, x, c.init ? c.init : c.resume, model_tied, &info, err, sizeof err));
     if (me == 0 && info.skipped) /* every rank skipped the same: the checkpoint is checked whole */
       printf("ppr: --init: skipped %d non-parameter buffer%s (%s%s%s)\n", info.skipped, info.skipped > 1 ? "s" : "",
              info.rotary ? "rotary inv_freq" : "", info.rotary && info.mask ? ", " : "",
@@ -982,7 +1134,7 @@ int main(int argc, char **argv) {
 
   /* the data, unless no step reads it (--val-frac reads its tail), and the validation data */
   RtData *d = NULL, *dval = NULL;
-  int want_data = c.steps > start || c.val_frac > 0;
+  int want_data = c.steps > start || c.val_frac > 0 || ((gen_only || c.sample_every) && !c.prompt && !c.prompt_ids);
   const char *data_name = !want_data ? "none (0 steps)" : c.data ? c.data : "the built-in text";
   rc = 0;
   if (want_data && c.data) rc = rt_data_open(c.data, &d, err, sizeof err);
@@ -1003,6 +1155,43 @@ int main(int argc, char **argv) {
     }
   }
   settle(rc);
+
+  /* text from the model: the prompt, the tokenizer, the generation program beside a training one */
+  if (gen_only || c.sample_every) {
+    gen_prompt(&c, p, d, &gen);
+    if (c.tokenizer) settle(ppr_gen_tokenizer_open(c.tokenizer, p->vocab, &gen.tok, err, sizeof err));
+  }
+  if (c.sample_every && !gen.via_train) {
+    gen_open(&c, p, &gen);
+    settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &gen.dev, err, sizeof err));
+    gen.dev->tf32 = c.tf32;
+    settle(rt_exec_open(gen.p, c.dir, gen.dev, &gen.x, err, sizeof err));
+    rt_exec_set_comm(gen.x, comm);
+  }
+  if (gen_only) {
+    if (!c.quiet && me == 0) {
+      char how[96];
+      if (c.temperature <= 0) snprintf(how, sizeof how, "greedy (temperature 0)");
+      else if (c.top_k)
+        snprintf(how, sizeof how, "temperature %g, top-k %lld, seed %llu", c.temperature, (long long)c.top_k,
+                 (unsigned long long)c.sample_seed);
+      else snprintf(how, sizeof how, "temperature %g, seed %llu", c.temperature, (unsigned long long)c.sample_seed);
+      printf("ppr: %s: model %s; %lld tokens after a prompt of %d, %s\n", path, p->model, (long long)c.generate,
+             gen.nprompt, how);
+      CHECK_IO(fflush(stdout) == 0, "stdout: write failed: %s", strerror(errno));
+    }
+    gen_sample(&c, p, x, &gen, "", (int)c.generate);
+    rt_data_close(d);
+    rt_exec_close(x);
+    rt_dev_close(dev);
+    dev = NULL;
+    rt_prog_free(p);
+    free(path);
+    ppr_gen_tokenizer_close(gen.tok);
+    free(gen.prompt);
+    rt_comm_finalize(comm);
+    return 0;
+  }
 
   FILE *log = NULL;
   rc = 0;
@@ -1087,6 +1276,7 @@ int main(int argc, char **argv) {
     double vloss = NAN;
     int eval = dval && ((c.eval_every && (s + 1) % c.eval_every == 0) || s + 1 == c.steps);
     if (eval && rt_exec_eval(x, dval, s, (int)c.val_batches, &vloss, err, sizeof err)) die(err);
+    int sample = c.sample_every && ((s + 1) % c.sample_every == 0 || s + 1 == c.steps);
     double elapsed = (rt_now_ms() - run_t0) * 1e-3, eta = elapsed / (double)(s + 1 - start) * (double)(c.steps - s - 1);
     if (!c.quiet && me == 0) {
       char m[32] = "", el[32], et[32], v[32] = "";
@@ -1111,6 +1301,7 @@ int main(int argc, char **argv) {
       fputs("}\n", log);
       CHECK_IO(fflush(log) == 0, "%s: write failed: %s", c.log, strerror(errno));
     }
+    if (sample && isfinite(loss)) gen_during(&c, p, x, &gen, s + 1);
     if (!isfinite(loss)) { /* the loss is the same on every rank: all stop here */
       if (me == 0) {
         snprintf(err, sizeof err, "step %lld: the loss is %g; stopping (nothing saved)", (long long)(s + 1), loss);
@@ -1138,6 +1329,11 @@ int main(int argc, char **argv) {
 
   free(walls);
   free(comps);
+  rt_exec_close(gen.x);
+  rt_dev_close(gen.dev);
+  rt_prog_free(gen.p);
+  ppr_gen_tokenizer_close(gen.tok);
+  free(gen.prompt);
   rt_data_close(d);
   rt_data_close(dval);
   rt_exec_close(x);

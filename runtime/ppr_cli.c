@@ -63,6 +63,22 @@ static const char usage[] =
     "  --val-batches K             micro-batches per evaluation, the same K every time and on every\n"
     "                              mesh: the first K of the validation data (default 8)\n"
     "\n"
+    "Text from the model (needs the generation programs: ppc --generate):\n"
+    "  --generate N                N tokens after the prompt from the weights (--init, --resume's\n"
+    "                              weights, or --seed), printed on stdout; no training\n"
+    "  --sample-every N            while training: a sample after every N steps and after the last\n"
+    "  --sample-len N              tokens per --sample-every sample (default 64)\n"
+    "  --prompt TEXT               the prompt, its bytes the tokens (a byte-level model); default:\n"
+    "                              the first 8 tokens of the training data\n"
+    "  --prompt-ids LIST           or the prompt as token ids, separated by commas or spaces\n"
+    "  --temperature T             0: greedy, the likeliest token; else softmax(logits/T) sampled\n"
+    "                              (default 1)\n"
+    "  --top-k K                   sample among the K likeliest tokens only (default: all)\n"
+    "  --sample-seed N             the sampler's seed: the same text for the same seed (default 1)\n"
+    "  --tokenizer FILE            write tokens as text through an llm.c tokenizer file (tools/\n"
+    "                              tokenize.py --tokenizer-out writes one); without it a model of 256\n"
+    "                              tokens prints bytes, any other token ids\n"
+    "\n"
     "Progress (on the step line and in --log): elapsed time, ETA, tokens/s, and\n"
     "  --peak-flops X              a rank's peak FLOP/s (e.g. 8.3e10): the step line shows the MFU,\n"
     "                              the GEMM FLOPs of every rank's F, B and W per second over\n"
@@ -168,6 +184,9 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
   c->seed = 1;
   c->steps = 1;
   c->timeout = RT_COMM_TIMEOUT;
+  c->temperature = 1;
+  c->sample_seed = 1;
+  int have_steps = 0, have_sampling = 0;
   c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
   enum {
     O_INIT = 256,
@@ -202,7 +221,16 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     O_PEAK_FLOPS,
     O_RESUME,
     O_SAVE_EVERY,
-    O_KEEP
+    O_KEEP,
+    O_GENERATE,
+    O_SAMPLE_EVERY,
+    O_SAMPLE_LEN,
+    O_PROMPT,
+    O_PROMPT_IDS,
+    O_TOKENIZER,
+    O_TEMPERATURE,
+    O_TOP_K,
+    O_SAMPLE_SEED
   };
   static const struct option longs[] = {
       {"init", required_argument, NULL, O_INIT},
@@ -239,6 +267,15 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       {"resume", required_argument, NULL, O_RESUME},
       {"save-every", required_argument, NULL, O_SAVE_EVERY},
       {"keep", required_argument, NULL, O_KEEP},
+      {"generate", required_argument, NULL, O_GENERATE},
+      {"sample-every", required_argument, NULL, O_SAMPLE_EVERY},
+      {"sample-len", required_argument, NULL, O_SAMPLE_LEN},
+      {"prompt", required_argument, NULL, O_PROMPT},
+      {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+      {"tokenizer", required_argument, NULL, O_TOKENIZER},
+      {"temperature", required_argument, NULL, O_TEMPERATURE},
+      {"top-k", required_argument, NULL, O_TOP_K},
+      {"sample-seed", required_argument, NULL, O_SAMPLE_SEED},
       {NULL, 0, NULL, 0},
   };
   opterr = 0; /* the messages below name the option as it was written */
@@ -269,7 +306,10 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       c->have_seed = 1;
       break;
     case O_DATA: c->data = v; break;
-    case O_STEPS: c->steps = (int64_t)count(flag, v, 1000000000); break;
+    case O_STEPS:
+      c->steps = (int64_t)count(flag, v, 1000000000);
+      have_steps = 1;
+      break;
     case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
     case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
     case O_BETA2: c->h.beta2 = num(flag, v, 0, 1, 0, 1); break;
@@ -313,6 +353,24 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       if (!c->val_batches) bad_usage("%s: expected at least 1 micro-batch, found '%s'", flag, v);
       break;
     case O_PEAK_FLOPS: c->peak_flops = num(flag, v, 0, 1e30, 1, 0); break;
+    case O_GENERATE:
+      c->generate = (int64_t)count(flag, v, 1000000000);
+      if (!c->generate) bad_usage("%s: expected at least 1 token, found '%s'", flag, v);
+      break;
+    case O_SAMPLE_EVERY:
+      c->sample_every = (int64_t)count(flag, v, 1000000000);
+      if (!c->sample_every) bad_usage("%s: expected at least 1 step, found '%s'", flag, v);
+      break;
+    case O_SAMPLE_LEN:
+      c->sample_len = (int64_t)count(flag, v, 1000000000);
+      if (!c->sample_len) bad_usage("%s: expected at least 1 token, found '%s'", flag, v);
+      break;
+    case O_PROMPT: c->prompt = v; break;
+    case O_PROMPT_IDS: c->prompt_ids = v; break;
+    case O_TOKENIZER: c->tokenizer = v; break;
+    case O_TEMPERATURE: c->temperature = num(flag, v, 0, 1e6, 0, 0); break;
+    case O_TOP_K: c->top_k = (int64_t)count(flag, v, INT32_MAX); break;
+    case O_SAMPLE_SEED: c->sample_seed = count(flag, v, UINT64_MAX); break;
     case ':': bad_usage("%s needs a value", flag); break;
     default: /* '?': getopt_long's answer for an option it does not know */
       if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
@@ -324,6 +382,22 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     c->dir = argv[i];
   }
   if (!c->dir) bad_usage("no program directory DIR");
+  have_sampling = c->prompt || c->prompt_ids || c->tokenizer || c->top_k || c->temperature != 1 || c->sample_seed != 1;
+  if (c->generate && c->sample_every) bad_usage("--generate and --sample-every exclude each other");
+  if (c->generate && have_steps)
+    bad_usage("--generate samples from the weights without training: drop --steps (while training: --sample-every)");
+  if (c->generate) c->steps = 0;
+  if (c->sample_len && !c->sample_every) bad_usage("--sample-len is an option of --sample-every");
+  if (!c->sample_len) c->sample_len = 64;
+  if (have_sampling && !c->generate && !c->sample_every)
+    bad_usage("the prompt and sampling options go with --generate N or --sample-every N");
+  if (c->prompt && c->prompt_ids) bad_usage("--prompt and --prompt-ids exclude each other");
+  if (c->generate && (c->save || c->save_grads || c->log || c->trace || c->val_data || c->val_frac > 0))
+    bad_usage("--generate writes text alone: %s is an option of training", c->save         ? "--save"
+                                                                           : c->save_grads ? "--save-grads"
+                                                                           : c->log        ? "--log"
+                                                                           : c->trace      ? "--trace"
+                                                                                           : "validation");
   c->sched.lr = c->h.lr;
   c->sched.steps = c->steps;
   char m[512];

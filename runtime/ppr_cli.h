@@ -25,6 +25,16 @@ typedef struct {
   int64_t eval_every;  /* --eval-every: 0 = after the last step only */
   int64_t val_batches; /* --val-batches: micro-batches per evaluation (default 8) */
   double peak_flops;   /* --peak-flops: per rank, FLOP/s; 0: no MFU */
+  /* text from the model (the generation programs of ppc --generate; ppr_gen.c) */
+  int64_t generate;       /* --generate N: N tokens from the weights, no training; 0: none */
+  int64_t sample_every;   /* --sample-every N: a sample after every N steps and the last; 0: none */
+  int64_t sample_len;     /* --sample-len: tokens per --sample-every sample (default 64) */
+  const char *prompt;     /* --prompt TEXT: its bytes are the tokens; NULL: none */
+  const char *prompt_ids; /* --prompt-ids LIST: token ids; NULL: none */
+  const char *tokenizer;  /* --tokenizer FILE: an llm.c tokenizer file, to write tokens as text */
+  double temperature;     /* --temperature: 0 greedy (default 1) */
+  int64_t top_k;          /* --top-k: 0 the whole vocabulary */
+  uint64_t sample_seed;   /* --sample-seed (default 1) */
 } PprCli;
 
 /* Parses argv into c, with the defaults of the options not given, and checks the options against

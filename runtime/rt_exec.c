@@ -46,6 +46,10 @@ typedef struct {
   int data_m;
   double loss_div;
   const char *what; /* for the watchdog: NULL in a training step */
+  /* rt_exec_next_logits: every replica runs its local micro-batch 0 alone, whose first sequence
+   * is tokens[0..ntok) (the rest token 0, labels 0); NULL otherwise */
+  const int32_t *tokens;
+  int ntok;
 } Step;
 
 double rt_now_ms(void) { return rt_util_now_s() * 1e3; }
@@ -196,8 +200,12 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
     case RT_I_BATCH: { /* local micro-batch mb of replica d is the step's d * (M / dp) + mb */
       int64_t bs = (int64_t)g->micro_batch * g->seq;
       int32_t *tok = x->batch, *lab = x->batch + bs;
-      rt_data_batch(s->d, s->data_step, (int)(s->m0 + (int64_t)g->dp_rank * g->local_microbatches + mb), s->data_m,
-                    g->micro_batch, g->seq, in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
+      if (s->tokens) {
+        memset(x->batch, 0, (size_t)(2 * bs) * sizeof *x->batch);
+        memcpy(tok, s->tokens, (size_t)s->ntok * sizeof *tok);
+      } else
+        rt_data_batch(s->d, s->data_step, (int)(s->m0 + (int64_t)g->dp_rank * g->local_microbatches + mb), s->data_m,
+                      g->micro_batch, g->seq, in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
       where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
       if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
@@ -244,6 +252,7 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev) || rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value);
       break;
+    case RT_I_LOGITS: break; /* where they are: read after the pass (rt_exec_next_logits) */
     case RT_I_LOSS: {
       float v = 0;
       where(s, c, b, n, mb, in, NULL);
@@ -294,11 +303,13 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
 
 /* A forward-only pass (rt_exec_eval) runs a comm entry's forward messages (send_fwd, recv_fwd) of
  * the micro-batches it runs; a training step all of them. */
+static int fwd_runs(const Step *s, int mb) {
+  const RtProg *g = s->x->p;
+  return s->tokens ? mb == 0 : s->m0 + (int64_t)g->dp_rank * g->local_microbatches + mb < s->limit;
+}
 static int comm_op_runs(const Step *s, const RtCommOp *o) {
   if (!s->what) return 1;
-  const RtProg *g = s->x->p;
-  return (o->kind == PP_SEND_FWD || o->kind == PP_RECV_FWD) &&
-         s->m0 + (int64_t)g->dp_rank * g->local_microbatches + o->mb < s->limit;
+  return (o->kind == PP_SEND_FWD || o->kind == PP_RECV_FWD) && fwd_runs(s, o->mb);
 }
 
 /* A comm entry: post its messages (those comm_op_runs keeps), then wait for them. */
@@ -454,6 +465,38 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
   return 0;
 }
 
+/* One run of a forward-only pass (rt_exec_eval, rt_exec_next_logits): the schedule's F entries of
+ * the micro-batches fwd_runs keeps and their forward messages, in schedule order; then every send
+ * taken. 0, or -2 when the device failed. */
+static int forward_run(Step *s) {
+  const RtProg *g = s->x->p;
+  for (int e = 0; e < g->nentries; e++) {
+    const RtEntry *en = &g->sched[e];
+    s->entry = e;
+    int rc = 0;
+    switch (en->kind) {
+    case RT_E_F:
+      if (fwd_runs(s, en->mb)) rc = run_block(s, en->chunk, RT_BLK_FORWARD, en->mb, en->slot);
+      break;
+    case RT_E_COMM: run_comm(s, en); break;
+    case RT_E_ZERO_GRADS:
+    case RT_E_B:
+    case RT_E_W:
+    case RT_E_OPT: break;
+    }
+    if (rc) return -2;
+  }
+  if (s->x->comm) rt_comm_p2p_flush(s->x->comm); /* this run's sends taken, before the next run's */
+  return 0;
+}
+
+/* After a forward-only pass: its queued work done (what names it for the watchdog). */
+static int forward_end(Step *s, const char *what) {
+  rt_comm_set_where(s->x->comm,
+                    &(RtWhere){.step = s->step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = what});
+  return rt_comm_wait(s->x->comm, s->x->dev) ? -2 : 0;
+}
+
 /* A validation pass: the schedule's forward entries only, over validation micro-batches 0 .. k-1
  * of d (micro-batch i reads rt_data_batch(d, 0, i, k, ...): the same batches on every mesh and at
  * every evaluation). One run of the schedule takes M (the step's micro-batches) of them: local
@@ -477,7 +520,6 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
  * waits for a forward message's receiver. */
 int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, char *err, size_t errlen) {
   const RtProg *g = x->p;
-  RtDev *dev = x->dev;
   Step s;
   memset(&s, 0, sizeof s);
   s.x = x;
@@ -491,39 +533,86 @@ int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, 
   s.limit = k;
   s.loss_div = k;
   s.what = "the validation pass";
-  for (s.m0 = 0; s.m0 < k; s.m0 += g->microbatches) {
-    for (int e = 0; e < g->nentries; e++) {
-      const RtEntry *en = &g->sched[e];
-      s.entry = e;
-      int rc = 0;
-      switch (en->kind) {
-      case RT_E_F:
-        if (s.m0 + (int64_t)g->dp_rank * g->local_microbatches + en->mb < k)
-          rc = run_block(&s, en->chunk, RT_BLK_FORWARD, en->mb, en->slot);
-        break;
-      case RT_E_COMM: run_comm(&s, en); break;
-      case RT_E_ZERO_GRADS:
-      case RT_E_B:
-      case RT_E_W:
-      case RT_E_OPT: break;
-      }
-      if (rc) return dev_failed(x, err, errlen);
-    }
-    if (x->comm) rt_comm_p2p_flush(x->comm); /* this run's sends taken, before the next run's */
-  }
-  rt_comm_set_where(x->comm, &(RtWhere){.step = step,
-                                        .entry = -1,
-                                        .block = -1,
-                                        .instr = -1,
-                                        .mb = -1,
-                                        .what = "the end of the validation pass's queued work"});
-  if (rt_comm_wait(x->comm, dev)) return dev_failed(x, err, errlen);
+  for (s.m0 = 0; s.m0 < k; s.m0 += g->microbatches)
+    if (forward_run(&s)) return dev_failed(x, err, errlen);
+  if (forward_end(&s, "the end of the validation pass's queued work")) return dev_failed(x, err, errlen);
   /* summed like the step's loss: the last virtual stage's tp_rank 0 ranks of every replica */
   rt_comm_set_where(
       x->comm,
       &(RtWhere){.step = step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the validation loss"});
   *loss = rt_comm_sum(x->comm, s.loss);
   return 0;
+}
+
+int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, char *err, size_t errlen) {
+  const RtProg *g = x->p;
+  RtDev *dev = x->dev;
+  if (n < 1 || n > g->seq) return RT_FAIL("%s: %d tokens for a sequence of %d", g->path, n, g->seq);
+  Step s;
+  memset(&s, 0, sizeof s);
+  s.x = x;
+  s.step = -1;
+  s.scal[RT_S_CLIP] = 1.0f;
+  s.err = err;
+  s.errlen = errlen;
+  s.what = "the generation pass";
+  s.tokens = tokens;
+  s.ntok = n;
+  if (forward_run(&s) || forward_end(&s, "the end of the generation pass's queued work"))
+    return dev_failed(x, err, errlen);
+  /* this rank's columns of the row at position n - 1 of sequence 0: the first replica's, every
+   * vocabulary shard once (a head not split over tensor parallelism: tp_rank 0's) */
+  const RtLogits *l = &g->logits;
+  int64_t vocab = g->vocab, cnt = 0;
+  if (l->present && g->dp_rank == 0 && (l->vlocal < vocab || g->tp_rank == 0))
+    cnt = l->vstart + l->vlocal <= vocab ? l->vlocal : vocab - l->vstart;
+  size_t bytes = 2 * sizeof(int64_t) + (size_t)cnt * sizeof(float);
+  unsigned char *mine = malloc(bytes);
+  RT_CHECK_ALLOC(mine);
+  int64_t head[2] = {l->vstart, cnt};
+  memcpy(mine, head, sizeof head);
+  int rc = 0;
+  if (cnt) {
+    int slot = 0;
+    for (int e = 0; e < g->nentries; e++)
+      if (g->sched[e].kind == RT_E_F && g->sched[e].chunk == l->chunk && g->sched[e].mb == 0) slot = g->sched[e].slot;
+    int64_t off = at(g, &l->ptr, slot) + (int64_t)(n - 1) * l->vlocal * 4; /* [B,S,VLOCAL]: sequence 0 */
+    rc = rt_dev_read(dev, off, mine + sizeof head, cnt * 4) ? -2 : 0;
+  }
+  rt_comm_set_where(
+      x->comm,
+      &(RtWhere){.step = -1, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = "the gather of the logits"});
+  int world = x->comm ? rt_comm_size(x->comm) : 1;
+  size_t *sizes = calloc((size_t)world, sizeof *sizes);
+  unsigned char *all = NULL;
+  if (!sizes) {
+    free(mine);
+    return RT_FAIL("out of memory");
+  }
+  if (!rc) rc = rt_comm_gather(x->comm, mine, bytes, &all, sizes, err, errlen);
+  free(mine);
+  if (!rc && all) { /* world rank 0: the row from its pieces, each column once */
+    char *seen = calloc((size_t)vocab, 1);
+    if (!seen) rc = RT_FAIL("out of memory");
+    size_t at0 = 0;
+    for (int r = 0; r < world && !rc; r++) {
+      int64_t h[2];
+      memcpy(h, all + at0, sizeof h);
+      for (int64_t j = 0; j < h[1]; j++) {
+        if (seen[h[0] + j]++) rc = RT_FAIL("%s: logit %lld comes from two ranks", g->path, (long long)(h[0] + j));
+        memcpy(&row[h[0] + j], all + at0 + sizeof h + (size_t)j * 4, 4);
+      }
+      at0 += sizes[r];
+    }
+    for (int64_t v = 0; v < vocab && !rc; v++)
+      if (!seen[v])
+        rc = RT_FAIL("%s: no rank holds logit %lld of the vocabulary's %lld", g->path, (long long)v, (long long)vocab);
+    free(seen);
+  }
+  free(all);
+  free(sizes);
+  if (rc == -2) return dev_failed(x, err, errlen);
+  return rc;
 }
 
 /* 2 m n k per GEMM of a batch of `batch`, summed over a block. */

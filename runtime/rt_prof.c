@@ -100,6 +100,7 @@ static const char *prof_kind_name(int k) {
   case RT_I_GEMM: return "gemm";
   case RT_I_SEED: return "seed";
   case RT_I_LOSS: return "loss";
+  case RT_I_LOGITS: return "logits";
   case RT_I_GRAD_NORM: return "grad_norm";
   case RT_I_ALLREDUCE_TIED: return "allreduce_tied";
   case RT_I_ALLREDUCE: return "allreduce";

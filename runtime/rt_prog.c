@@ -152,6 +152,9 @@ static int line(RtParser *s, size_t after) {
         return rt_prog_err(s, "unknown block '%.60s' (expected forward, backward, weights or optimizer)", s->f[1]);
       if (b == RT_BLK_OPTIMIZER && has_suffix)
         return rt_prog_err(s, "block optimizer: no ':C' (one optimizer block per program, run once per step)");
+      if (g->generate && b != RT_BLK_FORWARD)
+        return rt_prog_err(s, "block %s: a generation program (schedule %s) has forward blocks alone", s->f[1],
+                           PP_SCHED_FORWARD);
       RtBlock *bk = rt_prog_block_w(g, c, b);
       char name[32];
       if (bk->present)

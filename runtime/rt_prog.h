@@ -8,6 +8,7 @@
 
 #include "pp_boundary.h"
 #include "pp_limits.h"
+#include "pp_stagedir.h"
 #include "rt_io.h"
 
 /*
@@ -68,6 +69,7 @@ typedef enum {
   RT_I_GEMM,
   RT_I_SEED,
   RT_I_LOSS,
+  RT_I_LOGITS,
   RT_I_GRAD_NORM,
   RT_I_ALLREDUCE_TIED,
   RT_I_ALLREDUCE
@@ -112,6 +114,7 @@ typedef struct {
   int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
   int op;        /* allreduce: RtReduceOp */
   float value;   /* seed */
+  int64_t lg[4]; /* logits: B S VLOCAL VSTART (p[0] the logits, in the slot) */
   int kernel;    /* kernel, grad_norm: index into RtProg.kernels */
   RtGeom geom;   /* kernel, grad_norm */
   int nargs;
@@ -161,6 +164,16 @@ typedef struct {
   RtBoundary bnd[PP_NBND]; /* chunks 1 ..: the chunk's boundaries (chunk 0: unused) */
   RtBlock blk[RT_BLK_OPTIMIZER]; /* chunks 1 ..: forward, backward, weights (chunk 0: unused) */
 } RtChunk;
+
+/* Where a forward leaves its logits (`logits $OFF B S VLOCAL VSTART` in a forward block):
+ * [B,S,VLOCAL] floats in the micro-batch's slot, columns [VSTART, VSTART + VLOCAL) of the
+ * vocabulary, those at or past `vocab` padding. A generation program's output; in a training
+ * program, what its loss reads. */
+typedef struct {
+  int present, chunk, line;
+  RtPtr ptr;
+  int64_t b, s, vlocal, vstart;
+} RtLogits;
 
 /* A `buffer` line: what the compiler placed where (not needed to execute). */
 typedef struct {
@@ -231,6 +244,8 @@ typedef struct RtProg {
   int nchunks;                        /* V, the chunks of layers: 1 without chunk lines */
   RtChunk chunk[PP_MAX_CHUNKS];       /* [0, nchunks): each chunk's virtual stage and neighbours */
   int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
+  int generate;                       /* schedule PP_SCHED_FORWARD: a generation program (forward only) */
+  RtLogits logits;                    /* its logits, on the rank holding the last virtual stage */
   int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
   int64_t vocab;
   RtRegion reg[RT_NREG];
@@ -382,6 +397,13 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
  * stage's loss values over the k micro-batches, summed over the world as the step's loss: the same
  * on every rank. Collective. 0, or -2 when this rank's device failed (the message in err). */
 int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, char *err, size_t errlen);
+/* The logits that follow a sequence: one forward pass (rt_exec_eval's entries) of every replica's
+ * local micro-batch 0, whose first sequence holds tokens[0..n) (1 <= n <= seq; the rest of it, the
+ * other sequences and the labels token 0), then that sequence's logits at position n - 1 (the
+ * program's `logits`: a generation program's output, or what a training program's loss reads),
+ * gathered on world rank 0 into row[0..vocab) (elsewhere row is not touched, and may be NULL).
+ * Collective. 0; -1 with the message in err; -2 when this rank's device failed. */
+int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, char *err, size_t errlen);
 /* The FLOPs of one step's GEMMs on this rank: 2*m*n*k*batch of each gemm of the blocks its
  * schedule's F, B and W entries run. */
 double rt_exec_gemm_flops(const RtExec *x);

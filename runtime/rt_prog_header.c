@@ -252,6 +252,15 @@ int rt_prog_header_line(RtParser *s, size_t after) {
     if (pp_name_bad_at(s->f[8]) >= 0) return rt_prog_err(s, "step: schedule '%.60s' is not a name", s->f[8]);
     g->schedule_name = rt_prog_strdup(s->f[8]);
     S_ALLOC(g->schedule_name);
+    g->generate = !strcmp(g->schedule_name, PP_SCHED_FORWARD);
+    if (g->generate && g->micro_batch != 1)
+      return rt_prog_err(s, "step: a generation program (schedule %s) runs one sequence: micro_batch 1, not %d",
+                         PP_SCHED_FORWARD, g->micro_batch);
+    if (g->generate && g->local_microbatches != 1)
+      return rt_prog_err(s,
+                         "step: a generation program (schedule %s) runs one micro-batch a replica: microbatches %d "
+                         "(dp), not %d",
+                         PP_SCHED_FORWARD, g->dp, g->microbatches);
     break;
   case H_VOCAB:
     if (rt_prog_want_nf(s, 2, form) || rt_prog_want_int(s, 1, "vocab", 1, INT32_MAX, &g->vocab)) return -1;

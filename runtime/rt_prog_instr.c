@@ -71,6 +71,33 @@ static int only_in(RtParser *s, const char *ins, int allow_fwd_bwd, int allow_op
   return 0;
 }
 
+/* logits $OFF B S VLOCAL VSTART: once a program, in a forward block, in the slot */
+static int parse_logits(RtParser *s, RtInstr *in) {
+  RtProg *g = s->p;
+  RtLogits *l = &g->logits;
+  static const char *const form = "logits $OFF B S VLOCAL VSTART";
+  if (s->cur_blk != RT_BLK_FORWARD) return rt_prog_err(s, "logits outside a forward block");
+  if (l->present) return rt_prog_err(s, "a second logits (the first is on line %d)", l->line);
+  if (rt_prog_want_nf(s, 6, form) || rt_prog_parse_ptr(s, s->f[1], "logits", &in->p[0], NULL) ||
+      rt_prog_want_int(s, 2, "logits: B", g->micro_batch, g->micro_batch, &in->lg[0]) ||
+      rt_prog_want_int(s, 3, "logits: S", g->seq, g->seq, &in->lg[1]) ||
+      rt_prog_want_int(s, 4, "logits: VLOCAL", 1, g->vocab + PP_MAX_RANKS, &in->lg[2]) ||
+      rt_prog_want_int(s, 5, "logits: VSTART", 0, g->vocab - 1, &in->lg[3]))
+    return -1;
+  if (!in->p[0].in_slot)
+    return rt_prog_err(s, "logits: '%.60s': the logits live in the micro-batch's slot ($OFF)", s->f[1]);
+  if (rt_prog_check_extent(s, "logits", &in->p[0], in->lg[0] * in->lg[1] * in->lg[2] * 4)) return -1;
+  *l = (RtLogits){.present = 1,
+                  .chunk = s->cur_chunk,
+                  .line = s->line,
+                  .ptr = in->p[0],
+                  .b = in->lg[0],
+                  .s = in->lg[1],
+                  .vlocal = in->lg[2],
+                  .vstart = in->lg[3]};
+  return 0;
+}
+
 /* Elements spanned by BATCH row-major matrices of rows x cols with leading dim ld, stride apart. */
 static int gemm_operand(RtParser *s, const char *which, const RtPtr *p, int64_t rows, int64_t cols, int64_t ld,
                         int64_t stride, int64_t batch) {
@@ -312,6 +339,11 @@ int rt_prog_instr_line(RtParser *s) {
     in->kind = RT_I_LOSS;
     rc = only_in(s, op, 1, 0) || rt_prog_want_nf(s, 2, "loss SRC") ||
          rt_prog_parse_ptr(s, s->f[1], "loss", &in->p[0], NULL) || rt_prog_check_extent(s, "loss", &in->p[0], 4);
+    if (!rc && g->generate)
+      rc = rt_prog_err(s, "loss in a generation program (schedule %s): its forward ends with logits", PP_SCHED_FORWARD);
+  } else if (!strcmp(op, "logits")) {
+    in->kind = RT_I_LOGITS;
+    rc = parse_logits(s, in);
   } else if (!strcmp(op, "grad_norm")) {
     in->kind = RT_I_GRAD_NORM;
     rc = only_in(s, op, 0, 1) || parse_grad_norm(s, in);
@@ -344,8 +376,8 @@ int rt_prog_instr_line(RtParser *s) {
                        rt_prog_block_label(g, s->cur_chunk, s->cur_blk, name, sizeof name), bk->line);
   } else {
     return rt_prog_err(s,
-                       "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, allreduce, "
-                       "allreduce_tied or grad_norm)",
+                       "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, logits, "
+                       "allreduce, allreduce_tied or grad_norm)",
                        op);
   }
   if (rc) {

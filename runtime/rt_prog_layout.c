@@ -89,7 +89,10 @@ int rt_prog_region_line(RtParser *s) {
                            s->reg_line[r], (long long)end[r], (long long)g->arena);
     }
     for (int r = RT_REG_GRADS; r <= RT_REG_ADAM_V; r++)
-      if (g->reg[r].bytes != g->reg[RT_REG_PARAMS].bytes)
+      if (g->generate && g->reg[r].bytes)
+        return rt_prog_err(s, "region %s (line %d) has %lld bytes: a generation program has no gradients or moments",
+                           rt_region_name(r), s->reg_line[r], (long long)g->reg[r].bytes);
+      else if (!g->generate && g->reg[r].bytes != g->reg[RT_REG_PARAMS].bytes)
         return rt_prog_err(s, "region %s (line %d) has %lld bytes, region params %lld: they share one layout",
                            rt_region_name(r), s->reg_line[r], (long long)g->reg[r].bytes,
                            (long long)g->reg[RT_REG_PARAMS].bytes);
@@ -389,15 +392,22 @@ int rt_prog_boundary_line(RtParser *s) {
 }
 
 /* After the boundary lines: a chunk with a previous (virtual) stage receives its input and sends
- * back its gradient; one with a next stage sends its output and receives that output's gradient. */
+ * back its gradient; one with a next stage sends its output and receives that output's gradient.
+ * A generation program's chunks send and receive forward only. */
 int rt_prog_finish_boundaries(RtParser *s) {
   RtProg *g = s->p;
   for (int c = 0; c < g->nchunks; c++)
     for (int k = 0; k < PP_NBND; k++) {
-      int to_prev = k == PP_RECV_FWD || k == PP_SEND_BWD;
+      int to_prev = k == PP_RECV_FWD || k == PP_SEND_BWD, bwd = k == PP_RECV_BWD || k == PP_SEND_BWD;
       const RtChunk *ch = &g->chunk[c];
       int peer = to_prev ? ch->prev : ch->next;
-      if (peer < 0 || rt_prog_boundary(g, c, k)->present) continue;
+      const RtBoundary *b = rt_prog_boundary(g, c, k);
+      if (g->generate && bwd && b->present) {
+        s->line = b->line;
+        return rt_prog_err(s, "boundary %s: a generation program (schedule %s) sends and receives forward only",
+                           pp_boundary_name(k), PP_SCHED_FORWARD);
+      }
+      if (peer < 0 || b->present || (g->generate && bwd)) continue;
       if (g->nchunks > 1)
         return rt_prog_err(s,
                            "no 'boundary %s:%d' line before this one: chunk %d (vstage %d) has a %s virtual stage "

@@ -267,6 +267,9 @@ int rt_prog_schedule_entry(RtParser *s) {
   if (rt_prog_chunk_suffix(s, s->f[0], &e->chunk)) return -1;
   const char *op = s->f[0];
   int unit = !strcmp(op, "F") || !strcmp(op, "B") || !strcmp(op, "W");
+  if (g->generate && strcmp(op, "F") && strcmp(op, "comm"))
+    return rt_prog_err(s, "'%.60s' in a generation program's schedule (%s): it runs F and comm entries alone", op,
+                       PP_SCHED_FORWARD);
   if (suffix && !unit)
     return rt_prog_err(s, "%.60s: no ':C' here (only F, B, W and the ops of a comm entry name a chunk)", op);
   if (unit) {
@@ -310,7 +313,7 @@ int rt_prog_start_schedule(RtParser *s) {
   for (int b = 0; b < RT_NBLK; b++)
     for (int c = 0; c < (b == RT_BLK_OPTIMIZER ? 1 : g->nchunks); c++) {
       char name[32];
-      if (b == RT_BLK_WEIGHTS || rt_prog_block(g, c, b)->present) continue;
+      if (b == RT_BLK_WEIGHTS || rt_prog_block(g, c, b)->present || (g->generate && b != RT_BLK_FORWARD)) continue;
       if (g->nchunks > 1)
         return rt_prog_err(s,
                            "no %s block before the schedule (every chunk has a forward and a backward block, the "
@@ -359,7 +362,31 @@ int rt_prog_start_schedule(RtParser *s) {
   return 0;
 }
 
+/* A generation program: every chunk's forward ran, and the logits are the last virtual stage's. */
+static int end_generate(RtParser *s) {
+  const RtProg *g = s->p;
+  for (int c = 0; c < g->nchunks; c++)
+    if (!s->fwd_done[c * g->local_microbatches])
+      return rt_prog_err(s, "the schedule never runs %s 0", name_of(s, "F", c).t);
+  int last = -1;
+  for (int c = 0; c < g->nchunks; c++)
+    if (g->chunk[c].next < 0) last = c;
+  if (last >= 0 && !g->logits.present)
+    return rt_prog_err(s, "a generation program's last virtual stage (chunk %d) has no logits instruction", last);
+  if (g->logits.present && g->logits.chunk != last) {
+    s->line = g->logits.line;
+    return rt_prog_err(s, "logits in chunk %d, which is not the last virtual stage: its output goes to the next one",
+                       g->logits.chunk);
+  }
+  return 0;
+}
+
 int rt_prog_end_schedule(RtParser *s) {
+  if (s->p->generate) {
+    if (end_generate(s)) return -1;
+    s->sec = SEC_DONE;
+    return 0;
+  }
   if (!s->nopt) return rt_prog_err(s, "the schedule has no OPT entry");
   s->sec = SEC_DONE;
   return 0;

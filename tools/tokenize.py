@@ -2,7 +2,7 @@
 """tokenize.py - text to the llm.c token files ppr --data reads, with a Hugging Face tokenizer.json.
 
     python3 tools/tokenize.py --tokenizer tokenizer.json [--val-frac 0.1] [--out-dir DIR]
-                              [--name NAME] [--eos] INPUT...
+                              [--name NAME] [--eos] [--tokenizer-out FILE] INPUT...
 
 INPUT: text files (each file one document) or JSON Lines files (*.jsonl: one document per line, in
 its "text" field). The documents are tokenised in order with the `tokenizers` package (PyPI) and
@@ -10,6 +10,13 @@ concatenated (with --eos, the tokenizer's end-of-text token after each). The las
 documents (at least one, when the fraction is above 0 and there are two or more) are the validation
 split: NAME_train.bin and NAME_val.bin in DIR (default: NAME "tokens", DIR "."); with --val-frac 0
 only NAME_train.bin.
+
+--tokenizer-out FILE also writes the tokenizer's id-to-bytes table as llm.c's tokenizer file (magic
+20240328, version 1, the count of tokens, then each token as a length byte and its bytes), which ppr
+--tokenizer reads to print generated tokens as text. A byte-level tokenizer's tokens (GPT-2, Llama 3,
+Qwen: a ByteLevel decoder) are mapped back to their bytes; SentencePiece-style ones turn the
+meta-space into a space and <0xNN> fallback tokens into byte NN; others are their UTF-8 text. With
+--tokenizer-out no INPUT is needed.
 
 The files are llm.c's token format (docs/stage-format.md, "Data"): a header of 256 little-endian
 int32 (magic 20240520, version, token count), then the tokens: version 1, uint16, when the
@@ -23,6 +30,7 @@ import struct
 import sys
 
 MAGIC = 20240520
+TOKENIZER_MAGIC = 20240328
 
 
 def fail(msg):
@@ -53,6 +61,25 @@ def documents(path):
         fail("%s: not UTF-8 text: %s" % (path, e))
 
 
+def write_llmc(path, magic, version, count, body):
+    """An llm.c file: a header of 256 little-endian int32 (magic, version, count), then body;
+    through a temporary beside it and a rename."""
+    hdr = [0] * 256
+    hdr[0], hdr[1], hdr[2] = magic, version, count
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<256i", *hdr))
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        fail("%s: %s" % (path, e.strerror))
+
+
 def write_tokens(path, toks, vocab):
     """llm.c's token file: version 1 (uint16) for vocab <= 65536, else version 2 (uint32)."""
     if not toks:
@@ -63,34 +90,79 @@ def write_tokens(path, toks, vocab):
     for i, t in enumerate(toks):
         if not 0 <= t < vocab:
             fail("%s: token %d at position %d is not below the vocabulary's %d" % (path, t, i, vocab))
-    hdr = [0] * 256
-    hdr[0], hdr[1], hdr[2] = MAGIC, ver, len(toks)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<256i", *hdr))
-            f.write(struct.pack("<%d%s" % (len(toks), fmt), *toks))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        fail("%s: %s" % (path, e.strerror))
+    write_llmc(path, MAGIC, ver, len(toks), struct.pack("<%d%s" % (len(toks), fmt), *toks))
     print("%s: %d tokens, version %d (%s tokens, vocabulary %d)" % (path, len(toks), ver,
                                                                     "uint16" if ver == 1 else "uint32", vocab))
+
+
+def gpt2_byte_decoder():
+    """The inverse of GPT-2's bytes_to_unicode: the printable character standing for each byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def decoder_types(spec):
+    """The types of a tokenizer.json's decoder, a Sequence's members included."""
+    d = spec.get("decoder") or {}
+    out = [d.get("type")]
+    for m in d.get("decoders") or []:
+        out.append(m.get("type"))
+    return set(t for t in out if t)
+
+
+def token_bytes(tok, types, bytemap, i):
+    """Token i as the bytes it stands for."""
+    s = tok.id_to_token(i)
+    if s is None:
+        return b""
+    if "ByteLevel" in types and all(ch in bytemap for ch in s):
+        return bytes(bytemap[ch] for ch in s)
+    if "ByteFallback" in types and len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
+        try:
+            return bytes([int(s[3:5], 16)])
+        except ValueError:
+            pass
+    if types & {"Metaspace", "Replace"}:
+        s = s.replace("\u2581", " ")
+    return s.encode("utf-8")
+
+
+def write_tokenizer(path, tok, spec, vocab):
+    """llm.c's tokenizer file: a header of 256 int32 (magic, version 1, count), then per token a
+    length byte and its bytes (at most 255; longer ones are refused)."""
+    types = decoder_types(spec)
+    bytemap = gpt2_byte_decoder()
+    body = bytearray()
+    for i in range(vocab):
+        b = token_bytes(tok, types, bytemap, i)
+        if len(b) > 255:
+            fail("%s: token %d is %d bytes: llm.c's tokenizer file holds at most 255 a token" % (path, i, len(b)))
+        body += bytes([len(b)]) + b
+    write_llmc(path, TOKENIZER_MAGIC, 1, vocab, bytes(body))
+    print("%s: llm.c tokenizer file of %d tokens (%s)" % (path, vocab, ", ".join(sorted(types)) or "no decoder"))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", metavar="INPUT", help="text files, or *.jsonl with a \"text\" field")
+    ap.add_argument("inputs", nargs="*", metavar="INPUT", help="text files, or *.jsonl with a \"text\" field")
     ap.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json")
     ap.add_argument("--val-frac", type=float, default=0.0, help="the share of documents for validation (0..1)")
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--name", default="tokens")
     ap.add_argument("--eos", action="store_true", help="end each document with the end-of-text token")
+    ap.add_argument("--tokenizer-out", metavar="FILE", help="also write llm.c's tokenizer file (ppr --tokenizer)")
     a = ap.parse_args()
+    if not a.inputs and not a.tokenizer_out:
+        fail("no INPUT (text files or *.jsonl) to tokenize")
     if not 0.0 <= a.val_frac < 1.0:
         fail("--val-frac %g: expected a fraction in [0, 1)" % a.val_frac)
     try:
@@ -103,6 +175,15 @@ def main():
     except Exception as e:  # tokenizers raises its own exception type for a bad file
         fail("%s: not a tokenizer.json the tokenizers package reads: %s" % (a.tokenizer, e))
     vocab = tok.get_vocab_size(with_added_tokens=True)
+    if a.tokenizer_out:
+        try:
+            with open(a.tokenizer, encoding="utf-8") as f:
+                spec = json.load(f)
+        except (OSError, ValueError) as e:
+            fail("%s: %s" % (a.tokenizer, e))
+        write_tokenizer(a.tokenizer_out, tok, spec, vocab)
+        if not a.inputs:
+            return
     eos = None
     if a.eos:
         for cand in ("<|endoftext|>", "</s>", "<|im_end|>", "<eos>", "<|end_of_text|>"):

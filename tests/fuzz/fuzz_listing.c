@@ -133,6 +133,7 @@ static void check(const RtProg *p) {
         break;
       case RT_I_SEED:
       case RT_I_LOSS: in_bounds(p, &in->p[0], 4, "seed/loss"); break;
+      case RT_I_LOGITS: in_bounds(p, &in->p[0], in->lg[0] * in->lg[1] * in->lg[2] * 4, "logits"); break;
       default: bad("instruction kind %lld on line %lld", in->kind, in->line);
       }
     }

@@ -55,5 +55,7 @@ listings tiny_pp4dp2 examples/tiny.pdl --pp 4 --dp 2 --microbatches 8 --schedule
 listings tiny_zbh1 examples/tiny.pdl --pp 2 --schedule zb-h1
 listings tiny_interleaved examples/tiny.pdl --pp 2 --vpp 2 --microbatches 4 --schedule interleaved
 listings tiny_zbv examples/tiny.pdl --pp 2 --vpp 2 --microbatches 4 --schedule zbv
+listings tiny_gen_tp2pp2 examples/tiny.pdl --tp 2 --pp 2 --generate
+listings tiny_gen_zbv examples/tiny.pdl --pp 2 --vpp 2 --microbatches 4 --schedule zbv --generate
 rm -f "$out/listing.tmp"
 echo "fuzz seeds: $(ls "$out/pdl" | wc -l) models, $(ls "$out/listing" | wc -l) listings of $n compiles, $(ls "$out/safetensors" | wc -l) safetensors files in $out"

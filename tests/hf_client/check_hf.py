@@ -190,6 +190,22 @@ def check_tokenize(build, tmp):
             ok = hdr == (20240520, ver, 400) and os.path.getsize(os.path.join(d, "v%d_val.bin" % vocab)) == \
                 1024 + 100 * 2 * ver
         report(ok, "tools/tokenize.py: vocabulary %d: version %d files, 8 documents to train, 2 to val" % (vocab, ver))
+        if vocab == 300:  # --tokenizer-out: llm.c's tokenizer file, ppr --tokenizer's
+            tf = os.path.join(d, "tok300.bin")
+            r = run([sys.executable, os.path.join(ROOT, "tools", "tokenize.py"), "--tokenizer", tj,
+                     "--tokenizer-out", tf])
+            ok = r.returncode == 0
+            if ok:
+                with open(tf, "rb") as f:
+                    raw = f.read()
+                ok = struct.unpack("<3i", raw[:12]) == (20240328, 1, 300)
+                at, toks = 1024, []
+                while ok and at < len(raw):
+                    n = raw[at]
+                    toks.append(raw[at + 1:at + 1 + n])
+                    at += 1 + n
+                ok = ok and toks == [("w%d" % i).encode() for i in range(300)]
+            report(ok, "tools/tokenize.py --tokenizer-out: 300 tokens, each its bytes")
         one = one or os.path.join(tmp, "qwen2", "one")  # vocabulary 512
     # version 2 tokens below the model's vocabulary read; 512 and above refused by position
     ppr = os.path.join(build, "ppr")

@@ -1,5 +1,6 @@
 /* test_ppr.c - tests of the runtime ppr: a hand-written listing and kernels (softmax regression through a tied
  * embedding) checked against a direct computation, every error path, and a fuzzer of the listing parser. */
+#include "ppr_gen.h"
 #include "rt_lr.h"
 #include "rt_prog.h"
 
@@ -1959,6 +1960,158 @@ static void test_parser(void) {
         "parser: text that is not a listing");
 }
 
+/* ---- generation programs (ppc --generate; ppr --generate) ------------------------------------ */
+
+/* BODY's model as a generation program: one sequence of 4, forward only, its logits in the slot. */
+static const char *const GEN_T = "model testlin\n"
+                                 "mesh tp 1 pp 1 dp 1\n"
+                                 "rank 0 stage 0 tp_rank 0 dp_rank 0\n"
+                                 "step micro_batch 1 seq 4 microbatches 1 schedule forward\n"
+                                 "vocab 16\n"
+                                 "kernels k 0123456789abcdef\n"
+                                 "object so @SO\n"
+                                 "object cl - -\n"
+                                 "cuda sm_90 - - - -\n"
+                                 "\n"
+                                 "region params  0    832\n"
+                                 "region grads   832  0\n"
+                                 "region adam_m  832  0\n"
+                                 "region adam_v  832  0\n"
+                                 "region slots   832  384 1\n"
+                                 "region scratch 1216 384\n"
+                                 "arena 1600\n"
+                                 "\n"
+                                 "param 0 emb.weight f32 [16,8] @0 init normal 0.5 decay 1 tied\n"
+                                 "param 1 gain f32 [8] @512 init ones decay 0\n"
+                                 "param 2 proj.weight f32 [8,8] @576 init normal 0.3 decay 1\n"
+                                 "\n"
+                                 "block forward\n"
+                                 "  batch $0 -\n"
+                                 "  kernel embed_fwd <<<1,1,0>>> $0:16 @0:512 @1216:128 i:4 i:8\n"
+                                 "  gemm N N 4 8 8 1 @1216 8 0 @576 8 0 0 @1344 8 0 1\n"
+                                 "  kernel gain_fwd <<<1,1,0>>> @1344:128 @512:32 @1472:128 i:4 i:8 f:1\n"
+                                 "  gemm N T 4 16 8 1 @1472 8 0 @0 8 0 0 $64 16 0 1\n"
+                                 "  logits $64 1 4 16 0\n"
+                                 "end\n"
+                                 "\n"
+                                 "schedule forward\n"
+                                 "  F 0 0\n"
+                                 "end\n";
+static const char *GEN;
+
+/* The logits after token t: ((E[t] P) * g) E^T (the model has no attention: the last token alone). */
+static int greedy_next(const W *w, int t) {
+  double y[H], best = -1e300;
+  int arg = 0;
+  for (int j = 0; j < H; j++) {
+    double h = 0;
+    for (int k = 0; k < H; k++) h += (double)w->E[t * H + k] * w->P[k * H + j];
+    y[j] = h * w->g[j];
+  }
+  for (int v = 0; v < V; v++) {
+    double l = 0;
+    for (int j = 0; j < H; j++) l += y[j] * w->E[v * H + j];
+    if (l > best) best = l, arg = v;
+  }
+  return arg;
+}
+
+static void test_generate(const W *w) {
+  char err[2048] = "";
+  char *gl = listing(GEN);
+  int rc = parse_msg(gl, err, sizeof err);
+  if (!check(rc == 0, "parser: a generation program loads")) printf("  | got: %s\n", err);
+  char *t = replace(BODY, "  loss $1408\n", "  loss $1408\n  logits $896 2 4 16 0\n");
+  char *l = listing(t);
+  rc = parse_msg(l, err, sizeof err);
+  if (!check(rc == 0, "parser: a training program's logits line loads")) printf("  | got: %s\n", err);
+  free(l);
+  free(t);
+  struct {
+    const char *what, *from, *to, *needle;
+  } bad[] = {
+      {"micro_batch 2", "micro_batch 1 seq 4", "micro_batch 2 seq 4", "runs one sequence: micro_batch 1, not 2"},
+      {"gradients", "region grads   832  0", "region grads   1536 64",
+       "has 64 bytes: a generation program has no gradients or moments"},
+      {"a backward block", "end\n\nschedule forward\n", "end\n\nblock backward\nend\n\nschedule forward\n",
+       "block backward: a generation program (schedule forward) has forward blocks alone"},
+      {"a loss", "  logits $64 1 4 16 0\n", "  logits $64 1 4 16 0\n  loss $64\n",
+       "loss in a generation program (schedule forward)"},
+      {"no logits", "  logits $64 1 4 16 0\n", "", "last virtual stage (chunk 0) has no logits instruction"},
+      {"two logits", "  logits $64 1 4 16 0\n", "  logits $64 1 4 16 0\n  logits $64 1 4 16 0\n",
+       "a second logits (the first is on line"},
+      {"logits in scratch", "  logits $64 1 4 16 0\n", "  logits @1216 1 4 16 0\n",
+       "the logits live in the micro-batch's slot"},
+      {"logits past the slot", "  logits $64 1 4 16 0\n", "  logits $256 1 4 16 0\n",
+       "logits: $256 + 256 bytes leaves the slot"},
+      {"logits of another B", "  logits $64 1 4 16 0\n", "  logits $64 2 4 16 0\n", "logits: B"},
+      {"logits past the vocabulary", "  logits $64 1 4 16 0\n", "  logits $64 1 4 16 16\n", "logits: VSTART"},
+      {"a B entry", "  F 0 0\n", "  F 0 0\n  B 0 0\n", "'B' in a generation program's schedule (forward)"},
+      {"OPT", "  F 0 0\n", "  F 0 0\n  OPT\n", "'OPT' in a generation program's schedule"},
+      {"no F", "  F 0 0\n", "", "the schedule never runs F 0"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    expect_parse_error_in(GEN, bad[i].what, bad[i].from, bad[i].to, bad[i].needle);
+
+  /* ppr --generate through it, greedily, against the direct computation */
+  char d[512], p[600], wp[512];
+  make_prog("gen", BODY);
+  path(d, sizeof d, "gen");
+  snprintf(p, sizeof p, "%s/rank0.gen.prog", d);
+  write_bytes(p, gl, strlen(gl));
+  free(gl);
+  path(wp, sizeof wp, "w.safetensors");
+  char args[2048];
+  snprintf(args, sizeof args, "%s --init %s --generate 9 --prompt-ids 3,7 --temperature 0 --quiet", d, wp);
+  rc = run(args);
+  int32_t tok[11] = {3, 7};
+  for (int i = 2; i < 11; i++) tok[i] = greedy_next(w, tok[i - 1]);
+  char *want = NULL;
+  size_t wn = 0;
+  FILE *mf = open_memstream(&want, &wn);
+  ppr_gen_print(mf, tok, 11, V, NULL); /* a vocabulary of 16: bytes */
+  fputc('\n', mf);
+  fclose(mf);
+  if (!check(rc == 0 && !strcmp(out, want), "ppr --generate 9, greedy: the direct computation's tokens")) show();
+  free(want);
+  /* the training program has no `logits` line: no rank holds them */
+  snprintf(args, sizeof args, "%s --init %s --generate 2 --prompt-ids 3 --quiet", d, wp);
+  setenv("PPR_GENERATE_PROGRAM", "train", 1);
+  expect_fail("the training program's logits, without a logits line", args, "no rank holds logit 0");
+  unsetenv("PPR_GENERATE_PROGRAM");
+
+  /* the sampler: greedy, then draws against softmax(logits / T) over the top k */
+  static const float row[5] = {1.0f, 2.0f, 0.5f, 2.0f, -1.0f};
+  PprSampler s = {.temperature = 0};
+  check(ppr_gen_pick(&s, row, 5) == 1, "sampler: greedy is the argmax, the lowest id among equals");
+  static const struct {
+    double t;
+    int64_t k;
+  } cases[] = {{1.0, 0}, {0.5, 0}, {1.0, 2}, {2.0, 3}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    PprSampler q = {.temperature = cases[c].t, .top_k = cases[c].k, .state = 42};
+    enum { NDRAW = 100000 };
+    int count[5] = {0};
+    for (int i = 0; i < NDRAW; i++) count[ppr_gen_pick(&q, row, 5)]++;
+    /* the top k by logit (equal ones by id): 1, 3, 0, 2, 4 */
+    static const int order[5] = {1, 3, 0, 2, 4};
+    int64_t k = cases[c].k ? cases[c].k : 5;
+    double p[5] = {0}, z = 0;
+    for (int i = 0; i < k; i++) z += p[order[i]] = exp(((double)row[order[i]] - 2.0) / cases[c].t);
+    int ok = 1;
+    for (int v = 0; v < 5; v++) {
+      double e = NDRAW * p[v] / z, sd = sqrt(NDRAW * (p[v] / z) * (1 - p[v] / z)) + 1e-9;
+      if (p[v] == 0 ? count[v] != 0 : fabs(count[v] - e) > 5 * sd) ok = 0;
+    }
+    check(ok, "sampler: temperature %g, top-k %lld: %d draws within 5 sigma of softmax (%d %d %d %d %d)", cases[c].t,
+          (long long)cases[c].k, NDRAW, count[0], count[1], count[2], count[3], count[4]);
+  }
+  PprSampler a = {.temperature = 1, .state = 9}, b = {.temperature = 1, .state = 9};
+  int same = 1;
+  for (int i = 0; i < 100; i++) same &= ppr_gen_pick(&a, row, 5) == ppr_gen_pick(&b, row, 5);
+  check(same, "sampler: one seed, one sequence of draws");
+}
+
 /* Every operand of a parsed program, checked element by element against the arena/slot. */
 static int brute_bounds(const RtProg *p) {
   for (int b = 0; b < RT_NBLK; b++)
@@ -1991,6 +2144,7 @@ static int brute_bounds(const RtProg *p) {
       } else {
         int64_t ext = in->kind == RT_I_ZERO || in->kind == RT_I_ALLREDUCE_TIED ? in->bytes
                       : in->kind == RT_I_BATCH                                 ? (int64_t)p->micro_batch * p->seq * 4
+                      : in->kind == RT_I_LOGITS                                ? in->lg[0] * in->lg[1] * in->lg[2] * 4
                                                                                : 4;
         for (int k = 0; k < 2; k++) {
           if (!in->p[k].present) continue;
@@ -2701,6 +2855,7 @@ int main(int argc, char **argv) {
   STAGE1 = replace(STAGE1_T, "object so @SO", so_line);
   CHUNK0 = replace(CHUNK0_T, "object so @SO", so_line);
   CHUNK1 = replace(CHUNK1_T, "object so @SO", so_line);
+  GEN = replace(GEN_T, "object so @SO", so_line);
   make_prog("main", BODY);
 
   W w;
@@ -2733,8 +2888,10 @@ int main(int argc, char **argv) {
   test_pipeline_parser();
   test_chunk_parser();
   test_chunks_mpi(&w);
+  test_generate(&w);
 
   free((char *)BODY);
+  free((char *)GEN);
   free((char *)CHUNK0);
   free((char *)CHUNK1);
   free((char *)STAGE0);
