@@ -116,7 +116,7 @@ $(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_s
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
-UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched
+UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
@@ -124,6 +124,9 @@ $(BUILD)/test_gemm: tests/unit/test_gemm.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) $(BLAS_INC) -o $@ tests/unit/test_gemm.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
 # every generated kernel and GEMM on the cpu and the opencl device, compared
+# the kernel preludes' math (ppk_exp), as the generated C kernels include it
+$(BUILD)/test_kmath: tests/unit/test_kmath.c tests/unit/check.h kernels/prelude_c.h
+	$(CC) $(CFLAGS) -Ikernels -o $@ tests/unit/test_kmath.c $(LDFLAGS) -lm
 $(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 # ppc's cubins: every stage of the examples, reproducible, every --arch, NVRTC's failures (it calls

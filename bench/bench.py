@@ -32,6 +32,7 @@ batch, a few microseconds).
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -62,6 +63,16 @@ MODELS = {
                    "head_dim": 64, "ffn": 704, "eps": 1e-6, "theta": 1e6},
         "step": {"micro_batch": 8, "seq": 128, "microbatches": 1},
     },
+    # MiniMind-3 itself (examples/minimind.pdl: 64M parameters) at micro-batch 2, seq 512; about 0.4
+    # TFLOP a step, so fewer steps unless --steps says otherwise
+    "minimind": {
+        "pdl": "examples/minimind.pdl",
+        "ppc": ["--micro-batch", "2", "--microbatches", "1"],
+        "config": {"vocab": 6400, "hidden": 768, "layers": 8, "heads": 8, "kv_heads": 4,
+                   "head_dim": 96, "ffn": 2432, "eps": 1e-6, "theta": 1e6},
+        "step": {"micro_batch": 2, "seq": 512, "microbatches": 1},
+        "warmup": 2, "steps": 5,
+    },
 }
 HP = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": 0.1, "clip": 1.0}
 WEIGHT_SEED = 1234
@@ -83,9 +94,9 @@ def how(rc):
     return "killed by signal %d" % -rc if rc < 0 else "exit %d" % rc
 
 
-def run_ppr(build, work, spec, weights, tokens, nsteps):
+def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None):
     prog = os.path.join(work, "prog")
-    r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"]), "-o", prog],
+    r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) + ["-o", prog],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if r.returncode != 0:
         sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
@@ -93,9 +104,12 @@ def run_ppr(build, work, spec, weights, tokens, nsteps):
     cmd = [os.path.join(build, "ppr"), prog, "--init", weights, "--data", tokens, "--steps", str(nsteps),
            "--lr", str(HP["lr"]), "--beta1", str(HP["beta1"]), "--beta2", str(HP["beta2"]),
            "--eps", str(HP["eps"]), "--wd", str(HP["wd"]), "--clip", str(HP["clip"]), "--log", log, "--quiet"]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    env = dict(os.environ, **(extra_env or {}))
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env)
     if r.returncode != 0:
         sys.exit("bench: ppr failed (%s):\n%s" % (how(r.returncode), r.stdout))
+    if extra_env:
+        return r.stdout
     if r.stdout.strip():
         sys.stderr.write(r.stdout)  # e.g. the PPR_PROFILE summary
     with open(log) as f:
@@ -157,6 +171,40 @@ def torch_child(name, nsteps, work):
         json.dump({"loss": losses, "ms": ms, "threads": torch.get_num_threads()}, f)
 
 
+def peak_child(sizes=(1024, 2048, 3072), reps=3):
+    """--peak-child: one core's SGEMM rate on large square products (torch.mm through the same
+    OpenBLAS, the same OPENBLAS_CORETYPE), the best over the sizes and reps; prints GFLOP/s."""
+    torch.set_num_threads(1)
+    best = 0.0
+    for n in sizes:
+        a, b = torch.rand(n, n), torch.rand(n, n)
+        torch.mm(a, b)
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+    print("%.3f" % best)
+
+
+def measure_peak():
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--peak-child"], env=env,
+                       stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def roofline(build, work, spec, weights, tokens, steps):
+    """The step's GEMM FLOPs and its GEMM and non-GEMM time from ppr's PPR_PROFILE (a run of its
+    own, steps 2.. counted): (GFLOP per step, profile step ms, GEMM ms)."""
+    out = run_ppr(build, work, spec, weights, tokens, steps, {"PPR_PROFILE": "1"})
+    step = re.search(r"per step: ([0-9.]+) ms", out)
+    gemm = re.search(r" gemm ([0-9.]+) ms \(", out)
+    flops = re.search(r"gemm: ([0-9.]+) GFLOP per step", out)
+    if not (step and gemm and flops):
+        sys.exit("bench: no PPR_PROFILE summary from ppr:\n" + out)
+    return float(flops.group(1)), float(step.group(1)), float(gemm.group(1))
+
+
 def run_torch_child(name, nsteps, work, extra_env):
     out = os.path.join(work, "torch.json")
     env = dict(os.environ, **extra_env)
@@ -165,6 +213,20 @@ def run_torch_child(name, nsteps, work, extra_env):
     with open(out) as f:
         r = json.load(f)
     return r["loss"], r["ms"]
+
+
+def cpu_core():
+    """OpenBLAS's core for this CPU's instructions, as runtime/rt_dev_cpu.c chooses it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(l for l in f if l.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return None
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
 
 
 def loadavg():
@@ -180,15 +242,27 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
     ap.add_argument("--rounds", type=int, default=1, help="alternate ppr and torch runs this many times, pooling the steps")
-    ap.add_argument("--models", default="tiny,minimind256")
+    ap.add_argument("--models", default="tiny,minimind256,minimind")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--torch-child", metavar="MODEL", help=argparse.SUPPRESS)
+    ap.add_argument("--peak-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_child:
         torch_child(a.torch_child, a.steps, a.work)
         return 0
+    if a.peak_child:
+        peak_child()
+        return 0
+    steps_given = "--steps" in sys.argv or any(x.startswith("--steps=") for x in sys.argv)
+    warmup_given = "--warmup" in sys.argv or any(x.startswith("--warmup=") for x in sys.argv)
 
+    # OpenBLAS picks its kernels from the CPU's model; on a virtual machine that hides it, it falls
+    # back to a generic core (Prescott, SSE3). ppr then sets OPENBLAS_CORETYPE from the CPU's
+    # instructions (runtime/rt_dev_cpu.c); both sides get the same here, unless it is set already.
+    if "OPENBLAS_CORETYPE" not in os.environ and cpu_core():
+        os.environ["OPENBLAS_CORETYPE"] = cpu_core()
+        print("OPENBLAS_CORETYPE set to %s for both sides (from /proc/cpuinfo's flags, as ppr does)" % cpu_core())
     threads = os.environ.get("OMP_NUM_THREADS")
     if not threads or threads != os.environ.get("OPENBLAS_NUM_THREADS"):
         sys.exit("bench: set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to the same count (bench/run.sh does)")
@@ -208,10 +282,18 @@ def main():
         variants = [("OMP_WAIT_POLICY=%s" % os.environ["OMP_WAIT_POLICY"], {})]
     else:
         variants = [("OMP_WAIT_POLICY unset", {}), ("OMP_WAIT_POLICY=PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"})]
+    # the roofline's peak: one core's SGEMM on a 2048 x 2048 product, measured now
+    peak = measure_peak()
+    print("single-core SGEMM peak: %.1f GFLOP/s (torch.mm of 1024, 2048 and 3072 square, the best of 3 each; the GEMM lower bound "
+          "of a step is its GEMM FLOPs / (threads x this))" % peak)
     rows, ok = [], True
     for name in a.models.split(","):
+        if name not in MODELS:
+            sys.exit("bench: unknown model '%s' (%s)" % (name, ", ".join(MODELS)))
         spec = MODELS[name]
         cfg = spec["config"]
+        warmup = a.warmup if warmup_given else spec.get("warmup", a.warmup)
+        nsteps = warmup + (a.steps if steps_given else spec.get("steps", a.steps))
         B, S, M = spec["step"]["micro_batch"], spec["step"]["seq"], spec["step"]["microbatches"]
         work = os.path.join(a.work, name)
         os.makedirs(work, exist_ok=True)
@@ -224,14 +306,15 @@ def main():
         write_tokens(tokens, toks)
 
         nparams = sum(P0[n].numel() for n in names)
-        print("%s: %d params, %d tokens/step" % (name, nparams, B * S * M))
+        print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
+              % (name, nparams, B * S * M, warmup, nsteps - warmup))
         pm, tm = [], [[] for _ in variants]
         for r in range(a.rounds):
             pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
-            pm += ms[a.warmup:]
+            pm += ms[warmup:]
             for v, (label, extra) in enumerate(variants):
                 tl, ms = run_torch_child(name, nsteps, work, extra)
-                tm[v] += ms[a.warmup:]
+                tm[v] += ms[warmup:]
                 if r == 0:
                     rel0 = abs(pl[0] - tl[0]) / abs(tl[0])
                     relmax = max(abs(p - t) / abs(t) for p, t in zip(pl, tl))
@@ -245,22 +328,30 @@ def main():
         for v, (label, _) in enumerate(variants):
             meds.append(statistics.median(tm[v]))
             print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("torch, " + label, meds[-1], min(tm[v]), max(tm[v])))
-        rows.append((name, pmed, meds))
+        gflop, pstep, pgemm = roofline(a.build, work, spec, weights, tokens, min(nsteps, 4))
+        bound = gflop / (nthreads * peak) * 1e3
+        print("  roofline: %.2f GFLOP of GEMMs a step, lower bound %.2f ms at %d x %.1f GFLOP/s; ppr's step %.2fx "
+              "it; PPR_PROFILE: GEMMs %.2f of %.2f ms, the rest %.1f%%"
+              % (gflop, bound, nthreads, peak, pmed / bound, pgemm, pstep, 100 * (pstep - pgemm) / pstep))
+        rows.append((name, pmed, meds, bound, 100 * (pstep - pgemm) / pstep))
 
     print("load average after: %s" % loadavg())
     print()
     head = "| model | threads | ppr ms/step |"
     for label, _ in variants:
         head += " torch ms/step (%s) | torch/ppr |" % label
+    head += " GEMM bound ms | ppr/bound | non-GEMM % |"
     print(head)
-    print("|---|---|---|" + "---|---|" * len(variants))
-    for name, pmed, meds in rows:
+    print("|---|---|---|" + "---|---|" * len(variants) + "---|---|---|")
+    for name, pmed, meds, bound, rest in rows:
         line = "| %s | %d | %.2f |" % (name, nthreads, pmed)
         for tmed in meds:
             line += " %.2f | %.2f |" % (tmed, tmed / pmed)
+        line += " %.2f | %.2f | %.1f |" % (bound, pmed / bound, rest)
         print(line)
-    print("(torch/ppr > 1: ppr is faster; medians of %d x %d timed steps, each run after %d warm-up steps)"
-          % (a.rounds, a.steps, a.warmup))
+    print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
+          "steps; the bound: the step's GEMM FLOPs at the single-core peak times the threads; non-GEMM: the share "
+          "of ppr's step outside GEMMs, from PPR_PROFILE)" % a.rounds)
     if not ok:
         print("LOSS MISMATCH: the two sides do not compute the same step (see above)")
     return 0 if ok else 1

@@ -99,8 +99,8 @@ typedef struct Rend {
 
 static void expr(Rend *r, int id) {
   const KExpr *e = &r->k->e[id];
-  static const char *fn1[] = {
-      [K_EXP] = "expf", [K_LOG] = "logf", [K_TANH] = "tanhf", [K_SQRT] = "sqrtf", [K_COS] = "cosf", [K_SIN] = "sinf"};
+  static const char *fn1[] = {[K_EXP] = "ppk_exp", [K_LOG] = "logf", [K_TANH] = "tanhf",
+                              [K_SQRT] = "sqrtf",  [K_COS] = "cosf", [K_SIN] = "sinf"};
   static const char *bin[] = {
       [K_ADD] = "+",  [K_SUB] = "-",  [K_MUL] = "*",  [K_DIV] = "/", [K_IADD] = "+",  [K_ISUB] = "-", [K_IMUL] = "*",
       [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<", [K_IAND] = "&&", [K_FLT] = "<"};

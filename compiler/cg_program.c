@@ -397,7 +397,7 @@ static FileSum file_sum(const char *s, size_t n) { return (FileSum){.bytes = (in
 static int compile_so(const char *dir, const char *csrc_path, const char *so_path, const Buf *src, const char *cache,
                       FileSum *sum) {
   const char *cc = getenv("PPC_CC") ? getenv("PPC_CC") : "cc";
-  const char *flags = getenv("PPC_CFLAGS") ? getenv("PPC_CFLAGS") : "-O3 -march=native -fopenmp";
+  const char *flags = getenv("PPC_CFLAGS") ? getenv("PPC_CFLAGS") : PPC_KERNEL_CFLAGS;
   Buf key = {0};
   /* "so 2": entries with a size-and-hash header, never confused with the bare objects of before */
   OUT(&key, "so 2|%s|%s|%s", cc, flags, src->s);

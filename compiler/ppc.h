@@ -12,6 +12,10 @@
 #include "pp_stagedir.h" /* runtime/: the files of a stage directory */
 
 #define PPC_VERSION "0.1.0"
+/* How ppc compiles the C kernels (PPC_CFLAGS overrides it): -fno-trapping-math and -fno-math-errno
+ * let the compiler vectorise selects, conversions and sqrtf (the kernels read neither the
+ * floating-point exception flags nor errno, so no result changes) */
+#define PPC_KERNEL_CFLAGS "-O3 -march=native -fno-trapping-math -fno-math-errno -fopenmp"
 
 /* ============================================================================================
  * src.c, diag.c, xalloc.c — source files, locations and diagnostics; the allocators

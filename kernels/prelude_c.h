@@ -1,7 +1,40 @@
 /* prelude_c.h - pasted before the generated C kernels (kernels_sN.c): the C names the kernel IR's renderer uses. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The larger of a and b; b when either is NaN. The same comparison in every language, and one
  * that compilers turn into a vector maximum. */
 static inline float ppk_max(float a, float b) { return a > b ? a : b; }
+
+/* e^x in float, in a form compilers vectorise (no call, no branch, no libm rounding function):
+ * x = n·ln2 + r with n = floor(x·log2(e) + 1/2) (by truncation of a positive value) and r from ln2
+ * in two parts (Cody–Waite), so |r| <= ln2/2; e^r by Cephes' polynomial 1 + r + r²·P(r), P of
+ * degree 5, in fused multiply-adds; then 2^n as 2^(n/2)·2^(n - n/2), each from exponent bits, so
+ * that results down to the smallest subnormal come out. Below -103.97 (where e^x rounds to 0) 0,
+ * above 88.72 (past FLT_MAX) infinity, NaN stays NaN. Within 2 ulp of the correctly rounded e^x
+ * over the normal range (tests/unit/test_kmath.c measures it), and the same bits on every device:
+ * the OpenCL and CUDA preludes compute it alike. */
+static inline float ppk_exp(float x) {
+  const float lo = -103.972f, hi = 88.72283f;
+  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo; /* NaN: lo (a finite n); returned as NaN */
+  int32_t n = (int32_t)fmaf(xc, 1.44269504088896341f, 256.5f) - 256; /* floor, in [-150, 128] */
+  float fn = (float)n;
+  float r = fmaf(fn, -0.693359375f, xc);
+  r = fmaf(fn, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  float y = fmaf(p, r * r, r + 1.0f);
+  int32_t n1 = n / 2, e1 = (n1 + 127) << 23, e2 = (n - n1 + 127) << 23;
+  float s1, s2;
+  memcpy(&s1, &e1, sizeof s1);
+  memcpy(&s2, &e2, sizeof s2);
+  y = y * s1 * s2;
+  y = x < lo ? 0.0f : y;
+  y = x > hi ? INFINITY : y;
+  return x != x ? x : y;
+}

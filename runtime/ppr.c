@@ -1009,6 +1009,7 @@ static void gen_during(const PprCli *c, const RtProg *p, RtExec *x, Gen *g, int6
 int main(int argc, char **argv) {
   PprCli c;
   int rc;
+  rt_dev_cpu_blas_core(argv); /* OpenBLAS's kernels for this CPU (may run ppr again) */
   ppr_cli_parse(argc, argv, &c);
   /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
    * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when

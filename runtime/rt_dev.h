@@ -90,6 +90,16 @@ extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops, rt_dev_cuda_ops;
 
 /* --device SPEC: cpu, opencl, opencl:N, cuda, cuda:N. Opens the device; *out NULL on failure. */
 int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t errlen);
+/* The cpu device's GEMMs are OpenBLAS's, whose kernels are chosen from the CPU's model when the
+ * library loads. On a virtual machine that hides the model OpenBLAS falls back to a generic x86-64
+ * core (Prescott: SSE3 alone, a sixth of this CPU's SGEMM). Call first in main, before any thread
+ * or MPI: when OPENBLAS_CORETYPE is unset and the loaded core is weaker than the CPU's own
+ * instructions say (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2 and FMA: Haswell), it sets
+ * OPENBLAS_CORETYPE and executes the program again (argv), which then loads the right kernels.
+ * Otherwise it returns. */
+void rt_dev_cpu_blas_core(char **argv);
+/* OpenBLAS's core, as the cpu device's description shows it. */
+const char *rt_dev_cpu_blas_name(void);
 int rt_dev_parse(const char *spec, RtDevKind *kind, int *index); /* 0, or -1 for a bad SPEC */
 const char *rt_dev_kind_name(RtDevKind k);
 

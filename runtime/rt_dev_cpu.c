@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 typedef void (*KernelFn)(void **args);
 
@@ -25,13 +27,48 @@ typedef union {
   int64_t i;
 } ArgVal;
 
+/* The CPU's best OpenBLAS core for SGEMM, by its instructions; NULL for none better than generic. */
+static const char *cpu_core(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return NULL;
+}
+
+/* OpenBLAS's cores with AVX-512 SGEMM kernels, and with AVX2 and FMA ones (its names) */
+static int core_in(const char *core, const char *const *set) {
+  for (; *set; set++)
+    if (!strcasecmp(core, *set)) return 1;
+  return 0;
+}
+
+void rt_dev_cpu_blas_core(char **argv) {
+  static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen4", NULL};
+  static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen4", NULL};
+  const char *want = cpu_core(), *have = openblas_get_corename();
+  if (getenv("OPENBLAS_CORETYPE") || !want || !have) return;
+  if (core_in(have, !strcmp(want, "SkylakeX") ? avx512 : avx2)) return;
+  if (setenv("OPENBLAS_CORETYPE", want, 1)) return;
+  execv("/proc/self/exe", argv); /* on failure: on with the core it has */
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+const char *rt_dev_cpu_blas_name(void) {
+  const char *n = openblas_get_corename();
+  return n ? n : "?";
+}
+
 static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t errlen) {
   (void)index;
   (void)local_rank;
   Cpu *c = calloc(1, sizeof *c);
   RT_CHECK_ALLOC(c);
   c->d.ops = &rt_dev_cpu_ops;
-  snprintf(c->d.desc, sizeof c->d.desc, "cpu");
+  snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s)", rt_dev_cpu_blas_name());
   *out = &c->d;
   return 0;
 }
