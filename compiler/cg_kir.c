@@ -329,6 +329,47 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
   }
 }
 
+/* A flat kernel that sums a column per thread: `let a = INIT; for i < N { a += E }; B[row] op= a`
+ * (a norm's or a bias's weight gradient: rows are columns of a [N, rows] operand). Its statement
+ * for the sum, or -1 for another kernel. */
+static int column_sum(const Kernel *k) {
+  if (k->mode != KM_FLAT || k->body < 0) return -1;
+  const KStmt *let = &k->s[k->body];
+  if (let->kind != KS_LET || let->next < 0 || k->e[let->a].op != K_F) return -1;
+  const KStmt *loop = &k->s[let->next];
+  if (loop->kind != KS_FOR || loop->next < 0 || loop->body < 0) return -1;
+  const KStmt *set = &k->s[loop->body], *st = &k->s[loop->next];
+  if (set->kind != KS_SET || set->op != '+' || set->var != let->var || set->next >= 0) return -1;
+  if (st->kind != KS_STORE || st->next >= 0 || st->op == 'M') return -1;
+  if (k->e[st->a].op != K_ROW || k->e[st->b].op != K_V || k->e[st->b].a != let->var) return -1;
+  return k->body;
+}
+
+/* C: column_sum's kernel with its loops swapped: each thread takes tiles of 64 columns and walks
+ * the N rows once, adding each row's 64 values into 64 sums (contiguous loads the compiler
+ * vectorises, where a column per iteration reads with a stride). Each column's sum adds its
+ * terms in the same order, so the result is the same. */
+static void column_sum_c(Rend *r, int s) {
+  const Kernel *k = r->k;
+  const KStmt *let = &k->s[s], *loop = &k->s[let->next], *set = &k->s[loop->body], *st = &k->s[loop->next];
+  long long rows = (long long)k->rows;
+  if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 64)
+    EMIT("  #pragma omp parallel for schedule(static)\n");
+  EMIT("  for (int64_t ppk_c0 = 0; ppk_c0 < %lldLL; ppk_c0 += 64) {\n", rows);
+  EMIT("    const int64_t ppk_cn = %lldLL - ppk_c0 < 64 ? %lldLL - ppk_c0 : 64;\n", rows, rows);
+  EMIT("    float ppk_sum[64];\n    for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) ppk_sum[ppk_t] = ");
+  expr(r, let->a);
+  EMIT(";\n    for (int64_t v%d = 0; v%d < ", loop->var, loop->var);
+  expr(r, loop->a);
+  EMIT("; v%d++) {\n      for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n", loop->var);
+  EMIT("        const int64_t r = ppk_c0 + ppk_t;\n        ppk_sum[ppk_t] = ppk_sum[ppk_t] + ");
+  expr(r, set->a);
+  EMIT(
+      ";\n      }\n    }\n    for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) %s[ppk_c0 + ppk_t] %s ppk_sum[ppk_t];\n",
+      k->bufs[st->buf].name, st->op == '+' ? "+=" : "=");
+  EMIT("  }\n}\n");
+}
+
 void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_t *cap) {
   Rend rr = {k, tables[lang], out, len, cap}, *r = &rr;
   const LangTable *t = r->t;
@@ -359,21 +400,26 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
     EMIT("  const int64_t ppk_tid = %s;\n", t->tid);
     if (k->reduces) EMIT("  "), EMIT(t->local_decl, k->block), EMIT("\n");
   }
-  EMIT("  ");
-  if (t->threads_as_loops) {
-    /* OpenMP only where there is enough work to pay for the threads */
-    if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1)
-      EMIT("#pragma omp parallel for schedule(static)\n  ");
-    EMIT("for (int64_t r = 0; r < %lld%s; r++)", (long long)k->rows, t->int_suffix);
-  } else if (k->mode == KM_FLAT) {
-    EMIT("for (int64_t r = %s * %d + ppk_tid; r < %lld%s; r += %s * %d)", t->bid, k->block, (long long)k->rows,
-         t->int_suffix, t->nblocks, k->block);
+  int cs = t->threads_as_loops ? column_sum(k) : -1;
+  if (cs >= 0) {
+    column_sum_c(r, cs); /* C: the column sums with their loops swapped */
   } else {
-    EMIT("for (int64_t r = %s; r < %lld%s; r += %s)", t->bid, (long long)k->rows, t->int_suffix, t->nblocks);
+    EMIT("  ");
+    if (t->threads_as_loops) {
+      /* OpenMP only where there is enough work to pay for the threads */
+      if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1)
+        EMIT("#pragma omp parallel for schedule(static)\n  ");
+      EMIT("for (int64_t r = 0; r < %lld%s; r++)", (long long)k->rows, t->int_suffix);
+    } else if (k->mode == KM_FLAT) {
+      EMIT("for (int64_t r = %s * %d + ppk_tid; r < %lld%s; r += %s * %d)", t->bid, k->block, (long long)k->rows,
+           t->int_suffix, t->nblocks, k->block);
+    } else {
+      EMIT("for (int64_t r = %s; r < %lld%s; r += %s)", t->bid, (long long)k->rows, t->int_suffix, t->nblocks);
+    }
+    EMIT(" {\n");
+    stmts(r, k->body, 2, k->mode == KM_BLOCK ? CTX_UNIFORM : CTX_THREAD);
+    EMIT("  }\n}\n");
   }
-  EMIT(" {\n");
-  stmts(r, k->body, 2, k->mode == KM_BLOCK ? CTX_UNIFORM : CTX_THREAD);
-  EMIT("  }\n}\n");
   if (lang == LANG_C) { /* NAME__call(void **args): the arguments by address, as cuLaunchKernel takes them */
     EMIT("void %s__call(void **a) { %s(", k->name, k->name);
     for (int i = 0; i < k->nbufs; i++)

@@ -90,13 +90,17 @@ extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops, rt_dev_cuda_ops;
 
 /* --device SPEC: cpu, opencl, opencl:N, cuda, cuda:N. Opens the device; *out NULL on failure. */
 int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t errlen);
-/* The cpu device's GEMMs are OpenBLAS's, whose kernels are chosen from the CPU's model when the
- * library loads. On a virtual machine that hides the model OpenBLAS falls back to a generic x86-64
- * core (Prescott: SSE3 alone, a sixth of this CPU's SGEMM). Call first in main, before any thread
- * or MPI: when OPENBLAS_CORETYPE is unset and the loaded core is weaker than the CPU's own
- * instructions say (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2 and FMA: Haswell), it sets
- * OPENBLAS_CORETYPE and executes the program again (argv), which then loads the right kernels.
- * Otherwise it returns. */
+/* The cpu device's GEMMs are OpenBLAS's, which reads its settings from the environment when the
+ * library loads, before main. Call first in main, before any thread or MPI; when it changes the
+ * environment it executes the program again (argv), which then loads OpenBLAS so; else it returns.
+ * - OPENBLAS_CORETYPE, when unset and the loaded core is weaker than the CPU's own instructions
+ *   say (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2 and FMA: Haswell): on a virtual machine that hides
+ *   the CPU's model OpenBLAS falls back to a generic x86-64 core (Prescott: SSE3 alone, a sixth of
+ *   this CPU's SGEMM).
+ * - OPENBLAS_THREAD_TIMEOUT=4, when unset: OpenBLAS's worker threads sleep at once after a GEMM
+ *   instead of spinning for 2^28 cycles in sched_yield, which took the cores from the kernels'
+ *   OpenMP threads (docs/perf.md, "Threads"); with OMP_WAIT_POLICY=PASSIVE, which ppr sets for
+ *   libgomp, the two pools hand the cores to each other. */
 void rt_dev_cpu_blas_core(char **argv);
 /* OpenBLAS's core, as the cpu device's description shows it. */
 const char *rt_dev_cpu_blas_name(void);

@@ -50,11 +50,13 @@ void rt_dev_cpu_blas_core(char **argv) {
   static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen4", NULL};
   static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen4", NULL};
   const char *want = cpu_core(), *have = openblas_get_corename();
-  if (getenv("OPENBLAS_CORETYPE") || !want || !have) return;
-  if (core_in(have, !strcmp(want, "SkylakeX") ? avx512 : avx2)) return;
-  if (setenv("OPENBLAS_CORETYPE", want, 1)) return;
-  execv("/proc/self/exe", argv); /* on failure: on with the core it has */
-  unsetenv("OPENBLAS_CORETYPE");
+  int core = !getenv("OPENBLAS_CORETYPE") && want && have && !core_in(have, !strcmp(want, "SkylakeX") ? avx512 : avx2);
+  int timeout = !getenv("OPENBLAS_THREAD_TIMEOUT");
+  if (!core && !timeout) return;
+  if ((core && setenv("OPENBLAS_CORETYPE", want, 1)) || (timeout && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1))) return;
+  execv("/proc/self/exe", argv); /* on failure: on as it is */
+  if (core) unsetenv("OPENBLAS_CORETYPE");
+  if (timeout) unsetenv("OPENBLAS_THREAD_TIMEOUT");
 }
 
 const char *rt_dev_cpu_blas_name(void) {
