@@ -278,10 +278,15 @@ def main():
 
     # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is, and with the wait
     # policy ppr gives itself (runtime/ppr.c sets OMP_WAIT_POLICY=PASSIVE when it is unset).
+    # ppr also sets OPENBLAS_THREAD_TIMEOUT=4 when it is unset (runtime/rt_dev_cpu.c): the second
+    # run gives PyTorch both of ppr's settings.
     if "OMP_WAIT_POLICY" in os.environ:
         variants = [("OMP_WAIT_POLICY=%s" % os.environ["OMP_WAIT_POLICY"], {})]
     else:
-        variants = [("OMP_WAIT_POLICY unset", {}), ("OMP_WAIT_POLICY=PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"})]
+        mine = {"OMP_WAIT_POLICY": "PASSIVE"}
+        if "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
+            mine["OPENBLAS_THREAD_TIMEOUT"] = "4"
+        variants = [("OMP_WAIT_POLICY unset", {}), (" ".join("%s=%s" % kv for kv in mine.items()), mine)]
     # the roofline's peak: one core's SGEMM on a 2048 x 2048 product, measured now
     peak = measure_peak()
     print("single-core SGEMM peak: %.1f GFLOP/s (torch.mm of 1024, 2048 and 3072 square, the best of 3 each; the GEMM lower bound "
