@@ -8,35 +8,8 @@
 # only) rewrites safetensors files; without it those cases are skipped. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_checkpoints.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
-ppr=$build/ppr
-
-# expect WHAT CMD...: CMD succeeds; expect_fail WHAT TEXT CMD...: CMD exits 1, saying TEXT
-expect() {
-  what=$1
-  shift
-  if "$@" >"$tmp/out.txt" 2>&1; then ok "$what"; else
-    bad "$what (exit $?)"
-    head -n 5 "$tmp/out.txt"
-  fi
-}
-expect_fail() {
-  what=$1 want=$2
-  shift 2
-  "$@" >"$tmp/out.txt" 2>&1
-  rc=$?
-  if [ "$rc" -eq 1 ] && grep -qF -- "$want" "$tmp/out.txt"; then ok "$what: $want"; else
-    bad "$what: expected exit 1 saying '$want' (exit $rc)"
-    head -n 5 "$tmp/out.txt"
-  fi
-}
 
 "$build/ppc" --from-hf tests/hf/gpt2 -o "$tmp/g.pdl" >"$tmp/ppc.txt" 2>&1 &&
   "$build/ppc" "$tmp/g.pdl" --seq 16 -o "$tmp/one" >>"$tmp/ppc.txt" 2>&1 &&

@@ -8,29 +8,10 @@
 # with --init. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_generate.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
-ppc=$build/ppc
-ppr=$build/ppr
 py=${TORCH_PY:-/usr/bin/python3}
 
-# expect_fail WHAT TEXT CMD...: CMD exits 1 saying TEXT
-expect_fail() {
-  what=$1 want=$2
-  shift 2
-  "$@" >"$tmp/out.txt" 2>&1
-  rc=$?
-  if [ "$rc" -eq 1 ] && grep -qF -- "$want" "$tmp/out.txt"; then ok "$what: $want"; else
-    bad "$what: expected exit 1 saying '$want' (exit $rc)"
-    head -n 5 "$tmp/out.txt"
-  fi
-}
 # same WHAT A B: files A and B are equal and not empty
 same() {
   if [ -s "$2" ] && cmp -s "$2" "$3"; then ok "$1"; else

@@ -5,13 +5,7 @@
 # "N passed, M failed".
 set -u
 build=${1:?usage: ppr_outputs.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
+. tests/scripts/lib/common.sh
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 

@@ -6,36 +6,11 @@
 # written). A tiny GPT-2 from `ppc --from-hf tests/hf/gpt2`. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_resume.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
-ppr=$build/ppr
-
-expect() {
-  what=$1
-  shift
-  if "$@" >"$tmp/out.txt" 2>&1; then ok "$what"; else
-    bad "$what (exit $?)"
-    head -n 5 "$tmp/out.txt"
-  fi
-}
-# expect_fail WHAT TEXT CMD...: CMD exits 1 saying TEXT, and writes no $tmp/never
-expect_fail() {
-  what=$1 want=$2
-  shift 2
-  "$@" >"$tmp/out.txt" 2>&1
-  rc=$?
-  if [ "$rc" -eq 1 ] && grep -qF -- "$want" "$tmp/out.txt" && [ ! -e "$tmp/never" ] && ! grep -q '^step ' "$tmp/out.txt"
-  then ok "$what: $want"; else
-    bad "$what: expected exit 1 saying '$want', no step, nothing saved (exit $rc)"
-    head -n 5 "$tmp/out.txt"
-  fi
-}
+# expect_fail (common.sh) also wants no step run and no $tmp/never written
+fail_also() { [ ! -e "$tmp/never" ] && ! grep -q '^step ' "$tmp/out.txt"; }
+fail_also_says=", no step, nothing saved"
 losses() { grep -o '"loss":[^,]*' "$@"; }
 
 "$build/ppc" --from-hf tests/hf/gpt2 -o "$tmp/g.pdl" >"$tmp/ppc.txt" 2>&1 &&

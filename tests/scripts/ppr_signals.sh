@@ -5,11 +5,7 @@
 # a rank at once, without saving. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_signals.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
+. tests/scripts/lib/common.sh
 mp=
 cleanup() {
   [ -n "$mp" ] && kill -9 "$mp" 2>/dev/null
@@ -17,7 +13,6 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
 
 rank_pids() {
   for p in $(pgrep -P "$1"); do

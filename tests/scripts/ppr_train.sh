@@ -7,15 +7,8 @@
 # writes the token files and reads the logs. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_train.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
-ppr=$build/ppr
 if ! command -v python3 >/dev/null 2>&1; then
   echo "SKIP ppr_train: no python3"
   echo "0 passed, 0 failed"

@@ -4,11 +4,7 @@
 # whom; meanwhile the waiting ranks sleep instead of spinning. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_watchdog.sh BUILD_DIR}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-tmp=$(mktemp -d)
+. tests/scripts/lib/common.sh
 mp=
 cleanup() {
   [ -n "$mp" ] && kill -9 "$mp" 2>/dev/null
@@ -16,7 +12,6 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1"
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
