@@ -335,10 +335,6 @@ void fuse_rows_transpose(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
-/* cross-entropy forward: per row (a block each) the log-sum-exp (saved) and the loss; then the
- * mean over rows. With vocab-parallel logits each rank sees its columns: the row maximum, the
- * sum of exponentials and the target logit are reduced over the TP group between three kernels;
- * [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not count. */
 /* `logits OPERAND B S VLOCAL VSTART`: the logits [B,S,VLOCAL] (node's value), columns [VSTART,
  * VSTART + VLOCAL) of the vocabulary (those at or past it padding): a generation program's output
  * (.logits, id), or in a training program the ones its loss (id) reads. id's a.vlocal says whether
@@ -352,6 +348,10 @@ void fuse_rows_logits(FuseCtx *c, int id, int node) {
   in->op[in->nop++] = VL ? fuse_prog_vstart(VL) : (Operand){.kind = 'i', .i = 0};
 }
 
+/* cross-entropy forward: per row (a block each) the log-sum-exp (saved) and the loss; then the
+ * mean over rows. With vocab-parallel logits each rank sees its columns: the row maximum, the
+ * sum of exponentials and the target logit are reduced over the TP group between three kernels;
+ * [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not count. */
 void fuse_rows_ce(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   fuse_rows_logits(c, id, n->in[0]);

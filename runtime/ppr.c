@@ -899,21 +899,24 @@ static int via_train(void) {
   return v && !strcmp(v, "train");
 }
 
+/* A generation program's path exists: 0, or -1 with the message (flag: the option that needs it). */
+static int gen_exists(const char *path, const char *flag) {
+  if (access(path, F_OK) == 0) return 0;
+  return rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                    "%s: %s: %s samples through the generation programs: compile with ppc --generate", path,
+                    strerror(errno), flag);
+}
+
 /* The generation program of this rank, checked against its training program p: the same
  * parameters, in the same order. */
 static void gen_open(const PprCli *c, const RtProg *p, Gen *g) {
   char *path = prog_path(c->dir, me, 1);
-  struct stat st;
-  int rc = 0;
-  if (stat(path, &st) != 0)
-    rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
-                    "%s: %s: %s samples through the generation programs: compile with ppc --generate", path,
-                    strerror(errno), c->generate ? "--generate" : "--sample-every");
+  int rc = gen_exists(path, "--sample-every");
   if (!rc) rc = rt_prog_load(path, &g->p, err, sizeof err);
   if (!rc && (!g->p->generate || g->p->rank != me))
     rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__, "%s: not rank %d's generation program (schedule %s)", path, me,
                     PP_SCHED_FORWARD);
-  for (int i = 0; !rc && p && i < p->nparams; i++)
+  for (int i = 0; !rc && i < p->nparams; i++)
     if (g->p->nparams != p->nparams || strcmp(g->p->params[i].name, p->params[i].name) ||
         g->p->params[i].numel != p->params[i].numel)
       rc = rt_fail_at(err, sizeof err, __FILE__, __LINE__,
@@ -1049,11 +1052,7 @@ int main(int argc, char **argv) {
 
   /* the world size the programs were compiled for, before anything collective */
   char *path0 = prog_path(c.dir, 0, main_gen);
-  if (main_gen && access(path0, F_OK) != 0) {
-    snprintf(err, sizeof err, "%s: %s: --generate samples through the generation programs: compile with ppc --generate",
-             path0, strerror(errno));
-    die(err);
-  }
+  if (main_gen && gen_exists(path0, "--generate")) die(err);
   int tp = 0, pp = 0, dp = 0;
   settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, err, sizeof err)); /* the same file: printed once */
   if (tp * pp * dp != nranks) {

@@ -490,6 +490,21 @@ static int forward_run(Step *s) {
   return 0;
 }
 
+/* The state of a forward-only pass (what names it for the watchdog): no optimizer scalars, no
+ * gradient norm; the caller sets where its data comes from. */
+static Step forward_step(RtExec *x, int64_t step, const char *what, char *err, size_t errlen) {
+  Step s;
+  memset(&s, 0, sizeof s);
+  s.x = x;
+  s.step = step;
+  s.scal[RT_S_CLIP] = 1.0f;
+  s.grad_norm = NAN;
+  s.err = err;
+  s.errlen = errlen;
+  s.what = what;
+  return s;
+}
+
 /* After a forward-only pass: its queued work done (what names it for the watchdog). */
 static int forward_end(Step *s, const char *what) {
   rt_comm_set_where(s->x->comm,
@@ -520,19 +535,11 @@ static int forward_end(Step *s, const char *what) {
  * waits for a forward message's receiver. */
 int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, char *err, size_t errlen) {
   const RtProg *g = x->p;
-  Step s;
-  memset(&s, 0, sizeof s);
-  s.x = x;
+  Step s = forward_step(x, step, "the validation pass", err, errlen);
   s.d = d;
-  s.step = step;
-  s.scal[RT_S_CLIP] = 1.0f;
-  s.grad_norm = NAN;
-  s.err = err;
-  s.errlen = errlen;
   s.data_m = k;
   s.limit = k;
   s.loss_div = k;
-  s.what = "the validation pass";
   for (s.m0 = 0; s.m0 < k; s.m0 += g->microbatches)
     if (forward_run(&s)) return dev_failed(x, err, errlen);
   if (forward_end(&s, "the end of the validation pass's queued work")) return dev_failed(x, err, errlen);
@@ -548,14 +555,7 @@ int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, cha
   const RtProg *g = x->p;
   RtDev *dev = x->dev;
   if (n < 1 || n > g->seq) return RT_FAIL("%s: %d tokens for a sequence of %d", g->path, n, g->seq);
-  Step s;
-  memset(&s, 0, sizeof s);
-  s.x = x;
-  s.step = -1;
-  s.scal[RT_S_CLIP] = 1.0f;
-  s.err = err;
-  s.errlen = errlen;
-  s.what = "the generation pass";
+  Step s = forward_step(x, -1, "the generation pass", err, errlen);
   s.tokens = tokens;
   s.ntok = n;
   if (forward_run(&s) || forward_end(&s, "the end of the generation pass's queued work"))
