@@ -265,6 +265,56 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
   indent(r, d), EMIT("}\n");
 }
 
+static void let_stmt(Rend *r, const KStmt *st, int depth) {
+  indent(r, depth), EMIT("%s v%d = ", r->k->var_int[st->var] ? "int64_t" : "float", st->var);
+  expr(r, st->a);
+  EMIT(";\n");
+}
+
+#define SWAP_MAX 1024 /* the widest shared loop whose temporaries tfor_swap keeps in arrays */
+
+/* C: a shared loop whose body is temporaries and then one loop over something else (RoPE: the
+ * angle's cosine and sine per frequency j, then every head at that position) is rendered with
+ * the two loops swapped, so that the inner loop runs along j, contiguous, and vectorises: the
+ * temporaries are computed for every j first, into arrays. The threads of a block are
+ * independent (no barrier inside a shared loop), so their iterations may run in any order. */
+static bool tfor_swap(Rend *r, const KStmt *st, int depth) {
+  const Kernel *k = r->k;
+  if (k->e[st->a].op != K_I || k->e[st->a].i < 1 || k->e[st->a].i > SWAP_MAX) return false;
+  int loop = -1, nlet = 0;
+  for (int s = st->body; s >= 0; s = k->s[s].next) {
+    if (k->s[s].kind == KS_LET && loop < 0) nlet++;
+    else if (k->s[s].kind == KS_FOR && loop < 0 && k->s[s].next < 0) loop = s;
+    else return false;
+  }
+  if (loop < 0 || !nlet || k->e[k->s[loop].a].op != K_I) return false; /* an inner loop of constant extent */
+  int64_t E = k->e[st->a].i;
+  int j = st->var, d = depth;
+  indent(r, d), EMIT("{\n");
+  for (int s = st->body; s != loop; s = k->s[s].next)
+    indent(r, d + 1),
+        EMIT("%s ppk_h%d[%lld];\n", k->var_int[k->s[s].var] ? "int64_t" : "float", k->s[s].var, (long long)E);
+  indent(r, d + 1), EMIT("for (int64_t v%d = 0; v%d < %lld; v%d++) {\n", j, j, (long long)E, j);
+  for (int s = st->body; s != loop; s = k->s[s].next) {
+    let_stmt(r, &k->s[s], d + 2);
+    indent(r, d + 2), EMIT("ppk_h%d[v%d] = v%d;\n", k->s[s].var, j, k->s[s].var);
+  }
+  indent(r, d + 1), EMIT("}\n");
+  const KStmt *lp = &k->s[loop];
+  indent(r, d + 1), EMIT("for (int64_t v%d = 0; v%d < ", lp->var, lp->var);
+  expr(r, lp->a);
+  EMIT("; v%d++) {\n", lp->var);
+  indent(r, d + 2), EMIT("for (int64_t v%d = 0; v%d < %lld; v%d++) {\n", j, j, (long long)E, j);
+  for (int s = st->body; s != loop; s = k->s[s].next)
+    indent(r, d + 3), EMIT("const %s v%d = ppk_h%d[v%d];\n", k->var_int[k->s[s].var] ? "int64_t" : "float", k->s[s].var,
+                           k->s[s].var, j);
+  stmts(r, lp->body, d + 3, CTX_THREAD);
+  indent(r, d + 2), EMIT("}\n");
+  indent(r, d + 1), EMIT("}\n");
+  indent(r, d), EMIT("}\n");
+  return true;
+}
+
 static void stmts(Rend *r, int s, int depth, Ctx ctx) {
   const LangTable *t = r->t;
   for (; s >= 0; s = r->k->s[s].next) {
@@ -278,6 +328,7 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
       indent(r, depth), EMIT("}\n");
       break;
     case KS_TFOR:
+      if (t->threads_as_loops && tfor_swap(r, st, depth)) break;
       if (t->threads_as_loops) indent(r, depth), EMIT("for (int64_t v%d = 0; v%d < ", st->var, st->var);
       else indent(r, depth), EMIT("for (int64_t v%d = ppk_tid; v%d < ", st->var, st->var);
       expr(r, st->a);
@@ -294,11 +345,7 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
       stmts(r, st->body, depth + 1, ctx);
       indent(r, depth), EMIT("}\n");
       break;
-    case KS_LET:
-      indent(r, depth), EMIT("%s v%d = ", r->k->var_int[st->var] ? "int64_t" : "float", st->var);
-      expr(r, st->a);
-      EMIT(";\n");
-      break;
+    case KS_LET: let_stmt(r, st, depth); break;
     case KS_SET:
       indent(r, depth), EMIT("v%d = ", st->var);
       if (st->op == 'M') EMIT("ppk_max(v%d, ", st->var);

@@ -1,6 +1,9 @@
 /* fuse_elem.c — elementwise ops: which ops are (a single-use one is fused into its consumer's
  * kernel: fuse_lower.c decides), the expression of each at a flat index from its inputs' values,
  * and the kernel of one that is not fused. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "ppc.h"
 
 static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
@@ -92,12 +95,63 @@ int fuse_elem_val(FuseCtx *c, KCall *kc, int node, int idx) {
   return kir_ld(kc->k, fuse_kc_node(c, kc, node, false), idx);
 }
 
-/* A plain elementwise node (not fused into a consumer): out[r] = f(inputs[r]). */
+/* Whether every value node's kernel loads (its inputs, through fused producers) is a node before
+ * `before`, and, with `leaf` >= 0, whether one of them is leaf: *shares is set then. */
+static bool loads_before(const FuseCtx *c, int node, int before, const bool *leaf, bool *shares) {
+  const IrNode *n = N(c, node);
+  for (int k = 0; k < n->nin; k++) {
+    int in = n->in[k];
+    if (in < 0) continue;
+    if (c->inlined[in]) {
+      if (!loads_before(c, in, before, leaf, shares)) return false;
+    } else if (in >= before) return false;
+    else if (leaf && leaf[in]) *shares = true;
+  }
+  return true;
+}
+
+static void mark_loads(const FuseCtx *c, int node, bool *leaf) {
+  const IrNode *n = N(c, node);
+  for (int k = 0; k < n->nin; k++)
+    if (n->in[k] >= 0) {
+      if (c->inlined[n->in[k]]) mark_loads(c, n->in[k], leaf);
+      else leaf[n->in[k]] = true;
+    }
+}
+
+#define ELEM_MERGE_MAX 3 /* values one elementwise kernel writes at most */
+
+/* A plain elementwise node (not fused into a consumer): out[r] = f(inputs[r]). Later elementwise
+ * values of the same block and size that load some of the same values, and only values already
+ * computed here, are written by the same kernel (SwiGLU's backward: d(up) = dy silu(gate) and
+ * d(gate) read dy and gate once); they are marked merged and lower to nothing of their own. */
 void fuse_elem_lower(FuseCtx *c, int id) {
-  const char *name = ir_ops[N(c, id)->op].name;
-  KCall kc = fuse_kc_flat(name + (name[0] == '.'), ir_shape_numel(&N(c, id)->shape), id);
-  int out = fuse_kc_node(c, &kc, id, true);
-  int v = fuse_elem_expr(c, &kc, id, kir_row(kc.k));
-  kir_store(kc.k, out, kir_row(kc.k), '=', v);
+  const IrNode *n = N(c, id);
+  int64_t numel = ir_shape_numel(&n->shape);
+  int nn = c->g->nnodes, with[ELEM_MERGE_MAX], nw = 0;
+  with[nw++] = id;
+  bool *leaf = xcalloc((size_t)nn, sizeof *leaf);
+  mark_loads(c, id, leaf);
+  for (int j = id + 1; j < nn && nw < ELEM_MERGE_MAX; j++) {
+    const IrNode *m = N(c, j);
+    bool shares = false;
+    if (!fuse_elem_is(m->op) || c->inlined[j] || c->merged[j] || c->acc[j] >= 0 || m->bwd != n->bwd ||
+        m->wgt != n->wgt || ir_shape_numel(&m->shape) != numel || !loads_before(c, j, id, leaf, &shares) || !shares)
+      continue;
+    with[nw++] = j;
+    mark_loads(c, j, leaf);
+  }
+  free(leaf);
+  char name[48] = "";
+  for (int w = 0; w < nw; w++) {
+    const char *op = ir_ops[N(c, with[w])->op].name;
+    snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s", w ? "_" : "", op + (op[0] == '.'));
+  }
+  KCall kc = fuse_kc_flat(name, numel, id);
+  for (int w = 0; w < nw; w++) {
+    int out = fuse_kc_node(c, &kc, with[w], true);
+    kir_store(kc.k, out, kir_row(kc.k), '=', fuse_elem_expr(c, &kc, with[w], kir_row(kc.k)));
+    if (w) c->merged[with[w]] = true;
+  }
   fuse_kc_emit(c, &kc);
 }

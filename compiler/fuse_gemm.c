@@ -111,7 +111,7 @@ void fuse_gemm_linear_dx(FuseCtx *c, int id) {
   View DY = act_view(c, n->in[0], r.any_flip, r.d0, r.d1, Nn);
   View W = param_view(fuse_prog_buf(c, n->in[1]), w->d[1]);
   View DX = act_view(c, id, r.any_flip, r.d0, r.d1, K);
-  gemm(c, id, 'N', r.lin ? 'N' : 'T', r.M, K, Nn, DY, W, DX, 0, r.batch);
+  gemm(c, id, 'N', r.lin ? 'N' : 'T', r.M, K, Nn, DY, W, DX, c->acc[id] >= 0 ? 1 : 0, r.batch); /* 1: into an add */
 }
 
 /* linear_dw, matmul_dw: linear dW[N,K] += dy^T x, matmul dW[K,N] += x^T dy; the batches
@@ -189,12 +189,14 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     int r = kir_row(k), nk = att_keys(k, S, causal);
     int j = kir_reduce(k, nk);
     int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, S, j)));
-    j = kir_reduce(k, nk);
-    int l = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0));
+    j = kir_reduce(k, nk); /* exp(s - max) kept in place of s: one exponential a score */
+    int ex = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0));
+    kir_store(k, P, idx2(k, r, S, j), '=', ex);
+    int l = kir_reduce_end(k, '+', ex);
     kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
     int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), l, 0));
     j = kir_tfor(k, kir_i(k, S));
-    int e = kir_e(k, K_MUL, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0), inv, 0);
+    int e = kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), inv, 0);
     kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
     kir_end(k);
     k->work = 4 * S;

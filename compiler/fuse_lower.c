@@ -2,6 +2,7 @@
  * their consumer's kernel and which the backward keeps, every value's virtual buffer (mem_plan.c
  * places them), then each node's kernels, GEMMs and instructions in order (fuse_elem.c,
  * fuse_gemm.c, fuse_rows.c) and the optimizer (fuse_adamw.c). */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "ppc.h"
@@ -23,6 +24,87 @@ static bool is_alias(Op op) {
   return op == OP_SPLIT_HEADS || op == OP_MERGE_HEADS || op == OP_TP_COPY || op == OP_TP_REDUCE || op == OP_ALLREDUCE;
 }
 
+/* An add of the backward in a sum: read by nothing else, or a term of one. */
+static bool sum_add(const FuseCtx *c, int i) {
+  const IrNode *n = N(c, i);
+  return n->op == OP_ADD && n->bwd && !c->saved[i];
+}
+
+/* A sum's top add: not itself a term of an add in the same block. */
+static bool sum_root(const FuseCtx *c, int i) {
+  return sum_add(c, i) && !(c->nusers[i] == 1 && sum_add(c, c->user[i]) && N(c, c->user[i])->wgt == N(c, i)->wgt);
+}
+
+/* An add of the sum whose top add is `top`: read by nothing else, in its block. */
+static bool sum_inner(const FuseCtx *c, int t, int top) {
+  return sum_add(c, t) && c->nusers[t] == 1 && N(c, t)->wgt == N(c, top)->wgt;
+}
+
+#define SUM_MAX 8 /* terms of one sum at most */
+
+/* The sum whose top add is i: its adds (opened while read by nothing else) and its terms. 0, or -1
+ * past SUM_MAX. */
+static int sum_collect(const FuseCtx *c, int i, int *adds, int *na, int *terms, int *nt) {
+  adds[(*na)++] = i;
+  for (int k = 0; k < 2; k++) {
+    int t = N(c, i)->in[k];
+    if (t < 0) return -1;
+    if (sum_inner(c, t, i)) {
+      if (*na == SUM_MAX || sum_collect(c, t, adds, na, terms, nt)) return -1;
+    } else if (*nt < SUM_MAX) terms[(*nt)++] = t;
+    else return -1;
+  }
+  return 0;
+}
+
+static bool is_dx_gemm(Op op) { return op == OP_LINEAR_DX || op == OP_MATMUL_DX; }
+static bool is_norm_dx(Op op) { return op == OP_RMSNORM_DX || op == OP_LAYERNORM_DX; }
+
+/* Whether every reader of base but the sum's adds runs at its own place (a GEMM or a norm's
+ * gradient: nothing that could be fused into a later kernel), in base's block, before node
+ * `before`. */
+static bool read_before(const FuseCtx *c, int base, const int *adds, int na, int before) {
+  for (int i = base + 1; i < c->g->nnodes; i++) {
+    const IrNode *n = N(c, i);
+    bool reads = false, ours = false;
+    for (int k = 0; k < n->nin; k++) reads |= n->in[k] == base;
+    for (int a = 0; a < na; a++) ours |= adds[a] == i;
+    if (!reads || ours) continue;
+    bool placed = gemm_reader(n->op) || is_norm_dx(n->op) || n->op == OP_RMSNORM_DW || n->op == OP_LAYERNORM_DW;
+    if (!placed || i >= before || n->wgt != N(c, base)->wgt) return false;
+  }
+  return true;
+}
+
+/* The sum whose top add is root accumulated into its first term's buffer when it can be: the
+ * other terms are dx GEMMs (beta 1) or norm gradients (stored with +=) that nothing else reads,
+ * and the first term (base) was written into a buffer of its own (a dx GEMM's, a norm gradient's
+ * or an add's) that its other readers are done with before the second term. */
+static void accumulate(FuseCtx *c, int root) {
+  int adds[SUM_MAX], terms[SUM_MAX], na = 0, nt = 0;
+  if (sum_collect(c, root, adds, &na, terms, &nt) || nt < 2) return;
+  const IrNode *r = N(c, root);
+  int base = terms[0], second = INT_MAX;
+  for (int k = 1; k < nt; k++)
+    if (terms[k] < base) base = terms[k];
+  for (int k = 0; k < nt; k++)
+    if (terms[k] != base && terms[k] < second) second = terms[k];
+  const IrNode *b = N(c, base);
+  bool own = is_dx_gemm(b->op) || is_norm_dx(b->op) ||
+             (b->op == OP_ADD && b->bwd && (c->acc[base] >= 0 || c->nusers[base] > 1)); /* not fused away */
+  if (!own || c->saved[base] || b->wgt != r->wgt || b->layout != r->layout || !read_before(c, base, adds, na, second))
+    return;
+  for (int k = 0; k < nt; k++) {
+    const IrNode *t = N(c, terms[k]);
+    if (terms[k] != base && (!(is_dx_gemm(t->op) || is_norm_dx(t->op)) || c->nusers[terms[k]] != 1 ||
+                             c->saved[terms[k]] || t->wgt != r->wgt || t->layout != r->layout))
+      return;
+  }
+  for (int a = 0; a < na; a++) c->acc[adds[a]] = base;
+  for (int k = 0; k < nt; k++)
+    if (terms[k] != base) c->acc[terms[k]] = base;
+}
+
 static void analyse(FuseCtx *c) {
   const Graph *g = c->g;
   int nn = g->nnodes;
@@ -30,6 +112,8 @@ static void analyse(FuseCtx *c) {
   c->user = xcalloc((size_t)nn, sizeof(int));
   c->saved = xcalloc((size_t)nn, sizeof(bool));
   c->inlined = xcalloc((size_t)nn, sizeof(bool));
+  c->merged = xcalloc((size_t)nn, sizeof(bool));
+  c->acc = xcalloc((size_t)nn, sizeof(int));
   c->phys = xcalloc((size_t)nn, sizeof(Layout));
   c->att_done = xcalloc((size_t)nn, sizeof(bool));
   for (int i = 0; i < nn; i++) {
@@ -48,10 +132,33 @@ static void analyse(FuseCtx *c) {
   for (int i = nn - 1; i >= 0; i--)
     if (c->saved[i] && is_alias(N(c, i)->op)) c->saved[N(c, i)->in[0]] = true;
   for (int i = 0; i < nn; i++) c->phys[i] = N(c, i)->layout;
+  /* rematerialisation: a forward elementwise value that only elementwise ops read, the backward's
+   * among them, computed from values the backward keeps anyway (parameters, saved values), is not
+   * kept: each of its readers computes it inside its own kernel (SwiGLU's silu(gate), whose
+   * gradient keeps the gate: the forward's product reads gate and up once and writes nothing
+   * else, and the backward's reads no kept silu) */
+  for (int i = 0; i < nn; i++) {
+    const IrNode *n = N(c, i);
+    if (n->bwd || !fuse_elem_is(n->op) || !c->saved[i]) continue;
+    bool ok = true;
+    for (int k = 0; k < n->nin && ok; k++) ok = n->in[k] >= 0 && (c->saved[n->in[k]] || N(c, n->in[k])->op == OP_PARAM);
+    for (int j = i + 1; j < nn && ok; j++)
+      for (int k = 0; k < N(c, j)->nin; k++)
+        if (N(c, j)->in[k] == i && !fuse_elem_is(N(c, j)->op)) ok = false;
+    if (!ok) continue;
+    c->saved[i] = false;
+    c->inlined[i] = true;
+  }
+  /* accumulation (accumulate, above): a sum of the backward written into its first term's buffer
+   * by the products and norm gradients of its other terms, no add kernel: a gate and an up
+   * projection's input gradients, q, k and v's, and the residual stream's gradient */
+  for (int i = 0; i < nn; i++) c->acc[i] = -1;
+  for (int i = 0; i < nn; i++)
+    if (sum_root(c, i)) accumulate(c, i);
   /* fusion: a single-use elementwise op is computed inside its consumer */
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
-    if (!fuse_elem_is(n->op) || c->nusers[i] != 1 || c->saved[i]) continue;
+    if (c->inlined[i] || c->acc[i] >= 0 || !fuse_elem_is(n->op) || c->nusers[i] != 1 || c->saved[i]) continue;
     const IrNode *u = N(c, c->user[i]);
     if (u->bwd != n->bwd || u->wgt != n->wgt) continue;
     bool ok = fuse_elem_is(u->op) || u->op == OP_PARAM_GRAD || u->op == OP_RMSNORM || u->op == OP_LAYERNORM ||
@@ -65,18 +172,15 @@ static void analyse(FuseCtx *c) {
   }
 }
 
-/* Which transposes are free: the producer, a GEMM, writes transposed; or every reader is a GEMM. */
+/* Which transposes are free: the producer, a GEMM, writes transposed, as d0 products of d1 rows
+ * each (of the transposed [d0, d1, F]), where d1 >= d0. Any other is a copy kernel: a GEMM
+ * reading it then runs as one product over all its rows, not one per sequence or position. */
 static bool transpose_is_free(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   int src = n->in[0];
   if (n->shape.nd != 3) return false; /* GEMM views cover [d0, d1, F] activations only */
-  if (gemm_reader(N(c, src)->op) && N(c, src)->op != OP_LINEAR_DW && N(c, src)->op != OP_MATMUL_DW &&
-      c->nusers[src] == 1 && !c->saved[src])
-    return true;
-  for (int i = id + 1; i < c->g->nnodes; i++)
-    for (int k = 0; k < N(c, i)->nin; k++)
-      if (N(c, i)->in[k] == id && !gemm_reader(N(c, i)->op)) return false;
-  return c->nusers[id] > 0;
+  return gemm_reader(N(c, src)->op) && N(c, src)->op != OP_LINEAR_DW && N(c, src)->op != OP_MATMUL_DW &&
+         c->nusers[src] == 1 && !c->saved[src] && n->shape.d[1] >= n->shape.d[0];
 }
 
 /* The rank's parameters, each once: its value, gradient and AdamW moments (every chunk reading one
@@ -121,6 +225,16 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       int vb = p->node_vb[i] = p->node_vb[n->in[0]];
       p->vb[vb].cls = BC_SLOT;
       p->vb[vb].pin_end = true;
+      c->phys[i] = c->phys[n->in[0]];
+      continue;
+    }
+    if (c->acc[i] >= 0) { /* accumulated into an earlier value's buffer */
+      p->node_vb[i] = p->node_vb[c->acc[i]];
+      c->phys[i] = c->phys[c->acc[i]];
+      continue;
+    }
+    if (n->op == OP_CE_DX && fuse_rows_ce_fused(c, n->fwd) == i) { /* written over the logits */
+      p->node_vb[i] = p->node_vb[n->in[0]];
       c->phys[i] = c->phys[n->in[0]];
       continue;
     }
@@ -184,7 +298,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
 /* Node id's kernels, GEMMs and instructions, appended to c->blk; nothing for a fused value. */
 static void lower_node(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
-  if (c->inlined[id]) return;
+  if (c->inlined[id] || c->merged[id] || (n->op == OP_ADD && c->acc[id] >= 0)) return;
   switch (n->op) {
   case OP_SPLIT_HEADS:
   case OP_MERGE_HEADS:
@@ -234,7 +348,7 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_SEED: {
     Instr *in = fuse_prog_instr(c, I_SEED, id);
     in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, id), 0);
-    in->value = 1.0 / (double)c->g->cfg.microbatches;
+    in->value = fuse_rows_seed(c);
     break;
   }
   case OP_PARAM_GRAD: fuse_rows_param_grad(c, id); break;
@@ -282,6 +396,7 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   } else c->pmap = param_map(rank, g);
   analyse(c);
   assign_buffers(c, rank_grad);
+  c->nrope = 0;
   c->blk = &ch->fwd;
   /* the batch: token ids and labels of this micro-batch */
   if (g->ninputs) {
@@ -301,6 +416,8 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   free(c->user);
   free(c->saved);
   free(c->inlined);
+  free(c->merged);
+  free(c->acc);
   free(c->phys);
   free(c->att_done);
   free(c->grad_vb);

@@ -178,7 +178,7 @@ void fuse_rows_norm_dx(FuseCtx *c, int id) {
   /* rms: rstd (g - xhat mean(g xhat)); layer: rstd (g - mean(g) - xhat mean(g xhat)) */
   int inner = kir_e(k, K_SUB, gv2, kir_e(k, K_MUL, xh2, mgx, 0), 0);
   if (!rms) inner = kir_e(k, K_SUB, inner, mg, 0);
-  kir_store(k, dx, idx2(k, r, D, j), '=', kir_e(k, K_MUL, rstd, inner, 0));
+  kir_store(k, dx, idx2(k, r, D, j), c->acc[id] >= 0 ? '+' : '=', kir_e(k, K_MUL, rstd, inner, 0)); /* +: into a sum */
   kir_end(k);
   k->work = 4 * D;
   fuse_kc_emit(c, &kc);
@@ -247,17 +247,31 @@ static int rope_llama3(Kernel *k, const IrNode *n, int inv_freq) {
   return kir_e(k, K_SEL, high, inv, kir_e(k, K_SEL, low, lowered, smooth));
 }
 
-/* rotate-half RoPE at position s, or its inverse (the gradient) */
-void fuse_rows_rope(FuseCtx *c, int id) {
+/* Whether rope nodes a and b turn by the same angles: the same positions, head size, theta and
+ * scaling. */
+static bool rope_same(const IrNode *a, const IrNode *b) {
+  const IrAttrs *x = &a->a, *y = &b->a;
+  return a->shape.d[0] == b->shape.d[0] && a->shape.d[3] == b->shape.d[3] && x->theta == y->theta &&
+         x->llama3 == y->llama3 &&
+         (!x->llama3 || (x->factor == y->factor && x->low_freq_factor == y->low_freq_factor &&
+                         x->high_freq_factor == y->high_freq_factor && x->original_max_pos == y->original_max_pos));
+}
+
+/* The RoPE table of node id's kind: [S, D/2, 2], each position's and frequency's cosine and sine.
+ * The first rope of a kind in the chunk (a forward one: forward nodes come first) computes it into
+ * a slot buffer, once a micro-batch; every rope and rope_dx of that kind reads it. */
+static int rope_table(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
-  bool inv = n->op == OP_ROPE_DX;
-  const Shape *sh = &n->shape;
-  int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2], D = sh->d[3], half = D / 2;
-  /* one row per position s: the angle's cosine and sine are computed once per (s, j) and used
-   * for all B*H heads at that position */
-  KCall kc = fuse_kc_block(inv ? "rope_dx" : "rope", S, half, id);
+  for (int t = 0; t < c->nrope; t++)
+    if (rope_same(N(c, c->rope_tab[t]), n)) return c->rope_vb[t];
+  if (c->nrope == FUSE_MAX_ROPE) diag_fatal("internal: more than %d kinds of RoPE in one chunk", FUSE_MAX_ROPE);
+  int64_t S = n->shape.d[0], D = n->shape.d[3], half = D / 2;
+  int vb = fuse_prog_vbuf(c, "rope_table", BC_SLOT, (Shape){3, {S, half, 2}}, false);
+  c->rope_tab[c->nrope] = id;
+  c->rope_vb[c->nrope++] = vb;
+  KCall kc = fuse_kc_block("rope_table", S, half, id);
   Kernel *k = kc.k;
-  int y = fuse_kc_node(c, &kc, id, true);
+  int y = fuse_kc_vbuf(c, &kc, vb, true);
   int s = kir_row(k);
   int j = kir_tfor(k, kir_i(k, half));
   /* inv_freq = 1 / theta^(2j/D), angle = s * inv_freq, in float32 as the reference */
@@ -268,7 +282,31 @@ void fuse_rows_rope(FuseCtx *c, int id) {
       0);
   if (n->a.llama3) fr = rope_llama3(k, n, fr);
   int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, s, 0, 0), fr, 0));
-  int co = kir_let(k, kir_e(k, K_COS, ang, 0, 0)), si = kir_let(k, kir_e(k, K_SIN, ang, 0, 0));
+  int at = kir_let(k, kir_e(k, K_IMUL, idx2(k, s, half, j), kir_i(k, 2), 0));
+  kir_store(k, y, at, '=', kir_e(k, K_COS, ang, 0, 0));
+  kir_store(k, y, kir_e(k, K_IADD, at, kir_i(k, 1), 0), '=', kir_e(k, K_SIN, ang, 0, 0));
+  kir_end(k);
+  k->work = 60 * half; /* a power and a sine and cosine per frequency */
+  fuse_kc_emit(c, &kc);
+  return vb;
+}
+
+/* rotate-half RoPE at position s, or its inverse (the gradient), from the table */
+void fuse_rows_rope(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  bool inv = n->op == OP_ROPE_DX;
+  const Shape *sh = &n->shape;
+  int64_t S = sh->d[0], B = sh->d[1], H = sh->d[2], D = sh->d[3], half = D / 2;
+  int tab = rope_table(c, id);
+  /* one row per position s: the angle's cosine and sine read once per (s, j) and used for all B*H
+   * heads at that position */
+  KCall kc = fuse_kc_block(inv ? "rope_dx" : "rope", S, half, id);
+  Kernel *k = kc.k;
+  int y = fuse_kc_node(c, &kc, id, true), t = fuse_kc_vbuf(c, &kc, tab, false);
+  int s = kir_row(k);
+  int j = kir_tfor(k, kir_i(k, half));
+  int at = kir_e(k, K_IMUL, idx2(k, s, half, j), kir_i(k, 2), 0);
+  int co = kir_let(k, kir_ld(k, t, at)), si = kir_let(k, kir_ld(k, t, kir_e(k, K_IADD, at, kir_i(k, 1), 0)));
   int bh = kir_for(k, kir_i(k, B * H));
   int row = kir_e(k, K_IADD, kir_e(k, K_IMUL, s, kir_i(k, B * H), 0), bh, 0);
   int i0 = kir_let(k, idx2(k, row, D, j)), i1 = kir_let(k, kir_e(k, K_IADD, i0, kir_i(k, half), 0));
@@ -282,7 +320,7 @@ void fuse_rows_rope(FuseCtx *c, int id) {
   }
   kir_end(k);
   kir_end(k);
-  k->work = half * (40 + 6 * B * H);
+  k->work = half * (2 + 6 * B * H);
   fuse_kc_emit(c, &kc);
 }
 
@@ -348,10 +386,33 @@ void fuse_rows_logits(FuseCtx *c, int id, int node) {
   in->op[in->nop++] = VL ? fuse_prog_vstart(VL) : (Operand){.kind = 'i', .i = 0};
 }
 
+/* The gradient seed's value: dloss/dloss of a micro-batch's loss, 1 / micro-batches (the step's
+ * loss is their mean). The `seed` instruction writes it; the fused cross-entropy bakes it in. */
+double fuse_rows_seed(const FuseCtx *c) { return 1.0 / (double)c->g->cfg.microbatches; }
+
+/* The cross-entropy's backward node when the forward's kernel writes the gradient over the logits
+ * in the same pass (llm.c's fused classifier): its CE_DX, whose incoming gradient is the seed, and
+ * the logits read by nothing else (a generation pass stops at the `logits` instruction, before the
+ * kernel); -1 otherwise. Not for vocabulary-parallel logits, whose log-sum-exp needs the group's
+ * sums first. */
+int fuse_rows_ce_fused(const FuseCtx *c, int ce) {
+  const IrNode *n = N(c, ce);
+  if (n->op != OP_CROSS_ENTROPY || n->a.vlocal || c->nusers[n->in[0]] != 2) return -1;
+  for (int i = ce + 1; i < c->g->nnodes; i++) {
+    const IrNode *d = N(c, i);
+    if (d->op == OP_CE_DX && d->fwd == ce && d->in[0] == n->in[0]) return N(c, d->in[2])->op == OP_SEED ? i : -1;
+  }
+  return -1;
+}
+
 /* cross-entropy forward: per row (a block each) the log-sum-exp (saved) and the loss; then the
- * mean over rows. With vocab-parallel logits each rank sees its columns: the row maximum, the
- * sum of exponentials and the target logit are reduced over the TP group between three kernels;
- * [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not count. */
+ * mean over rows. Fused (fuse_rows_ce_fused): the same kernel then writes the row's gradient over
+ * its logits, so the [rows, V] logits are read from memory once and the backward has no kernel.
+ * The target's logit is a reduction of its own there: every thread has read it (the reduction's
+ * barrier) before any writes over it. With vocab-parallel logits each rank sees its columns: the
+ * row maximum, the sum of exponentials and the target logit are reduced over the TP group between
+ * three kernels; [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not
+ * count. */
 void fuse_rows_ce(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   fuse_rows_logits(c, id, n->in[0]);
@@ -359,20 +420,45 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
   int rowloss = fuse_prog_vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, false);
   if (!VL) {
+    bool fused = fuse_rows_ce_fused(c, id) >= 0;
     KCall kc = fuse_kc_block("cross_entropy", R, V, id);
     Kernel *k = kc.k;
-    int lg = fuse_kc_node(c, &kc, n->in[0], false), lab = fuse_kc_node(c, &kc, n->in[1], false);
+    int lg = fuse_kc_node(c, &kc, n->in[0], fused), lab = fuse_kc_node(c, &kc, n->in[1], false);
     int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = fuse_kc_vbuf(c, &kc, rowloss, true);
     int r = kir_row(k);
     int j = kir_reduce(k, kir_i(k, V));
     int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
-    j = kir_reduce(k, kir_i(k, V));
-    int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
-    int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
-    kir_store(k, st, r, '=', lse);
-    int t = kir_ld(k, lab, r);
-    kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, t)), 0));
-    k->work = 3 * V;
+    int t = kir_let(k, kir_ld(k, lab, r));
+    if (!fused) {
+      j = kir_reduce(k, kir_i(k, V));
+      int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
+      int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
+      kir_store(k, st, r, '=', lse);
+      kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, t)), 0));
+    } else {
+      j = kir_reduce(k, kir_i(k, V));
+      int tl = kir_reduce_end(k, '+',
+                              kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_ld(k, lg, idx2(k, r, V, j)), kir_f(k, 0)));
+      /* e = exp(x - max) kept in place of x: one exponential an element */
+      j = kir_reduce(k, kir_i(k, V));
+      int at = idx2(k, r, V, j);
+      int e = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0));
+      kir_store(k, lg, at, '=', e);
+      int se = kir_reduce_end(k, '+', e);
+      int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
+      kir_store(k, st, r, '=', lse);
+      kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, tl, 0));
+      /* the gradient (e / sum - onehot) * seed / rows */
+      int scale = kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, (double)R), 0));
+      int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), se, 0));
+      j = kir_tfor(k, kir_i(k, V));
+      at = idx2(k, r, V, j);
+      int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_f(k, 1), kir_f(k, 0));
+      kir_store(k, lg, at, '=',
+                kir_e(k, K_MUL, kir_e(k, K_SUB, kir_e(k, K_MUL, kir_ld(k, lg, at), inv, 0), oh, 0), scale, 0));
+      kir_end(k);
+    }
+    k->work = (fused ? 6 : 3) * V;
     fuse_kc_emit(c, &kc);
   } else {
     int mx = fuse_prog_vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, false);
@@ -446,9 +532,10 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, id), 0);
 }
 
-/* dlogits = (softmax - onehot) * dloss / rows */
+/* dlogits = (softmax - onehot) * dloss / rows; nothing when the forward's kernel wrote it */
 void fuse_rows_ce_dx(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
+  if (fuse_rows_ce_fused(c, n->fwd) == id) return;
   const Shape *ls = &n->shape;
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1];
   KCall kc = fuse_kc_block("cross_entropy_dx", R, V, id);

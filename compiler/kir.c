@@ -132,8 +132,27 @@ void kir_set(Kernel *k, int var_expr, char op, int value) {
   k->s[s].a = value;
 }
 
+/* Whether e is a row offset: the row, a constant, or their product. */
+static bool row_offset(const Kernel *k, int e) {
+  const KExpr *x = &k->e[e];
+  if (x->op == K_ROW || x->op == K_I) return true;
+  return x->op == K_IMUL && row_offset(k, x->a) && row_offset(k, x->b);
+}
+
+/* A store inside a reduction writes the element of the reduction's own iteration: its index is
+ * the loop variable, or a row offset (row_offset) plus the loop variable. The thread that reads an
+ * element in a reduction or a shared loop is then the one that wrote it (thread t takes
+ * iterations t, t+T, ... in each), so no barrier is needed between them. */
 void kir_store(Kernel *k, int buf, int idx, char op, int value) {
-  if (enclosing(k, KS_REDUCE) >= 0) diag_fatal("internal: kernel %s stores inside a reduction", k->name);
+  int l = enclosing(k, KS_REDUCE);
+  if (l >= 0) {
+    int lv = k->s[k->open[l]].lv;
+    const KExpr *x = &k->e[idx];
+    bool own = (x->op == K_IV && x->a == lv) ||
+               (x->op == K_IADD && k->e[x->b].op == K_IV && k->e[x->b].a == lv && row_offset(k, x->a));
+    if (!own || l != k->nopen - 1)
+      diag_fatal("internal: kernel %s stores inside a reduction elsewhere than at its own element", k->name);
+  }
   int s = stmt(k, KS_STORE);
   k->s[s].buf = buf;
   k->s[s].a = idx;

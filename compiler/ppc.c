@@ -247,6 +247,7 @@ typedef struct Stage {
  * backward, each once; NULL after a reported error. */
 static Graph *build_graph(const Graph *g, const Plan *plan, const Sched *sched, int r, bool backward) {
   Graph *sg = pp_split(g, plan, r); /* pp_split.c: the stage, boundaries, params */
+  ir_transpose_sink(sg);            /* ir_transpose.c: the head as one product */
   if (g->cfg.tp > 1) {
     Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives */
     ir_free(sg);

@@ -358,6 +358,9 @@ int ir_infer_binary(Builder *b, const Expr *e); /* a + b, a * b */
 
 Graph *tp_shard(const Graph *g); /* NULL after reporting a located error */
 
+/* ir_transpose.c: transpose_sb(linear(x, W)) as linear(transpose_sb(x), W): the head as one product */
+void ir_transpose_sink(Graph *g);
+
 /* ============================================================================================
  * ad_backward.c — compile-time autodiff: the backward graph from the forward graph and the loss
  * ========================================================================================== */
@@ -627,20 +630,27 @@ void fuse_prog_free(Program *p);
 /* The lowering's state, shared by its files: fuse_lower.c (what is fused, every value's buffer,
  * each node's lowering in order), fuse_prog.c, fuse_kc.c, fuse_elem.c, fuse_gemm.c, fuse_rows.c
  * and fuse_adamw.c. */
+#define FUSE_MAX_ROPE 8 /* kinds of RoPE (theta, scaling, sizes) in one chunk */
+
 typedef struct FuseCtx {
   Program *p;
-  const Graph *g; /* the graph being lowered: a chunk's; the rank's for the optimizer */
-  int chunk;      /* the chunk being lowered */
-  int *pmap;      /* per parameter of g: the rank's parameter */
-  Block *blk;     /* the block being appended to */
-  int *nusers;    /* per node: how many nodes read it */
-  int *user;      /* per node: its (last) user */
-  bool *saved;    /* per forward node: read by the backward */
-  bool *inlined;  /* per node: computed inside its consumer's kernel, no buffer */
-  Layout *phys;   /* per node: the physical order of its buffer's two leading axes */
-  bool *att_done; /* per attention node: its backward is lowered */
-  int *grad_vb;   /* per parameter: its gradient buffer */
-  char **bodies;  /* rendered kernel bodies, for deduplication */
+  const Graph *g;              /* the graph being lowered: a chunk's; the rank's for the optimizer */
+  int chunk;                   /* the chunk being lowered */
+  int *pmap;                   /* per parameter of g: the rank's parameter */
+  Block *blk;                  /* the block being appended to */
+  int *nusers;                 /* per node: how many nodes read it */
+  int *user;                   /* per node: its (last) user */
+  bool *saved;                 /* per forward node: read by the backward */
+  bool *inlined;               /* per node: computed inside its consumer's kernel, no buffer */
+  bool *merged;                /* per elementwise node: written by an earlier one's kernel (fuse_elem_lower) */
+  int *acc;                    /* per dx GEMM and add: the earlier value whose buffer the GEMM adds into, or -1 */
+  Layout *phys;                /* per node: the physical order of its buffer's two leading axes */
+  bool *att_done;              /* per attention node: its backward is lowered */
+  int *grad_vb;                /* per parameter: its gradient buffer */
+  char **bodies;               /* rendered kernel bodies, for deduplication */
+  int rope_tab[FUSE_MAX_ROPE]; /* the chunk's RoPE tables (fuse_rows_rope): the first rope node of each kind */
+  int rope_vb[FUSE_MAX_ROPE];  /* and each table's buffer */
+  int nrope;
 } FuseCtx;
 
 /* fuse_prog.c: the program's virtual buffers and instructions */
@@ -695,6 +705,8 @@ void fuse_rows_transpose(FuseCtx *c, int id);
 void fuse_rows_ce(FuseCtx *c, int id);
 void fuse_rows_logits(FuseCtx *c, int id, int node); /* `logits`: where node's logits are */
 void fuse_rows_ce_dx(FuseCtx *c, int id);
+int fuse_rows_ce_fused(const FuseCtx *c, int ce); /* its CE_DX when one kernel does both, or -1 */
+double fuse_rows_seed(const FuseCtx *c);          /* the gradient seed: 1 / micro-batches */
 void fuse_rows_param_grad(FuseCtx *c, int id);
 void fuse_rows_add_bias(FuseCtx *c, int id);
 void fuse_adamw(FuseCtx *c);

@@ -252,7 +252,11 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev) || rt_dev_write(dev, at(g, &in->p[0], slot), &in->value, sizeof in->value);
       break;
-    case RT_I_LOGITS: break; /* where they are: read after the pass (rt_exec_next_logits) */
+    case RT_I_LOGITS: /* where they are: read after the pass (rt_exec_next_logits) */
+      /* a generation pass ends the block here: the loss after it reads labels the pass has not
+       * got, and a fused cross-entropy writes its gradient over the logits */
+      if (s->tokens) return 0;
+      break;
     case RT_I_LOSS: {
       float v = 0;
       where(s, c, b, n, mb, in, NULL);

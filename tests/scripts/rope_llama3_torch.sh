@@ -3,7 +3,8 @@
 # generates for `rope(x, theta, llama3, factor, low_freq_factor, high_freq_factor,
 # original_max_pos)` (--emit c, compiled as a shared library), called on random data, against
 # transformers' _compute_llama3_parameters (its formula, line for line) and its rotate-half
-# apply_rotary_pos_emb in torch; the gradient kernel (.rope_dx) against the transpose of the
+# apply_rotary_pos_emb in torch (the table kernel, rope_table: each position's cos and sin, then the
+# rotation reading it); the gradient kernel (.rope_dx) against the transpose of the
 # rotation. The sizes put frequencies in all three bands (kept, divided by factor, interpolated).
 # Skipped (0 passed) without PyTorch for TORCH_PY (default /usr/bin/python3).
 #
@@ -52,13 +53,18 @@ def check(name, ok, detail=""):
     npass, nfail = npass + ok, nfail + (not ok)
     print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
 
-def kernel(kind):
-    m = re.search(r"void (k\d+_%s)\(float \*restrict p0, const float \*restrict p1\)" % kind, src)
+def kernel(kind, params):
+    m = re.search(r"void (k\d+_%s)\(%s\)" % (kind, params), src)
     return getattr(lib, m.group(1)) if m else None
 
-def run(fn, x):
+def ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+table = torch.empty(S, D // 2, 2, dtype=torch.float32)  # each position's and frequency's cos, sin
+
+def run(fn, x):  # rope(y, table, x)
     y = torch.empty_like(x)
-    fn(ctypes.c_void_p(y.data_ptr()), ctypes.c_void_p(x.data_ptr()))
+    fn(ptr(y), ptr(table), ptr(x))
     return y
 
 # transformers' _compute_llama3_parameters (modeling_rope_utils.py), on its default inv_freq
@@ -83,9 +89,14 @@ def reference(x, inv):  # x [S, B, H, D]; LlamaRotaryEmbedding + apply_rotary_po
 
 torch.manual_seed(0)
 x = torch.randn(S, B, H, D, dtype=torch.float32)
-fwd, bwd = kernel("rope"), kernel("rope_dx")
-check("ppc's C kernels rope and rope_dx found", fwd is not None and bwd is not None)
-if fwd is not None and bwd is not None:
+three = r"float \*restrict p0, const float \*restrict p1, const float \*restrict p2"
+tab, fwd, bwd = kernel("rope_table", r"float \*restrict p0"), kernel("rope", three), kernel("rope_dx", three)
+check("ppc's C kernels rope_table, rope and rope_dx found", None not in (tab, fwd, bwd))
+if None not in (tab, fwd, bwd):
+    tab(ptr(table))
+    ang = torch.arange(S).float()[:, None] * inv_freq_llama[None, :]
+    err = max((table[..., 0] - ang.cos()).abs().max().item(), (table[..., 1] - ang.sin()).abs().max().item())
+    check("the table holds cos and sin of s * the scaled frequency (max error %.2e)" % err, err < 1e-5)
     y, want = run(fwd, x), reference(x, inv_freq_llama)
     err = (y - want).abs().max().item()
     check("rope llama3 = transformers' formula (max error %.2e)" % err, err < 1e-4)
