@@ -112,6 +112,9 @@ $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
+# the cpu device shares each GEMM over the kernels' OpenMP threads (PPR_LIBS links libgomp)
+$(BUILD)/runtime/rt_dev_cpu.o: CFLAGS += -fopenmp
+
 $(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_state.o $(BUILD)/runtime/ppr_gen.o $(RT_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 

@@ -4,6 +4,8 @@
 
 #include <cblas.h>
 #include <dlfcn.h>
+#include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@ typedef struct {
   void *so;
   KernelFn *fn; /* per kernel */
   int nfn;
+  int nt; /* threads for a GEMM: OpenBLAS's count at open; OpenBLAS itself then runs one */
 } Cpu;
 
 /* The value an args[] entry points to (a pointer variable, a float or an int64). */
@@ -70,6 +73,9 @@ static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t er
   Cpu *c = calloc(1, sizeof *c);
   RT_CHECK_ALLOC(c);
   c->d.ops = &rt_dev_cpu_ops;
+  c->nt = openblas_get_num_threads();
+  if (c->nt < 1) c->nt = 1;
+  openblas_set_num_threads(1); /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
   snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s)", rt_dev_cpu_blas_name());
   *out = &c->d;
   return 0;
@@ -182,13 +188,43 @@ static int cpu_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const Rt
   return 0;
 }
 
+/* Products [i0, i1) of the batch, C's rows [r0, r1) and columns [c0, c1) of each, in batch order. */
+static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C, int i0, int i1, int r0, int r1, int c0,
+                      int c1) {
+  for (int i = i0; i < i1; i++)
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, r1 - r0, c1 - c0,
+                g->k, g->alpha, A + i * g->sa + (int64_t)r0 * (g->ta ? 1 : g->lda), g->lda,
+                B + i * g->sb + (int64_t)c0 * (g->tb ? g->ldb : 1), g->ldb, g->beta,
+                C + i * g->sc + (int64_t)r0 * g->ldc + c0, g->ldc);
+}
+
+#define GEMM_SPLIT_MIN (1 << 18) /* m*n*k below which one thread computes a product */
+
+/* One thread pool: OpenBLAS runs single-threaded (cpu_open) and ppr shares each GEMM over the
+ * kernels' OpenMP threads: a batch of products into distinct Cs a product per thread, otherwise
+ * C's rows (or columns, when wider) in blocks of 16, each thread computing its block of every
+ * product in batch order (a batch adding into one C adds in the same order). Each element of C is
+ * computed as a one-thread OpenBLAS computes it, so the values do not depend on the threads. */
 static int cpu_gemm(RtDev *d, const RtGemm *g) {
   Cpu *c = (Cpu *)d;
   const float *A = (const float *)(void *)(c->arena + g->a), *B = (const float *)(void *)(c->arena + g->b);
   float *C = (float *)(void *)(c->arena + g->c);
-  for (int i = 0; i < g->batch; i++)
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k,
-                g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
+  int nt = c->nt;
+  if (nt < 2 || (int64_t)g->m * g->n * g->k * g->batch < GEMM_SPLIT_MIN) {
+    gemm_part(g, A, B, C, 0, g->batch, 0, g->m, 0, g->n);
+    return 0;
+  }
+  bool by_batch = g->sc != 0 && g->batch >= nt, by_rows = g->m >= g->n;
+  int units = by_batch ? g->batch : ((by_rows ? g->m : g->n) + 15) / 16;
+  if (units < nt) nt = units;
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num(), w = omp_get_num_threads();
+    int u0 = (int)((int64_t)units * t / w), u1 = (int)((int64_t)units * (t + 1) / w);
+    if (by_batch) gemm_part(g, A, B, C, u0, u1, 0, g->m, 0, g->n);
+    else if (by_rows) gemm_part(g, A, B, C, 0, g->batch, u0 * 16, u1 * 16 < g->m ? u1 * 16 : g->m, 0, g->n);
+    else gemm_part(g, A, B, C, 0, g->batch, 0, g->m, u0 * 16, u1 * 16 < g->n ? u1 * 16 : g->n);
+  }
   return 0;
 }
 
