@@ -234,21 +234,22 @@ static int add_tensor(RtStFile *f, const char *path, const char *name, const jso
                              : "data_offsets");
     return -1;
   }
-  /* element count, overflow-checked (a zero dim makes it 0 regardless of the others) */
+  /* element count: the product of the non-zero dims must fit in int64 even when a zero dim makes
+   * the count 0 (so that no product of dims a reader forms, a slice's strides included, overflows) */
   int64_t numel = 1;
   int zero = 0;
-  for (int d = 0; d < ndim; d++) zero |= dims[d] == 0;
-  if (zero) {
-    numel = 0;
-  } else {
-    for (int d = 0; d < ndim; d++) {
-      if ((uint64_t)numel > (uint64_t)INT64_MAX / dims[d]) {
-        rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "': shape element count overflows int64", path, name);
-        return -1;
-      }
-      numel *= (int64_t)dims[d];
+  for (int d = 0; d < ndim; d++) {
+    if (dims[d] == 0) {
+      zero = 1;
+      continue;
     }
+    if ((uint64_t)numel > (uint64_t)INT64_MAX / dims[d]) {
+      rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "': shape element count overflows int64", path, name);
+      return -1;
+    }
+    numel *= (int64_t)dims[d];
   }
+  if (zero) numel = 0;
   uint64_t esz = dtype_size(t.dtype);
   if ((uint64_t)numel > UINT64_MAX / esz) {
     rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "': byte size overflows", path, name);

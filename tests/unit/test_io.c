@@ -608,6 +608,10 @@ static void test_bad_files(T *t) {
        "'w'", "more than 16", 4},
       {"shape product overflow", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}",
        "'w'", "overflow", 4},
+      /* a zero dim after dims whose product overflows: refused, not 0 elements (found by fuzzing:
+       * tests/fuzz/crashes/safetensors-zero-dim-after-overflowing-dims.safetensors) */
+      {"zero dim after an overflowing product",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,0],\"data_offsets\":[0,0]}}", "'w'", "overflow", 0},
       {"byte size overflow", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}",
        "'w'", "byte size overflows", 4},
       {"3 data_offsets", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", "'w'", "more than 2", 8},
