@@ -198,7 +198,7 @@ static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C,
                 C + i * g->sc + (int64_t)r0 * g->ldc + c0, g->ldc);
 }
 
-#define GEMM_SPLIT_MIN (1 << 18) /* m*n*k below which one thread computes a product */
+#define GEMM_SPLIT_MIN (1 << 18) /* m*n*k*batch below which one thread computes the whole GEMM */
 
 /* One thread pool: OpenBLAS runs single-threaded (cpu_open) and ppr shares each GEMM over the
  * kernels' OpenMP threads: a batch of products into distinct Cs a product per thread, otherwise
