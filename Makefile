@@ -128,7 +128,7 @@ $(BUILD)/test_gemm: tests/unit/test_gemm.c $(RT_OBJ) $(RT_HDR)
 
 # every generated kernel and GEMM on the cpu and the opencl device, compared
 # the kernel preludes' math (ppk_exp), as the generated C kernels include it
-$(BUILD)/test_kmath: tests/unit/test_kmath.c tests/unit/check.h kernels/prelude_c.h
+$(BUILD)/test_kmath: tests/unit/test_kmath.c tests/unit/check.h kernels/prelude_c.h runtime/pp_dtype.h
 	$(CC) $(CFLAGS) -Ikernels -o $@ tests/unit/test_kmath.c $(LDFLAGS) -lm
 $(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)

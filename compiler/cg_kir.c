@@ -25,6 +25,7 @@ typedef struct LangTable {
   const char *local_decl;          /* local memory of a reduction's partials: with %d for T */
   const char *barrier;
   const char *neg_inf;
+  const char *types[PP_DTYPE_COUNT]; /* a buffer's element type; bf16 is its 16 bits as an integer */
 } LangTable;
 
 static const LangTable lang_c = {
@@ -35,6 +36,7 @@ static const LangTable lang_c = {
     .int_suffix = "LL",
     .threads_as_loops = true,
     .neg_inf = "(-INFINITY)",
+    .types = {"float", "int32_t", "uint16_t"},
 };
 
 static const LangTable lang_opencl = {
@@ -50,6 +52,7 @@ static const LangTable lang_opencl = {
     .local_decl = "__local float ppk_red[%d];",
     .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
     .neg_inf = "(-INFINITY)",
+    .types = {"float", "int32_t", "ushort"},
 };
 
 static const LangTable lang_cuda = {
@@ -64,6 +67,7 @@ static const LangTable lang_cuda = {
     .local_decl = "__shared__ float ppk_red[%d];",
     .barrier = "__syncthreads();",
     .neg_inf = "(-__int_as_float(0x7f800000))",
+    .types = {"float", "int32_t", "unsigned short"},
 };
 
 static const LangTable *const tables[] = {&lang_c, &lang_opencl, &lang_cuda}; /* ORDER Lang */
@@ -115,11 +119,13 @@ static void expr(Rend *r, int id) {
   case K_I: EMIT("%lld%s", (long long)e->i, r->t->int_suffix); break;
   case K_ROW: EMIT("r"); break;
   case K_LD:
-  case K_LDI:
-    EMIT("%s[", r->k->bufs[e->a].name);
+  case K_LDI: {
+    bool bf = r->k->bufs[e->a].dtype == PP_BF16; /* widened to float on load (exact) */
+    EMIT("%s%s[", bf ? "ppk_bf16_ld(" : "", r->k->bufs[e->a].name);
     expr(r, e->b);
-    EMIT("]");
+    EMIT(bf ? "])" : "]");
     break;
+  }
   case K_ARG:
   case K_IARG: EMIT("s%d", e->a); break;
   case K_V:
@@ -198,6 +204,25 @@ static void expr(Rend *r, int id) {
 /* Where a statement runs: by every thread of a block alike (a block kernel's row body and its
  * serial loops), or by one thread on its own (a flat kernel, a shared loop, a reduction's body). */
 typedef enum { CTX_UNIFORM, CTX_THREAD } Ctx;
+
+/* buf[idx] = v, buf[idx] += v or buf[idx] = max(buf[idx], v). A bf16 element is read as float, and
+ * the result rounded to nearest even once, as it is stored. */
+static void store(Rend *r, const KStmt *st) {
+  const KBuf *b = &r->k->bufs[st->buf];
+  bool bf = b->dtype == PP_BF16;
+  EMIT("%s[", b->name);
+  expr(r, st->a);
+  if (st->op == '+' && !bf) EMIT("] += ");
+  else EMIT("] = %s", bf ? "ppk_bf16_st(" : "");
+  if (st->op == 'M' || (st->op == '+' && bf)) { /* the element's old value */
+    EMIT("%s%s%s[", st->op == 'M' ? "ppk_max(" : "", bf ? "ppk_bf16_ld(" : "", b->name);
+    expr(r, st->a);
+    EMIT(bf ? "])" : "]");
+    EMIT(st->op == 'M' ? ", " : " + ");
+  }
+  expr(r, st->b);
+  EMIT("%s%s;\n", st->op == 'M' ? ")" : "", bf ? ")" : "");
+}
 
 static void stmts(Rend *r, int s, int depth, Ctx ctx);
 
@@ -357,20 +382,7 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
       indent(r, depth);
       /* a block's threads all compute a uniform value: one of them stores it */
       if (ctx == CTX_UNIFORM && !t->threads_as_loops) EMIT("if (ppk_tid == 0) ");
-      EMIT("%s[", r->k->bufs[st->buf].name);
-      expr(r, st->a);
-      EMIT("]");
-      if (st->op == 'M') {
-        EMIT(" = ppk_max(%s[", r->k->bufs[st->buf].name);
-        expr(r, st->a);
-        EMIT("], ");
-        expr(r, st->b);
-        EMIT(");\n");
-      } else {
-        EMIT(st->op == '+' ? " += " : " = ");
-        expr(r, st->b);
-        EMIT(";\n");
-      }
+      store(r, st);
       break;
     }
   }
@@ -388,6 +400,7 @@ static int column_sum(const Kernel *k) {
   const KStmt *set = &k->s[loop->body], *st = &k->s[loop->next];
   if (set->kind != KS_SET || set->op != '+' || set->var != let->var || set->next >= 0) return -1;
   if (st->kind != KS_STORE || st->next >= 0 || st->op == 'M') return -1;
+  if (k->bufs[st->buf].dtype != PP_F32) return -1; /* the swapped loops store float sums */
   if (k->e[st->a].op != K_ROW || k->e[st->b].op != K_V || k->e[st->b].a != let->var) return -1;
   return k->body;
 }
@@ -430,9 +443,7 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   for (int i = 0; i < k->nbufs; i++) {
     const KBuf *b = &k->bufs[i];
     if (t->arena_args) EMIT(", int64_t o%d", i);
-    else
-      EMIT("%s%s%s *%s %s", i ? ", " : "", b->written ? "" : "const ", b->is_int ? "int32_t" : "float", t->restrict_kw,
-           b->name);
+    else EMIT("%s%s%s *%s %s", i ? ", " : "", b->written ? "" : "const ", t->types[b->dtype], t->restrict_kw, b->name);
   }
   for (int i = 0; i < k->nargs; i++)
     EMIT("%s%s s%d", i || k->nbufs || t->arena_args ? ", " : "", k->arg_int[i] ? "int64_t" : "float", i);
@@ -440,7 +451,7 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   if (t->arena_args) /* OpenCL 1.2 passes no raw pointers into a buffer: offsets into the one arena */
     for (int i = 0; i < k->nbufs; i++) {
       const KBuf *b = &k->bufs[i];
-      const char *ty = b->is_int ? "int32_t" : "float", *c = b->written ? "" : "const ";
+      const char *ty = t->types[b->dtype], *c = b->written ? "" : "const ";
       EMIT("  __global %s%s *%s %s = (__global %s%s *)(ppk_arena + o%d);\n", c, ty, t->restrict_kw, b->name, c, ty, i);
     }
   if (!t->threads_as_loops) {
@@ -470,8 +481,7 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   if (lang == LANG_C) { /* NAME__call(void **args): the arguments by address, as cuLaunchKernel takes them */
     EMIT("void %s__call(void **a) { %s(", k->name, k->name);
     for (int i = 0; i < k->nbufs; i++)
-      EMIT("%s*(%s%s **)a[%d]", i ? ", " : "", k->bufs[i].written ? "" : "const ",
-           k->bufs[i].is_int ? "int32_t" : "float", i);
+      EMIT("%s*(%s%s **)a[%d]", i ? ", " : "", k->bufs[i].written ? "" : "const ", t->types[k->bufs[i].dtype], i);
     for (int i = 0; i < k->nargs; i++)
       EMIT("%s*(%s *)a[%d]", i || k->nbufs ? ", " : "", k->arg_int[i] ? "int64_t" : "float", k->nbufs + i);
     EMIT("); }\n");

@@ -261,7 +261,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
     if (v->cls != BC_SLOT && v->cls != BC_SCRATCH) continue;
-    OUT(b, "buffer %s %s %s %c%lld%s\n", v->name, v->is_int ? "i32" : "f32", ir_shape_str(&v->shape, sb, sizeof sb),
+    OUT(b, "buffer %s %s %s %c%lld%s\n", v->name, pp_dtype_name(v->dtype), ir_shape_str(&v->shape, sb, sizeof sb),
         v->cls == BC_SLOT ? '$' : '@', (long long)(v->cls == BC_SLOT ? v->off : p->region_off[BC_SCRATCH] + v->off),
         v->cls == BC_SLOT ? " saved" : "");
   }

@@ -12,7 +12,7 @@
 #define NORM_BLOCKS 64
 static void grad_norm(FuseCtx *c) {
   Kernel *k = kir_new("sumsq", KM_BLOCK, NORM_BLOCKS, 256);
-  int x = kir_buf(k, "p0", false, false), out = kir_buf(k, "p1", false, true);
+  int x = kir_buf(k, "p0", PP_F32, false), out = kir_buf(k, "p1", PP_F32, true);
   int n = kir_iarg(k, 0);
   int part = kir_let(k, kir_e(k, K_IDIV, kir_e(k, K_IADD, n, kir_i(k, NORM_BLOCKS - 1), 0), kir_i(k, NORM_BLOCKS), 0));
   int start = kir_let(k, kir_e(k, K_IMUL, kir_row(k), part, 0));
@@ -24,7 +24,7 @@ static void grad_norm(FuseCtx *c) {
   k->work = 1 << 20;
   Instr *in = fuse_prog_instr(c, I_GRADNORM, -1);
   in->kernel = fuse_kc_register(c, k);
-  int partials = fuse_prog_vbuf(c, "norm_partials", BC_SCRATCH, (Shape){2, {c->g->nparams, NORM_BLOCKS}}, false);
+  int partials = fuse_prog_vbuf(c, "norm_partials", BC_SCRATCH, (Shape){2, {c->g->nparams, NORM_BLOCKS}}, PP_F32);
   in->op[in->nop++] = fuse_prog_ob(partials, 0);
 }
 

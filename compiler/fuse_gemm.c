@@ -180,7 +180,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   int lse = c->p->node_aux[fwd]; /* [B,HQ,S]: the log-sum-exp of each query's scores */
   Shape ss = {3, {B * HQ, S, S}};
   if (n->op == OP_ATTENTION) {
-    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, false), S, R);
+    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, PP_F32), S, R);
     att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
     /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
     KCall kc = fuse_kc_block("attention_softmax", B * HQ * S, S, id);
@@ -216,8 +216,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     }
   if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
   AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
-  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, false), S, R),
-        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, false), S, R);
+  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, PP_F32), S, R),
+        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, PP_F32), S, R);
   att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
   {
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */

@@ -26,7 +26,7 @@ int fuse_kc_vbuf_at(FuseCtx *c, KCall *kc, int vb, int64_t add, bool written) {
     }
   char name[8];
   snprintf(name, sizeof name, "p%d", kc->k->nbufs);
-  int b = kir_buf(kc->k, name, c->p->vb[vb].is_int, written);
+  int b = kir_buf(kc->k, name, c->p->vb[vb].dtype, written);
   kc->ops[b] = fuse_prog_ob(vb, add);
   return b;
 }

@@ -191,7 +191,7 @@ static void param_buffers(FuseCtx *c, int *rank_grad) {
   for (int i = 0; i < g->nparams; i++) rank_grad[i] = -1;
   for (int cls = 0; cls < (g->infer ? 1 : 4); cls++) /* a generation program: the values alone */
     for (int i = 0; i < g->nparams; i++) {
-      int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, false);
+      int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, PP_F32);
       c->p->vb[vb].param = i;
       if (pc[cls] == BC_GRAD) rank_grad[i] = vb;
     }
@@ -218,7 +218,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     if (n->var && !n->bwd) snprintf(name, sizeof name, "%.24s.%d", n->var, i);
     if (n->op == OP_PARAM || n->gparam >= 0 || c->inlined[i]) continue;
     if (n->op == OP_INPUT) {
-      p->node_vb[i] = fuse_prog_vbuf(c, n->var, BC_SLOT, n->shape, true);
+      p->node_vb[i] = fuse_prog_vbuf(c, n->var, BC_SLOT, n->shape, PP_I32);
       continue;
     }
     if (n->op == OP_LOGITS) { /* the output: kept in the slot, read after the pass */
@@ -257,7 +257,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
        * of the next micro-batch arrives (a stage that sends nothing back runs its whole backward
        * as W, the received gradient too) */
       bool slot = f || c->saved[i] || n->wgt;
-      int vb = fuse_prog_vbuf(c, f ? "recv_forward" : "recv_backward", slot ? BC_SLOT : BC_SCRATCH, n->shape, false);
+      int vb = fuse_prog_vbuf(c, f ? "recv_forward" : "recv_backward", slot ? BC_SLOT : BC_SCRATCH, n->shape, PP_F32);
       p->vb[vb].pin_start = true;
       p->node_vb[i] = vb;
       p->ch[c->chunk].bnd[f ? PP_RECV_FWD : PP_RECV_BWD] = vb;
@@ -273,7 +273,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       continue;
     }
     bool slot = c->saved[i] && !n->wgt; /* a forward value the backward reads, a B value W reads */
-    p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, false);
+    p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, PP_F32);
     /* saved statistics */
     int64_t R = n->shape.nd ? ir_shape_numel(&n->shape) / last_dim(&n->shape) : 1;
     Shape aux = {0};
@@ -286,7 +286,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     if (n->op == OP_ATTENTION) aux = (Shape){1, {n->shape.d[0] * n->shape.d[1] * n->shape.d[2]}}; /* lse [B,HQ,S] */
     if (aux.nd) {
       snprintf(name, sizeof name, "stats%d", i);
-      p->node_aux[i] = fuse_prog_vbuf(c, name, c->saved[i] ? BC_SLOT : BC_SCRATCH, aux, false);
+      p->node_aux[i] = fuse_prog_vbuf(c, name, c->saved[i] ? BC_SLOT : BC_SCRATCH, aux, PP_F32);
     }
   }
   /* transposes the producer writes: its buffer keeps the logical shape, stored flipped */

@@ -5,7 +5,7 @@
 
 #include "ppc.h"
 
-int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, bool is_int) {
+int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, DType dtype) {
   Program *p = c->p;
   if (p->nvb == p->vcap) {
     p->vcap = p->vcap ? 2 * p->vcap : 128;
@@ -16,8 +16,8 @@ int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, bool
   snprintf(b->name, sizeof b->name, "%s", name);
   b->cls = cls;
   b->shape = shape;
-  b->is_int = is_int;
-  b->bytes = ir_shape_numel(&shape) * 4;
+  b->dtype = dtype;
+  b->bytes = ir_shape_numel(&shape) * pp_dtype_bytes(dtype);
   b->param = -1;
   b->chunk = c->chunk;
   b->first = b->last = -1;

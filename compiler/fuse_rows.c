@@ -266,7 +266,7 @@ static int rope_table(FuseCtx *c, int id) {
     if (rope_same(N(c, c->rope_tab[t]), n)) return c->rope_vb[t];
   if (c->nrope == FUSE_MAX_ROPE) diag_fatal("internal: more than %d kinds of RoPE in one chunk", FUSE_MAX_ROPE);
   int64_t S = n->shape.d[0], D = n->shape.d[3], half = D / 2;
-  int vb = fuse_prog_vbuf(c, "rope_table", BC_SLOT, (Shape){3, {S, half, 2}}, false);
+  int vb = fuse_prog_vbuf(c, "rope_table", BC_SLOT, (Shape){3, {S, half, 2}}, PP_F32);
   c->rope_tab[c->nrope] = id;
   c->rope_vb[c->nrope++] = vb;
   KCall kc = fuse_kc_block("rope_table", S, half, id);
@@ -418,7 +418,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   fuse_rows_logits(c, id, n->in[0]);
   const Shape *ls = &N(c, n->in[0])->shape;
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
-  int rowloss = fuse_prog_vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, false);
+  int rowloss = fuse_prog_vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, PP_F32);
   if (!VL) {
     bool fused = fuse_rows_ce_fused(c, id) >= 0;
     KCall kc = fuse_kc_block("cross_entropy", R, V, id);
@@ -461,8 +461,8 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     k->work = (fused ? 6 : 3) * V;
     fuse_kc_emit(c, &kc);
   } else {
-    int mx = fuse_prog_vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, false);
-    int sums = fuse_prog_vbuf(c, "ce_sums", BC_SCRATCH, (Shape){2, {R, 2}}, false);
+    int mx = fuse_prog_vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, PP_F32);
+    int sums = fuse_prog_vbuf(c, "ce_sums", BC_SCRATCH, (Shape){2, {R, 2}}, PP_F32);
     /* 1: my columns' maximum, then the maximum over the group */
     KCall k1 = fuse_kc_block("ce_vp_max", R, VL, id);
     Kernel *k = k1.k;

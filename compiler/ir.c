@@ -58,7 +58,7 @@ int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape) {
   n->nin = nin;
   for (int k = 0; k < nin; k++) n->in[k] = in[k];
   n->shape = shape;
-  n->dtype = DT_F32;
+  n->dtype = PP_F32;
   return id;
 }
 
@@ -196,7 +196,7 @@ void ir_print(FILE *f, const Graph *g) {
     }
     fprintf(f, "%%%-4d = %s", i, tb);
     if (n->op != OP_INPUT && n->op != OP_PARAM) print_attrs(f, n);
-    fprintf(f, " : %s%s", n->dtype == DT_I32 ? "i32" : "f32", ir_shape_str(&n->shape, sb, sizeof sb));
+    fprintf(f, " : %s%s", n->dtype == PP_I32 ? "i32" : "f32", ir_shape_str(&n->shape, sb, sizeof sb));
     if (n->layer >= 0) fprintf(f, "  L%d", n->layer);
     if (n->var) fprintf(f, "  %s", n->var);
     if (n->fwd >= 0) fprintf(f, "  stats of %%%d", n->fwd);

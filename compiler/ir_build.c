@@ -308,7 +308,7 @@ int ir_build_node(Builder *b, Op op, Loc loc) {
   int id = ir_add_node(b->g, op, loc);
   N(b, id)->layer = b->layer;
   N(b, id)->region = b->region;
-  N(b, id)->dtype = DT_F32;
+  N(b, id)->dtype = PP_F32;
   return id;
 }
 
@@ -559,7 +559,7 @@ static void decl_input(Builder *b, const Stmt *s) {
     return;
   }
   int id = ir_build_node(b, OP_INPUT, s->name_loc);
-  N(b, id)->dtype = DT_I32;
+  N(b, id)->dtype = PP_I32;
   N(b, id)->shape = (Shape){2, {b->g->cfg.micro_batch, b->g->cfg.seq}};
   N(b, id)->param = b->g->ninputs;
   N(b, id)->var = s->name;

@@ -26,7 +26,7 @@ static int want_rank(Builder *b, const Expr *e, int id, int nd, const char *what
 }
 
 static int want_f32(Builder *b, const Expr *e, int id, const char *op) {
-  if (N(b, id)->dtype == DT_F32) return 0;
+  if (N(b, id)->dtype == PP_F32) return 0;
   ir_build_err(b, e->loc, "%s expects a float tensor; this is an integer input", op);
   return 1;
 }

@@ -41,11 +41,11 @@ int kir_block_for(int64_t width) {
   return t;
 }
 
-int kir_buf(Kernel *k, const char *name, bool is_int, bool written) {
+int kir_buf(Kernel *k, const char *name, DType dtype, bool written) {
   if (k->nbufs == KIR_MAX_BUFS) diag_fatal("internal: kernel %s has too many buffers", k->name);
   KBuf *b = &k->bufs[k->nbufs];
   snprintf(b->name, sizeof b->name, "%s", name);
-  b->is_int = is_int;
+  b->dtype = dtype;
   b->written = written;
   return k->nbufs++;
 }
@@ -72,7 +72,7 @@ int kir_i(Kernel *k, int64_t i) {
 }
 
 int kir_row(Kernel *k) { return kir_e(k, K_ROW, 0, 0, 0); }
-int kir_ld(Kernel *k, int buf, int idx) { return kir_e(k, k->bufs[buf].is_int ? K_LDI : K_LD, buf, idx, 0); }
+int kir_ld(Kernel *k, int buf, int idx) { return kir_e(k, k->bufs[buf].dtype == PP_I32 ? K_LDI : K_LD, buf, idx, 0); }
 
 int kir_arg(Kernel *k, int n) {
   if (n >= k->nargs) k->nargs = n + 1;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "pp_dtype.h"    /* runtime/: element types, their names and sizes */
 #include "pp_limits.h"   /* runtime/: the limits ppr accepts */
 #include "pp_boundary.h" /* runtime/: the pipeline messages ppr sends, their peers and tags */
 #include "pp_stagedir.h" /* runtime/: the files of a stage directory */
@@ -197,7 +198,7 @@ typedef struct OpInfo {
 extern const OpInfo ir_ops[OP__COUNT];
 Op ir_op_lookup(const char *name); /* OP__COUNT if unknown or internal */
 
-typedef enum DType { DT_F32, DT_I32 } DType;
+typedef PpDType DType; /* PP_F32, PP_I32, PP_BF16 (pp_dtype.h) */
 
 #define IR_MAX_DIMS 6
 typedef struct Shape {
@@ -446,7 +447,7 @@ typedef struct KStmt {
 
 typedef struct KBuf {
   char name[16];
-  bool is_int; /* int32 data (token ids, labels) */
+  DType dtype; /* PP_I32: token ids, labels; PP_BF16: loaded as float, stored rounded to nearest even */
   bool written;
 } KBuf;
 
@@ -491,7 +492,7 @@ Kernel *kir_new(const char *name, KMode mode, int64_t rows, int block);
 void kir_free(Kernel *k);
 KGeom kir_geom(const Kernel *k);
 int kir_block_for(int64_t width); /* threads for a row of width: 32..256, a power of two */
-int kir_buf(Kernel *k, const char *name, bool is_int, bool written);
+int kir_buf(Kernel *k, const char *name, DType dtype, bool written);
 int kir_e(Kernel *k, KOp op, int a, int b, int c); /* an expression node */
 int kir_f(Kernel *k, double f);
 int kir_i(Kernel *k, int64_t i);
@@ -540,7 +541,7 @@ typedef struct VBuf {
   char name[40];
   int64_t bytes;
   BufClass cls;
-  bool is_int;
+  DType dtype;
   Shape shape;
   int param;       /* BC_PARAM/BC_GRAD/...: the parameter (the rank's, Program.g) */
   int chunk;       /* BC_SLOT: the chunk of layers whose slot layout holds it (0 without chunks) */
@@ -654,7 +655,7 @@ typedef struct FuseCtx {
 } FuseCtx;
 
 /* fuse_prog.c: the program's virtual buffers and instructions */
-int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, bool is_int);
+int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, DType dtype);
 Instr *fuse_prog_instr(FuseCtx *c, InstrKind kind, int node); /* appended to c->blk */
 Operand fuse_prog_ob(int vb, int64_t add);                    /* a buffer from byte add on */
 Operand fuse_prog_vstart(int64_t rows); /* the first vocabulary row a TP rank holds: rank * rows */

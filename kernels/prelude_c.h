@@ -38,3 +38,20 @@ static inline float ppk_exp(float x) {
   y = x > hi ? INFINITY : y;
   return x != x ? x : y;
 }
+
+/* bf16 <-> float: a bf16 is the upper 16 bits of a float. Loads widen exactly; stores round to
+ * nearest, ties to even, on the 16 bits dropped (the largest floats round to infinity), and keep a
+ * NaN a NaN (quietened, its sign kept). Branch-free, so loops over them vectorise; the OpenCL and
+ * CUDA preludes compute the same bits (runtime/pp_dtype.h: the host's copy). */
+static inline float ppk_bf16_ld(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline uint16_t ppk_bf16_st(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}

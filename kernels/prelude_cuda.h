@@ -31,3 +31,12 @@ static __device__ __forceinline__ float ppk_exp(float x) {
   y = x > hi ? __int_as_float(0x7f800000) : y;
   return x != x ? x : y;
 }
+
+/* bf16 <-> float as the C prelude's ppk_bf16_ld/ppk_bf16_st (there: the rounding), bit for bit
+ * (the integer form rather than __float2bfloat16_rn, so that NaN comes out as on every device). */
+static __device__ __forceinline__ float ppk_bf16_ld(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+static __device__ __forceinline__ unsigned short ppk_bf16_st(float f) {
+  unsigned u = __float_as_uint(f);
+  unsigned rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  return (unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}

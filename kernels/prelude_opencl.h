@@ -36,3 +36,11 @@ static inline float ppk_exp(float x) {
   y = x > hi ? INFINITY : y;
   return x != x ? x : y;
 }
+
+/* bf16 <-> float as the C prelude's ppk_bf16_ld/ppk_bf16_st (there: the rounding), bit for bit. */
+static inline float ppk_bf16_ld(ushort h) { return as_float((uint)h << 16); }
+static inline ushort ppk_bf16_st(float f) {
+  uint u = as_uint(f);
+  uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  return (ushort)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "pp_boundary.h"
+#include "pp_dtype.h"
 #include "pp_limits.h"
 #include "pp_stagedir.h"
 #include "rt_io.h"
@@ -178,7 +179,7 @@ typedef struct {
 /* A `buffer` line: what the compiler placed where (not needed to execute). */
 typedef struct {
   char *name;
-  int is_int; /* i32 (token ids, labels) */
+  PpDType dtype; /* PP_I32: token ids, labels */
   RtPtr ptr;
   int64_t bytes;
 } RtBuffer;

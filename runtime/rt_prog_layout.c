@@ -314,17 +314,17 @@ int rt_prog_finish_params(RtParser *s) {
 }
 
 int rt_prog_buffer_line(RtParser *s) {
-  if (s->nf < 5) return rt_prog_err(s, "expected 'buffer NAME f32|i32 [SHAPE] @OFF|$OFF [FLAG...]'");
+  if (s->nf < 5) return rt_prog_err(s, "expected 'buffer NAME f32|i32|bf16 [SHAPE] @OFF|$OFF [FLAG...]'");
   if (pp_name_bad_at(s->f[1]) >= 0) return rt_prog_err(s, "buffer: '%.60s' is not a name", s->f[1]);
-  if (strcmp(s->f[2], "f32") && strcmp(s->f[2], "i32"))
-    return rt_prog_err(s, "buffer %.100s: dtype '%.60s' (expected f32 or i32)", s->f[1], s->f[2]);
+  int dtype = pp_dtype_parse(s->f[2]);
+  if (dtype < 0) return rt_prog_err(s, "buffer %.100s: dtype '%.60s' (expected f32, i32 or bf16)", s->f[1], s->f[2]);
   int ndim;
   int64_t dims[RT_MAX_NDIM], numel;
   RtPtr p;
   char what[160];
   snprintf(what, sizeof what, "buffer %.100s", s->f[1]);
   if (parse_shape(s, s->f[3], &ndim, dims, &numel) || rt_prog_parse_ptr(s, s->f[4], what, &p, NULL) ||
-      rt_prog_check_extent(s, what, &p, numel * 4))
+      rt_prog_check_extent(s, what, &p, numel * pp_dtype_bytes(dtype)))
     return -1;
   for (int i = 5; i < s->nf; i++)
     if (pp_name_bad_at(s->f[i]) >= 0)
@@ -334,9 +334,9 @@ int rt_prog_buffer_line(RtParser *s) {
   RtBuffer *b = &g->buffers[g->nbuffers];
   b->name = rt_prog_strdup(s->f[1]);
   S_ALLOC(b->name);
-  b->is_int = !strcmp(s->f[2], "i32");
+  b->dtype = (PpDType)dtype;
   b->ptr = p;
-  b->bytes = numel * 4;
+  b->bytes = numel * pp_dtype_bytes(dtype);
   g->nbuffers++;
   return 0;
 }

@@ -85,7 +85,7 @@ static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes)
   for (int b = 0; b < p->nbuffers; b++) {
     const RtBuffer *f = &p->buffers[b];
     int64_t fo = arena_off(p, &f->ptr);
-    if (f->is_int && off >= fo && off < fo + f->bytes) o->is_int = 1;
+    if (f->dtype == PP_I32 && off >= fo && off < fo + f->bytes) o->is_int = 1;
   }
   const RtRegion *v = &p->reg[RT_REG_ADAM_V];
   o->positive = off >= v->base && off < v->base + v->bytes;

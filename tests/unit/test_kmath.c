@@ -2,8 +2,11 @@
  * kernel calls: ppk_exp against e^x in double, over every 64th float of its range (about 35
  * million, each sign and exponent), and at its edges (0, the overflow and underflow thresholds,
  * subnormal results, infinities, NaN). The bound: 2 ulp of the correctly rounded result where
- * that is normal; 2 ulp of the smallest subnormal (2^-149) below. The last line is "N passed, M
- * failed". */
+ * that is normal; 2 ulp of the smallest subnormal (2^-149) below. Then float -> bf16 (ppk_bf16_st,
+ * and the host's pp_bf16_from_f32) against round-to-nearest-even worked out in double, for every
+ * bf16 value with the 16 dropped bits at the tie, on either side of it, zero, all ones and random
+ * (every sign, exponent, subnormals, the overflow to infinity), and NaN; bf16 -> float exact. The
+ * last line is "N passed, M failed". */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "pp_dtype.h"
 #include "prelude_c.h"
 
 static float from_bits(uint32_t u) {
@@ -27,7 +31,61 @@ static double ulps(float x, float got) {
   return fabs((double)got - ref) / ulp;
 }
 
+/* float -> bf16, rounded to nearest even, from the values alone: the two bf16 neighbours of |x| (the
+ * upper one past the largest finite counts as 2^128, IEEE's rule for overflow), the nearer, the
+ * one with an even last bit at a tie. x is not NaN. */
+static uint16_t bf16_reference(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
+  uint32_t lo = mag & 0xffff0000u, hi = lo + 0x10000u;
+  if (mag == lo) return (uint16_t)((sign | lo) >> 16);
+  double vx = fabs((double)x), vlo = fabs((double)from_bits(lo));
+  double vhi = hi >= 0x7f800000u ? ldexp(1.0, 128) : (double)from_bits(hi);
+  uint32_t pick = vx - vlo < vhi - vx ? lo : vx - vlo > vhi - vx ? hi : ((lo >> 16) & 1u) ? hi : lo;
+  return (uint16_t)((sign | pick) >> 16);
+}
+
+static void test_bf16(void) {
+  static const uint32_t low[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu};
+  uint64_t state = 12345;
+  long n = 0, bad_dev = 0, bad_host = 0, bad_back = 0;
+  uint32_t first = 0;
+  for (uint32_t top = 0; top < 0x10000u; top++) {
+    if ((top & 0x7fffu) >= 0x7f80u) continue; /* infinities and NaNs: below */
+    for (int k = 0; k < 7; k++) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      uint32_t u = top << 16 | (k < 6 ? low[k] : (uint32_t)(state >> 48));
+      float x = from_bits(u);
+      uint16_t want = bf16_reference(x), dev = ppk_bf16_st(x), host = pp_bf16_from_f32(x);
+      n++;
+      if (dev != want && !bad_dev++) first = u;
+      if (host != want && !bad_host++) first = u;
+    }
+    float w = from_bits(top << 16);
+    bad_back += ppk_bf16_ld((uint16_t)top) != w || pp_f32_from_bf16((uint16_t)top) != w;
+  }
+  check(!bad_dev && !bad_host,
+        "float -> bf16 rounds to nearest even: %ld floats, %ld wrong in the kernels' prelude, %ld "
+        "in the host's (first 0x%08x)",
+        n, bad_dev, bad_host, first);
+  check(!bad_back, "bf16 -> float is exact for every finite bf16 (%ld wrong)", bad_back);
+  check(ppk_bf16_st(3.4e38f) == 0x7f80u && ppk_bf16_st(-3.4e38f) == 0xff80u && ppk_bf16_st(INFINITY) == 0x7f80u,
+        "float -> bf16: past the largest bf16's half ulp, infinity (3.4e38 -> 0x%04x)", ppk_bf16_st(3.4e38f));
+  check(ppk_bf16_st(from_bits(0x7f7f7fffu)) == 0x7f7fu, "float -> bf16: just under the overflow midpoint stays finite");
+  uint16_t qn = ppk_bf16_st(from_bits(0x7f800001u)), nn = ppk_bf16_st(from_bits(0xffc00000u));
+  check((qn & 0x7f80u) == 0x7f80u && (qn & 0x7fu) && (nn & 0x8000u) && (nn & 0x7fu) &&
+            pp_bf16_from_f32(from_bits(0x7f800001u)) == qn,
+        "float -> bf16: a NaN stays a NaN with its sign, even one whose payload is all in the dropped bits (0x%04x, "
+        "0x%04x)",
+        qn, nn);
+  check(ppk_bf16_st(from_bits(0x00008000u)) == 0x0000u && ppk_bf16_st(from_bits(0x00018000u)) == 0x0002u &&
+            ppk_bf16_st(-0.0f) == 0x8000u,
+        "float -> bf16: subnormal ties go to even, -0 keeps its sign");
+}
+
 int main(void) {
+  test_bf16();
   double worst = 0, worst_sub = 0;
   float wx = 0, wsx = 0;
   long n = 0;

@@ -1752,7 +1752,7 @@ static void test_parser(void) {
               p->blk[RT_BLK_BACKWARD].n == 8 && !p->blk[RT_BLK_WEIGHTS].present && p->blk[RT_BLK_OPTIMIZER].n == 4 &&
               p->nentries == 6 && p->nkernels == 8 && p->params[2].dims[1] == 8 && p->params[1].init == RT_INIT_ONES &&
               p->params[0].std == 0.5 && !strcmp(p->kernels_base, "k") && p->kgeom[0].grid == 1 &&
-              p->kgeom[0].block == 1 && p->nbuffers == 12 && p->buffers[0].is_int && !p->buffers[2].is_int &&
+              p->kgeom[0].block == 1 && p->nbuffers == 12 && p->buffers[0].dtype == PP_I32 && p->buffers[2].dtype == PP_F32 &&
               p->buffers[11].ptr.off == 7552,
           "parser: params, blocks, kernels (with their geometry), buffers and schedule as written");
   }
