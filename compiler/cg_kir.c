@@ -103,8 +103,8 @@ typedef struct Rend {
 
 static void expr(Rend *r, int id) {
   const KExpr *e = &r->k->e[id];
-  static const char *fn1[] = {[K_EXP] = "ppk_exp", [K_LOG] = "logf", [K_TANH] = "tanhf",
-                              [K_SQRT] = "sqrtf",  [K_COS] = "cosf", [K_SIN] = "sinf"};
+  static const char *fn1[] = {[K_EXP] = "ppk_exp", [K_LOG] = "logf", [K_TANH] = "tanhf",      [K_SQRT] = "sqrtf",
+                              [K_COS] = "cosf",    [K_SIN] = "sinf", [K_RND] = "ppk_bf16_rnd"};
   static const char *bin[] = {
       [K_ADD] = "+",  [K_SUB] = "-",  [K_MUL] = "*",  [K_DIV] = "/", [K_IADD] = "+",  [K_ISUB] = "-", [K_IMUL] = "*",
       [K_IDIV] = "/", [K_IMOD] = "%", [K_IEQ] = "==", [K_ILT] = "<", [K_IAND] = "&&", [K_FLT] = "<"};
@@ -175,6 +175,7 @@ static void expr(Rend *r, int id) {
   case K_SQRT:
   case K_COS:
   case K_SIN:
+  case K_RND:
     EMIT("%s(", fn1[e->op]);
     expr(r, e->a);
     EMIT(")");
@@ -220,8 +221,9 @@ static void store(Rend *r, const KStmt *st) {
     EMIT(bf ? "])" : "]");
     EMIT(st->op == 'M' ? ", " : " + ");
   }
+  if (bf && st->op == '+') EMIT("ppk_bf16_rnd("); /* the sum of two bf16 values, as an add kernel's */
   expr(r, st->b);
-  EMIT("%s%s;\n", st->op == 'M' ? ")" : "", bf ? ")" : "");
+  EMIT("%s%s%s;\n", bf && st->op == '+' ? ")" : "", st->op == 'M' ? ")" : "", bf ? ")" : "");
 }
 
 static void stmts(Rend *r, int s, int depth, Ctx ctx);

@@ -23,8 +23,16 @@ uint64_t cg_fnv1a(const char *s, size_t n) {
   return h;
 }
 
-static const char *region_name[BC__COUNT] = {"params", "grads",   "adam_m",   "adam_v",
-                                             "slots",  "scratch", "workspace"}; /* ORDER BufClass */
+static const char *region_name[BC__COUNT] = {"params", "grads", "adam_m",  "adam_v",
+                                             "copies", "slots", "scratch", "workspace"}; /* ORDER BufClass */
+
+/* A GEMM's operand types, A B C, after its fields where one is not f32 (none: all three f32). */
+static void gemm_types(Buf *b, const Program *p, const Instr *in) {
+  DType t[3];
+  bool f32 = true;
+  for (int k = 0; k < 3; k++) t[k] = p->vb[in->op[k].vb].dtype, f32 &= t[k] == PP_F32;
+  if (!f32) OUT(b, " %s %s %s", pp_dtype_name(t[0]), pp_dtype_name(t[1]), pp_dtype_name(t[2]));
+}
 
 /* One operand; tp_rank: the TP rank whose listing it is (a vocabulary shard's first row). */
 static void operand_x(Buf *b, const Program *p, int tp_rank, const Operand *o, bool extent) {
@@ -70,7 +78,7 @@ static void comment(Buf *b, const Graph *g, const Instr *in) {
 
 static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_rank, const Block *blk) {
   char cs[16];
-  OUT(b, "block %s%s\n", blk->name, blk == &p->opt ? "" : chunk_sfx(p, chunk, cs, sizeof cs));
+  OUT(b, "block %s%s\n", blk->name, blk == &p->opt || blk == &p->refresh ? "" : chunk_sfx(p, chunk, cs, sizeof cs));
   for (int i = 0; i < blk->n; i++) {
     const Instr *in = &blk->ins[i];
     OUT(b, "  ");
@@ -91,6 +99,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       OUT(b, " %lld %lld %g", (long long)in->ldb, (long long)in->sb, in->beta);
       operand(b, p, tp_rank, &in->op[2]);
       OUT(b, " %lld %lld %lld", (long long)in->ldc, (long long)in->sc, (long long)in->batch);
+      gemm_types(b, p, in);
       break;
     case I_BATCH:
       OUT(b, "batch");
@@ -116,6 +125,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       operand(b, p, tp_rank, &in->op[0]);
       for (int a = 1; a < 5; a++)
         OUT(b, " %lld", (long long)(in->op[a].kind == 'v' ? in->op[a].i * tp_rank : in->op[a].i));
+      if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       break;
     case I_GRADNORM: {
       const Kernel *k = p->kernels[in->kernel];
@@ -128,6 +138,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       OUT(b, "allreduce %s %s", in->group, in->redop);
       operand(b, p, tp_rank, &in->op[0]);
       OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_GRAD]));
+      if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       if (in->why) OUT(b, "    # %s\n", in->why);
       else comment(b, gr, in);
       continue;
@@ -219,6 +230,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   free(hf);
   OUT(b, "\n");
   for (int r = 0; r < BC__COUNT; r++) {
+    if (r == BC_COPY && !p->region_bytes[r]) continue; /* fp32: no working copies */
     OUT(b, "region %-9s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
     OUT(b, "\n");
@@ -231,7 +243,9 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
       if (vb < 0) continue;
       OUT(b, "boundary %s%s", pp_boundary_name(k), chunk_sfx(p, ch, cs, sizeof cs));
       operand(b, p, tp_rank, &(Operand){.kind = 'b', .vb = vb});
-      OUT(b, " %lld %s\n", (long long)p->vb[vb].bytes, ir_shape_str(&p->vb[vb].shape, sb, sizeof sb));
+      OUT(b, " %lld %s", (long long)p->vb[vb].bytes, ir_shape_str(&p->vb[vb].shape, sb, sizeof sb));
+      OUT(b, "%s%s\n", p->vb[vb].dtype != PP_F32 ? " " : "",
+          p->vb[vb].dtype != PP_F32 ? pp_dtype_name(p->vb[vb].dtype) : "");
     }
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
@@ -260,10 +274,13 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   OUT(b, "\n");
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
-    if (v->cls != BC_SLOT && v->cls != BC_SCRATCH) continue;
-    OUT(b, "buffer %s %s %s %c%lld%s\n", v->name, pp_dtype_name(v->dtype), ir_shape_str(&v->shape, sb, sizeof sb),
-        v->cls == BC_SLOT ? '$' : '@', (long long)(v->cls == BC_SLOT ? v->off : p->region_off[BC_SCRATCH] + v->off),
-        v->cls == BC_SLOT ? " saved" : "");
+    if (v->cls != BC_SLOT && v->cls != BC_SCRATCH && v->cls != BC_COPY) continue;
+    OUT(b, "buffer %s %s %s %c%lld%s\n", v->cls == BC_COPY ? g->params[v->param].name : v->name,
+        pp_dtype_name(v->dtype), ir_shape_str(&v->shape, sb, sizeof sb), v->cls == BC_SLOT ? '$' : '@',
+        (long long)(v->cls == BC_SLOT ? v->off : p->region_off[v->cls] + v->off),
+        v->cls == BC_SLOT   ? " saved"
+        : v->cls == BC_COPY ? " working"
+                            : "");
   }
   OUT(b, "\n");
   for (int k = 0; k < p->nch; k++) {
@@ -273,6 +290,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
     if (s->split) block(b, p, ch->g, k, tp_rank, &ch->wgt);     /* the W entries' block */
   }
   if (!s->fwd_only) block(b, p, p->g, 0, tp_rank, &p->opt);
+  if (!s->fwd_only && p->refresh.n) block(b, p, p->g, 0, tp_rank, &p->refresh);
   schedule(b, p, s, stage);
 }
 

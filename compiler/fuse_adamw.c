@@ -95,12 +95,31 @@ void fuse_adamw(FuseCtx *c) {
     int mh = kir_e(k, K_DIV, m, bc1, 0), vh = kir_e(k, K_DIV, v, bc2, 0);
     int pd =
         kir_let(k, kir_e(k, K_MUL, kir_ld(k, P, r), kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, lr, wd, 0), 0), 0));
-    kir_store(k, P, r, '=',
-              kir_e(k, K_SUB, pd,
-                    kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0),
-                    0));
+    int np = kir_let(
+        k,
+        kir_e(k, K_SUB, pd,
+              kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0), 0));
+    kir_store(k, P, r, '=', np);
+    if (p->copy_vb[i] >= 0) kir_store(k, fuse_kc_vbuf(c, &kc, p->copy_vb[i], true), r, '=', np); /* the working copy */
     k->work = 12;
     fuse_kc_emit(c, &kc);
   }
   free(bufs);
+}
+
+/* The refresh block: each parameter's working copy (--precision bf16) from its f32 value, rounded
+ * to nearest even. AdamW writes the copies as it updates the values; ppr runs this block whenever
+ * the values were set from outside (initial weights, a checkpoint). Empty in fp32. */
+void fuse_adamw_refresh(FuseCtx *c) {
+  Program *p = c->p;
+  c->blk = &p->refresh;
+  for (int i = 0; i < c->g->nparams; i++) {
+    if (p->copy_vb[i] < 0) continue;
+    KCall kc = fuse_kc_flat("refresh_copy", ir_shape_numel(&c->g->params[i].shape), -1);
+    int r = kir_row(kc.k);
+    int src = fuse_kc_vbuf(c, &kc, i, false); /* the values' buffers are the first, in parameter order */
+    kir_store(kc.k, fuse_kc_vbuf(c, &kc, p->copy_vb[i], true), r, '=', kir_ld(kc.k, src, r));
+    kc.k->work = 1;
+    fuse_kc_emit(c, &kc);
+  }
 }

@@ -91,7 +91,10 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
 
 /* node's value at flat index idx in kc's kernel: a fused producer's expression, or a load. */
 int fuse_elem_val(FuseCtx *c, KCall *kc, int node, int idx) {
-  if (c->inlined[node]) return fuse_elem_expr(c, kc, node, idx);
+  if (c->inlined[node]) { /* a bf16 value rounded as if stored: fused or not, the same numbers */
+    int v = fuse_elem_expr(c, kc, node, idx);
+    return fuse_value_dtype(c, node) == PP_BF16 ? kir_e(kc->k, K_RND, v, 0, 0) : v;
+  }
   return kir_ld(kc->k, fuse_kc_node(c, kc, node, false), idx);
 }
 

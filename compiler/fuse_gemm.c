@@ -147,8 +147,9 @@ static AttOp att_q(int vb, int64_t B, int64_t HQ, int64_t D, int64_t R) { return
 static AttOp att_kv(int vb, int64_t B, int64_t HK, int64_t D) { return (AttOp){vb, 0, 0, B * HK * D, D}; }
 static AttOp att_s(int vb, int64_t S, int64_t R) { return (AttOp){vb, 0, S * S, S, R * S * S}; }
 
-static View att_view(AttOp o, int r) {
-  return (View){.vb = o.vb, .rows_per_batch_ld = o.ld, .base = 4 * (o.at + r * o.per_r), .stride = o.stride};
+static View att_view(const FuseCtx *c, AttOp o, int r) {
+  int64_t es = pp_dtype_bytes(c->p->vb[o.vb].dtype);
+  return (View){.vb = o.vb, .rows_per_batch_ld = o.ld, .base = es * (o.at + r * o.per_r), .stride = o.stride};
 }
 
 /* C = alpha op(A) op(B) for each r < R, batched over the B*HK pairs; acc: C is kv-shaped and the
@@ -156,7 +157,8 @@ static View att_view(AttOp o, int r) {
 static void att_gemm(FuseCtx *c, int node, int64_t R, int64_t batch, char ta, char tb, int64_t m, int64_t n, int64_t k,
                      double alpha, AttOp A, AttOp B, AttOp C, bool acc, const char *why) {
   for (int r = 0; r < R; r++) {
-    gemm(c, node, ta, tb, m, n, k, att_view(A, r), att_view(B, r), att_view(C, r), acc && r > 0 ? 1 : 0, batch);
+    gemm(c, node, ta, tb, m, n, k, att_view(c, A, r), att_view(c, B, r), att_view(c, C, r), acc && r > 0 ? 1 : 0,
+         batch);
     c->blk->ins[c->blk->n - 1].alpha = alpha;
     c->blk->ins[c->blk->n - 1].why = why;
   }
@@ -180,7 +182,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   int lse = c->p->node_aux[fwd]; /* [B,HQ,S]: the log-sum-exp of each query's scores */
   Shape ss = {3, {B * HQ, S, S}};
   if (n->op == OP_ATTENTION) {
-    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, PP_F32), S, R);
+    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), S, R);
     att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
     /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
     KCall kc = fuse_kc_block("attention_softmax", B * HQ * S, S, id);
@@ -216,8 +218,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     }
   if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
   AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
-  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, PP_F32), S, R),
-        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, PP_F32), S, R);
+  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), S, R),
+        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, fuse_act_dtype(c)), S, R);
   att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
   {
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */

@@ -20,6 +20,12 @@ static bool gemm_reader(Op op) {
          op == OP_MATMUL_DW;
 }
 
+enum {
+  WIDE_SUM = 1,
+  WIDE_PARTIAL = 2
+}; /* FuseCtx.wide: column-parallel input gradients and their sums; a
+    * partial sum TP completes */
+
 static bool is_alias(Op op) {
   return op == OP_SPLIT_HEADS || op == OP_MERGE_HEADS || op == OP_TP_COPY || op == OP_TP_REDUCE || op == OP_ALLREDUCE;
 }
@@ -60,6 +66,15 @@ static int sum_collect(const FuseCtx *c, int i, int *adds, int *na, int *terms, 
 static bool is_dx_gemm(Op op) { return op == OP_LINEAR_DX || op == OP_MATMUL_DX; }
 static bool is_norm_dx(Op op) { return op == OP_RMSNORM_DX || op == OP_LAYERNORM_DX; }
 
+/* The input gradient of a column-parallel (or vocabulary-parallel) weight's product: under
+ * tensor parallelism a partial sum over the rank's columns. */
+static bool column_dx(const FuseCtx *c, int i) {
+  const IrNode *n = N(c, i), *w = n->nin > 1 && n->in[1] >= 0 ? N(c, n->in[1]) : NULL;
+  if (!is_dx_gemm(n->op) || !w || w->op != OP_PARAM) return false;
+  Role r = c->g->params[w->param].role;
+  return r == ROLE_COLUMN || r == ROLE_VOCAB;
+}
+
 /* Whether every reader of base but the sum's adds runs at its own place (a GEMM or a norm's
  * gradient: nothing that could be fused into a later kernel), in base's block, before node
  * `before`. */
@@ -94,6 +109,12 @@ static void accumulate(FuseCtx *c, int root) {
              (b->op == OP_ADD && b->bwd && (c->acc[base] >= 0 || c->nusers[base] > 1)); /* not fused away */
   if (!own || c->saved[base] || b->wgt != r->wgt || b->layout != r->layout || !read_before(c, base, adds, na, second))
     return;
+  /* bf16: a product added into a bf16 sum would be rounded once with it (a GEMM's beta), where an
+   * add rounds each: products accumulate only in a sum of column-parallel input gradients, which is
+   * kept in f32 (analyse) */
+  bool gemms = false, columns = true;
+  for (int k = 0; k < nt; k++) gemms |= is_dx_gemm(N(c, terms[k])->op), columns &= column_dx(c, terms[k]);
+  if (fuse_act_dtype(c) != PP_F32 && gemms && !columns) return;
   for (int k = 0; k < nt; k++) {
     const IrNode *t = N(c, terms[k]);
     if (terms[k] != base && (!(is_dx_gemm(t->op) || is_norm_dx(t->op)) || c->nusers[terms[k]] != 1 ||
@@ -116,6 +137,7 @@ static void analyse(FuseCtx *c) {
   c->acc = xcalloc((size_t)nn, sizeof(int));
   c->phys = xcalloc((size_t)nn, sizeof(Layout));
   c->att_done = xcalloc((size_t)nn, sizeof(bool));
+  c->wide = xcalloc((size_t)nn, 1);
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
     for (int k = 0; k < n->nin; k++) {
@@ -155,6 +177,25 @@ static void analyse(FuseCtx *c) {
   for (int i = 0; i < nn; i++) c->acc[i] = -1;
   for (int i = 0; i < nn; i++)
     if (sum_root(c, i)) accumulate(c, i);
+  /* in a bf16 program, f32: the input gradients of column-parallel products and their sums (q, k
+   * and v's; gate and up's: what tensor parallelism sums over the ranks, so that every mesh and
+   * schedule adds them in f32 and their reader sees the same), and any partial sum a
+   * tensor-parallel collective completes (rounded after the collective, where the one-rank program
+   * rounds the whole product). Other sums (the residual stream's gradient) stay bf16, and so do
+   * the values that cross a pipeline boundary. */
+  for (int i = 0; i < nn; i++) {
+    const IrNode *n = N(c, i);
+    if (column_dx(c, i) || (n->op == OP_ADD && n->bwd && c->wide[n->in[0]] & WIDE_SUM && c->wide[n->in[1]] & WIDE_SUM))
+      c->wide[i] |= WIDE_SUM;
+  }
+  for (int i = 0; i < nn; i++) {
+    const IrNode *n = N(c, i);
+    if (n->op == OP_TP_REDUCE || n->op == OP_ALLREDUCE) {
+      int x = n->in[0];
+      while (is_alias(N(c, x)->op)) x = N(c, x)->in[0];
+      c->wide[x] |= WIDE_PARTIAL;
+    }
+  }
   /* fusion: a single-use elementwise op is computed inside its consumer */
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
@@ -186,15 +227,39 @@ static bool transpose_is_free(FuseCtx *c, int id) {
 /* The rank's parameters, each once: its value, gradient and AdamW moments (every chunk reading one
  * uses these); rank_grad[i]: parameter i's gradient buffer. */
 static void param_buffers(FuseCtx *c, int *rank_grad) {
-  static const BufClass pc[4] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V};
+  static const BufClass pc[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
   const Graph *g = c->g;
-  for (int i = 0; i < g->nparams; i++) rank_grad[i] = -1;
-  for (int cls = 0; cls < (g->infer ? 1 : 4); cls++) /* a generation program: the values alone */
+  bool copies = !g->infer && g->cfg.precision != PP_PREC_FP32; /* working copies in the activations' type */
+  c->p->copy_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
+  for (int i = 0; i < g->nparams; i++) rank_grad[i] = c->p->copy_vb[i] = -1;
+  for (int cls = 0; cls < (g->infer ? 1 : copies ? 5 : 4); cls++) /* a generation program: the values alone */
     for (int i = 0; i < g->nparams; i++) {
-      int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, PP_F32);
+      DType dt = pc[cls] == BC_COPY ? pp_precision_dtype[g->cfg.precision] : PP_F32;
+      int vb = fuse_prog_vbuf(c, g->params[i].name, pc[cls], g->params[i].shape, dt);
       c->p->vb[vb].param = i;
       if (pc[cls] == BC_GRAD) rank_grad[i] = vb;
+      if (pc[cls] == BC_COPY) c->p->copy_vb[i] = vb;
     }
+}
+
+/* The type of node i's buffer: the precision's for activations and their gradients; f32 for the
+ * loss and the backward's seed (read and written by ppr as floats), and for the values analyse
+ * keeps wide (sums in progress). */
+DType fuse_value_dtype(const FuseCtx *c, int i) {
+  const IrNode *n = N(c, i);
+  if (n->op == OP_CROSS_ENTROPY || n->op == OP_SEED || i == c->g->loss || c->wide[i]) return PP_F32;
+  return fuse_act_dtype(c);
+}
+
+/* A tensor-parallel sum (tp_reduce, allreduce) of a bf16 program whose input, a partial sum, is kept
+ * in f32 while the one-rank program stores the whole rounded (a row-parallel linear's product): its
+ * value is the reduced sum rounded to bf16 once, in a buffer of its own. */
+static bool reduce_rounds(const FuseCtx *c, int i) {
+  const IrNode *n = N(c, i);
+  if ((n->op != OP_TP_REDUCE && n->op != OP_ALLREDUCE) || fuse_act_dtype(c) == PP_F32) return false;
+  int x = n->in[0];
+  while (is_alias(N(c, x)->op)) x = N(c, x)->in[0];
+  return !(c->wide[x] & WIDE_SUM);
 }
 
 /* A chunk's values' buffers; its parameters are the rank's (pmap, rank_grad). */
@@ -208,7 +273,8 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
   for (int i = 0; i < nn; i++) p->node_vb[i] = p->node_aux[i] = -1;
   for (int i = 0; i < g->nparams; i++) {
     int r = c->pmap[i];
-    p->node_vb[g->params[i].node] = r; /* the value buffers come first, in the rank's order */
+    /* the value buffers come first, in the rank's order; bf16: the forward and backward read the copies */
+    p->node_vb[g->params[i].node] = p->copy_vb[r] >= 0 ? p->copy_vb[r] : r;
     c->grad_vb[i] = rank_grad[r];
   }
   for (int i = 0; i < nn; i++) {
@@ -238,7 +304,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       c->phys[i] = c->phys[n->in[0]];
       continue;
     }
-    if (is_alias(n->op)) {
+    if (is_alias(n->op) && !reduce_rounds(c, i)) {
       p->node_vb[i] = p->node_vb[n->in[0]];
       c->phys[i] = c->phys[n->in[0]];
       continue;
@@ -257,7 +323,8 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
        * of the next micro-batch arrives (a stage that sends nothing back runs its whole backward
        * as W, the received gradient too) */
       bool slot = f || c->saved[i] || n->wgt;
-      int vb = fuse_prog_vbuf(c, f ? "recv_forward" : "recv_backward", slot ? BC_SLOT : BC_SCRATCH, n->shape, PP_F32);
+      int vb = fuse_prog_vbuf(c, f ? "recv_forward" : "recv_backward", slot ? BC_SLOT : BC_SCRATCH, n->shape,
+                              fuse_act_dtype(c));
       p->vb[vb].pin_start = true;
       p->node_vb[i] = vb;
       p->ch[c->chunk].bnd[f ? PP_RECV_FWD : PP_RECV_BWD] = vb;
@@ -273,7 +340,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       continue;
     }
     bool slot = c->saved[i] && !n->wgt; /* a forward value the backward reads, a B value W reads */
-    p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, PP_F32);
+    p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, fuse_value_dtype(c, i));
     /* saved statistics */
     int64_t R = n->shape.nd ? ir_shape_numel(&n->shape) / last_dim(&n->shape) : 1;
     Shape aux = {0};
@@ -354,15 +421,23 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_PARAM_GRAD: fuse_rows_param_grad(c, id); break;
   case OP_TP_COPY: break; /* identity forward */
   case OP_TP_REDUCE:
-    fuse_prog_allreduce(c, id, fuse_prog_buf(c, id), ir_shape_numel(&n->shape) * 4, "tp", "sum",
-                        n->in[0] >= 0 && N(c, n->in[0])->op == OP_EMBEDDING
-                            ? "vocab-parallel embedding: rows from every rank"
-                            : "row-parallel linear: partial sums");
+  case OP_ALLREDUCE: {
+    int src = fuse_prog_buf(c, n->in[0]);
+    fuse_prog_allreduce(
+        c, id, src, c->p->vb[src].bytes, "tp", "sum",
+        n->op == OP_ALLREDUCE ? "the input of column-parallel linears: its gradient is summed over the ranks"
+        : n->in[0] >= 0 && N(c, n->in[0])->op == OP_EMBEDDING ? "vocab-parallel embedding: rows from every rank"
+                                                              : "row-parallel linear: partial sums");
+    if (src != fuse_prog_buf(c, id)) { /* reduce_rounds: the f32 sum rounded once into the value's buffer */
+      KCall kc = fuse_kc_flat("round_sum", ir_shape_numel(&n->shape), id);
+      int r = kir_row(kc.k);
+      int in = fuse_kc_vbuf(c, &kc, src, false);
+      kir_store(kc.k, fuse_kc_node(c, &kc, id, true), r, '=', kir_ld(kc.k, in, r));
+      kc.k->work = 1;
+      fuse_kc_emit(c, &kc);
+    }
     break;
-  case OP_ALLREDUCE:
-    fuse_prog_allreduce(c, id, fuse_prog_buf(c, id), ir_shape_numel(&n->shape) * 4, "tp", "sum",
-                        "the input of column-parallel linears: its gradient is summed over the ranks");
-    break;
+  }
   case OP_ADD_BIAS: fuse_rows_add_bias(c, id); break;
   }
 }
@@ -420,6 +495,7 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   free(c->acc);
   free(c->phys);
   free(c->att_done);
+  free(c->wide);
   free(c->grad_vb);
   free(p->node_vb);
   free(p->node_aux);
@@ -432,6 +508,7 @@ Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
   p->g = rank;
   p->nch = nch;
   p->opt.name = "optimizer";
+  p->refresh.name = "refresh";
   p->nslots = 1;
   FuseCtx c = {.p = p, .g = rank};
   int *rank_grad = xmalloc((size_t)(rank->nparams ? rank->nparams : 1) * sizeof *rank_grad);
@@ -450,7 +527,7 @@ Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
   c.g = rank; /* the optimizer: over the rank's parameters */
   c.chunk = 0;
   c.grad_vb = rank_grad;
-  if (!rank->infer) fuse_adamw(&c);
+  if (!rank->infer) fuse_adamw(&c), fuse_adamw_refresh(&c);
   for (int i = 0; i < p->nk; i++) free(c.bodies[i]);
   free(c.bodies);
   free(rank_grad);

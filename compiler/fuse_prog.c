@@ -5,6 +5,8 @@
 
 #include "ppc.h"
 
+DType fuse_act_dtype(const FuseCtx *c) { return pp_precision_dtype[c->g->cfg.precision]; }
+
 int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, DType dtype) {
   Program *p = c->p;
   if (p->nvb == p->vcap) {
@@ -78,6 +80,8 @@ void fuse_prog_free(Program *p) {
     free(p->ch[k].wgt.ins);
   }
   free(p->opt.ins);
+  free(p->refresh.ins);
+  free(p->copy_vb);
   free(p->node_vb);
   free(p->node_aux);
   free(p);

@@ -439,11 +439,13 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       j = kir_reduce(k, kir_i(k, V));
       int tl = kir_reduce_end(k, '+',
                               kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_ld(k, lg, idx2(k, r, V, j)), kir_f(k, 0)));
-      /* e = exp(x - max) kept in place of x: one exponential an element */
+      /* e = exp(x - max) kept in place of x: one exponential an element (f32 logits; bf16 ones
+       * would round it, which the unfused gradient does not: it is computed again below) */
+      bool keep = c->p->vb[fuse_prog_buf(c, n->in[0])].dtype == PP_F32;
       j = kir_reduce(k, kir_i(k, V));
       int at = idx2(k, r, V, j);
       int e = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0));
-      kir_store(k, lg, at, '=', e);
+      if (keep) kir_store(k, lg, at, '=', e);
       int se = kir_reduce_end(k, '+', e);
       int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
       kir_store(k, st, r, '=', lse);
@@ -454,8 +456,8 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       j = kir_tfor(k, kir_i(k, V));
       at = idx2(k, r, V, j);
       int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_f(k, 1), kir_f(k, 0));
-      kir_store(k, lg, at, '=',
-                kir_e(k, K_MUL, kir_e(k, K_SUB, kir_e(k, K_MUL, kir_ld(k, lg, at), inv, 0), oh, 0), scale, 0));
+      int ex = keep ? kir_ld(k, lg, at) : kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0);
+      kir_store(k, lg, at, '=', kir_e(k, K_MUL, kir_e(k, K_SUB, kir_e(k, K_MUL, ex, inv, 0), oh, 0), scale, 0));
       kir_end(k);
     }
     k->work = (fused ? 6 : 3) * V;

@@ -10,7 +10,7 @@
 #include "ppc.h"
 
 /* ============================================================================================
- * Settings: mesh { tp pp dp } and train { micro_batch seq microbatches schedule }
+ * Settings: mesh { tp pp dp } and train { micro_batch seq microbatches schedule precision }
  * ========================================================================================== */
 
 static int setting_int(Builder *b, const Setting *t, int64_t *out) {
@@ -29,10 +29,10 @@ static int setting_int(Builder *b, const Setting *t, int64_t *out) {
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
   static const char *mesh_keys[] = {"tp", "pp", "dp"};
-  static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule"};
+  static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
-  int nkeys = mesh ? 3 : 4;
+  int nkeys = mesh ? 3 : 5;
   for (const Setting *t = s->settings; t; t = t->next) {
     for (const Setting *u = s->settings; u != t; u = u->next)
       if (!strcmp(u->key, t->key)) {
@@ -44,7 +44,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     if (k == nkeys) {
       ir_build_err(b, t->key_loc,
                    mesh ? "unknown mesh setting '%s' (expected tp, pp or dp)"
-                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches or schedule)",
+                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule or precision)",
                    t->key);
       continue;
     }
@@ -57,6 +57,17 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       }
       snprintf(c->schedule, sizeof c->schedule, "%s", name);
       c->sched_loc = v->loc;
+      continue;
+    }
+    if (!mesh && k == 4) {
+      const Expr *v = t->val;
+      const char *name = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? v->name : NULL;
+      int prec = name ? pp_precision_parse(name) : -1;
+      if (prec < 0) {
+        ir_build_err(b, v->loc, "unknown precision (expected " PP_PRECISION_NAMES ")");
+        continue;
+      }
+      c->precision = (PpPrecision)prec;
       continue;
     }
     int64_t v;
@@ -170,6 +181,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->seq > 0) c->seq = o->seq;
   if (o->microbatches > 0) c->microbatches = o->microbatches;
   if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule), c->sched_loc = NOLOC;
+  if (o->precision >= 0) c->precision = (PpPrecision)o->precision;
 }
 
 /* ============================================================================================

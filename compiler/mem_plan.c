@@ -11,16 +11,17 @@
 static int64_t align(int64_t x) { return (x + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN; }
 
 /* Every buffer an instruction touches: its first and last use, numbered across the blocks (each
- * chunk's forward, backward and weights, then the optimizer). */
+ * chunk's forward, backward and weights, then the optimizer and the refresh). */
 static void lifetimes(Program *p) {
-  int nb = 3 * p->nch + 1;
+  int nb = 3 * p->nch + 2;
   Block **blocks = xmalloc((size_t)nb * sizeof *blocks);
   for (int k = 0; k < p->nch; k++) {
     blocks[3 * k] = &p->ch[k].fwd;
     blocks[3 * k + 1] = &p->ch[k].bwd;
     blocks[3 * k + 2] = &p->ch[k].wgt;
   }
-  blocks[nb - 1] = &p->opt;
+  blocks[nb - 2] = &p->opt;
+  blocks[nb - 1] = &p->refresh;
   int t = 0, *start = xmalloc((size_t)nb * sizeof *start), *end = xmalloc((size_t)nb * sizeof *end);
   for (int b = 0; b < nb; b++) {
     start[b] = t;

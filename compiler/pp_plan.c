@@ -344,6 +344,11 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch) {
   human_bytes(hb, sizeof hb, total * 4);
   fprintf(f, "model: %d layers, %d parameter tensors, %lld parameters (%s fp32)\n", g->nlayers, g->nparams,
           (long long)total, hb);
+  if (c->precision != PP_PREC_FP32)
+    fprintf(f,
+            "precision: %s: activations, their gradients and the weights' working copies in %s; the weights, their "
+            "gradients and AdamW's moments fp32\n",
+            pp_precision_names[c->precision], pp_dtype_name(pp_precision_dtype[c->precision]));
   double total_cost = 0;
   for (int r = 0; r < p->pp; r++) total_cost += p->stages[r].cost;
   if (g->bounds)
@@ -374,7 +379,12 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch) {
     if (s->has_loss) fputs(", loss", f);
     fprintf(f, "; predicted share of the compute %.1f%%\n", total_cost > 0 ? 100 * s->cost / total_cost : 0.0);
     human_bytes(hb, sizeof hb, s->nparams * 4);
-    fprintf(f, "  parameters: %lld (%s fp32)", (long long)s->nparams, hb);
+    fprintf(f, "  parameters: %lld (%s fp32", (long long)s->nparams, hb);
+    if (c->precision != PP_PREC_FP32) {
+      human_bytes(hb, sizeof hb, s->nparams * pp_dtype_bytes(pp_precision_dtype[c->precision]));
+      fprintf(f, ", working copies %s %s", hb, pp_dtype_name(pp_precision_dtype[c->precision]));
+    }
+    fputc(')', f);
     if (c->tp > 1) {
       human_bytes(hb, sizeof hb, s->nparams_rank * 4);
       fprintf(f, "; per tensor-parallel rank %lld (%s)", (long long)s->nparams_rank, hb);

@@ -25,6 +25,8 @@ static const char usage[] =
     "  --microbatches N   micro-batches per step M\n"
     "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted whose activations fit\n"
     "  --vpp V            chunks of layers per rank (interleaved: any; zbv: 2)\n"
+    "  --precision P      fp32 (the default) or bf16: activations, their gradients and the weights'\n"
+    "                     working copies in bf16; f32 master weights, gradients and AdamW\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
     "\n"
@@ -130,6 +132,7 @@ static Cli parse_args(int argc, char **argv) {
     O_SEQ,
     O_M,
     O_SCHEDULE,
+    O_PRECISION,
     O_PARTITION,
     O_ARCH,
     O_EMIT,
@@ -148,6 +151,7 @@ static Cli parse_args(int argc, char **argv) {
       {"seq", required_argument, NULL, O_SEQ},
       {"microbatches", required_argument, NULL, O_M},
       {"schedule", required_argument, NULL, O_SCHEDULE},
+      {"precision", required_argument, NULL, O_PRECISION},
       {"partition", required_argument, NULL, O_PARTITION},
       {"arch", required_argument, NULL, O_ARCH},
       {"emit", required_argument, NULL, O_EMIT},
@@ -160,7 +164,7 @@ static Cli parse_args(int argc, char **argv) {
       {"generate", no_argument, NULL, O_GENERATE},
       {NULL, 0, NULL, 0},
   };
-  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL}, .arch = "sm_90", .vpp = 1};
+  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL, -1}, .arch = "sm_90", .vpp = 1};
   opterr = 0;                /* the messages below name the option as it was written */
   char compile_opt[32] = ""; /* the first option that is not -o or --from-hf */
   for (int o, li = -1; (o = getopt_long(argc, argv, ":ho:", longs, &li)) != -1; li = -1) {
@@ -180,6 +184,10 @@ static Cli parse_args(int argc, char **argv) {
       if (!sched_known(optarg) && strcmp(optarg, "auto"))
         bad_usage("--schedule expects " SCHED_NAMES " or auto, got '%s'", optarg);
       c.opt.schedule = optarg;
+      break;
+    case O_PRECISION:
+      c.opt.precision = pp_precision_parse(optarg);
+      if (c.opt.precision < 0) bad_usage("--precision expects " PP_PRECISION_NAMES ", got '%s'", optarg);
       break;
     case O_PARTITION:
       if (strcmp(optarg, "uniform") && strcmp(optarg, "balanced"))
@@ -467,6 +475,7 @@ static int build_gen(const Cli *cli, Src *src, const Ast *ast, const Graph *g, c
   o.micro_batch = 1;
   o.microbatches = g->cfg.dp;
   o.schedule = g->cfg.schedule;
+  o.precision = PP_PREC_FP32;                  /* generation reads the master weights as they are */
   Graph *gg = out->g = ir_build(src, ast, &o); /* ir_build.c */
   if (!gg) return 1;
   gg->infer = true;

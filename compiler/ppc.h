@@ -281,6 +281,7 @@ typedef struct Config {
   int64_t tp, pp, dp;
   int64_t micro_batch, seq, microbatches;
   char schedule[16];
+  PpPrecision precision;      /* the activations' type (pp_dtype.h) */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
   Loc sched_loc;
   char ckpt_prefix[PPC_MAX_PREFIX + 1]; /* checkpoint { optional_prefix }: "" for none */
@@ -329,6 +330,7 @@ const char *ir_role_name(Role r);
 typedef struct Options {
   int64_t tp, pp, dp, micro_batch, seq, microbatches; /* -1: not given on the command line */
   const char *schedule;                               /* NULL: not given */
+  int precision;                                      /* PpPrecision; -1: not given */
 } Options;
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
@@ -401,6 +403,7 @@ typedef enum KOp {
   K_SIN,
   K_POW,
   K_SEL, /* a ? b : c, a an int condition */
+  K_RND, /* a rounded to bf16 and widened back: a bf16 value computed inside another kernel */
   /* int-valued (int64) */
   K_I,
   K_ROW,
@@ -529,6 +532,7 @@ typedef enum BufClass {
   BC_GRAD,
   BC_ADAM_M,
   BC_ADAM_V,
+  BC_COPY, /* --precision bf16: the parameters' working copies, refreshed from the f32 values */
   BC_SLOT,
   BC_SCRATCH,
   BC_WORKSPACE,
@@ -614,7 +618,9 @@ typedef struct Program {
   int nk, kcap;
   ProgChunk ch[PP_MAX_CHUNKS];
   int nch;
-  Block opt;                                              /* once per step, over every parameter */
+  Block opt;     /* once per step, over every parameter */
+  Block refresh; /* the working copies from the values (bf16): run by ppr whenever the values were set */
+  int *copy_vb;  /* per rank parameter: its working copy's buffer (BC_COPY), or -1 (fp32) */
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
   int64_t arena;
@@ -647,6 +653,7 @@ typedef struct FuseCtx {
   int *acc;                    /* per dx GEMM and add: the earlier value whose buffer the GEMM adds into, or -1 */
   Layout *phys;                /* per node: the physical order of its buffer's two leading axes */
   bool *att_done;              /* per attention node: its backward is lowered */
+  unsigned char *wide;         /* per node: kept in f32 in a bf16 program: WIDE_SUM | WIDE_PARTIAL (fuse_lower.c) */
   int *grad_vb;                /* per parameter: its gradient buffer */
   char **bodies;               /* rendered kernel bodies, for deduplication */
   int rope_tab[FUSE_MAX_ROPE]; /* the chunk's RoPE tables (fuse_rows_rope): the first rope node of each kind */
@@ -656,6 +663,8 @@ typedef struct FuseCtx {
 
 /* fuse_prog.c: the program's virtual buffers and instructions */
 int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, DType dtype);
+DType fuse_act_dtype(const FuseCtx *c);          /* activations' and their gradients' type: the precision's */
+DType fuse_value_dtype(const FuseCtx *c, int i); /* node i's value's type, stored or computed inside a kernel */
 Instr *fuse_prog_instr(FuseCtx *c, InstrKind kind, int node); /* appended to c->blk */
 Operand fuse_prog_ob(int vb, int64_t add);                    /* a buffer from byte add on */
 Operand fuse_prog_vstart(int64_t rows); /* the first vocabulary row a TP rank holds: rank * rows */
@@ -711,6 +720,7 @@ double fuse_rows_seed(const FuseCtx *c);          /* the gradient seed: 1 / micr
 void fuse_rows_param_grad(FuseCtx *c, int id);
 void fuse_rows_add_bias(FuseCtx *c, int id);
 void fuse_adamw(FuseCtx *c);
+void fuse_adamw_refresh(FuseCtx *c); /* the refresh block: the working copies from the values */
 
 /* ============================================================================================
  * sched.c — the pipeline schedule of every rank, and its compile-time deadlock proof

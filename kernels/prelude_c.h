@@ -17,7 +17,7 @@ static inline float ppk_max(float a, float b) { return a > b ? a : b; }
  * the OpenCL and CUDA preludes compute it alike. */
 static inline float ppk_exp(float x) {
   const float lo = -103.972f, hi = 88.72283f;
-  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo; /* NaN: lo (a finite n); returned as NaN */
+  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo;              /* NaN: lo (a finite n); returned as NaN */
   int32_t n = (int32_t)fmaf(xc, 1.44269504088896341f, 256.5f) - 256; /* floor, in [-150, 128] */
   float fn = (float)n;
   float r = fmaf(fn, -0.693359375f, xc);
@@ -55,3 +55,6 @@ static inline uint16_t ppk_bf16_st(float f) {
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
+/* x as a bf16 holds it: a bf16 value computed inside the kernel that reads it (fused), rounded as
+ * its own kernel would have stored it. */
+static inline float ppk_bf16_rnd(float x) { return ppk_bf16_ld(ppk_bf16_st(x)); }

@@ -1,4 +1,5 @@
-/* prelude_cuda.h - pasted before the generated CUDA C kernels (kernels_sN.cu, compiled by NVRTC): the C names the kernel IR's renderer uses. */
+/* prelude_cuda.h - pasted before the generated CUDA C kernels (kernels_sN.cu, compiled by NVRTC): the C names the
+ * kernel IR's renderer uses. */
 #ifdef __CUDACC_RTC__
 typedef long long int64_t;
 typedef int int32_t;
@@ -40,3 +41,4 @@ static __device__ __forceinline__ unsigned short ppk_bf16_st(float f) {
   unsigned rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
   return (unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
+static __device__ __forceinline__ float ppk_bf16_rnd(float x) { return ppk_bf16_ld(ppk_bf16_st(x)); }

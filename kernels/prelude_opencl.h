@@ -1,15 +1,16 @@
-/* prelude_opencl.h - pasted before the generated OpenCL C kernels (kernels_sN.cl): maps the C names the kernel IR's renderer uses onto OpenCL C 1.2. */
+/* prelude_opencl.h - pasted before the generated OpenCL C kernels (kernels_sN.cl): maps the C names the kernel IR's
+ * renderer uses onto OpenCL C 1.2. */
 typedef long int64_t;
 typedef int int32_t;
 
 /* OpenCL C overloads the math functions on float; the renderer writes C's float names. */
-#define expf exp
-#define logf log
+#define expf  exp
+#define logf  log
 #define tanhf tanh
 #define sqrtf sqrt
-#define cosf cos
-#define sinf sin
-#define powf pow
+#define cosf  cos
+#define sinf  sin
+#define powf  pow
 
 /* The larger of a and b; b when either is NaN (as in C and CUDA). */
 static inline float ppk_max(float a, float b) { return a > b ? a : b; }
@@ -43,4 +44,21 @@ static inline ushort ppk_bf16_st(float f) {
   uint u = as_uint(f);
   uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
   return (ushort)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+static inline float ppk_bf16_rnd(float x) { return ppk_bf16_ld(ppk_bf16_st(x)); }
+
+/* The opencl device's bf16 GEMM (CLBlast multiplies floats): an operand's n elements from byte off
+ * of the arena widened into dst; then C's m x n results of each of nb products (leading dimension
+ * ld, stride apart, in elements) rounded back into the arena. Called by ppr, not by a listing. */
+__kernel void ppk_widen_bf16(__global const char *arena, long off, __global float *dst, long n) {
+  __global const ushort *src = (__global const ushort *)(arena + off);
+  for (long i = get_global_id(0); i < n; i += get_global_size(0)) dst[i] = ppk_bf16_ld(src[i]);
+}
+__kernel void ppk_narrow_bf16(__global char *arena, long off, __global const float *src, long m, long n, long ld,
+                              long stride, long nb) {
+  __global ushort *dst = (__global ushort *)(arena + off);
+  for (long e = get_global_id(0); e < nb * m * n; e += get_global_size(0)) {
+    long b = e / (m * n), i = e / n % m, j = e % n, at = b * stride + i * ld + j;
+    dst[at] = ppk_bf16_st(src[at]);
+  }
 }

@@ -27,6 +27,21 @@ static inline int pp_dtype_parse(const char *s) {
   return -1;
 }
 
+/* A program's precision (ppc --precision, the train block's `precision`): the element type of its
+ * activations, their gradients and the parameters' working copies. Parameters (the master
+ * copies), their gradients and the optimizer's moments are f32 in every precision. */
+typedef enum PpPrecision { PP_PREC_FP32, PP_PREC_BF16 } PpPrecision;
+#define PP_PRECISION_COUNT 2
+#define PP_PRECISION_NAMES "fp32 or bf16"
+static const char *const pp_precision_names[PP_PRECISION_COUNT] = {"fp32", "bf16"}; /* ORDER PpPrecision */
+static const PpDType pp_precision_dtype[PP_PRECISION_COUNT] = {PP_F32, PP_BF16};    /* ORDER PpPrecision */
+
+static inline int pp_precision_parse(const char *s) {
+  for (int i = 0; i < PP_PRECISION_COUNT; i++)
+    if (!strcmp(s, pp_precision_names[i])) return i;
+  return -1;
+}
+
 static inline uint16_t pp_bf16_from_f32(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);

@@ -330,7 +330,7 @@ void rt_comm_groups(RtComm *c, const RtProg *p) {
       if (tp % r == 0) div[k++] = r;
     for (int ch = 0; ch < rt_prog_nchunks(p); ch++)
       for (int b = 0; b < RT_NBLK; b++) {
-        if (ch > 0 && b == RT_BLK_OPTIMIZER) continue;
+        if (ch > 0 && rt_blk_program(b)) continue;
         const RtBlock *bk = rt_prog_block(p, ch, b);
         for (int i = 0; i < bk->n; i++) {
           const RtInstr *x = &bk->ins[i];

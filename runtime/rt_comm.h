@@ -151,7 +151,8 @@ void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count);
 /* `allreduce GROUP OP`: in place over the TP group (RT_G_TP), the runs of sub consecutive TP ranks
  * (RT_G_TP_SUB) or the DP group (RT_G_DP); op RT_OP_SUM or RT_OP_MAX. Deterministic: every element
  * is reduced in the group's rank order, once, and every member gets the same bits. A group of one
- * (or a one-rank world) leaves the buffer as it is. */
-void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count);
+ * (or a one-rank world) leaves the buffer as it is. count elements of dtype (PP_F32, or PP_BF16:
+ * widened to f32, reduced in f32 and rounded to nearest even once; through NCCL, its bf16 sum). */
+void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count, PpDType dtype);
 
 #endif /* RT_COMM_H */

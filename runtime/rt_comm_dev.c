@@ -89,12 +89,18 @@ static void nccl_p2p(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
     void *stream = NULL, *buf = rt_dev_native(d, o->off, &stream);
     int peer = o->peer == c->prev ? c->pp_prev : o->peer == c->next ? c->pp_next : -1;
     if (peer < 0) RT_INTERNAL("a pipeline message to a rank that is not a neighbour");
-    if (o->send) NCCL_CHECK(ncclSend(buf, (size_t)(o->bytes / 4), ncclFloat, peer, c->npp, (cudaStream_t)stream));
-    else NCCL_CHECK(ncclRecv(buf, (size_t)(o->bytes / 4), ncclFloat, peer, c->npp, (cudaStream_t)stream));
+    /* the bytes as they are: f32 or bf16 elements alike */
+    if (o->send) NCCL_CHECK(ncclSend(buf, (size_t)o->bytes, ncclUint8, peer, c->npp, (cudaStream_t)stream));
+    else NCCL_CHECK(ncclRecv(buf, (size_t)o->bytes, ncclUint8, peer, c->npp, (cudaStream_t)stream));
   }
   NCCL_CHECK(ncclGroupEnd());
 }
 #endif
+
+/* A pipeline message as MPI elements: 4-byte ones (f32, or bf16 pairs) where the bytes allow, else
+ * 2-byte (an odd number of bf16). MPI moves the bytes as they are either way. */
+static MPI_Datatype msg_type(const RtP2p *o) { return o->bytes % 4 ? MPI_UINT16_T : MPI_FLOAT; }
+static int msg_count(const RtP2p *o) { return (int)(o->bytes % 4 ? o->bytes / 2 : o->bytes / 4); }
 
 void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p) {
   (void)p;
@@ -220,7 +226,7 @@ static void post_send(RtComm *c, RtDev *d, const RtP2p *o) {
   if (host) memcpy(buf, host, (size_t)o->bytes);
   else if (rt_dev_read(d, o->off, buf, o->bytes)) dev_fail(c, d);
   c->smsg[c->nsend] = *o;
-  MPI_CHECK(MPI_Isend(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, &c->sreq[c->nsend]));
+  MPI_CHECK(MPI_Isend(buf, msg_count(o), msg_type(o), o->peer, o->tag, c->world, &c->sreq[c->nsend]));
   c->nsend++;
 }
 
@@ -245,7 +251,7 @@ void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
   reap_sends(c);
   for (int i = 0; i < n; i++) {
     const RtP2p *o = &ops[i];
-    if (o->bytes / 4 > INT32_MAX) RT_INTERNAL("a message of more than 2^31 floats");
+    if ((o->bytes % 4 ? o->bytes / 2 : o->bytes / 4) > INT32_MAX) RT_INTERNAL("a message of more than 2^31 elements");
     if (o->send) {
       post_send(c, d, o);
       continue;
@@ -258,7 +264,7 @@ void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
       st->off = o->off, st->bytes = o->bytes;
     }
     c->msg[c->nreq] = *o;
-    MPI_CHECK(MPI_Irecv(buf, (int)(o->bytes / 4), MPI_FLOAT, o->peer, o->tag, c->world, &c->req[c->nreq++]));
+    MPI_CHECK(MPI_Irecv(buf, msg_count(o), msg_type(o), o->peer, o->tag, c->world, &c->req[c->nreq++]));
   }
 }
 
@@ -347,7 +353,8 @@ static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf
 }
 
 /* det_allreduce on the floats at arena offset off, through a host copy where the arena is not host memory. */
-static void dev_allreduce(RtComm *c, RtDev *d, MPI_Comm g, int op, int64_t off, int64_t count, const char *name) {
+static void dev_allreduce(RtComm *c, RtDev *d, MPI_Comm g, int op, int64_t off, int64_t count, PpDType dt,
+                          const char *name) {
 #ifdef PPR_CUDA
   if (c->nccl) { /* NCCL's reduction: every member gets the same bits, in NCCL's fixed order */
     ncclComm_t m = g == c->tp ? c->ntp : g == c->dp ? c->ndp : g == c->emb ? c->nemb : NULL;
@@ -362,11 +369,24 @@ static void dev_allreduce(RtComm *c, RtDev *d, MPI_Comm g, int op, int64_t off, 
       c->nccl_op = name, c->nccl_g = g, c->nccl_seq = seq, c->nccl_count = count, c->nccl_nmsg = 0;
       c->nccl_where = c->where;
     }
-    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, op == RT_OP_MAX ? ncclMax : ncclSum, m,
-                             (cudaStream_t)stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, dt == PP_BF16 ? ncclBfloat16 : ncclFloat,
+                             op == RT_OP_MAX ? ncclMax : ncclSum, m, (cudaStream_t)stream));
     return;
   }
 #endif
+  if (dt == PP_BF16) { /* widened to f32, reduced as floats, rounded once */
+    uint16_t *h = rt_dev_host(d, off);
+    float *buf = room((void **)&c->host, &c->host_cap, (size_t)count * (sizeof *buf + sizeof *h));
+    uint16_t *stage = (uint16_t *)(void *)(buf + count);
+    if (!h && rt_dev_read(d, off, stage, count * 2)) dev_fail(c, d);
+    const uint16_t *src = h ? h : stage;
+    for (int64_t i = 0; i < count; i++) buf[i] = pp_f32_from_bf16(src[i]);
+    det_allreduce(c, g, op, buf, count, name);
+    uint16_t *dst = h ? h : stage;
+    for (int64_t i = 0; i < count; i++) dst[i] = pp_bf16_from_f32(buf[i]);
+    if (!h && rt_dev_write(d, off, stage, count * 2)) dev_fail(c, d);
+    return;
+  }
   float *buf = rt_dev_host(d, off);
   if (buf) {
     det_allreduce(c, g, op, buf, count, name);
@@ -380,10 +400,10 @@ static void dev_allreduce(RtComm *c, RtDev *d, MPI_Comm g, int op, int64_t off, 
 
 void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count) {
   if (!c || c->emb == MPI_COMM_NULL) RT_INTERNAL("allreduce_tied without an embedding group");
-  dev_allreduce(c, d, c->emb, RT_OP_SUM, off, count, "allreduce_tied");
+  dev_allreduce(c, d, c->emb, RT_OP_SUM, off, count, PP_F32, "allreduce_tied");
 }
 
-void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count) {
+void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count, PpDType dtype) {
   if (!c || !c->mpi) return; /* a one-rank world: every group is this rank alone */
   MPI_Comm g = MPI_COMM_NULL;
   if (group == RT_G_TP) g = c->tp;
@@ -398,7 +418,10 @@ void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t 
   static const char *const names[2][3] = {{"allreduce tp sum", "allreduce tp/R sum", "allreduce dp sum"},
                                           {"allreduce tp max", "allreduce tp/R max", "allreduce dp max"}};
   if (n > 1)
-    dev_allreduce(c, d, g, op, off, count, names[op == RT_OP_MAX][group == RT_G_TP ? 0 : group == RT_G_DP ? 2 : 1]);
+    dev_allreduce(c, d, g, op, off, count, dtype,
+                  names[op == RT_OP_MAX][group == RT_G_TP   ? 0
+                                         : group == RT_G_DP ? 2
+                                                            : 1]);
 }
 
 int rt_comm_before_host(RtComm *c, RtDev *d) { return c && c->nccl ? rt_comm_wait(c, d) : 0; }

@@ -67,7 +67,7 @@ static size_t where_text(const RtWhere *w, char *s, size_t n) {
   if (w->mb >= 0) ADD("%smicro-batch %d", SEP, w->mb);
   if (w->entry >= 0) ADD("%sschedule entry %d", SEP, w->entry);
   if (w->block >= 0) ADD("%s%s", SEP, rt_block_name(w->block));
-  if (w->block >= 0 && w->block != RT_BLK_OPTIMIZER && w->chunk > 0) ADD(":%d", w->chunk);
+  if (w->block >= 0 && !rt_blk_program(w->block) && w->chunk > 0) ADD(":%d", w->chunk);
   if (w->instr >= 0) ADD(" instruction %d", w->instr);
   if (w->file && w->line > 0) ADD(" at %s:%d", w->file, w->line);
 #undef SEP

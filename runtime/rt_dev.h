@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pp_dtype.h"
 #include "rt_prog.h"
 
 /*
@@ -33,7 +34,8 @@ typedef struct {
 } RtKArg;
 
 /* For each of batch: C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C, row-major, op(X) = X or X^T.
- * a, b, c: byte offsets into the arena; leading dimensions and batch strides in elements. */
+ * a, b, c: byte offsets into the arena; leading dimensions and batch strides in elements (of each
+ * operand's type). */
 typedef struct {
   int ta, tb;
   int m, n, k, batch;
@@ -41,6 +43,7 @@ typedef struct {
   int64_t a, b, c;
   int lda, ldb, ldc;
   int64_t sa, sb, sc;
+  PpDType dt[3]; /* A, B, C: PP_F32 or PP_BF16; products and sums in f32, C rounded once if bf16 */
 } RtGemm;
 
 /* The column-major GEMM (cuBLAS, cuBLASLt) that writes the same bytes as the row-major g: a

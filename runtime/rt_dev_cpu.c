@@ -20,7 +20,9 @@ typedef struct {
   void *so;
   KernelFn *fn; /* per kernel */
   int nfn;
-  int nt; /* threads for a GEMM: OpenBLAS's count at open; OpenBLAS itself then runs one */
+  int nt;         /* threads for a GEMM: OpenBLAS's count at open; OpenBLAS itself then runs one */
+  float *wide[3]; /* a bf16 GEMM's A, B, C widened to f32 (cpu_gemm); grown as needed */
+  int64_t wide_cap[3];
 } Cpu;
 
 /* The value an args[] entry points to (a pointer variable, a float or an int64). */
@@ -87,6 +89,7 @@ static void cpu_close(RtDev *d) {
    * loaded with it), and unloading their code under them crashes at exit. It stays mapped
    * until the process ends; a second load of the same file reuses it. */
   free(c->fn);
+  for (int i = 0; i < 3; i++) free(c->wide[i]);
   free(c->arena);
   free(c);
 }
@@ -205,10 +208,63 @@ static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C,
  * C's rows (or columns, when wider) in blocks of 16, each thread computing its block of every
  * product in batch order (a batch adding into one C adds in the same order). Each element of C is
  * computed as a one-thread OpenBLAS computes it, so the values do not depend on the threads. */
+/* Elements spanned by batch row-major matrices of rows x cols, leading dimension ld, stride apart. */
+static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+/* Operand k (A, B, C) of a bf16 GEMM as f32: its n spanned elements widened (exactly) into a buffer
+ * of the same layout. NULL when out of memory. */
+static float *widen(Cpu *c, int k, int64_t off, int64_t n) {
+  if (n > c->wide_cap[k]) {
+    float *w = realloc(c->wide[k], (size_t)n * sizeof *w);
+    if (!w) return NULL;
+    c->wide[k] = w, c->wide_cap[k] = n;
+  }
+  const uint16_t *h = (const uint16_t *)(const void *)(c->arena + off);
+  float *w = c->wide[k];
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; i++) w[i] = pp_f32_from_bf16(h[i]);
+  return w;
+}
+
+static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C);
+
+/* A GEMM with bf16 operands: each widened to f32, the f32 GEMM (products and sums in f32, as a
+ * bf16 GEMM accumulates), then C's m x n results of each product rounded to bf16 once. */
+static int gemm_mixed(Cpu *c, const RtGemm *g) {
+  int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+  int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
+  const float *A = g->dt[0] == PP_BF16 ? widen(c, 0, g->a, span(ar, ac, g->lda, g->sa, g->batch))
+                                       : (const float *)(void *)(c->arena + g->a);
+  const float *B = g->dt[1] == PP_BF16 ? widen(c, 1, g->b, span(br, bc, g->ldb, g->sb, g->batch))
+                                       : (const float *)(void *)(c->arena + g->b);
+  float *C = g->dt[2] != PP_BF16 ? (float *)(void *)(c->arena + g->c) : widen(c, 2, g->c, nc);
+  if (!A || !B || !C) return RT_DEV_FAIL(&c->d, "out of memory widening a bf16 GEMM's operands");
+  gemm_f32(c, g, A, B, C);
+  if (g->dt[2] == PP_BF16) {
+    uint16_t *h = (uint16_t *)(void *)(c->arena + g->c);
+    int64_t nb = g->sc ? g->batch : 1;
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)g->m * g->n * nb >= (1 << 16))
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+          int64_t at = b * g->sc + i * g->ldc + j;
+          h[at] = pp_bf16_from_f32(C[at]);
+        }
+  }
+  return 0;
+}
+
 static int cpu_gemm(RtDev *d, const RtGemm *g) {
   Cpu *c = (Cpu *)d;
-  const float *A = (const float *)(void *)(c->arena + g->a), *B = (const float *)(void *)(c->arena + g->b);
-  float *C = (float *)(void *)(c->arena + g->c);
+  if (g->dt[0] != PP_F32 || g->dt[1] != PP_F32 || g->dt[2] != PP_F32) return gemm_mixed(c, g);
+  return gemm_f32(c, g, (const float *)(void *)(c->arena + g->a), (const float *)(void *)(c->arena + g->b),
+                  (float *)(void *)(c->arena + g->c));
+}
+
+/* The f32 GEMM over A, B and C (the arena's, or widened copies of the same layout). */
+static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C) {
   int nt = c->nt;
   if (nt < 2 || (int64_t)g->m * g->n * g->k * g->batch < GEMM_SPLIT_MIN) {
     gemm_part(g, A, B, C, 0, g->batch, 0, g->m, 0, g->n);

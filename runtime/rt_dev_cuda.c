@@ -347,6 +347,12 @@ static Plan *plan(Cu *c, const RtGemm *m) {
   memset(&key, 0, sizeof key); /* padding too: keys are compared bytewise */
   key.ta = m->ta, key.tb = m->tb, key.m = m->m, key.n = m->n, key.k = m->k, key.batch = m->batch;
   key.lda = m->lda, key.ldb = m->ldb, key.ldc = m->ldc, key.sa = m->sa, key.sb = m->sb, key.sc = m->sc;
+  key.dt[0] = m->dt[0], key.dt[1] = m->dt[1], key.dt[2] = m->dt[2];
+  if (m->dt[0] != m->dt[1]) { /* cuBLASLt multiplies two operands of one type */
+    RT_DEV_FAIL(d, "a GEMM of a %s and a %s operand: cuBLASLt takes A and B of one type", pp_dtype_name(m->dt[0]),
+                pp_dtype_name(m->dt[1]));
+    return NULL;
+  }
   /* the operands' alignments, not their places (the scalars are arguments, not part of the plan) */
   key.a = alignment(c->arena + (CUdeviceptr)m->a), key.b = alignment(c->arena + (CUdeviceptr)m->b);
   key.c = alignment(c->arena + (CUdeviceptr)m->c);
@@ -365,7 +371,7 @@ static Plan *plan(Cu *c, const RtGemm *m) {
   memset(pl, 0, sizeof *pl);
   pl->key = key;
   cublasOperation_t ta = m->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = m->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasComputeType_t ct = d->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t ct = d->tf32 && m->dt[0] == PP_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   int32_t batch = m->batch;
   int64_t strides[3] = {m->sa, m->sb, m->sc};
 #define PLAN_CHECK(call)                                                                                               \
@@ -380,9 +386,12 @@ static Plan *plan(Cu *c, const RtGemm *m) {
   PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   /* the stored matrices, column-major: A is m x k (or k x m transposed), B k x n (or n x k), C m x n */
-  PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->a, CUDA_R_32F, m->ta ? m->k : m->m, m->ta ? m->m : m->k, m->lda));
-  PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->b, CUDA_R_32F, m->tb ? m->n : m->k, m->tb ? m->k : m->n, m->ldb));
-  PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->c, CUDA_R_32F, m->m, m->n, m->ldc));
+  /* bf16 A and B (tensor cores), products summed in f32, C and D f32 or bf16 (rounded once) */
+  cudaDataType_t ty[3];
+  for (int i = 0; i < 3; i++) ty[i] = m->dt[i] == PP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->a, ty[0], m->ta ? m->k : m->m, m->ta ? m->m : m->k, m->lda));
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->b, ty[1], m->tb ? m->n : m->k, m->tb ? m->k : m->n, m->ldb));
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->c, ty[2], m->m, m->n, m->ldc));
   cublasLtMatrixLayout_t lay[3] = {pl->a, pl->b, pl->c};
   for (int i = 0; i < 3 && batch > 1; i++) {
     PLAN_CHECK(cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));

@@ -20,6 +20,9 @@ typedef struct {
   cl_program prog;
   cl_kernel *k; /* per kernel */
   int nk;
+  cl_kernel widen, narrow; /* the prelude's ppk_widen_bf16, ppk_narrow_bf16: a bf16 GEMM's conversions */
+  cl_mem wide[3];          /* a bf16 GEMM's A, B, C as floats; grown as needed */
+  size_t wide_cap[3];
   cl_ulong global_mem, max_alloc, local_mem;
   size_t max_wg;
 } Cl;
@@ -170,6 +173,10 @@ static void cl_close(RtDev *d) {
   for (int i = 0; i < c->nk; i++)
     if (c->k[i]) clReleaseKernel(c->k[i]);
   free(c->k);
+  if (c->widen) clReleaseKernel(c->widen);
+  if (c->narrow) clReleaseKernel(c->narrow);
+  for (int i = 0; i < 3; i++)
+    if (c->wide[i]) clReleaseMemObject(c->wide[i]);
   if (c->prog) clReleaseProgram(c->prog);
   if (c->arena) clReleaseMemObject(c->arena);
   if (c->q) clReleaseCommandQueue(c->q);
@@ -260,6 +267,11 @@ static int cl_load(RtDev *d, const char *dir, const RtProg *p) {
     free(log);
     return -1;
   }
+  c->widen = clCreateKernel(c->prog, "ppk_widen_bf16", &e);
+  if (e == CL_SUCCESS) c->narrow = clCreateKernel(c->prog, "ppk_narrow_bf16", &e);
+  if (e != CL_SUCCESS)
+    return RT_DEV_FAIL(d, "%s: no ppk_widen_bf16/ppk_narrow_bf16 (the prelude's; clCreateKernel: %s)", path,
+                       cl_name(e));
   c->k = calloc((size_t)(n ? n : 1), sizeof *c->k);
   if (!c->k) return RT_DEV_FAIL(d, "out of memory");
   c->nk = n;
@@ -299,23 +311,98 @@ static int cl_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtK
   return 0;
 }
 
+/* Elements spanned by batch row-major matrices of rows x cols, leading dimension ld, stride apart. */
+static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+static int launch_1d(RtDev *d, cl_kernel k, int64_t n) {
+  Cl *c = (Cl *)d;
+  size_t local = 256, groups = (size_t)((n + 255) / 256);
+  if (groups > 4096) groups = 4096; /* the kernels stride over the rest */
+  size_t global = groups * local;
+  CL_CHECK(d, clEnqueueNDRangeKernel(c->q, k, 1, NULL, &global, &local, 0, NULL, NULL));
+  return 0;
+}
+
+/* Operand k's n elements at arena byte off, widened into c->wide[k]. */
+static int widen(RtDev *d, int k, int64_t off, int64_t n) {
+  Cl *c = (Cl *)d;
+  size_t bytes = (size_t)n * sizeof(float);
+  if (bytes > c->wide_cap[k]) {
+    if (c->wide[k]) clReleaseMemObject(c->wide[k]);
+    c->wide_cap[k] = 0;
+    cl_int e = CL_SUCCESS;
+    c->wide[k] = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
+    if (e != CL_SUCCESS)
+      return RT_DEV_FAIL(d, "clCreateBuffer(%zu bytes) for a bf16 GEMM's operand failed: %s (%d)", bytes, cl_name(e),
+                         (int)e);
+    c->wide_cap[k] = bytes;
+  }
+  cl_long o = off, cnt = n;
+  CL_CHECK(d, clSetKernelArg(c->widen, 0, sizeof c->arena, &c->arena));
+  CL_CHECK(d, clSetKernelArg(c->widen, 1, sizeof o, &o));
+  CL_CHECK(d, clSetKernelArg(c->widen, 2, sizeof c->wide[k], &c->wide[k]));
+  CL_CHECK(d, clSetKernelArg(c->widen, 3, sizeof cnt, &cnt));
+  return launch_1d(d, c->widen, n);
+}
+
+static int sgemm(RtDev *d, const RtGemm *g, cl_mem a, size_t ao, cl_mem b, size_t bo, cl_mem cm, size_t co);
+
+/* A GEMM with bf16 operands: each widened to floats on the device, CLBlast's SGEMM over them, C's
+ * results rounded back to bf16 once; the same arithmetic as the cpu device's. */
+static int gemm_mixed(RtDev *d, const RtGemm *g) {
+  Cl *c = (Cl *)d;
+  int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+  const int64_t off[3] = {g->a, g->b, g->c};
+  const int64_t n[3] = {span(ar, ac, g->lda, g->sa, g->batch), span(br, bc, g->ldb, g->sb, g->batch),
+                        span(g->m, g->n, g->ldc, g->sc, g->batch)};
+  cl_mem m[3];
+  size_t o[3];
+  for (int k = 0; k < 3; k++) {
+    if (g->dt[k] == PP_BF16) {
+      if (widen(d, k, off[k], n[k])) return -1;
+      m[k] = c->wide[k], o[k] = 0;
+    } else {
+      m[k] = c->arena, o[k] = (size_t)(off[k] / 4);
+    }
+  }
+  if (sgemm(d, g, m[0], o[0], m[1], o[1], m[2], o[2])) return -1;
+  if (g->dt[2] != PP_BF16) return 0;
+  cl_long a0 = g->c, mm = g->m, nn = g->n, ld = g->ldc, st = g->sc, nb = g->sc ? g->batch : 1;
+  CL_CHECK(d, clSetKernelArg(c->narrow, 0, sizeof c->arena, &c->arena));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 1, sizeof a0, &a0));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 2, sizeof c->wide[2], &c->wide[2]));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 3, sizeof mm, &mm));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 4, sizeof nn, &nn));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 5, sizeof ld, &ld));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 6, sizeof st, &st));
+  CL_CHECK(d, clSetKernelArg(c->narrow, 7, sizeof nb, &nb));
+  return launch_1d(d, c->narrow, nb * mm * nn);
+}
+
 static int cl_gemm(RtDev *d, const RtGemm *g) {
+  Cl *c = (Cl *)d;
+  if (g->dt[0] != PP_F32 || g->dt[1] != PP_F32 || g->dt[2] != PP_F32) return gemm_mixed(d, g);
+  return sgemm(d, g, c->arena, (size_t)(g->a / 4), c->arena, (size_t)(g->b / 4), c->arena, (size_t)(g->c / 4));
+}
+
+/* CLBlast's SGEMM of g over float buffers a, b and cm from element offsets ao, bo and co. */
+static int sgemm(RtDev *d, const RtGemm *g, cl_mem a, size_t ao, cl_mem b, size_t bo, cl_mem cm, size_t co) {
   Cl *c = (Cl *)d;
   CLBlastTranspose ta = g->ta ? CLBlastTransposeYes : CLBlastTransposeNo,
                    tb = g->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
   if (g->batch == 1 || g->sc == 0) /* C shared by the batches: they add into it one after another */
     for (int i = 0; i < g->batch; i++)
       BLAST_CHECK(d, g,
-                  CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, g->alpha,
-                               c->arena, (size_t)(g->a / 4 + i * g->sa), (size_t)g->lda, c->arena,
-                               (size_t)(g->b / 4 + i * g->sb), (size_t)g->ldb, g->beta, c->arena, (size_t)(g->c / 4),
-                               (size_t)g->ldc, &c->q, NULL));
+                  CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, g->alpha, a,
+                               ao + (size_t)(i * g->sa), (size_t)g->lda, b, bo + (size_t)(i * g->sb), (size_t)g->ldb,
+                               g->beta, cm, co, (size_t)g->ldc, &c->q, NULL));
   else
     BLAST_CHECK(d, g,
                 CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k,
-                                           g->alpha, c->arena, (size_t)(g->a / 4), (size_t)g->lda, (size_t)g->sa,
-                                           c->arena, (size_t)(g->b / 4), (size_t)g->ldb, (size_t)g->sb, g->beta,
-                                           c->arena, (size_t)(g->c / 4), (size_t)g->ldc, (size_t)g->sc,
+                                           g->alpha, a, ao, (size_t)g->lda, (size_t)g->sa, b, bo, (size_t)g->ldb,
+                                           (size_t)g->sb, g->beta, cm, co, (size_t)g->ldc, (size_t)g->sc,
                                            (size_t)g->batch, &c->q, NULL));
   return 0;
 }

@@ -20,6 +20,7 @@ struct RtExec {
   float *partials;            /* host copy of the grad_norm partial sums */
   double wall_ms, compute_ms; /* the last step's, while tracing */
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
+  int stale;                  /* the working copies (refresh block) are older than the values */
 };
 
 /* One step's state. */
@@ -77,6 +78,7 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
   x->p = p;
   x->dev = dev;
   x->loss_chunk = -1;
+  x->stale = 1;
   for (int c = 0; c < rt_prog_nchunks(p); c++)
     if (p->chunk[c].vstage == p->pp * rt_prog_nchunks(p) - 1 && p->tp_rank == 0) x->loss_chunk = c;
   x->prof = rt_prof_new(p, dev->desc);
@@ -125,6 +127,7 @@ int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t er
 int rt_exec_write_region(RtExec *x, int i, int region, const float *src, char *err, size_t errlen) {
   const RtParam *q = &x->p->params[i];
   if (rt_dev_write(x->dev, q->off + region_shift(x->p, region), src, q->numel * 4)) return dev_failed(x, err, errlen);
+  if (region == RT_REG_PARAMS) x->stale = 1; /* the working copies: refreshed before the next pass */
   return 0;
 }
 
@@ -244,7 +247,8 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
                   in->ldc,
                   in->sa,
                   in->sb,
-                  in->sc};
+                  in->sc,
+                  {in->dt[0], in->dt[1], in->dt[2]}};
       rc = rt_dev_gemm(dev, &m);
       break;
     }
@@ -270,7 +274,9 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       int64_t off = at(g, &in->p[0], slot);
       where(s, c, b, n, mb, in, NULL);
       if (in->kind == RT_I_ALLREDUCE_TIED) rt_comm_allreduce_emb(x->comm, dev, off, in->bytes / 4);
-      else rt_comm_allreduce(x->comm, dev, in->group, in->sub, in->op, off, in->bytes / 4);
+      else
+        rt_comm_allreduce(x->comm, dev, in->group, in->sub, in->op, off, in->bytes / pp_dtype_bytes(in->dt[0]),
+                          in->dt[0]);
       if (s->tr) {
         double c1 = rt_now_ms();
         if (b == RT_BLK_OPTIMIZER) s->coll_ms += c1 - c0;
@@ -365,6 +371,17 @@ static void run_comm(Step *s, const RtEntry *en) {
   }
 }
 
+/* The refresh block (--precision bf16: the parameters' working copies from their values), when
+ * the values were set from the host since it last ran; AdamW keeps the copies current itself.
+ * 0, or nonzero when the device failed. */
+static int refresh(Step *s) {
+  RtExec *x = s->x;
+  if (!x->stale || !x->p->blk[RT_BLK_REFRESH].present) return 0;
+  if (run_block(s, 0, RT_BLK_REFRESH, -1, -1)) return -2;
+  x->stale = 0;
+  return 0;
+}
+
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx, double *loss,
                  double *gnorm, char *err, size_t errlen) {
   const RtProg *g = x->p;
@@ -397,6 +414,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
   s.errlen = errlen;
   int timed = s.prof || s.tr;
   double step_t0 = timed ? rt_dev_time_ms(dev) : 0, compute = 0;
+  if (refresh(&s)) return dev_failed(x, err, errlen);
   for (int e = 0; e < g->nentries; e++) {
     const RtEntry *en = &g->sched[e];
     double t0 = timed ? rt_dev_time_ms(dev) : 0;
@@ -474,6 +492,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
  * taken. 0, or -2 when the device failed. */
 static int forward_run(Step *s) {
   const RtProg *g = s->x->p;
+  if (refresh(s)) return -2;
   for (int e = 0; e < g->nentries; e++) {
     const RtEntry *en = &g->sched[e];
     s->entry = e;
@@ -580,8 +599,17 @@ int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, cha
     int slot = 0;
     for (int e = 0; e < g->nentries; e++)
       if (g->sched[e].kind == RT_E_F && g->sched[e].chunk == l->chunk && g->sched[e].mb == 0) slot = g->sched[e].slot;
-    int64_t off = at(g, &l->ptr, slot) + (int64_t)(n - 1) * l->vlocal * 4; /* [B,S,VLOCAL]: sequence 0 */
-    rc = rt_dev_read(dev, off, mine + sizeof head, cnt * 4) ? -2 : 0;
+    int64_t es = pp_dtype_bytes(l->dtype);
+    int64_t off = at(g, &l->ptr, slot) + (int64_t)(n - 1) * l->vlocal * es; /* [B,S,VLOCAL]: sequence 0 */
+    rc = rt_dev_read(dev, off, mine + sizeof head, cnt * es) ? -2 : 0;
+    if (!rc && l->dtype == PP_BF16) { /* widened in place, from the last element down */
+      uint16_t h;
+      for (int64_t j = cnt - 1; j >= 0; j--) {
+        memcpy(&h, mine + sizeof head + j * 2, 2);
+        float f = pp_f32_from_bf16(h);
+        memcpy(mine + sizeof head + j * 4, &f, 4);
+      }
+    }
   }
   rt_comm_set_where(
       x->comm,

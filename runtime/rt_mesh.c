@@ -118,7 +118,7 @@ static void fill_info(const RtProg *p, Info *in) {
   uint64_t th = sh, dh = sh;
   for (int c = 0; c < rt_prog_nchunks(p); c++)
     for (int b = 0; b < RT_NBLK; b++) {
-      if (c > 0 && b == RT_BLK_OPTIMIZER) continue;
+      if (c > 0 && rt_blk_program(b)) continue;
       const RtBlock *bk = rt_prog_block(p, c, b);
       for (int i = 0; i < bk->n; i++) {
         const RtInstr *x = &bk->ins[i];

@@ -147,7 +147,7 @@ static void prof_report(const RtProf *f) {
   fprintf(o, "  by block:    ");
   char name[32];
   for (int b = 0; b < RT_NBLK; b++)
-    for (int c = 0; c < (b == RT_BLK_OPTIMIZER ? 1 : rt_prog_nchunks(p)); c++)
+    for (int c = 0; c < (rt_blk_program(b) ? 1 : rt_prog_nchunks(p)); c++)
       if (rt_prog_block(p, c, b)->present)
         fprintf(o, " %s %.3f ms", rt_prog_block_label(p, c, b, name, sizeof name), pr->blk_ms[c][b] / n);
   fprintf(o, "  zero_grads %.3f ms\n", pr->zero_grads_ms / n);

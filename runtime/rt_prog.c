@@ -34,9 +34,9 @@ uint64_t rt_fnv1a64(const void *data, size_t n) {
   return h;
 }
 
-static const char *const region_names[RT_NREG] = {"params", "grads",   "adam_m",   "adam_v",
-                                                  "slots",  "scratch", "workspace"};
-static const char *const block_names[RT_NBLK] = {"forward", "backward", "weights", "optimizer"};
+static const char *const region_names[RT_NREG] = {"params", "grads", "adam_m",  "adam_v",
+                                                  "copies", "slots", "scratch", "workspace"};
+static const char *const block_names[RT_NBLK] = {"forward", "backward", "weights", "optimizer", "refresh"};
 static const char *const scalar_names[RT_NSCALAR] = {"lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2", "clip"};
 
 const char *rt_region_name(int r) { return r >= 0 && r < RT_NREG ? region_names[r] : "?"; }
@@ -104,7 +104,7 @@ RtMsg rt_boundary_msg(int kind, int mb, int vstage, int prev, int next, int pp, 
 }
 
 const char *rt_prog_block_label(const RtProg *p, int c, int b, char *buf, size_t n) {
-  if (p->nchunks > 1 && b != RT_BLK_OPTIMIZER) snprintf(buf, n, "%s:%d", rt_block_name(b), c);
+  if (p->nchunks > 1 && !rt_blk_program(b)) snprintf(buf, n, "%s:%d", rt_block_name(b), c);
   else snprintf(buf, n, "%s", rt_block_name(b));
   return buf;
 }
@@ -142,16 +142,18 @@ static int line(RtParser *s, size_t after) {
     /* fall through */
   case SEC_BLOCKS:
     if (!strcmp(k, "block")) {
-      if (rt_prog_want_nf(s, 2, "block forward|backward|weights|optimizer")) return -1;
+      if (rt_prog_want_nf(s, 2, "block forward|backward|weights|optimizer|refresh")) return -1;
       int b = -1, c = 0;
       int has_suffix = strchr(s->f[1], ':') != NULL;
       if (rt_prog_chunk_suffix(s, s->f[1], &c)) return -1;
       for (int i = 0; i < RT_NBLK; i++)
         if (!strcmp(s->f[1], block_names[i])) b = i;
       if (b < 0)
-        return rt_prog_err(s, "unknown block '%.60s' (expected forward, backward, weights or optimizer)", s->f[1]);
-      if (b == RT_BLK_OPTIMIZER && has_suffix)
-        return rt_prog_err(s, "block optimizer: no ':C' (one optimizer block per program, run once per step)");
+        return rt_prog_err(s, "unknown block '%.60s' (expected forward, backward, weights, optimizer or refresh)",
+                           s->f[1]);
+      if (rt_blk_program(b) && has_suffix)
+        return rt_prog_err(s, "block %s: no ':C' (one %s block per program, not a chunk's)", block_names[b],
+                           block_names[b]);
       if (g->generate && b != RT_BLK_FORWARD)
         return rt_prog_err(s, "block %s: a generation program (schedule %s) has forward blocks alone", s->f[1],
                            PP_SCHED_FORWARD);
@@ -379,7 +381,7 @@ void rt_prog_free(RtProg *p) {
   free(p->kernels);
   for (int c = 0; c < PP_MAX_CHUNKS; c++)
     for (int b = 0; b < RT_NBLK; b++) {
-      if (c > 0 && b == RT_BLK_OPTIMIZER) continue;
+      if (c > 0 && rt_blk_program(b)) continue;
       const RtBlock *bk = rt_prog_block(p, c, b);
       for (int i = 0; i < bk->n; i++) free(bk->ins[i].args);
       free(bk->ins);

@@ -54,13 +54,18 @@ enum {
   RT_REG_GRADS,
   RT_REG_ADAM_M,
   RT_REG_ADAM_V,
+  RT_REG_COPIES, /* --precision bf16: the parameters' working copies; absent otherwise */
   RT_REG_SLOTS,
   RT_REG_SCRATCH,
   RT_REG_WORKSPACE,
   RT_NREG
 };
 /* ORDER: as in the listing; weights (W of a split backward) only in programs of a split schedule */
-enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_WEIGHTS, RT_BLK_OPTIMIZER, RT_NBLK };
+enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_WEIGHTS, RT_BLK_OPTIMIZER, RT_BLK_REFRESH, RT_NBLK };
+/* The optimizer and refresh blocks are the program's, run outside any chunk and slot; the others
+ * are each chunk's. refresh (--precision bf16): the working copies from the values, run before a
+ * step whenever the values were set from the host. */
+static inline int rt_blk_program(int b) { return b >= RT_BLK_OPTIMIZER; }
 enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
 
 typedef enum {
@@ -125,6 +130,7 @@ typedef struct {
   int m, n, k, lda, ldb, ldc, batch;
   float alpha, beta;
   int64_t sa, sb, sc;
+  PpDType dt[3]; /* A, B, C: f32 or bf16 (a bf16 GEMM accumulates in f32) */
 } RtInstr;
 
 typedef struct {
@@ -166,14 +172,15 @@ typedef struct {
   RtBlock blk[RT_BLK_OPTIMIZER]; /* chunks 1 ..: forward, backward, weights (chunk 0: unused) */
 } RtChunk;
 
-/* Where a forward leaves its logits (`logits $OFF B S VLOCAL VSTART` in a forward block):
- * [B,S,VLOCAL] floats in the micro-batch's slot, columns [VSTART, VSTART + VLOCAL) of the
- * vocabulary, those at or past `vocab` padding. A generation program's output; in a training
- * program, what its loss reads. */
+/* Where a forward leaves its logits (`logits $OFF B S VLOCAL VSTART [TYPE]` in a forward block):
+ * [B,S,VLOCAL] elements of TYPE (f32 when not given, or bf16) in the micro-batch's slot, columns [VSTART, VSTART +
+ * VLOCAL) of the vocabulary, those at or past `vocab` padding. A generation program's output; in a training program,
+ * what its loss reads. */
 typedef struct {
   int present, chunk, line;
   RtPtr ptr;
   int64_t b, s, vlocal, vstart;
+  PpDType dtype;
 } RtLogits;
 
 /* A `buffer` line: what the compiler placed where (not needed to execute). */
@@ -271,7 +278,7 @@ typedef struct RtProg {
 
 /* Chunk c's block b (RT_BLK_*; the optimizer block is the program's, whatever c) and boundary k. */
 static inline const RtBlock *rt_prog_block(const RtProg *p, int c, int b) {
-  return c == 0 || b == RT_BLK_OPTIMIZER ? &p->blk[b] : &p->chunk[c].blk[b];
+  return c == 0 || rt_blk_program(b) ? &p->blk[b] : &p->chunk[c].blk[b];
 }
 static inline const RtBoundary *rt_prog_boundary(const RtProg *p, int c, int k) {
   return c == 0 ? &p->bnd[k] : &p->chunk[c].bnd[k];

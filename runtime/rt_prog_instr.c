@@ -64,6 +64,8 @@ static int kernel_index(RtParser *s, const char *name, const RtGeom *g0) {
 static int only_in(RtParser *s, const char *ins, int allow_fwd_bwd, int allow_opt) {
   int b = s->cur_blk;
   char name[32];
+  if (b == RT_BLK_REFRESH) /* the working copies: kernels alone */
+    return rt_prog_err(s, "'%s' is not allowed in the refresh block (only kernels)", ins);
   if ((b == RT_BLK_OPTIMIZER && !allow_opt) || (b != RT_BLK_OPTIMIZER && !allow_fwd_bwd))
     return rt_prog_err(s, "'%s' is not allowed in the %s block (only in %s)", ins,
                        rt_prog_block_label(s->p, s->cur_chunk, b, name, sizeof name),
@@ -71,14 +73,17 @@ static int only_in(RtParser *s, const char *ins, int allow_fwd_bwd, int allow_op
   return 0;
 }
 
-/* logits $OFF B S VLOCAL VSTART: once a program, in a forward block, in the slot */
+/* logits $OFF B S VLOCAL VSTART [TYPE]: once a program, in a forward block, in the slot */
 static int parse_logits(RtParser *s, RtInstr *in) {
   RtProg *g = s->p;
   RtLogits *l = &g->logits;
-  static const char *const form = "logits $OFF B S VLOCAL VSTART";
+  static const char *const form = "logits $OFF B S VLOCAL VSTART [f32|bf16]";
   if (s->cur_blk != RT_BLK_FORWARD) return rt_prog_err(s, "logits outside a forward block");
   if (l->present) return rt_prog_err(s, "a second logits (the first is on line %d)", l->line);
-  if (rt_prog_want_nf(s, 6, form) || rt_prog_parse_ptr(s, s->f[1], "logits", &in->p[0], NULL) ||
+  int dt = s->nf == 7 ? pp_dtype_parse(s->f[6]) : PP_F32;
+  if (s->nf == 7 && dt != PP_F32 && dt != PP_BF16)
+    return rt_prog_err(s, "logits: type '%.60s' (expected f32 or bf16)", s->f[6]);
+  if ((s->nf != 7 && rt_prog_want_nf(s, 6, form)) || rt_prog_parse_ptr(s, s->f[1], "logits", &in->p[0], NULL) ||
       rt_prog_want_int(s, 2, "logits: B", g->micro_batch, g->micro_batch, &in->lg[0]) ||
       rt_prog_want_int(s, 3, "logits: S", g->seq, g->seq, &in->lg[1]) ||
       rt_prog_want_int(s, 4, "logits: VLOCAL", 1, g->vocab + PP_MAX_RANKS, &in->lg[2]) ||
@@ -86,7 +91,7 @@ static int parse_logits(RtParser *s, RtInstr *in) {
     return -1;
   if (!in->p[0].in_slot)
     return rt_prog_err(s, "logits: '%.60s': the logits live in the micro-batch's slot ($OFF)", s->f[1]);
-  if (rt_prog_check_extent(s, "logits", &in->p[0], in->lg[0] * in->lg[1] * in->lg[2] * 4)) return -1;
+  if (rt_prog_check_extent(s, "logits", &in->p[0], in->lg[0] * in->lg[1] * in->lg[2] * pp_dtype_bytes(dt))) return -1;
   *l = (RtLogits){.present = 1,
                   .chunk = s->cur_chunk,
                   .line = s->line,
@@ -94,19 +99,21 @@ static int parse_logits(RtParser *s, RtInstr *in) {
                   .b = in->lg[0],
                   .s = in->lg[1],
                   .vlocal = in->lg[2],
-                  .vstart = in->lg[3]};
+                  .vstart = in->lg[3],
+                  .dtype = (PpDType)dt};
   return 0;
 }
 
 /* Elements spanned by BATCH row-major matrices of rows x cols with leading dim ld, stride apart. */
 static int gemm_operand(RtParser *s, const char *which, const RtPtr *p, int64_t rows, int64_t cols, int64_t ld,
-                        int64_t stride, int64_t batch) {
+                        int64_t stride, int64_t batch, PpDType dt) {
   if (ld < cols)
     return rt_prog_err(s, "gemm: leading dimension of %s is %lld, less than its %lld columns", which, (long long)ld,
                        (long long)cols);
   int64_t a, b, e;
   if (__builtin_mul_overflow(rows - 1, ld, &a) || __builtin_mul_overflow(batch - 1, stride, &b) ||
-      __builtin_add_overflow(a, b, &e) || __builtin_add_overflow(e, cols, &e) || __builtin_mul_overflow(e, 4, &e))
+      __builtin_add_overflow(a, b, &e) || __builtin_add_overflow(e, cols, &e) ||
+      __builtin_mul_overflow(e, pp_dtype_bytes(dt), &e))
     return rt_prog_err(s, "gemm: %s spans more than 2^63 bytes", which);
   char what[32];
   snprintf(what, sizeof what, "gemm: %s", which);
@@ -114,8 +121,14 @@ static int gemm_operand(RtParser *s, const char *which, const RtPtr *p, int64_t 
 }
 
 static int parse_gemm(RtParser *s, RtInstr *in) {
-  static const char *const form = "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH";
-  if (rt_prog_want_nf(s, 18, form)) return -1;
+  static const char *const form = "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH [TYPE_A TYPE_B TYPE_C]";
+  if (s->nf != 21 && rt_prog_want_nf(s, 18, form)) return -1;
+  for (int i = 0; i < 3; i++) {
+    int t = s->nf == 21 ? pp_dtype_parse(s->f[18 + i]) : PP_F32;
+    if (t != PP_F32 && t != PP_BF16)
+      return rt_prog_err(s, "gemm: TYPE_%c is '%.60s' (expected f32 or bf16)", "ABC"[i], s -> f[18 + i]);
+    in->dt[i] = (PpDType)t;
+  }
   for (int i = 1; i <= 2; i++)
     if (strcmp(s->f[i], "N") && strcmp(s->f[i], "T"))
       return rt_prog_err(s, "gemm: %s is '%.60s' (expected N or T)", i == 1 ? "TA" : "TB", s->f[i]);
@@ -142,9 +155,9 @@ static int parse_gemm(RtParser *s, RtInstr *in) {
     return -1;
   int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k;
   int64_t br = in->tb ? in->n : in->k, bc = in->tb ? in->k : in->n;
-  if (gemm_operand(s, "A", &in->p[0], ar, ac, in->lda, in->sa, in->batch) ||
-      gemm_operand(s, "B", &in->p[1], br, bc, in->ldb, in->sb, in->batch) ||
-      gemm_operand(s, "C", &in->p[2], in->m, in->n, in->ldc, in->sc, in->batch))
+  if (gemm_operand(s, "A", &in->p[0], ar, ac, in->lda, in->sa, in->batch, in->dt[0]) ||
+      gemm_operand(s, "B", &in->p[1], br, bc, in->ldb, in->sb, in->batch, in->dt[1]) ||
+      gemm_operand(s, "C", &in->p[2], in->m, in->n, in->ldc, in->sc, in->batch, in->dt[2]))
     return -1;
   return 0;
 }
@@ -240,8 +253,11 @@ int rt_prog_check_shared_sums(RtParser *s) {
 /* allreduce tp|tp/R|dp sum|max OPERAND BYTES */
 static int parse_allreduce(RtParser *s, RtInstr *in) {
   const RtProg *g = s->p;
-  static const char *const form = "allreduce tp|tp/R|dp sum|max OPERAND BYTES";
-  if (rt_prog_want_nf(s, 5, form)) return -1;
+  static const char *const form = "allreduce tp|tp/R|dp sum|max OPERAND BYTES [f32|bf16]";
+  if (s->nf != 6 && rt_prog_want_nf(s, 5, form)) return -1;
+  int dt = s->nf == 6 ? pp_dtype_parse(s->f[5]) : PP_F32;
+  if (dt != PP_F32 && dt != PP_BF16) return rt_prog_err(s, "allreduce: type '%.60s' (expected f32 or bf16)", s->f[5]);
+  in->dt[0] = (PpDType)dt;
   const char *gr = s->f[1];
   if (!strcmp(gr, "tp")) {
     in->group = RT_G_TP;
@@ -262,10 +278,11 @@ static int parse_allreduce(RtParser *s, RtInstr *in) {
   else if (!strcmp(s->f[2], "max")) in->op = RT_OP_MAX;
   else return rt_prog_err(s, "allreduce: unknown op '%.60s' (expected sum or max)", s->f[2]);
   if (rt_prog_parse_ptr(s, s->f[3], "allreduce", &in->p[0], NULL) ||
-      rt_prog_want_int(s, 4, "allreduce: bytes", 4, (int64_t)4 * INT32_MAX, &in->bytes))
+      rt_prog_want_int(s, 4, "allreduce: bytes", 2, (int64_t)4 * INT32_MAX, &in->bytes))
     return -1;
-  if (in->bytes % 4)
-    return rt_prog_err(s, "allreduce: %lld bytes is not a whole number of floats", (long long)in->bytes);
+  if (in->bytes % pp_dtype_bytes(dt))
+    return rt_prog_err(s, "allreduce: %lld bytes is not a whole number of %s elements", (long long)in->bytes,
+                       pp_dtype_name(dt));
   if (rt_prog_check_extent(s, "allreduce", &in->p[0], in->bytes)) return -1;
   const RtRegion *grr = &g->reg[RT_REG_GRADS];
   if (s->cur_blk == RT_BLK_OPTIMIZER && s->grad_norm_line && !in->p[0].in_slot &&

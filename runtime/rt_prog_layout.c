@@ -77,7 +77,7 @@ int rt_prog_region_line(RtParser *s) {
   if (!strcmp(s->f[0], "arena")) {
     if (rt_prog_want_nf(s, 2, "arena BYTES") || rt_prog_want_int(s, 1, "arena", 1, PP_MAX_ARENA, &g->arena)) return -1;
     for (int r = 0; r < RT_NREG; r++)
-      if (!s->reg_line[r] && r != RT_REG_WORKSPACE)
+      if (!s->reg_line[r] && r != RT_REG_WORKSPACE && r != RT_REG_COPIES)
         return rt_prog_err(s, "region %s is missing (every region is given before 'arena')", rt_region_name(r));
     int64_t end[RT_NREG];
     for (int r = 0; r < RT_NREG; r++) {
@@ -343,11 +343,11 @@ int rt_prog_buffer_line(RtParser *s) {
 
 /* ---- pipeline boundaries and the model's params --------------------------------------------- */
 
-/* boundary KIND[:C] OPERAND BYTES [SHAPE] */
+/* boundary KIND[:C] OPERAND BYTES [SHAPE [TYPE]] (TYPE f32 when not given) */
 int rt_prog_boundary_line(RtParser *s) {
   RtProg *g = s->p;
-  static const char *const form = "boundary recv_fwd|send_fwd|recv_bwd|send_bwd[:C] OPERAND BYTES [SHAPE]";
-  if (s->nf != 4 && s->nf != 5) return rt_prog_err(s, "expected '%s'", form);
+  static const char *const form = "boundary recv_fwd|send_fwd|recv_bwd|send_bwd[:C] OPERAND BYTES [SHAPE [f32|bf16]]";
+  if (s->nf < 4 || s->nf > 6) return rt_prog_err(s, "expected '%s'", form);
   int k = -1, c = 0;
   if (rt_prog_chunk_suffix(s, s->f[1], &c)) return -1;
   for (int i = 0; i < PP_NBND; i++)
@@ -363,18 +363,22 @@ int rt_prog_boundary_line(RtParser *s) {
   if (rt_prog_parse_ptr(s, s->f[2], what, &b->ptr, NULL) ||
       rt_prog_want_int(s, 3, "boundary: bytes", 4, (int64_t)4 * INT32_MAX, &b->bytes))
     return -1;
-  if (b->bytes % 4) return rt_prog_err(s, "%s: %lld bytes is not a whole number of floats", what, (long long)b->bytes);
+  int dt = s->nf == 6 ? pp_dtype_parse(s->f[5]) : PP_F32;
+  if (dt != PP_F32 && dt != PP_BF16) return rt_prog_err(s, "%s: type '%.60s' (expected f32 or bf16)", what, s->f[5]);
+  if (b->bytes % pp_dtype_bytes(dt))
+    return rt_prog_err(s, "%s: %lld bytes is not a whole number of %s elements", what, (long long)b->bytes,
+                       pp_dtype_name(dt));
   if (k == PP_RECV_FWD && !b->ptr.in_slot)
     return rt_prog_err(s, "%s: '%.60s': the received hidden state lives in the micro-batch's slot ($OFF)", what,
                        s->f[2]);
   if (rt_prog_check_extent(s, what, &b->ptr, b->bytes)) return -1;
   b->ndim = -1;
-  if (s->nf == 5) {
+  if (s->nf >= 5) {
     int64_t numel;
     if (parse_shape(s, s->f[4], &b->ndim, b->dims, &numel)) return -1;
-    if (numel * 4 != b->bytes)
-      return rt_prog_err(s, "%s: shape %.60s is %lld bytes of f32, not %lld", what, s->f[4], (long long)(numel * 4),
-                         (long long)b->bytes);
+    if (numel * pp_dtype_bytes(dt) != b->bytes)
+      return rt_prog_err(s, "%s: shape %.60s is %lld bytes of %s, not %lld", what, s->f[4],
+                         (long long)(numel * pp_dtype_bytes(dt)), pp_dtype_name(dt), (long long)b->bytes);
   }
   /* which neighbour the message goes to or comes from */
   int to_prev = k == PP_RECV_FWD || k == PP_SEND_BWD;

@@ -311,9 +311,11 @@ int rt_prog_schedule_entry(RtParser *s) {
 int rt_prog_start_schedule(RtParser *s) {
   RtProg *g = s->p;
   for (int b = 0; b < RT_NBLK; b++)
-    for (int c = 0; c < (b == RT_BLK_OPTIMIZER ? 1 : g->nchunks); c++) {
+    for (int c = 0; c < (rt_blk_program(b) ? 1 : g->nchunks); c++) {
       char name[32];
-      if (b == RT_BLK_WEIGHTS || rt_prog_block(g, c, b)->present || (g->generate && b != RT_BLK_FORWARD)) continue;
+      if (b == RT_BLK_WEIGHTS || b == RT_BLK_REFRESH || rt_prog_block(g, c, b)->present ||
+          (g->generate && b != RT_BLK_FORWARD))
+        continue;
       if (g->nchunks > 1)
         return rt_prog_err(s,
                            "no %s block before the schedule (every chunk has a forward and a backward block, the "

@@ -149,9 +149,9 @@ int rt_prog_parse_ptr(RtParser *s, const char *t, const char *what, RtPtr *p, in
     return rt_prog_err(s, "%s: expected %s, found '%.60s'", what,
                        extent ? "@OFF[:BYTES] or $OFF[:BYTES]" : "@OFF or $OFF", t);
   p->in_slot = t[0] == '$';
-  if (p->in_slot && s->sec == SEC_BLOCK && s->cur_blk == RT_BLK_OPTIMIZER)
-    return rt_prog_err(s, "%s: '%.60s': $ operands are not allowed in the optimizer block (it runs outside any slot)",
-                       what, t);
+  if (p->in_slot && s->sec == SEC_BLOCK && rt_blk_program(s->cur_blk))
+    return rt_prog_err(s, "%s: '%.60s': $ operands are not allowed in the %s block (it runs outside any slot)", what, t,
+                       rt_block_name(s->cur_blk));
   char tmp[64];
   size_t n = strlen(t + 1);
   if (n >= sizeof tmp) return rt_prog_err(s, "%s: operand '%.60s' is too long", what, t);

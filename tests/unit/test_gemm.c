@@ -96,8 +96,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < p->blk[b].n; i++) {
           const RtInstr *in = &p->blk[b].ins[i];
           if (in->kind != RT_I_GEMM) continue;
-          RtGemm g = {in->ta, in->tb, in->m,   in->n,   in->k,   in->batch, in->alpha, in->beta, 0,
-                      0,      0,      in->lda, in->ldb, in->ldc, in->sa,    in->sb,    in->sc};
+          RtGemm g = {in->ta,    in->tb,   in->m,  in->n,  in->k,  in->batch,
+                      in->alpha, in->beta, 0,      0,      0,      in->lda,
+                      in->ldb,   in->ldc,  in->sa, in->sb, in->sc, {in->dt[0], in->dt[1], in->dt[2]}};
           int dup = 0;
           for (int k = 0; k < nseen && !dup; k++) dup = same(&seen[k], &g);
           if (!dup && nseen < 8192) seen[nseen++] = g;
@@ -108,7 +109,8 @@ int main(int argc, char **argv) {
   /* a form the format allows and today's listings no longer use: batches adding into one C (SC =
    * 0), as a head's weight gradient was when ppc kept the head's transpose after it (dW[V,H] +=
    * dlogits[b]^T x[:, b, :] for each sequence b) */
-  seen[nseen++] = (RtGemm){1, 0, 24, 16, 8, 3, 1.0f, 1.0f, 0, 0, 0, 24, 3 * 16, 16, 8 * 24, 16, 0};
+  seen[nseen++] =
+      (RtGemm){1, 0, 24, 16, 8, 3, 1.0f, 1.0f, 0, 0, 0, 24, 3 * 16, 16, 8 * 24, 16, 0, {PP_F32, PP_F32, PP_F32}};
   int bad = 0;
   for (int t = 0; t < nseen; t++) {
     const RtGemm *g = &seen[t];

@@ -5,7 +5,10 @@
  * to 1e-6 of their largest value (NaN where both are NaN). A GEMM is a library's sum of K products
  * in its own order: on 2048 sampled elements each device must be within the classical bound
  * 2Ku·(|A||B|)_ij (u = 2^-24) of the product in double, and the two devices' whole results within
- * 1e-4 (a wrong stride or layout is far off). Operands are packed into a small arena of their own
+ * 1e-4 (a wrong stride or layout is far off). bf16 operands (--precision bf16 programs) are filled
+ * with random bf16 values and compared widened, to 2^-7 of their largest value: a result both devices
+ * compute alike in f32 may still round to neighbouring bf16 values where their f32 sums differ in
+ * the last bit; a bf16 GEMM's bound adds C's rounding, 2^-8 of |C|. Operands are packed into a small arena of their own
  * (a kernel touches only the extents its instruction names), so the full-size models fit. ppc is
  * found next to this binary; the work files go to BUILD/kernels/. Then the devices' start-up
  * errors: opencl with no platform, kernels that do not build, an arena too large for the device;
@@ -40,6 +43,9 @@ static const char *const cases[][2] = {
     {"examples/minimind.pdl", "--micro-batch 1 --seq 64 --tp 2"},
     {"examples/gpt2.pdl", "--micro-batch 1 --seq 64"},
     {"examples/gpt2.pdl", "--micro-batch 1 --seq 64 --tp 2"},
+    {"examples/tiny.pdl", "--precision bf16"},
+    {"examples/tiny.pdl", "--precision bf16 --tp 2 --pp 2"},
+    {"tests/models/tiny_gpt2.pdl", "--precision bf16 --tp 2"},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -57,7 +63,7 @@ static float unit(void) { return (float)((double)(next() >> 11) * 0x1p-53); } /*
 typedef struct {
   int64_t off, bytes; /* in the rank's arena (slot 0 for $ operands) */
   int64_t at;         /* in the packed arena */
-  int is_int;         /* token ids: random ids below the vocab */
+  PpDType dt;         /* of the buffer it lies in: i32 token ids (random ids below the vocab), bf16, f32 */
   int positive;       /* AdamW's second moments: random in [0, 1) */
 } Operand;
 
@@ -72,7 +78,10 @@ static int64_t arena_off(const RtProg *p, const RtPtr *q) {
 }
 
 /* The operand's place in the packed arena; ranges of the same bytes share one place. */
-static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes) {
+/* dt: the operand's type, or -1: that of the buffer line it is (the one starting there with its
+ * bytes, else one starting there, else one holding it: scratch buffers of different types may share
+ * bytes at different times). */
+static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes, int dt) {
   int64_t off = arena_off(p, q);
   for (int i = 0; i < k->n; i++)
     if (k->op[i].off == off && k->op[i].bytes >= bytes) return k->op[i].at;
@@ -81,11 +90,13 @@ static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes)
   o->bytes = bytes;
   o->at = k->size;
   k->size += (bytes + 63) / 64 * 64;
-  o->is_int = 0;
-  for (int b = 0; b < p->nbuffers; b++) {
+  int best = 0;
+  o->dt = dt >= 0 ? (PpDType)dt : PP_F32;
+  for (int b = 0; b < p->nbuffers && dt < 0; b++) {
     const RtBuffer *f = &p->buffers[b];
     int64_t fo = arena_off(p, &f->ptr);
-    if (f->dtype == PP_I32 && off >= fo && off < fo + f->bytes) o->is_int = 1;
+    int fit = fo == off && f->bytes == bytes ? 3 : fo == off ? 2 : off > fo && off < fo + f->bytes ? 1 : 0;
+    if (fit > best) best = fit, o->dt = f->dtype;
   }
   const RtRegion *v = &p->reg[RT_REG_ADAM_V];
   o->positive = off >= v->base && off < v->base + v->bytes;
@@ -93,8 +104,8 @@ static int64_t pack_add(Pack *k, const RtProg *p, const RtPtr *q, int64_t bytes)
 }
 
 /* GEMM operand bytes: BATCH row-major matrices of rows x cols, leading dimension ld, stride apart. */
-static int64_t gemm_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-  return 4 * ((rows - 1) * ld + (batch - 1) * stride + cols);
+static int64_t gemm_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch, PpDType dt) {
+  return pp_dtype_bytes(dt) * ((rows - 1) * ld + (batch - 1) * stride + cols);
 }
 
 typedef struct {
@@ -106,8 +117,11 @@ typedef struct {
   int ran, bad;
 } Run;
 
-/* For a GEMM's sampled elements against the product in double; NULL for a kernel. */
-static float at_f(const float *base, int64_t byte_off, int64_t i) { return base[byte_off / 4 + i]; }
+/* Element i of a GEMM operand of type dt at byte_off of a packed arena, as a float. */
+static float at_f(const float *base, int64_t byte_off, int64_t i, PpDType dt) {
+  if (dt == PP_BF16) return pp_f32_from_bf16(((const uint16_t *)(const void *)((const char *)base + byte_off))[i]);
+  return base[byte_off / 4 + i];
+}
 
 /* The sampled elements of both devices' C within 2Ku(|A||B|)_ij + |beta| u |C0| of the double
  * product; the largest such ratio in *ratio (<= 1 passes). */
@@ -119,18 +133,19 @@ static int gemm_bound(const Run *r, const RtGemm *g, double *ratio) {
             j = (int64_t)(next() % (uint64_t)g->n);
     double ref = 0, mag = 0;
     for (int64_t q = 0; q < g->k; q++) {
-      double x = at_f(r->init, g->a, b * g->sa + (g->ta ? q * g->lda + i : i * g->lda + q));
-      double y = at_f(r->init, g->b, b * g->sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
+      double x = at_f(r->init, g->a, b * g->sa + (g->ta ? q * g->lda + i : i * g->lda + q), g->dt[0]);
+      double y = at_f(r->init, g->b, b * g->sb + (g->tb ? j * g->ldb + q : q * g->ldb + j), g->dt[1]);
       ref += x * y;
       mag += fabs(x * y);
     }
     int64_t ci = b * g->sc + i * g->ldc + j;
-    double c0 = at_f(r->init, g->c, ci);
+    double c0 = at_f(r->init, g->c, ci, g->dt[2]);
     if (g->sc == 0 && g->batch > 1) continue; /* C shared by the batches: checked against the other device */
     ref = g->alpha * ref + g->beta * c0;
     double bound = 2 * g->k * u * fabs(g->alpha) * mag + fabs(g->beta * c0) * u + 1e-30;
+    if (g->dt[2] == PP_BF16) bound += 0x1p-8 * fabs(ref); /* C rounded to bf16 */
     for (int d = 0; d < 2; d++) {
-      double got = at_f(d ? r->b : r->a, g->c, ci), q = fabs(got - ref) / bound;
+      double got = at_f(d ? r->b : r->a, g->c, ci, g->dt[2]), q = fabs(got - ref) / bound;
       if (q > *ratio || q != q) *ratio = q;
     }
   }
@@ -143,8 +158,10 @@ static void compare(Run *r, Pack *k, const char *name, int (*run)(RtDev *, void 
     Operand *o = &k->op[i];
     float *v = r->init + o->at / 4;
     int32_t *iv = (int32_t *)(void *)v;
-    for (int64_t j = 0; j < o->bytes / 4; j++) {
-      if (o->is_int) iv[j] = (int32_t)(next() % (uint64_t)r->p->vocab);
+    uint16_t *hv = (uint16_t *)(void *)v;
+    for (int64_t j = 0; j < o->bytes / pp_dtype_bytes(o->dt); j++) {
+      if (o->dt == PP_I32) iv[j] = (int32_t)(next() % (uint64_t)r->p->vocab);
+      else if (o->dt == PP_BF16) hv[j] = pp_bf16_from_f32(o->positive ? unit() : 2 * unit() - 1);
       else v[j] = o->positive ? unit() : 2 * unit() - 1;
     }
   }
@@ -162,34 +179,37 @@ static void compare(Run *r, Pack *k, const char *name, int (*run)(RtDev *, void 
   const char *why = "";
   for (int i = 0; i < k->n; i++) {
     const Operand *o = &k->op[i];
-    int64_t n = o->bytes / 4, at = o->at / 4;
-    if (o->is_int) {
-      if (memcmp(r->a + at, r->b + at, (size_t)o->bytes)) worst = INFINITY, why = " (token ids)";
+    int64_t es = pp_dtype_bytes(o->dt), n = o->bytes / es;
+    if (o->dt == PP_I32) {
+      if (memcmp(r->a + o->at / 4, r->b + o->at / 4, (size_t)o->bytes)) worst = INFINITY, why = " (token ids)";
       continue;
     }
     double big = 0, diff = 0;
     for (int64_t j = 0; j < n; j++) {
-      double x = r->a[at + j], y = r->b[at + j];
-      changed |= memcmp(&r->a[at + j], &r->init[at + j], 4) != 0;
+      double x = at_f(r->a, o->at, j, o->dt), y = at_f(r->b, o->at, j, o->dt);
+      changed |= memcmp((char *)r->a + o->at + j * es, (char *)r->init + o->at + j * es, (size_t)es) != 0;
       if (x != x && y != y) continue; /* NaN on both: the same arithmetic on an input outside its domain */
       if (fabs(x) > big) big = fabs(x);
       double e = fabs(x - y);
       if (e > diff || e != e) diff = e;
     }
-    double rel = big > 0 ? diff / big : diff;
+    /* as a share of what the operand's type allows: the devices' f32 sums may differ in the last bit */
+    double rel = (big > 0 ? diff / big : diff) / (o->dt == PP_BF16 ? 0x1p-7 : gemm ? 1e-4 : TOL);
     if (rel > worst || rel != rel) worst = rel;
   }
   r->ran++;
   double ratio = 0;
-  int ok = gemm ? worst <= 1e-4 && gemm_bound(r, gemm, &ratio) : worst <= TOL;
+  int ok = worst <= 1 && (!gemm || gemm_bound(r, gemm, &ratio));
   if (!ok || !changed) {
     r->bad++;
     if (gemm)
-      check(0, "%s: %s on cpu and opencl: %.3g of the error bound, the devices %.3g apart%s", r->what, name, ratio,
-            worst, changed ? "" : "; it wrote nothing");
+      check(0, "%s: %s on cpu and opencl: %.3g of the error bound, the devices %.3g of their limit apart%s", r->what,
+            name, ratio, worst, changed ? "" : "; it wrote nothing");
     else
-      check(0, "%s: %s on cpu and opencl: largest difference %.3g of the operand's largest value%s%s", r->what, name,
-            worst, why, changed ? "" : "; the kernel wrote nothing");
+      check(0,
+            "%s: %s on cpu and opencl: largest difference %.3g of its limit (%g of the operand's largest value; bf16: "
+            "2^-7)%s%s",
+            r->what, name, worst, TOL, why, changed ? "" : "; the kernel wrote nothing");
   }
 }
 
@@ -229,26 +249,72 @@ static int run_norm(RtDev *d, void *ctx) {
   return rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
 }
 
+/* The element types of kernel NAME's buffer parameters, in order, from its signature in the C
+ * kernels' source csrc ("void NAME(uint16_t *restrict p0, const float *restrict p1, ..."): scratch
+ * buffers of different types may share bytes, so the listing's buffer lines cannot tell. */
+static int kernel_types(const char *csrc, const char *name, int *dt, int max) {
+  char head[96];
+  snprintf(head, sizeof head, "\nvoid %s(", name);
+  const char *s = csrc ? strstr(csrc, head) : NULL;
+  int n = 0;
+  for (s = s ? s + strlen(head) : NULL; s && *s && *s != ')' && n < max;) {
+    const char *e = strpbrk(s, ",)");
+    if (!e) break;
+    if (memchr(s, '*', (size_t)(e - s)))
+      dt[n++] = strstr(s, "uint16_t") && strstr(s, "uint16_t") < e ? PP_BF16
+                : strstr(s, "int32_t") && strstr(s, "int32_t") < e ? PP_I32
+                                                                   : PP_F32;
+    s = *e == ',' ? e + 1 : e;
+  }
+  return n;
+}
+
 /* The packed operands of an instruction (kernel or gemm); at[i] per kernel argument. */
-static void pack_instr(Pack *k, const RtProg *p, const RtInstr *in, int64_t *at) {
+static void pack_instr(Pack *k, const RtProg *p, const RtInstr *in, int64_t *at, const char *csrc) {
   memset(k, 0, sizeof *k);
   if (in->kind == RT_I_KERNEL) {
+    int dt[RT_MAX_KARGS], nt = kernel_types(csrc, p->kernels[in->kernel], dt, RT_MAX_KARGS), b = 0;
     for (int i = 0; i < in->nargs; i++)
-      if (in->args[i].kind == RT_A_PTR)
-        at[i] = pack_add(k, p, &in->args[i].ptr, in->args[i].bytes ? in->args[i].bytes : 4);
+      if (in->args[i].kind == RT_A_PTR) {
+        int t = b < nt ? dt[b] : -1;
+        b++;
+        at[i] = pack_add(k, p, &in->args[i].ptr, in->args[i].bytes ? in->args[i].bytes : 4, t);
+      }
   } else {
     int64_t ar = in->ta ? in->k : in->m, ac = in->ta ? in->m : in->k, br = in->tb ? in->n : in->k,
             bc = in->tb ? in->k : in->n;
-    at[0] = pack_add(k, p, &in->p[0], gemm_bytes(ar, ac, in->lda, in->sa, in->batch));
-    at[1] = pack_add(k, p, &in->p[1], gemm_bytes(br, bc, in->ldb, in->sb, in->batch));
-    at[2] = pack_add(k, p, &in->p[2], gemm_bytes(in->m, in->n, in->ldc, in->sc, in->batch));
+    at[0] = pack_add(k, p, &in->p[0], gemm_bytes(ar, ac, in->lda, in->sa, in->batch, in->dt[0]), (int)in->dt[0]);
+    at[1] = pack_add(k, p, &in->p[1], gemm_bytes(br, bc, in->ldb, in->sb, in->batch, in->dt[1]), (int)in->dt[1]);
+    at[2] = pack_add(k, p, &in->p[2], gemm_bytes(in->m, in->n, in->ldc, in->sc, in->batch, in->dt[2]), (int)in->dt[2]);
   }
 }
 
 static int same_gemm(const RtInstr *a, const RtInstr *b) {
   return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
          a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
-         a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
+         a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta && a->dt[0] == b->dt[0] &&
+         a->dt[1] == b->dt[1] && a->dt[2] == b->dt[2];
+}
+
+/* A whole text file, or NULL. */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 4096 + 1 > cap) {
+      char *nb = realloc(buf, cap = 2 * cap + 8192);
+      if (!nb) break;
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, 4096, f);
+    n += got;
+    if (got < 4096) break;
+  }
+  fclose(f);
+  if (buf) buf[n] = 0;
+  return buf;
 }
 
 /* One listing: its kernels and GEMMs on both devices. */
@@ -260,6 +326,9 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
     return;
   }
   Run r = {.p = p, .what = what};
+  char cpath[1024];
+  snprintf(cpath, sizeof cpath, "%s/%s.c", dir, p->kernels_base);
+  char *csrc = read_text(cpath);
   /* the largest packed arena of any instruction */
   int64_t *at = calloc(RT_MAX_KARGS, sizeof *at);
   Pack *k = calloc(1, sizeof *k);
@@ -268,7 +337,7 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
     for (int i = 0; i < p->blk[b].n; i++) {
       const RtInstr *in = &p->blk[b].ins[i];
       if (in->kind != RT_I_KERNEL && in->kind != RT_I_GEMM) continue;
-      pack_instr(k, p, in, at);
+      pack_instr(k, p, in, at, csrc);
       if (k->size > most) most = k->size;
     }
   int64_t maxn = 0;
@@ -298,7 +367,7 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
       if (in->kind == RT_I_KERNEL && !seen[in->kernel]) {
         seen[in->kernel] = 1;
         nkern++;
-        pack_instr(k, p, in, at);
+        pack_instr(k, p, in, at, csrc);
         KernelCall c = {in, at, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 0.5f}};
         snprintf(name, sizeof name, "kernel %s (line %d)", p->kernels[in->kernel], in->line);
         compare(&r, k, name, run_kernel, &c, NULL);
@@ -307,9 +376,10 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
         for (int g = 0; g < ngemm && !dup; g++) dup = same_gemm(gemms[g], in);
         if (dup || ngemm == 4096) continue;
         gemms[ngemm++] = in;
-        pack_instr(k, p, in, at);
-        RtGemm m = {in->ta, in->tb, in->m,   in->n,   in->k,   in->batch, in->alpha, in->beta, at[0],
-                    at[1],  at[2],  in->lda, in->ldb, in->ldc, in->sa,    in->sb,    in->sc};
+        pack_instr(k, p, in, at, csrc);
+        RtGemm m = {in->ta,    in->tb,   in->m,  in->n,  in->k,  in->batch,
+                    in->alpha, in->beta, at[0],  at[1],  at[2],  in->lda,
+                    in->ldb,   in->ldc,  in->sa, in->sb, in->sc, {in->dt[0], in->dt[1], in->dt[2]}};
         snprintf(name, sizeof name, "gemm %c %c %d %d %d batch %d (line %d)", in->ta ? 'T' : 'N', in->tb ? 'T' : 'N',
                  in->m, in->n, in->k, in->batch, in->line);
         compare(&r, k, name, run_gemm, &m, &m);
@@ -319,10 +389,10 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
         nkern++;
         memset(k, 0, sizeof *k);
         RtPtr whole = {1, 0, 0};
-        pack_add(k, p, &whole, 4 * maxn);
+        pack_add(k, p, &whole, 4 * maxn, PP_F32);
         NormCall c = {in->kernel, in->geom, maxn, 0};
         RtPtr part = {1, 0, p->arena - 4 * in->geom.grid}; /* any place that is no buffer */
-        c.partials = pack_add(k, p, &part, 4 * in->geom.grid);
+        c.partials = pack_add(k, p, &part, 4 * in->geom.grid, PP_F32);
         snprintf(name, sizeof name, "grad_norm's kernel %s over %lld floats", p->kernels[in->kernel], (long long)maxn);
         compare(&r, k, name, run_norm, &c, NULL);
       }
@@ -340,6 +410,7 @@ out:
   free(r.init);
   free(at);
   free(k);
+  free(csrc);
   rt_prog_free(p);
 }
 

@@ -5,6 +5,7 @@
  * on the cpu device, and a representative set of them on the opencl device too (PoCL here: one
  * thread per rank). Also checks that a launch with the wrong number of ranks fails fast. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 static int pass, fail;
 static char bin[512] = "build";
+static const char *precision = "fp32"; /* ppc --precision of the meshes and their one-rank reference */
 
 #define MPIRUN                                                                                                         \
   "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x "                      \
@@ -83,9 +85,9 @@ static int run(const char *model, int tp, int pp, int dp, const char *sched, int
                const char *device) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
-           "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --vpp %d --microbatches %d -o "
-           "%s/prog > /dev/null",
-           out, out, bin, model, tp, pp, dp, sched, V, M, out);
+           "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --vpp %d --microbatches %d "
+           "--precision %s -o %s/prog > /dev/null",
+           out, out, bin, model, tp, pp, dp, sched, V, M, precision, out);
   if (sh(cmd)) return 1;
   snprintf(cmd, sizeof cmd,
            MPIRUN "-np %d %s/ppr %s/prog --device %s --quiet --seed 7 --steps 5 --clip 1 --eps 1e-6 --save-grads "
@@ -100,14 +102,18 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
                      const char *device) {
   char ref[640], out[640], name[256], w1[64], w2[64], vs[16] = "";
   if (V > 1) snprintf(vs, sizeof vs, " V=%d", V);
-  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s%s M=%d on %s", tag, tp, pp, dp, sched, vs, M, device);
-  snprintf(ref, sizeof ref, "%s/pipe/%s_ref_M%d", bin, tag, M);
-  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_V%d_M%d_%s", bin, tag, tp, pp, dp, sched, V, M, device);
+  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s%s M=%d %s on %s", tag, tp, pp, dp, sched, vs, M, precision, device);
+  /* bf16 on another device: against that device's one-rank run (its GEMM library sums in another
+   * order, and a bf16 rounding that flips on that turns into a visible difference within 5 steps) */
+  const char *rdev = strcmp(precision, "bf16") ? "cpu" : device;
+  snprintf(ref, sizeof ref, "%s/pipe/%s_ref_M%d_%s_%s", bin, tag, M, precision, rdev);
+  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_V%d_M%d_%s_%s", bin, tag, tp, pp, dp, sched, V, M, device,
+           precision);
   char path[1024], rpath[1024];
   snprintf(path, sizeof path, "%s/log.jsonl", ref);
   FILE *f = fopen(path, "r");
   if (f) fclose(f);
-  else if (run(model, 1, 1, 1, "1f1b", 1, M, ref, "cpu")) {
+  else if (run(model, 1, 1, 1, "1f1b", 1, M, ref, rdev)) {
     printf("FAIL %s: the one-rank reference did not run\n", name);
     fail++;
     return;
@@ -132,9 +138,17 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
   snprintf(path, sizeof path, "%s/w.safetensors", out);
   snprintf(rpath, sizeof rpath, "%s/w.safetensors", ref);
   double ww = worst_rel(path, rpath, w2, sizeof w2);
-  int ok = na == 5 && nb == 5 && lw < 1e-6 && gw >= 0 && gw < 1e-5 && ww >= 0 && ww < 1e-5;
-  printf("%s %s: losses %.2g, gradients %.2g (%s), weights after 5 steps %.2g (%s)\n", ok ? "PASS" : "FAIL", name, lw,
-         gw, w1, ww, w2);
+  /* bf16: the first step at fp32's limits; the next four drift further wherever the mesh sums a
+   * gradient in another order (a tied embedding's two halves, data-parallel replicas, tensor-parallel
+   * partial sums): a last-bit difference in an f32 weight can round its bf16 working copy the
+   * other way, 2^-8 of the element, and AdamW's first steps (m/sqrt(v), about +-1 whatever the
+   * gradient's size) pass it on; the limits over five steps are bf16's then */
+  bool bf = !strcmp(precision, "bf16");
+  double l1 = na == 5 && nb == 5 ? fabs(a[0] - b[0]) / fabs(b[0]) : 1;
+  double lim_l = bf ? 2e-4 : 1e-6, lim_w = bf ? 3e-2 : 1e-5;
+  int ok = na == 5 && nb == 5 && l1 < 1e-6 && lw < lim_l && gw >= 0 && gw < 1e-5 && ww >= 0 && ww < lim_w;
+  printf("%s %s: losses %.2g (step 1: %.2g), gradients %.2g (%s), weights after 5 steps %.2g (%s)\n",
+         ok ? "PASS" : "FAIL", name, lw, l1, gw, w1, ww, w2);
   ok ? pass++ : fail++;
 }
 
@@ -147,6 +161,29 @@ static void mesh(const char *model, const char *tag, int tp, int pp, int dp, con
   mesh_on(model, tag, tp, pp, dp, sched, M, "cpu");
 }
 
+/* bf16 (activations, their gradients, the weights' working copies; f32 master weights, gradients
+ * and AdamW): each kind of mesh and schedule against the one-rank bf16 run, with the same limits. */
+static void bf16_meshes(void) {
+  precision = "bf16";
+  mesh("examples/tiny.pdl", "tiny", 1, 2, 1, "1f1b", 4);
+  mesh("examples/tiny.pdl", "tiny", 1, 4, 1, "gpipe", 8);
+  mesh("tests/models/odd5.pdl", "odd5", 1, 3, 1, "zb-h1", 6);
+  mesh_von("tests/models/odd9.pdl", "odd9", 1, 3, 1, "interleaved", 2, 6, "cpu");
+  mesh("examples/tiny.pdl", "tiny", 1, 1, 2, "1f1b", 4);
+  if (!getenv("PPC_TEST_NO_TP")) {
+    mesh("examples/tiny.pdl", "tiny", 2, 1, 1, "1f1b", 4);
+    mesh("examples/tiny.pdl", "tiny", 2, 2, 2, "1f1b", 4);
+    mesh("tests/models/tiny_untied.pdl", "untied", 2, 2, 1, "gpipe", 4);
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 2, 1, "1f1b", 4);
+    mesh_von("examples/tiny.pdl", "tiny", 2, 2, 1, "zbv", 2, 4, "cpu");
+  }
+  if (!getenv("PPC_TEST_NO_OPENCL")) {
+    mesh_on("examples/tiny.pdl", "tiny", 1, 2, 1, "1f1b", 4, "opencl");
+    mesh_on("examples/tiny.pdl", "tiny", 2, 2, 1, "1f1b", 4, "opencl");
+  }
+  precision = "fp32";
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *slash = strrchr(argv[0], '/');
@@ -154,6 +191,11 @@ int main(int argc, char **argv) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "rm -rf %s/pipe && mkdir -p %s/pipe", bin, bin);
   if (sh(cmd)) return 1;
+  if (getenv("PPC_TEST_BF16_ONLY")) { /* the bf16 meshes alone */
+    bf16_meshes();
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+  }
   if (getenv("PPC_TEST_GPU")) { /* make gpu-check: two ranks on one GPU (MPI staged), against the one-rank cpu run */
     mesh_on("examples/tiny.pdl", "tiny", 1, 2, 1, "1f1b", 4, "cuda");
     mesh_on("examples/tiny.pdl", "tiny", 2, 1, 1, "1f1b", 4, "cuda");
@@ -228,10 +270,11 @@ int main(int argc, char **argv) {
     mesh_von("examples/tiny.pdl", "tiny", 1, 2, 1, "interleaved", 2, 4, "opencl");
     mesh_von("tests/models/odd9.pdl", "odd9", 1, 3, 1, "zbv", 2, 6, "opencl");
   }
+  if (!getenv("PPC_TEST_NO_BF16")) bf16_meshes();
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
   snprintf(cmd, sizeof cmd,
            "timeout 60 " MPIRUN
-           "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_V1_M3_cpu/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
+           "-np 3 %s/ppr %s/pipe/tiny_t1p2d1_1f1b_V1_M3_cpu_fp32/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
            bin, bin, bin);
   int rc = system(cmd);
   snprintf(cmd, sizeof cmd, "grep -q 'ranks' %s/pipe/ws.txt", bin);

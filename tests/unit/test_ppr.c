@@ -1703,7 +1703,8 @@ static void test_tp_parser(void) {
   expect_parse_error_in(tb, "allreduce with an unknown op", "allreduce tp max", "allreduce tp min",
                         ":%d: allreduce: unknown op 'min' (expected sum or max)");
   expect_parse_error_in(tb, "allreduce of part of a float", "allreduce tp/2 sum @6272 512",
-                        "allreduce tp/2 sum @6272 510", ":%d: allreduce: 510 bytes is not a whole number of floats");
+                        "allreduce tp/2 sum @6272 510",
+                        ":%d: allreduce: 510 bytes is not a whole number of f32 elements");
   expect_parse_error_in(tb, "allreduce leaving the arena", "allreduce tp/2 sum @6272 512",
                         "allreduce tp/2 sum @7552 512",
                         ":%d: allreduce: @7552 + 512 bytes leaves the arena (7616 bytes)");
@@ -1711,7 +1712,7 @@ static void test_tp_parser(void) {
                         ":%d: allreduce: $1408 + 68 bytes leaves the slot (1472 bytes)");
   expect_parse_error_in(
       tb, "allreduce with 4 fields", "allreduce tp max $1408 4", "allreduce tp max $1408",
-      ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES')");
+      ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES [f32|bf16]')");
   expect_parse_error_in(tb, "allreduce of gradients after grad_norm",
                         "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                         "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  allreduce tp sum @1344 32\n",
@@ -1752,8 +1753,8 @@ static void test_parser(void) {
               p->blk[RT_BLK_BACKWARD].n == 8 && !p->blk[RT_BLK_WEIGHTS].present && p->blk[RT_BLK_OPTIMIZER].n == 4 &&
               p->nentries == 6 && p->nkernels == 8 && p->params[2].dims[1] == 8 && p->params[1].init == RT_INIT_ONES &&
               p->params[0].std == 0.5 && !strcmp(p->kernels_base, "k") && p->kgeom[0].grid == 1 &&
-              p->kgeom[0].block == 1 && p->nbuffers == 12 && p->buffers[0].dtype == PP_I32 && p->buffers[2].dtype == PP_F32 &&
-              p->buffers[11].ptr.off == 7552,
+              p->kgeom[0].block == 1 && p->nbuffers == 12 && p->buffers[0].dtype == PP_I32 &&
+              p->buffers[2].dtype == PP_F32 && p->buffers[11].ptr.off == 7552,
           "parser: params, blocks, kernels (with their geometry), buffers and schedule as written");
   }
   rt_prog_free(p);

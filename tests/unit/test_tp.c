@@ -140,8 +140,8 @@ static int allreduce_child(int argc, char **argv, int tp, int dp, const char *de
         for (int64_t i = 0; i < cnt; i++) buf[i] = value(me, i, op);
         int64_t off = 64; /* an offset inside the arena, as an operand's */
         if (rt_dev_write(dev, off, buf, cnt * 4)) fprintf(stderr, "%s\n", rt_dev_error(dev));
-        if (g < nsub) rt_comm_allreduce(c, dev, R == tp ? RT_G_TP : RT_G_TP_SUB, R, op, off, cnt);
-        else rt_comm_allreduce(c, dev, RT_G_DP, 0, op, off, cnt);
+        if (g < nsub) rt_comm_allreduce(c, dev, R == tp ? RT_G_TP : RT_G_TP_SUB, R, op, off, cnt, PP_F32);
+        else rt_comm_allreduce(c, dev, RT_G_DP, 0, op, off, cnt, PP_F32);
         if (rt_dev_read(dev, off, buf, cnt * 4)) fprintf(stderr, "%s\n", rt_dev_error(dev));
         int ok = 1;
         for (int64_t i = 0; i < cnt && ok; i++) {
@@ -222,7 +222,7 @@ static int watchdog_child(int argc, char **argv, const char *mode) {
       c, &(RtWhere){
              .step = 2, .entry = 5, .block = RT_BLK_BACKWARD, .instr = 7, .mb = 1, .line = 42, .file = "fake.prog"});
   if (me == 2) sleep(stall ? 60 : 2); /* stall: the job ends before */
-  rt_comm_allreduce(c, dev, RT_G_TP, 0, RT_OP_SUM, 0, 5);
+  rt_comm_allreduce(c, dev, RT_G_TP, 0, RT_OP_SUM, 0, 5, PP_F32);
   if (me == 0) printf("watchdog %s: the allreduce is done\n", mode);
   rt_dev_close(dev);
   rt_prog_free(p);
