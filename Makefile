@@ -52,7 +52,11 @@ MPI_CFLAGS = $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/nul
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c 2>/dev/null)
 # OpenCL (Debian: ocl-icd-opencl-dev, opencl-headers; the CPU's driver pocl-opencl-icd) and
 # CLBlast (libclblast-dev) for the opencl device.
-PPR_LIBS  = -lopenblas -lclblast -lOpenCL $(RT_LIBS) -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
+# oneDNN (libdnnl-dev) for the cpu device's bf16 GEMMs; without it they widen to f32 for OpenBLAS.
+# Recursive `=`: looked at after deps.sh may have installed it.
+DNNL_HDR  = $(wildcard /usr/include/dnnl.h)
+DNNL_CFLAGS = $(if $(DNNL_HDR),-DPPR_DNNL)
+PPR_LIBS  = -lopenblas -lclblast -lOpenCL $(if $(DNNL_HDR),-ldnnl) $(RT_LIBS) -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
 RT_PROG  := runtime/rt_prog.c runtime/rt_prog_tok.c runtime/rt_prog_header.c runtime/rt_prog_layout.c \
             runtime/rt_prog_instr.c runtime/rt_prog_sched.c # the listing parser
 RT_SRC   := $(RT_PROG) runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
@@ -110,7 +114,7 @@ $(PPC): $(OBJ)
 
 $(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(if $(filter %/rt_dev_cpu.o,$@),$(DNNL_CFLAGS)) -c -o $@ $<
 
 # the cpu device shares each GEMM over the kernels' OpenMP threads (PPR_LIBS links libgomp)
 $(BUILD)/runtime/rt_dev_cpu.o: CFLAGS += -fopenmp

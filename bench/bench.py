@@ -17,7 +17,10 @@ For each model:
      backward per micro-batch, clip_grad_norm_(1.0), AdamW.step. Twice: with the environment as
      it is, and with OMP_WAIT_POLICY=PASSIVE, the policy ppr sets for itself when the variable is
      unset (runtime/ppr.c); once if OMP_WAIT_POLICY is set;
-  4. checks that the first step's losses agree to 1e-4 relative, and prints one row per model.
+  4. checks that the first step's losses agree to 1e-4 relative, and prints one row per model;
+  5. unless --no-bf16: ppr's --precision bf16 program and PyTorch under torch.autocast("cpu",
+     dtype=torch.bfloat16) on the same step (fp32 weights and AdamW on both sides), a second table:
+     their step times beside ppr's fp32 one, and each side's step-1 loss against fp32's.
 With --rounds R, steps 2 and 3 are repeated R times, alternating ppr and torch, and the timed
 steps of all rounds are pooled (on a machine shared with other work, load that comes and goes
 then hits both sides alike).
@@ -94,16 +97,17 @@ def how(rc):
     return "killed by signal %d" % -rc if rc < 0 else "exit %d" % rc
 
 
-def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None):
-    prog = os.path.join(work, "prog")
-    r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) + ["-o", prog],
+def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None, precision="fp32", flags=()):
+    prog = os.path.join(work, "prog" if precision == "fp32" else "prog_" + precision)
+    r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) +
+                       ["--precision", precision, "-o", prog],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if r.returncode != 0:
         sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
     log = os.path.join(work, "ppr.jsonl")
     cmd = [os.path.join(build, "ppr"), prog, "--init", weights, "--data", tokens, "--steps", str(nsteps),
            "--lr", str(HP["lr"]), "--beta1", str(HP["beta1"]), "--beta2", str(HP["beta2"]),
-           "--eps", str(HP["eps"]), "--wd", str(HP["wd"]), "--clip", str(HP["clip"]), "--log", log, "--quiet"]
+           "--eps", str(HP["eps"]), "--wd", str(HP["wd"]), "--clip", str(HP["clip"]), "--log", log, "--quiet"] + list(flags)
     env = dict(os.environ, **(extra_env or {}))
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env)
     if r.returncode != 0:
@@ -117,7 +121,7 @@ def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None):
     return [row["loss"] for row in rows], [row["ms"] for row in rows]
 
 
-def run_torch(spec, P0, names, toks, nsteps):
+def run_torch(spec, P0, names, toks, nsteps, autocast=False):
     cfg = spec["config"]
     B, S, M = spec["step"]["micro_batch"], spec["step"]["seq"], spec["step"]["microbatches"]
     P = {n: torch.nn.Parameter(P0[n].detach().clone()) for n in names}
@@ -133,7 +137,11 @@ def run_torch(spec, P0, names, toks, nsteps):
         opt.zero_grad()
         total = 0.0
         for x, y in batches[s]:
-            lm = models.cross_entropy(models.forward("minimind", P, cfg, x), y) / M
+            if autocast:  # bf16 matmuls, fp32 where autocast keeps it (softmax, losses, norms' sums)
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    lm = models.cross_entropy(models.forward("minimind", P, cfg, x), y) / M
+            else:
+                lm = models.cross_entropy(models.forward("minimind", P, cfg, x), y) / M
             lm.backward()
             total += lm.item()
         torch.nn.utils.clip_grad_norm_(params, HP["clip"])
@@ -157,7 +165,7 @@ def read_tokens(path):
     return torch.tensor(toks.tolist(), dtype=torch.int64)
 
 
-def torch_child(name, nsteps, work):
+def torch_child(name, nsteps, work, autocast=False):
     """--torch-child: the PyTorch side of one model, on the weights and tokens the parent wrote to
     work/; writes {"loss": [...], "ms": [...]} to work/torch.json."""
     spec = MODELS[name]
@@ -166,7 +174,7 @@ def torch_child(name, nsteps, work):
     names = [n for n, _, _ in models.param_specs("minimind", spec["config"])]
     P0 = {n: torch.frombuffer(bytearray(st[n][1].tobytes()), dtype=torch.float32).reshape(st[n][0]) for n in names}
     toks = read_tokens(os.path.join(work, "tokens.bin"))
-    losses, ms = run_torch(spec, P0, names, toks, nsteps)
+    losses, ms = run_torch(spec, P0, names, toks, nsteps, autocast)
     with open(os.path.join(work, "torch.json"), "w") as f:
         json.dump({"loss": losses, "ms": ms, "threads": torch.get_num_threads()}, f)
 
@@ -205,11 +213,11 @@ def roofline(build, work, spec, weights, tokens, steps):
     return float(flops.group(1)), float(step.group(1)), float(gemm.group(1))
 
 
-def run_torch_child(name, nsteps, work, extra_env):
+def run_torch_child(name, nsteps, work, extra_env, autocast=False):
     out = os.path.join(work, "torch.json")
     env = dict(os.environ, **extra_env)
     subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-child", name, "--steps", str(nsteps),
-                    "--warmup", "0", "--work", work], env=env, check=True)
+                    "--warmup", "0", "--work", work] + (["--autocast"] if autocast else []), env=env, check=True)
     with open(out) as f:
         r = json.load(f)
     return r["loss"], r["ms"]
@@ -247,9 +255,11 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--torch-child", metavar="MODEL", help=argparse.SUPPRESS)
     ap.add_argument("--peak-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs (ppr --precision bf16, torch.autocast)")
     a = ap.parse_args()
     if a.torch_child:
-        torch_child(a.torch_child, a.steps, a.work)
+        torch_child(a.torch_child, a.steps, a.work, a.autocast)
         return 0
     if a.peak_child:
         peak_child()
@@ -291,7 +301,7 @@ def main():
     peak = measure_peak()
     print("single-core SGEMM peak: %.1f GFLOP/s (torch.mm of 1024, 2048 and 3072 square, the best of 3 each; the GEMM lower bound "
           "of a step is its GEMM FLOPs / (threads x this))" % peak)
-    rows, ok = [], True
+    rows, brows, ok = [], [], True
     for name in a.models.split(","):
         if name not in MODELS:
             sys.exit("bench: unknown model '%s' (%s)" % (name, ", ".join(MODELS)))
@@ -339,6 +349,33 @@ def main():
               "it; PPR_PROFILE: GEMMs %.2f of %.2f ms, the rest %.1f%%"
               % (gflop, bound, nthreads, peak, pmed / bound, pgemm, pstep, 100 * (pstep - pgemm) / pstep))
         rows.append((name, pmed, meds, bound, 100 * (pstep - pgemm) / pstep))
+        if not a.no_bf16:
+            # bf16: ppr's --precision bf16 and torch.autocast, the second wait-policy variant for
+            # torch (ppr's own settings) when there are two
+            label, extra = variants[-1]
+            bm, om, am = [], [], []
+            dnnl = subprocess.run([os.path.join(a.build, "ppr"), "--help"], stdout=subprocess.PIPE,
+                                  universal_newlines=True).stdout.find("--onednn") >= 0
+            for r in range(a.rounds):
+                bl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps, precision="bf16")
+                bm += ms[warmup:]
+                if dnnl:
+                    ol, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps, precision="bf16", flags=["--onednn"])
+                    om += ms[warmup:]
+                al, ms = run_torch_child(name, nsteps, work, extra, autocast=True)
+                am += ms[warmup:]
+                if r == 0:
+                    b1, a1 = abs(bl[0] - pl[0]) / abs(pl[0]), abs(al[0] - pl[0]) / abs(pl[0])
+                    print("  bf16 step-1 loss: ppr %.7f (%.1e from ppr fp32)%s, torch.autocast %.7f (%.1e from fp32)"
+                          % (bl[0], b1, ", with --onednn %.7f" % ol[0] if dnnl else "", al[0], a1))
+            bmed, amed = statistics.median(bm), statistics.median(am)
+            omed = statistics.median(om) if om else float("nan")
+            print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("ppr bf16", bmed, min(bm), max(bm)))
+            if om:
+                print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("ppr bf16 --onednn", omed, min(om), max(om)))
+            print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f"
+                  % ("torch.autocast bf16, " + label, amed, min(am), max(am)))
+            brows.append((name, pmed, bmed, omed, amed, label, b1, a1))
 
     print("load average after: %s" % loadavg())
     print()
@@ -357,6 +394,17 @@ def main():
     print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
           "steps; the bound: the step's GEMM FLOPs at the single-core peak times the threads; non-GEMM: the share "
           "of ppr's step outside GEMMs, from PPR_PROFILE)" % a.rounds)
+    if brows:
+        print()
+        print("| model | threads | ppr fp32 ms/step | ppr bf16 ms/step | ppr bf16 --onednn ms/step | "
+              "torch.autocast bf16 ms/step (%s) | torch bf16 / ppr bf16 --onednn | step-1 loss vs fp32: ppr bf16 | "
+              "torch.autocast |" % brows[0][5])
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, pmed, bmed, omed, amed, _, b1, a1 in brows:
+            print("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.1e | %.1e |"
+                  % (name, nthreads, pmed, bmed, omed, amed, amed / omed, b1, a1))
+        print("(bf16: ppr --precision bf16; PyTorch's forward and loss under torch.autocast(\"cpu\", "
+              "dtype=torch.bfloat16), its weights, gradients and AdamW fp32 as ppr's)")
     if not ok:
         print("LOSS MISMATCH: the two sides do not compute the same step (see above)")
     return 0 if ok else 1

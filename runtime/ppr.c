@@ -1090,6 +1090,7 @@ int main(int argc, char **argv) {
   rt_comm_groups(comm, p);
   settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &dev, err, sizeof err));
   dev->tf32 = c.tf32;
+  dev->onednn = c.onednn;
   rt_comm_use_device(comm, dev, p); /* cuda: NCCL where it can */
   RtExec *x = NULL;
   settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
@@ -1165,6 +1166,7 @@ int main(int argc, char **argv) {
     gen_open(&c, p, &gen);
     settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &gen.dev, err, sizeof err));
     gen.dev->tf32 = c.tf32;
+    gen.dev->onednn = c.onednn;
     settle(rt_exec_open(gen.p, c.dir, gen.dev, &gen.x, err, sizeof err));
     rt_exec_set_comm(gen.x, comm);
   }

@@ -24,6 +24,10 @@ static const char usage[] =
     "  --device D                  cpu (the default; also PPR_DEVICE), opencl, opencl:N (the N-th\n"
     "                              OpenCL device), cuda, cuda:N\n"
     "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
+    "  --onednn                    cpu: bf16 GEMMs through oneDNN (AVX512-BF16, AMX): several times\n"
+    "                              faster; their values then depend on the thread count and each\n"
+    "                              GEMM's shape (without it: widened to f32 for OpenBLAS, the same\n"
+    "                              values at any thread count and on every mesh)\n"
     "\n"
     "Weights and data:\n"
     "  --init W                    initial weights, by checkpoint name (F32, F16, BF16 or F64): a\n"
@@ -207,6 +211,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     O_TIMEOUT,
     O_QUIET,
     O_TF32,
+    O_ONEDNN,
     O_VERSION,
     O_SHARD_SIZE,
     O_TIED_HEAD,
@@ -251,6 +256,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"quiet", no_argument, NULL, O_QUIET},
       {"tf32", no_argument, NULL, O_TF32},
+      {"onednn", no_argument, NULL, O_ONEDNN},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
       {"save-shard-size", required_argument, NULL, O_SHARD_SIZE},
@@ -291,6 +297,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
     case O_QUIET: c->quiet = 1; break;
     case O_TF32: c->tf32 = 1; break;
+    case O_ONEDNN: c->onednn = 1; break;
     case O_INIT: c->init = v; break;
     case O_RESUME: c->resume = v; break;
     case O_SAVE_EVERY:
@@ -415,6 +422,9 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
               getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
   if (c->tf32 && kind != RT_DEV_CUDA)
     bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
+  if (c->onednn && kind != RT_DEV_CPU) bad_usage("--onednn is for --device cpu, not %s", c->device);
+  if (c->onednn && !rt_dev_cpu_onednn())
+    bad_usage("--onednn: this ppr was built without oneDNN (apt-get install libdnnl-dev, then make)%s", "");
   if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
   if (c->resume && (c->init || c->have_seed))
     bad_usage("--resume and %s exclude each other (--resume loads the weights)", c->init ? "--init" : "--seed");

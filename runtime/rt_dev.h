@@ -83,6 +83,7 @@ typedef struct RtDevOps {
 struct RtDev {
   const RtDevOps *ops;
   int tf32;       /* --tf32: GEMMs may round their inputs to TF32 (cuda) */
+  int onednn;     /* --onednn: bf16 GEMMs through oneDNN (cpu) */
   char uid[192];  /* which physical device (cuda: host/PCI bus id), "" where it does not matter */
   char desc[256]; /* which device: "opencl:0 (Portable Computing Language: pthread-... , 3.9 GiB)" */
   char err[4096]; /* the last failure */
@@ -107,6 +108,7 @@ int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t
 void rt_dev_cpu_blas_core(char **argv);
 /* OpenBLAS's core, as the cpu device's description shows it. */
 const char *rt_dev_cpu_blas_name(void);
+int rt_dev_cpu_onednn(void);                                     /* 1 when ppr was built with oneDNN (--onednn) */
 int rt_dev_parse(const char *spec, RtDevKind *kind, int *index); /* 0, or -1 for a bad SPEC */
 const char *rt_dev_kind_name(RtDevKind k);
 

@@ -11,6 +11,10 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#ifdef PPR_DNNL
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#endif
 
 typedef void (*KernelFn)(void **args);
 
@@ -23,7 +27,117 @@ typedef struct {
   int nt;         /* threads for a GEMM: OpenBLAS's count at open; OpenBLAS itself then runs one */
   float *wide[3]; /* a bf16 GEMM's A, B, C widened to f32 (cpu_gemm); grown as needed */
   int64_t wide_cap[3];
+#ifdef PPR_DNNL
+  dnnl_engine_t eng; /* NULL: oneDNN did not start; bf16 GEMMs widen */
+  dnnl_stream_t st;
+  struct DnnlPlan *plans;
+  int nplans, capplans;
+#endif
 } Cpu;
+
+#ifdef PPR_DNNL
+/* A bf16 GEMM as a oneDNN matmul primitive, made once per shape (key: the GEMM with its offsets
+ * zeroed); prim NULL: oneDNN has no implementation for it on this CPU, the GEMM widens. */
+typedef struct DnnlPlan {
+  RtGemm key;
+  dnnl_primitive_t prim;
+  dnnl_memory_t mem[3];
+} DnnlPlan;
+
+#define DNNL_CHECK(d, call)                                                                                            \
+  do {                                                                                                                 \
+    dnnl_status_t s_ = (call);                                                                                         \
+    if (s_ != dnnl_success) return RT_DEV_FAIL(d, "%s failed: %s", #call, dnnl_status2str(s_));                        \
+  } while (0)
+
+/* The memory descriptor of batch row-major rows x cols matrices, leading dimension ld, stride apart,
+ * stored transposed (cols x rows) when t. */
+static dnnl_status_t dnnl_matrix(dnnl_memory_desc_t *md, int batch, int64_t rows, int64_t cols, int64_t ld,
+                                 int64_t stride, int t, PpDType dt) {
+  dnnl_data_type_t ty = dt == PP_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_dims_t dims = {batch, rows, cols}, strides = {stride, t ? 1 : ld, t ? ld : 1};
+  if (batch == 1) { /* 2-D */
+    dnnl_dims_t d2 = {rows, cols}, s2 = {t ? 1 : ld, t ? ld : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, d2, ty, s2);
+  }
+  return dnnl_memory_desc_init_by_strides(md, 3, dims, ty, strides);
+}
+
+/* g's plan, made if new; NULL with d's error set on failure. */
+static DnnlPlan *dnnl_plan(Cpu *c, const RtGemm *g) {
+  RtDev *d = &c->d;
+  RtGemm key;
+  memset(&key, 0, sizeof key); /* padding too: keys are compared bytewise */
+  key.ta = g->ta, key.tb = g->tb, key.m = g->m, key.n = g->n, key.k = g->k, key.batch = g->batch;
+  key.alpha = g->alpha, key.beta = g->beta, key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
+  key.sa = g->sa, key.sb = g->sb, key.sc = g->sc;
+  for (int i = 0; i < 3; i++) key.dt[i] = g->dt[i];
+  for (int i = 0; i < c->nplans; i++)
+    if (!memcmp(&c->plans[i].key, &key, sizeof key)) return &c->plans[i];
+  if (c->nplans == c->capplans) {
+    int cap = c->capplans ? 2 * c->capplans : 64;
+    DnnlPlan *np = realloc(c->plans, (size_t)cap * sizeof *np);
+    if (!np) {
+      RT_DEV_FAIL(d, "out of memory");
+      return NULL;
+    }
+    c->plans = np, c->capplans = cap;
+  }
+  DnnlPlan *pl = &c->plans[c->nplans];
+  memset(pl, 0, sizeof *pl);
+  memcpy(&pl->key, &key, sizeof key);
+  dnnl_memory_desc_t md[3];
+  dnnl_matmul_desc_t mm;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = dnnl_matrix(&md[0], g->batch, g->m, g->k, g->lda, g->sa, g->ta, g->dt[0]) == dnnl_success &&
+           dnnl_matrix(&md[1], g->batch, g->k, g->n, g->ldb, g->sb, g->tb, g->dt[1]) == dnnl_success &&
+           dnnl_matrix(&md[2], g->batch, g->m, g->n, g->ldc, g->sc, 0, g->dt[2]) == dnnl_success &&
+           dnnl_matmul_desc_init(&mm, &md[0], &md[1], NULL, &md[2]) == dnnl_success &&
+           dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && g->alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha) == dnnl_success;
+  if (ok && g->beta != 0.0f) /* C = alpha AB + beta C, summed in f32 and rounded once */
+    ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, g->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  /* no implementation: the GEMM widens (pl->prim stays NULL) */
+  if (ok && dnnl_primitive_desc_create(&pd, &mm, attr, c->eng, NULL) == dnnl_success) {
+    dnnl_status_t s = dnnl_primitive_create(&pl->prim, pd);
+    for (int i = 0; i < 3 && s == dnnl_success; i++)
+      s = dnnl_memory_create(&pl->mem[i], &md[i], c->eng, DNNL_MEMORY_NONE);
+    if (s != dnnl_success) {
+      RT_DEV_FAIL(d, "oneDNN: making the matmul of 'gemm %c %c %d %d %d' (batch %d): %s", g->ta ? 'T' : 'N',
+                  g->tb ? 'T' : 'N', g->m, g->n, g->k, g->batch, dnnl_status2str(s));
+      pl = NULL;
+    }
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (pl) c->nplans++;
+  return pl;
+}
+
+/* g through oneDNN (--onednn; its OpenMP threads are the kernels'): 0 when done, 1 when it cannot
+ * take g (the caller widens), -1 on failure. */
+static int gemm_dnnl(Cpu *c, const RtGemm *g) {
+  /* one type for A and B; a batch is disjoint products (C shared by the batches: widened) */
+  if (!c->d.onednn || g->dt[0] != g->dt[1] || (g->batch > 1 && (!g->sa || !g->sb || !g->sc))) return 1;
+  if (!c->eng) { /* the first bf16 GEMM */
+    DNNL_CHECK(&c->d, dnnl_engine_create(&c->eng, dnnl_cpu, 0));
+    DNNL_CHECK(&c->d, dnnl_stream_create(&c->st, c->eng, dnnl_stream_default_flags));
+  }
+  DnnlPlan *pl = dnnl_plan(c, g);
+  if (!pl) return -1;
+  if (!pl->prim) return 1;
+  const int64_t off[3] = {g->a, g->b, g->c};
+  for (int i = 0; i < 3; i++) DNNL_CHECK(&c->d, dnnl_memory_set_data_handle(pl->mem[i], c->arena + off[i]));
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, pl->mem[0]}, {DNNL_ARG_WEIGHTS, pl->mem[1]}, {DNNL_ARG_DST, pl->mem[2]}};
+  DNNL_CHECK(&c->d, dnnl_primitive_execute(pl->prim, c->st, 3, args));
+  DNNL_CHECK(&c->d, dnnl_stream_wait(c->st));
+  return 0;
+}
+#endif
 
 /* The value an args[] entry points to (a pointer variable, a float or an int64). */
 typedef union {
@@ -64,6 +178,14 @@ void rt_dev_cpu_blas_core(char **argv) {
   if (timeout) unsetenv("OPENBLAS_THREAD_TIMEOUT");
 }
 
+int rt_dev_cpu_onednn(void) {
+#ifdef PPR_DNNL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 const char *rt_dev_cpu_blas_name(void) {
   const char *n = openblas_get_corename();
   return n ? n : "?";
@@ -78,6 +200,8 @@ static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t er
   c->nt = openblas_get_num_threads();
   if (c->nt < 1) c->nt = 1;
   openblas_set_num_threads(1); /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
+#ifdef PPR_DNNL
+#endif
   snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s)", rt_dev_cpu_blas_name());
   *out = &c->d;
   return 0;
@@ -90,6 +214,16 @@ static void cpu_close(RtDev *d) {
    * until the process ends; a second load of the same file reuses it. */
   free(c->fn);
   for (int i = 0; i < 3; i++) free(c->wide[i]);
+#ifdef PPR_DNNL
+  for (int i = 0; i < c->nplans; i++) {
+    if (c->plans[i].prim) dnnl_primitive_destroy(c->plans[i].prim);
+    for (int k = 0; k < 3; k++)
+      if (c->plans[i].mem[k]) dnnl_memory_destroy(c->plans[i].mem[k]);
+  }
+  free(c->plans);
+  if (c->st) dnnl_stream_destroy(c->st);
+  if (c->eng) dnnl_engine_destroy(c->eng);
+#endif
   free(c->arena);
   free(c);
 }
@@ -258,7 +392,13 @@ static int gemm_mixed(Cpu *c, const RtGemm *g) {
 
 static int cpu_gemm(RtDev *d, const RtGemm *g) {
   Cpu *c = (Cpu *)d;
-  if (g->dt[0] != PP_F32 || g->dt[1] != PP_F32 || g->dt[2] != PP_F32) return gemm_mixed(c, g);
+  if (g->dt[0] != PP_F32 || g->dt[1] != PP_F32 || g->dt[2] != PP_F32) {
+#ifdef PPR_DNNL
+    int rc = gemm_dnnl(c, g);
+    if (rc <= 0) return rc;
+#endif
+    return gemm_mixed(c, g);
+  }
   return gemm_f32(c, g, (const float *)(void *)(c->arena + g->a), (const float *)(void *)(c->arena + g->b),
                   (float *)(void *)(c->arena + g->c));
 }

@@ -23,6 +23,8 @@ have_cmd mpirun || need="$need openmpi-bin"
 have_hdr CL/cl.h       || need="$need opencl-headers"
 [ -e /usr/lib/x86_64-linux-gnu/libOpenCL.so ] || need="$need ocl-icd-opencl-dev"
 have_hdr clblast_c.h   || need="$need libclblast-dev"
+# oneDNN for the cpu device's bf16 GEMMs (AVX512-BF16 and AMX where the CPU has them)
+have_hdr dnnl.h        || need="$need libdnnl-dev"
 ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need="$need pocl-opencl-icd"
 # jansson for ppr's safetensors reader: it parses the header JSON
 have_hdr jansson.h     || need="$need libjansson-dev"

@@ -3,7 +3,7 @@
 # tiny GPT-2: their weights and tokens) and on minimind256 (seeded weights, the built-in text) the
 # first step's loss of the bf16 program is within 1e-2 of the fp32 program's and of PyTorch's fp32
 # loss, and is not the fp32 loss itself (the listing holds bf16 buffers and GEMMs); the opencl
-# device gives the cpu's bf16 loss; the checkpoint a bf16 run saves is F32 (the master weights);
+# device gives the cpu's bf16 loss, and so (to 1e-3) does the cpu with oneDNN; the checkpoint a bf16 run saves is F32 (the master weights);
 # --init from a BF16 checkpoint trains as from the F32 one it was rounded from. Python 3
 # (standard library) reads the logs and writes the BF16 file. Last line: "N passed, M failed".
 set -u
@@ -56,6 +56,18 @@ $ppr "$tmp/tiny_minimind.bf16" --device opencl --init "$d/weights.safetensors" -
   --quiet --log "$tmp/cl.jsonl" >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
 c=$(loss "$tmp/cl.jsonl") b=$(loss "$tmp/tiny_minimind.bf16.jsonl")
 if near "$c" "$b" 1e-6; then ok "tiny bf16 on opencl: loss $c, on cpu $b"; else bad "tiny bf16 on opencl: loss $c, on cpu $b"; fi
+
+# --onednn: the cpu's bf16 GEMMs through oneDNN (summed in another order: the loss within 1e-3)
+if $ppr --help 2>&1 | grep -q -- --onednn && $ppr "$tmp/tiny_minimind.bf16" --onednn --init "$d/weights.safetensors" \
+  --data "$d/tokens.bin" --steps 1 --quiet --log "$tmp/dnnl.jsonl" >"$tmp/out.txt" 2>&1; then
+  o=$(loss "$tmp/dnnl.jsonl")
+  if near "$o" "$b" 1e-3; then ok "tiny bf16 --onednn: loss $o, without $b"; else bad "tiny bf16 --onednn: loss $o, without $b"; fi
+elif grep -q "built without oneDNN" "$tmp/out.txt"; then
+  echo "SKIP --onednn: ppr was built without oneDNN"
+else
+  cat "$tmp/out.txt"
+  bad "tiny bf16 --onednn ran"
+fi
 
 # checkpoints stay fp32; a BF16 checkpoint initialises as the F32 one it rounds
 $ppr "$tmp/tiny_minimind.bf16" --init "$d/weights.safetensors" --data "$d/tokens.bin" --steps 2 --quiet \

@@ -8,7 +8,8 @@
  * 1e-4 (a wrong stride or layout is far off). bf16 operands (--precision bf16 programs) are filled
  * with random bf16 values and compared widened, to 2^-7 of their largest value: a result both devices
  * compute alike in f32 may still round to neighbouring bf16 values where their f32 sums differ in
- * the last bit; a bf16 GEMM's bound adds C's rounding, 2^-8 of |C|. Operands are packed into a small arena of their own
+ * the last bit; a bf16 GEMM's bound adds C's rounding, 2^-8 of |C|; the last case's cpu GEMMs run
+ * through oneDNN (ppr --onednn) where ppr has it. Operands are packed into a small arena of their own
  * (a kernel touches only the extents its instruction names), so the full-size models fit. ppc is
  * found next to this binary; the work files go to BUILD/kernels/. Then the devices' start-up
  * errors: opencl with no platform, kernels that do not build, an arena too large for the device;
@@ -46,6 +47,7 @@ static const char *const cases[][2] = {
     {"examples/tiny.pdl", "--precision bf16"},
     {"examples/tiny.pdl", "--precision bf16 --tp 2 --pp 2"},
     {"tests/models/tiny_gpt2.pdl", "--precision bf16 --tp 2"},
+    {"tests/models/tiny_gpt2.pdl", "--precision bf16 --microbatches 2"}, /* the cpu's GEMMs through oneDNN */
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -318,7 +320,7 @@ static char *read_text(const char *path) {
 }
 
 /* One listing: its kernels and GEMMs on both devices. */
-static void test_listing(const char *dir, const char *prog, const char *what) {
+static void test_listing(const char *dir, const char *prog, const char *what, int onednn) {
   char err[4096];
   RtProg *p = NULL;
   if (rt_prog_load(prog, &p, err, sizeof err)) {
@@ -352,6 +354,7 @@ static void test_listing(const char *dir, const char *prog, const char *what) {
     check(0, "%s: %s", what, err);
     goto out;
   }
+  r.cpu->onednn = onednn;
   if (rt_dev_alloc(r.cpu, most) || rt_dev_alloc(r.cl, most) || rt_dev_load(r.cpu, dir, p) ||
       rt_dev_load(r.cl, dir, p)) {
     check(0, "%s: %s%s", what, rt_dev_error(r.cpu), rt_dev_error(r.cl));
@@ -575,7 +578,10 @@ int main(int argc, char **argv) {
       char what[512];
       snprintf(prog, sizeof prog, "%s/rank%d.prog", dir, s * tp + tp - 1);
       snprintf(what, sizeof what, "%s %s: stage %d tp_rank %d", cases[c][0], cases[c][1], s, tp - 1);
-      test_listing(dir, prog, what);
+      /* the last case's bf16 GEMMs on cpu through oneDNN (ppr --onednn), where ppr has it */
+      int dnnl = c == NCASES - 1 && rt_dev_cpu_onednn();
+      if (dnnl) snprintf(what + strlen(what), sizeof what - strlen(what), " (cpu GEMMs through oneDNN)");
+      test_listing(dir, prog, what, dnnl);
     }
   }
   test_device_errors();
