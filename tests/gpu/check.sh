@@ -5,7 +5,8 @@
 #
 # Prints one table (Markdown): the PyTorch fixtures on --device cuda (the limits of the cpu run),
 # tiny on two ranks sharing the GPU (pp 2, and tp 2) against the one-rank cpu run, and GPT-2 124M
-# (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32 and with --tf32.
+# (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32, with --tf32 and in
+# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); tiny in bf16 on cuda against bf16 on cpu.
 # Without a GPU it says what is missing and exits 1. Not part of make test.
 set -u
 build=${1:-build}
@@ -51,25 +52,46 @@ while IFS= read -r l; do
 done <"$work/pipeline.rows"
 grep -q '^2 passed, 0 failed' "$work/pipeline.txt" || { status=1; row "two ranks on one GPU" "FAIL" "$(tail -n 3 "$work/pipeline.txt" | tr '\n' ' ')"; }
 
+# ---- bf16: tiny's first step on cuda against the cpu (cuBLASLt sums in its own order: 1e-4) ---------
+d=tests/fixtures/tiny_minimind
+if "$build/ppc" examples/tiny.pdl --precision bf16 -o "$work/tiny_bf16" >"$work/tiny_bf16.log" 2>&1; then
+  for dev in cpu cuda; do
+    timeout 120 "$build/ppr" "$work/tiny_bf16" --device $dev --init $d/weights.safetensors --data $d/tokens.bin \
+      --steps 1 --quiet --log "$work/tiny_bf16_$dev.jsonl" >"$work/tiny_bf16_$dev.out" 2>&1
+  done
+  lc=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$work/tiny_bf16_cpu.jsonl")
+  lg=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$work/tiny_bf16_cuda.jsonl")
+  if [ -n "$lc" ] && [ -n "$lg" ] && awk -v a="$lg" -v b="$lc" 'BEGIN { d = a - b; exit !((d < 0 ? -d : d) <= 1e-4 * b) }'; then
+    row "tiny bf16 on cuda, step-1 loss against bf16 on cpu (1e-4)" "PASS" "cuda $lg, cpu $lc"
+  else
+    status=1; row "tiny bf16 on cuda, step-1 loss against bf16 on cpu (1e-4)" "FAIL" "cuda ${lg:-$(tail -n 1 "$work/tiny_bf16_cuda.out")}, cpu ${lc:-?}"
+  fi
+else
+  status=1; row "tiny bf16" "FAIL" "ppc: $(tail -n 1 "$work/tiny_bf16.log")"
+fi
+
 # ---- GPT-2 124M throughput ------------------------------------------------------------------------
 # model FLOPs per token: 6 N (matrices, forward and backward) + 12 L S H (attention scores and values)
 N=124439808; L=12; H=768; S=1024; B=8
-if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o "$work/gpt2" >"$work/gpt2.log" 2>&1; then
-  for mode in fp32 tf32; do
+if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o "$work/gpt2" >"$work/gpt2.log" 2>&1 &&
+  "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 --precision bf16 -o "$work/gpt2_bf16" \
+    >>"$work/gpt2.log" 2>&1; then
+  for mode in fp32 tf32 bf16; do
     flag=""; [ $mode = tf32 ] && flag=--tf32
-    timeout 300 "$build/ppr" "$work/gpt2" --device cuda $flag --steps 12 --log "$work/gpt2_$mode.jsonl" \
+    dir=$work/gpt2; [ $mode = bf16 ] && dir=$work/gpt2_bf16
+    timeout 300 "$build/ppr" "$dir" --device cuda $flag --steps 12 --log "$work/gpt2_$mode.jsonl" \
       >"$work/gpt2_$mode.out" 2>&1
     tps=$(sed -n '4,$s/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$work/gpt2_$mode.jsonl" | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
     if [ -z "$tps" ]; then
       status=1; row "GPT-2 124M, B $B, S $S, $mode" "FAIL" "$(tail -n 2 "$work/gpt2_$mode.out" | tr '\n' ' ')"; continue
     fi
-    # the GPU's dense peak (TFLOPS): fp32 on CUDA cores, TF32 on tensor cores
+    # the GPU's dense peak (TFLOPS): fp32 on CUDA cores, TF32 and bf16 on tensor cores
     peak=$(echo "$gpu" | awk -v m=$mode '
-      /H200|H100/ && /SXM|HBM3|H200/ { print (m == "fp32" ? 67 : 495); exit }
-      /H100/  { print (m == "fp32" ? 51 : 378); exit }
-      /A100/  { print (m == "fp32" ? 19.5 : 156); exit }
-      /L40S/  { print (m == "fp32" ? 91.6 : 183); exit }
-      /4090/  { print (m == "fp32" ? 82.6 : 82.6); exit }')
+      /H200|H100/ && /SXM|HBM3|H200/ { print (m == "fp32" ? 67 : m == "tf32" ? 495 : 989); exit }
+      /H100/  { print (m == "fp32" ? 51 : m == "tf32" ? 378 : 756); exit }
+      /A100/  { print (m == "fp32" ? 19.5 : m == "tf32" ? 156 : 312); exit }
+      /L40S/  { print (m == "fp32" ? 91.6 : m == "tf32" ? 183 : 362); exit }
+      /4090/  { print (m == "fp32" ? 82.6 : m == "tf32" ? 82.6 : 165); exit }')
     mfu=$(awk -v t="$tps" -v n=$N -v l=$L -v h=$H -v s=$S -v p="${peak:-0}" 'BEGIN {
       f = (6 * n + 12 * l * s * h) * t; if (p > 0) printf "MFU %.1f%% of %g TFLOPS (%.1f TFLOPS)", 100 * f / (p * 1e12), p, f / 1e12;
       else printf "%.1f TFLOPS (peak of this GPU unknown)", f / 1e12 }')
