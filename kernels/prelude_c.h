@@ -17,7 +17,7 @@ static inline float ppk_max(float a, float b) { return a > b ? a : b; }
  * the OpenCL and CUDA preludes compute it alike. */
 static inline float ppk_exp(float x) {
   const float lo = -103.972f, hi = 88.72283f;
-  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo;              /* NaN: lo (a finite n); returned as NaN */
+  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo; /* NaN: lo (a finite n); returned as NaN */
   int32_t n = (int32_t)fmaf(xc, 1.44269504088896341f, 256.5f) - 256; /* floor, in [-150, 128] */
   float fn = (float)n;
   float r = fmaf(fn, -0.693359375f, xc);

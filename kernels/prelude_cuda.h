@@ -1,5 +1,4 @@
-/* prelude_cuda.h - pasted before the generated CUDA C kernels (kernels_sN.cu, compiled by NVRTC): the C names the
- * kernel IR's renderer uses. */
+/* prelude_cuda.h - pasted before the generated CUDA C kernels (kernels_sN.cu, compiled by NVRTC): the C names the kernel IR's renderer uses. */
 #ifdef __CUDACC_RTC__
 typedef long long int64_t;
 typedef int int32_t;
