@@ -51,6 +51,16 @@ int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t
   return devices[kind]->open(out, index, local_rank, err, errlen);
 }
 
+RtGemm rt_gemm_key(const RtGemm *g, int scalars) {
+  RtGemm key;
+  memset(&key, 0, sizeof key); /* padding too: keys are compared bytewise */
+  key.ta = g->ta, key.tb = g->tb, key.m = g->m, key.n = g->n, key.k = g->k, key.batch = g->batch;
+  key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc, key.sa = g->sa, key.sb = g->sb, key.sc = g->sc;
+  for (int i = 0; i < 3; i++) key.dt[i] = g->dt[i];
+  if (scalars) key.alpha = g->alpha, key.beta = g->beta;
+  return key;
+}
+
 RtGemm rt_gemm_colmajor(const RtGemm *g) {
   RtGemm c = *g;
   c.ta = g->tb, c.tb = g->ta;

@@ -52,6 +52,9 @@ typedef struct {
  * swapped, each operand keeping its transpose flag. Pure; tests/unit/test_gemm.c runs it through
  * OpenBLAS's column-major sgemm over every GEMM of the example models' listings. */
 RtGemm rt_gemm_colmajor(const RtGemm *g);
+/* A device's cache key of g: its shape, strides and types, its alpha and beta when scalars, no
+ * offsets, every other byte (padding too) zero, so that keys compare with memcmp. */
+RtGemm rt_gemm_key(const RtGemm *g, int scalars);
 
 typedef struct RtDevOps {
   RtDevKind kind;

@@ -66,12 +66,7 @@ static dnnl_status_t dnnl_matrix(dnnl_memory_desc_t *md, int batch, int64_t rows
 /* g's plan, made if new; NULL with d's error set on failure. */
 static DnnlPlan *dnnl_plan(Cpu *c, const RtGemm *g) {
   RtDev *d = &c->d;
-  RtGemm key;
-  memset(&key, 0, sizeof key); /* padding too: keys are compared bytewise */
-  key.ta = g->ta, key.tb = g->tb, key.m = g->m, key.n = g->n, key.k = g->k, key.batch = g->batch;
-  key.alpha = g->alpha, key.beta = g->beta, key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
-  key.sa = g->sa, key.sb = g->sb, key.sc = g->sc;
-  for (int i = 0; i < 3; i++) key.dt[i] = g->dt[i];
+  RtGemm key = rt_gemm_key(g, 1); /* alpha and beta are the primitive's attributes */
   for (int i = 0; i < c->nplans; i++)
     if (!memcmp(&c->plans[i].key, &key, sizeof key)) return &c->plans[i];
   if (c->nplans == c->capplans) {

@@ -343,11 +343,7 @@ static uint32_t alignment(CUdeviceptr p) {
 /* The plan of column-major GEMM m (offsets in bytes); NULL with the reason in d->err. */
 static Plan *plan(Cu *c, const RtGemm *m) {
   RtDev *d = &c->d;
-  RtGemm key;
-  memset(&key, 0, sizeof key); /* padding too: keys are compared bytewise */
-  key.ta = m->ta, key.tb = m->tb, key.m = m->m, key.n = m->n, key.k = m->k, key.batch = m->batch;
-  key.lda = m->lda, key.ldb = m->ldb, key.ldc = m->ldc, key.sa = m->sa, key.sb = m->sb, key.sc = m->sc;
-  key.dt[0] = m->dt[0], key.dt[1] = m->dt[1], key.dt[2] = m->dt[2];
+  RtGemm key = rt_gemm_key(m, 0);
   if (m->dt[0] != m->dt[1]) { /* cuBLASLt multiplies two operands of one type */
     RT_DEV_FAIL(d, "a GEMM of a %s and a %s operand: cuBLASLt takes A and B of one type", pp_dtype_name(m->dt[0]),
                 pp_dtype_name(m->dt[1]));
