@@ -126,9 +126,11 @@ static int allreduce_child(int argc, char **argv, int tp, int dp, const char *de
   static const int64_t counts[] = {1, 5, 1000, 11111, 40000};
   int bad = 0, cases = 0;
   for (int g = 0; g < nsub + 1; g++) /* the tp/R groups, then the DP group */
-    for (int op = 0; op < 2; op++)
+    for (int op = 0; op < 4; op++)   /* sum, max; then in bf16 (widened, reduced in f32, rounded once) */
       for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
         int64_t cnt = counts[ci];
+        PpDType dt = op >= 2 ? PP_BF16 : PP_F32;
+        int rop = op & 1;
         int R = g < nsub ? subs[g] : dp;
         /* the members in the group's order */
         int members[64], nm = 0;
@@ -137,29 +139,36 @@ static int allreduce_child(int argc, char **argv, int tp, int dp, const char *de
           if (same) members[nm++] = q;
         }
         float *buf = malloc((size_t)cnt * sizeof *buf);
-        for (int64_t i = 0; i < cnt; i++) buf[i] = value(me, i, op);
-        int64_t off = 64; /* an offset inside the arena, as an operand's */
-        if (rt_dev_write(dev, off, buf, cnt * 4)) fprintf(stderr, "%s\n", rt_dev_error(dev));
-        if (g < nsub) rt_comm_allreduce(c, dev, R == tp ? RT_G_TP : RT_G_TP_SUB, R, op, off, cnt, PP_F32);
-        else rt_comm_allreduce(c, dev, RT_G_DP, 0, op, off, cnt, PP_F32);
-        if (rt_dev_read(dev, off, buf, cnt * 4)) fprintf(stderr, "%s\n", rt_dev_error(dev));
+        uint16_t *h = (uint16_t *)(void *)buf; /* bf16: the values rounded, in the first half */
+        for (int64_t i = 0; i < cnt; i++) {
+          float x = value(me, i, rop);
+          if (dt == PP_BF16) h[i] = pp_bf16_from_f32(x);
+          else buf[i] = x;
+        }
+        int64_t off = 64, es = pp_dtype_bytes(dt); /* an offset inside the arena, as an operand's */
+        if (rt_dev_write(dev, off, buf, cnt * es)) fprintf(stderr, "%s\n", rt_dev_error(dev));
+        if (g < nsub) rt_comm_allreduce(c, dev, R == tp ? RT_G_TP : RT_G_TP_SUB, R, rop, off, cnt, dt);
+        else rt_comm_allreduce(c, dev, RT_G_DP, 0, rop, off, cnt, dt);
+        if (rt_dev_read(dev, off, buf, cnt * es)) fprintf(stderr, "%s\n", rt_dev_error(dev));
         int ok = 1;
         for (int64_t i = 0; i < cnt && ok; i++) {
-          float v = value(members[0], i, op);
-          for (int k = 1; k < nm; k++) {
-            float w = value(members[k], i, op);
-            v = op == RT_OP_MAX ? (w > v ? w : v) : v + w;
+          float v = 0;
+          for (int k = 0; k < nm; k++) {
+            float w = value(members[k], i, rop);
+            if (dt == PP_BF16) w = pp_f32_from_bf16(pp_bf16_from_f32(w));
+            v = k == 0 ? w : rop == RT_OP_MAX ? (w > v ? w : v) : v + w;
           }
-          ok = memcmp(&v, &buf[i], sizeof v) == 0;
+          if (dt == PP_BF16) ok = h[i] == pp_bf16_from_f32(v);
+          else ok = memcmp(&v, &buf[i], sizeof v) == 0;
         }
         free(buf);
         cases++;
         if (!rt_comm_all_ok(c, ok)) {
           bad++;
           if (me == 0)
-            printf("allreduce: %s of %lld floats over groups of %d: a rank's result is not the rank-order "
+            printf("allreduce: %s of %lld %s over groups of %d: a rank's result is not the rank-order "
                    "reduction\n",
-                   op ? "max" : "sum", (long long)cnt, nm);
+                   rop ? "max" : "sum", (long long)cnt, pp_dtype_name(dt), nm);
         }
       }
   if (me == 0) printf("allreduce: %d of %d cases bit-exact on every rank\n", cases - bad, cases);
@@ -180,12 +189,12 @@ static void test_allreduce(const char *self) {
     int rc = sh(MPIRUN "-x POCL_MAX_PTHREAD_COUNT=1 -np %d %s --allreduce %d %d %s > %s 2>&1", tp * dp, self, tp, dp,
                 device, out);
     char *t = read_text(out, NULL);
-    int cases = tp == 6 ? 4 * 2 * 5 + 10 : 2 * 2 * 5 + 10;
+    int cases = tp == 6 ? 4 * 4 * 5 + 20 : 2 * 4 * 5 + 20; /* groups x (sum, max; f32, bf16) x counts */
     char want[128];
     snprintf(want, sizeof want, "allreduce: %d of %d cases bit-exact on every rank", cases, cases);
     check(rc == 0 && t && strstr(t, want),
           "allreduce on %s over tp %d dp %d (groups tp/R for every R dividing tp, and dp), sum and max of 1 to 40000 "
-          "floats: every rank has the rank-order reduction, bit for bit",
+          "f32 and bf16 values: every rank has the rank-order reduction (bf16: in f32, rounded once), bit for bit",
           device, tp, dp);
     if (rc || !t || !strstr(t, want)) printf("  | %s\n", t ? t : "(no output)");
     free(t);
