@@ -343,8 +343,9 @@ static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int6
 }
 
 /* Operand k (A, B, C) of a bf16 GEMM as f32: its n spanned elements widened (exactly) into a buffer
- * of the same layout. NULL when out of memory. */
-static float *widen(Cpu *c, int k, int64_t off, int64_t n) {
+ * of the same layout (only the buffer when !copy: a C that BETA 0 overwrites). NULL when out of
+ * memory. */
+static float *widen(Cpu *c, int k, int64_t off, int64_t n, bool copy) {
   if (n > c->wide_cap[k]) {
     float *w = realloc(c->wide[k], (size_t)n * sizeof *w);
     if (!w) return NULL;
@@ -352,6 +353,7 @@ static float *widen(Cpu *c, int k, int64_t off, int64_t n) {
   }
   const uint16_t *h = (const uint16_t *)(const void *)(c->arena + off);
   float *w = c->wide[k];
+  if (!copy) return w;
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (int64_t i = 0; i < n; i++) w[i] = pp_f32_from_bf16(h[i]);
   return w;
@@ -364,11 +366,11 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
 static int gemm_mixed(Cpu *c, const RtGemm *g) {
   int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
   int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
-  const float *A = g->dt[0] == PP_BF16 ? widen(c, 0, g->a, span(ar, ac, g->lda, g->sa, g->batch))
+  const float *A = g->dt[0] == PP_BF16 ? widen(c, 0, g->a, span(ar, ac, g->lda, g->sa, g->batch), true)
                                        : (const float *)(void *)(c->arena + g->a);
-  const float *B = g->dt[1] == PP_BF16 ? widen(c, 1, g->b, span(br, bc, g->ldb, g->sb, g->batch))
+  const float *B = g->dt[1] == PP_BF16 ? widen(c, 1, g->b, span(br, bc, g->ldb, g->sb, g->batch), true)
                                        : (const float *)(void *)(c->arena + g->b);
-  float *C = g->dt[2] != PP_BF16 ? (float *)(void *)(c->arena + g->c) : widen(c, 2, g->c, nc);
+  float *C = g->dt[2] != PP_BF16 ? (float *)(void *)(c->arena + g->c) : widen(c, 2, g->c, nc, g->beta != 0.0f);
   if (!A || !B || !C) return RT_DEV_FAIL(&c->d, "out of memory widening a bf16 GEMM's operands");
   gemm_f32(c, g, A, B, C);
   if (g->dt[2] == PP_BF16) {
