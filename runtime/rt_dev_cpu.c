@@ -37,7 +37,8 @@ typedef struct {
 
 #ifdef PPR_DNNL
 /* A bf16 GEMM as a oneDNN matmul primitive, made once per shape (key: the GEMM with its offsets
- * zeroed); prim NULL: oneDNN has no implementation for it on this CPU, the GEMM widens. */
+ * zeroed); prim NULL: oneDNN has no bf16 kernel for it on this CPU (PPR_DNNL_TRACE=1 prints its
+ * choice for each shape), the GEMM widens. */
 typedef struct DnnlPlan {
   RtGemm key;
   dnnl_primitive_t prim;
@@ -96,7 +97,16 @@ static DnnlPlan *dnnl_plan(Cpu *c, const RtGemm *g) {
     ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, g->beta) == dnnl_success &&
          dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
   /* no implementation: the GEMM widens (pl->prim stays NULL) */
-  if (ok && dnnl_primitive_desc_create(&pd, &mm, attr, c->eng, NULL) == dnnl_success) {
+  const char *impl = NULL;
+  if (ok && dnnl_primitive_desc_create(&pd, &mm, attr, c->eng, NULL) == dnnl_success &&
+      dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+      getenv("PPR_DNNL_TRACE"))
+    fprintf(stderr, "onednn: gemm %c %c %d %d %d batch %d: %s\n", g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n,
+            g->k, g->batch, impl);
+  /* not oneDNN's reference loops (ref:...), slower than widening for OpenBLAS; its brgemm kernels
+   * (AMX, AVX512-BF16) and its gemm:jit (attention's strided batches: measured a little faster
+   * than widening over minimind256's step) it keeps */
+  if (pd && impl && strncmp(impl, "ref", 3)) {
     dnnl_status_t s = dnnl_primitive_create(&pl->prim, pd);
     for (int i = 0; i < 3 && s == dnnl_success; i++)
       s = dnnl_memory_create(&pl->mem[i], &md[i], c->eng, DNNL_MEMORY_NONE);
