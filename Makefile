@@ -100,11 +100,11 @@ $(GEN)/parser.o: $(GEN)/parser.c
 
 # the compiler's switches over its enums list every case: a half-added op does not compile
 PPC_WARN := -Wswitch-enum
-$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h $(GEN)/parser.h
+$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h runtime/pp_dtype.h runtime/pp_regions.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) -c -o $@ $<
 
-$(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h $(GEN)/parser.h
+$(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h runtime/pp_dtype.h runtime/pp_regions.h $(GEN)/parser.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) $(NVRTC_CFLAGS) -c -o $@ $<
 

@@ -23,8 +23,7 @@ uint64_t cg_fnv1a(const char *s, size_t n) {
   return h;
 }
 
-static const char *region_name[BC__COUNT] = {"params", "grads", "adam_m",  "adam_v",
-                                             "copies", "slots", "scratch", "workspace"}; /* ORDER BufClass */
+_Static_assert(BC__COUNT == PP_NREGIONS, "BufClass is the arena's regions, in pp_regions.h's order");
 
 /* A GEMM's operand types, A B C, after its fields where one is not f32 (none: all three f32). */
 static void gemm_types(Buf *b, const Program *p, const Instr *in) {
@@ -231,7 +230,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   OUT(b, "\n");
   for (int r = 0; r < BC__COUNT; r++) {
     if (r == BC_COPY && !p->region_bytes[r]) continue; /* fp32: no working copies */
-    OUT(b, "region %-9s %lld %lld", region_name[r], (long long)p->region_off[r], (long long)p->region_bytes[r]);
+    OUT(b, "region %-9s %lld %lld", pp_region_name(r), (long long)p->region_off[r], (long long)p->region_bytes[r]);
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
     OUT(b, "\n");
   }

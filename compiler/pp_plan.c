@@ -32,7 +32,9 @@ static int stage_of_layer(const Graph *g, int pp, int layer) {
 #define BYTE_WEIGHT 8.0
 
 double pp_node_cost(const Graph *g, const IrNode *n) {
-  double out = (double)ir_shape_numel(&n->shape), flops = 0, bytes = 4 * out;
+  /* an element's bytes: the precision's activations and weight copies (f32: 4, bf16: 2) */
+  double es = (double)pp_dtype_bytes(pp_precision_dtype[g->cfg.precision]);
+  double out = (double)ir_shape_numel(&n->shape), flops = 0, bytes = es * out;
   const Shape *x = n->nin ? &g->nodes[n->in[0]].shape : NULL;
   switch (n->op) {
   OP_CASES_LEAF:
@@ -42,23 +44,23 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   case OP_MATMUL: {
     double K = (double)x->d[x->nd - 1], R = (double)ir_shape_numel(x) / K, Nn = (double)n->shape.d[n->shape.nd - 1];
     flops = 2 * R * Nn * K;
-    bytes = 4 * (R * K + Nn * K + R * Nn);
+    bytes = es * (R * K + Nn * K + R * Nn);
     break;
   }
   case OP_ATTENTION: { /* QK^T and PV over S x S scores; half of them under a causal mask */
     double S = (double)x->d[0], B = (double)x->d[1], H = (double)x->d[2], D = (double)x->d[3];
     flops = 4 * B * H * S * S * D * (n->a.causal ? 0.5 : 1);
-    bytes = 4 * 4 * out;
+    bytes = 4 * es * out;
     break;
   }
   case OP_EMBEDDING:
   case OP_POS_EMBEDDING:
     flops = 0;
-    bytes = 8 * out;
+    bytes = 2 * es * out;
     break;
   case OP_CROSS_ENTROPY:
     flops = 5 * (double)ir_shape_numel(x);
-    bytes = 8 * (double)ir_shape_numel(x);
+    bytes = 2 * es * (double)ir_shape_numel(x);
     break;
   /* elementwise and per-row ops: a few flops per input element, every operand read once */
   OP_CASES_FWD_ELEM:
@@ -71,7 +73,7 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
    * whole model's): the data they pass on, as an elementwise op */
   OP_CASES_PP:
   OP_CASES_TP:
-    for (int k = 0; k < n->nin; k++) bytes += 4 * (double)ir_shape_numel(&g->nodes[n->in[k]].shape);
+    for (int k = 0; k < n->nin; k++) bytes += es * (double)ir_shape_numel(&g->nodes[n->in[k]].shape);
     flops = 5 * (x ? (double)ir_shape_numel(x) : out);
     break;
   /* made by autodiff: costed with their forward op (the factor 3 below) */

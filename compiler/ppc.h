@@ -9,6 +9,7 @@
 
 #include "pp_dtype.h"    /* runtime/: element types, their names and sizes */
 #include "pp_limits.h"   /* runtime/: the limits ppr accepts */
+#include "pp_regions.h"  /* runtime/: the arena's regions and their names */
 #include "pp_boundary.h" /* runtime/: the pipeline messages ppr sends, their peers and tags */
 #include "pp_stagedir.h" /* runtime/: the files of a stage directory */
 
@@ -526,7 +527,7 @@ void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __att
  * buffers; mem_plan.c places the buffers; cg_program.c writes the listing
  * ========================================================================================== */
 
-/* ORDER BufClass: the arena's regions, in the order they lie in it (cg_program.c names them) */
+/* ORDER BufClass: the arena's regions, in the order they lie in it: runtime/pp_regions.h, which names them */
 typedef enum BufClass {
   BC_PARAM,
   BC_GRAD,

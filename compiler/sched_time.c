@@ -20,7 +20,10 @@ static double instr_cost(const Program *p, const Instr *in) {
   case I_GEMM: {
     double m = (double)in->m, n = (double)in->n, k = (double)in->k, batch = (double)in->batch;
     flops = 2 * m * n * k * batch;
-    bytes = 4 * (m * k + k * n + m * n) * batch;
+    double ea = (double)pp_dtype_bytes(p->vb[in->op[0].vb].dtype),
+           eb = (double)pp_dtype_bytes(p->vb[in->op[1].vb].dtype),
+           ec = (double)pp_dtype_bytes(p->vb[in->op[2].vb].dtype); /* each operand's element */
+    bytes = (ea * m * k + eb * k * n + ec * m * n) * batch;
     break;
   }
   case I_KERNEL:

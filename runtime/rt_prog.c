@@ -34,12 +34,11 @@ uint64_t rt_fnv1a64(const void *data, size_t n) {
   return h;
 }
 
-static const char *const region_names[RT_NREG] = {"params", "grads", "adam_m",  "adam_v",
-                                                  "copies", "slots", "scratch", "workspace"};
+_Static_assert(RT_NREG == PP_NREGIONS, "RT_REG_* are the arena's regions, in pp_regions.h's order");
 static const char *const block_names[RT_NBLK] = {"forward", "backward", "weights", "optimizer", "refresh"};
 static const char *const scalar_names[RT_NSCALAR] = {"lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2", "clip"};
 
-const char *rt_region_name(int r) { return r >= 0 && r < RT_NREG ? region_names[r] : "?"; }
+const char *rt_region_name(int r) { return pp_region_name(r); }
 const char *rt_block_name(int b) { return b >= 0 && b < RT_NBLK ? block_names[b] : "?"; }
 const char *rt_scalar_name(int s) { return s >= 0 && s < RT_NSCALAR ? scalar_names[s] : "?"; }
 

@@ -9,6 +9,7 @@
 #include "pp_boundary.h"
 #include "pp_dtype.h"
 #include "pp_limits.h"
+#include "pp_regions.h"
 #include "pp_stagedir.h"
 #include "rt_io.h"
 
@@ -48,7 +49,8 @@ int rt_fail_at(char *err, size_t errlen, const char *file, int line, const char 
 
 /* ---- the program --------------------------------------------------------------------------- */
 
-/* the arena's regions; `workspace` (a GEMM library's scratch) may be absent: then it has 0 bytes */
+/* the arena's regions, in runtime/pp_regions.h's order; `workspace` (a GEMM library's scratch) and `copies` may be
+ * absent: then they have 0 bytes */
 enum {
   RT_REG_PARAMS,
   RT_REG_GRADS,
