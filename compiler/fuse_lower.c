@@ -20,11 +20,9 @@ static bool gemm_reader(Op op) {
          op == OP_MATMUL_DW;
 }
 
-enum {
-  WIDE_SUM = 1,
-  WIDE_PARTIAL = 2
-}; /* FuseCtx.wide: column-parallel input gradients and their sums; a
-    * partial sum TP completes */
+/* FuseCtx.wide, in a bf16 program: WIDE_SUM a column-parallel input gradient or a sum of them,
+ * WIDE_PARTIAL a partial sum a tensor-parallel collective completes (analyse) */
+enum { WIDE_SUM = 1, WIDE_PARTIAL = 2 };
 
 static bool is_alias(Op op) {
   return op == OP_SPLIT_HEADS || op == OP_MERGE_HEADS || op == OP_TP_COPY || op == OP_TP_REDUCE || op == OP_ALLREDUCE;
