@@ -28,6 +28,12 @@ static bool is_alias(Op op) {
   return op == OP_SPLIT_HEADS || op == OP_MERGE_HEADS || op == OP_TP_COPY || op == OP_TP_REDUCE || op == OP_ALLREDUCE;
 }
 
+/* The node whose value x's is, through aliases (the producer that owns the bytes). */
+static int alias_source(const FuseCtx *c, int x) {
+  while (is_alias(N(c, x)->op)) x = N(c, x)->in[0];
+  return x;
+}
+
 /* An add of the backward in a sum: read by nothing else, or a term of one. */
 static bool sum_add(const FuseCtx *c, int i) {
   const IrNode *n = N(c, i);
@@ -188,11 +194,7 @@ static void analyse(FuseCtx *c) {
   }
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
-    if (n->op == OP_TP_REDUCE || n->op == OP_ALLREDUCE) {
-      int x = n->in[0];
-      while (is_alias(N(c, x)->op)) x = N(c, x)->in[0];
-      c->wide[x] |= WIDE_PARTIAL;
-    }
+    if (n->op == OP_TP_REDUCE || n->op == OP_ALLREDUCE) { c->wide[alias_source(c, n->in[0])] |= WIDE_PARTIAL; }
   }
   /* fusion: a single-use elementwise op is computed inside its consumer */
   for (int i = 0; i < nn; i++) {
@@ -255,9 +257,7 @@ DType fuse_value_dtype(const FuseCtx *c, int i) {
 static bool reduce_rounds(const FuseCtx *c, int i) {
   const IrNode *n = N(c, i);
   if ((n->op != OP_TP_REDUCE && n->op != OP_ALLREDUCE) || fuse_act_dtype(c) == PP_F32) return false;
-  int x = n->in[0];
-  while (is_alias(N(c, x)->op)) x = N(c, x)->in[0];
-  return !(c->wide[x] & WIDE_SUM);
+  return !(c->wide[alias_source(c, n->in[0])] & WIDE_SUM);
 }
 
 /* A chunk's values' buffers; its parameters are the rank's (pmap, rank_grad). */

@@ -61,6 +61,13 @@ RtGemm rt_gemm_key(const RtGemm *g, int scalars) {
   return key;
 }
 
+void rt_gemm_spans(const RtGemm *g, int64_t n[3]) {
+  int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+  n[0] = (int64_t)(g->batch - 1) * g->sa + (ar - 1) * g->lda + ac;
+  n[1] = (int64_t)(g->batch - 1) * g->sb + (br - 1) * g->ldb + bc;
+  n[2] = (int64_t)(g->batch - 1) * g->sc + ((int64_t)g->m - 1) * g->ldc + g->n;
+}
+
 RtGemm rt_gemm_colmajor(const RtGemm *g) {
   RtGemm c = *g;
   c.ta = g->tb, c.tb = g->ta;

@@ -55,6 +55,9 @@ RtGemm rt_gemm_colmajor(const RtGemm *g);
 /* A device's cache key of g: its shape, strides and types, its alpha and beta when scalars, no
  * offsets, every other byte (padding too) zero, so that keys compare with memcmp. */
 RtGemm rt_gemm_key(const RtGemm *g, int scalars);
+/* The elements each operand of g spans (A, B, C): BATCH stored matrices, leading dimension and
+ * stride apart, (BATCH-1)·stride + (rows-1)·ld + cols; a device that converts an operand converts these. */
+void rt_gemm_spans(const RtGemm *g, int64_t n[3]);
 
 typedef struct RtDevOps {
   RtDevKind kind;

@@ -205,8 +205,6 @@ static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t er
   c->nt = openblas_get_num_threads();
   if (c->nt < 1) c->nt = 1;
   openblas_set_num_threads(1); /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
-#ifdef PPR_DNNL
-#endif
   snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s)", rt_dev_cpu_blas_name());
   *out = &c->d;
   return 0;
@@ -342,16 +340,6 @@ static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C,
 
 #define GEMM_SPLIT_MIN (1 << 18) /* m*n*k*batch below which one thread computes the whole GEMM */
 
-/* One thread pool: OpenBLAS runs single-threaded (cpu_open) and ppr shares each GEMM over the
- * kernels' OpenMP threads: a batch of products into distinct Cs a product per thread, otherwise
- * C's rows (or columns, when wider) in blocks of 16, each thread computing its block of every
- * product in batch order (a batch adding into one C adds in the same order). Each element of C is
- * computed as a one-thread OpenBLAS computes it, so the values do not depend on the threads. */
-/* Elements spanned by batch row-major matrices of rows x cols, leading dimension ld, stride apart. */
-static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-  return (batch - 1) * stride + (rows - 1) * ld + cols;
-}
-
 /* Operand k (A, B, C) of a bf16 GEMM as f32: its n spanned elements widened (exactly) into a buffer
  * of the same layout (only the buffer when !copy: a C that BETA 0 overwrites). NULL when out of
  * memory. */
@@ -374,13 +362,11 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
 /* A GEMM with bf16 operands: each widened to f32, the f32 GEMM (products and sums in f32, as a
  * bf16 GEMM accumulates), then C's m x n results of each product rounded to bf16 once. */
 static int gemm_mixed(Cpu *c, const RtGemm *g) {
-  int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
-  int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
-  const float *A = g->dt[0] == PP_BF16 ? widen(c, 0, g->a, span(ar, ac, g->lda, g->sa, g->batch), true)
-                                       : (const float *)(void *)(c->arena + g->a);
-  const float *B = g->dt[1] == PP_BF16 ? widen(c, 1, g->b, span(br, bc, g->ldb, g->sb, g->batch), true)
-                                       : (const float *)(void *)(c->arena + g->b);
-  float *C = g->dt[2] != PP_BF16 ? (float *)(void *)(c->arena + g->c) : widen(c, 2, g->c, nc, g->beta != 0.0f);
+  int64_t n[3];
+  rt_gemm_spans(g, n);
+  const float *A = g->dt[0] == PP_BF16 ? widen(c, 0, g->a, n[0], true) : (const float *)(void *)(c->arena + g->a);
+  const float *B = g->dt[1] == PP_BF16 ? widen(c, 1, g->b, n[1], true) : (const float *)(void *)(c->arena + g->b);
+  float *C = g->dt[2] != PP_BF16 ? (float *)(void *)(c->arena + g->c) : widen(c, 2, g->c, n[2], g->beta != 0.0f);
   if (!A || !B || !C) return RT_DEV_FAIL(&c->d, "out of memory widening a bf16 GEMM's operands");
   gemm_f32(c, g, A, B, C);
   if (g->dt[2] == PP_BF16) {
@@ -410,7 +396,12 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
                   (float *)(void *)(c->arena + g->c));
 }
 
-/* The f32 GEMM over A, B and C (the arena's, or widened copies of the same layout). */
+/* The f32 GEMM over A, B and C (the arena's, or widened copies of the same layout), on one thread
+ * pool: OpenBLAS runs single-threaded (cpu_open) and ppr shares each GEMM over the kernels' OpenMP
+ * threads: a batch of products into distinct Cs a product per thread, otherwise C's rows (or
+ * columns, when wider) in blocks of 16, each thread computing its block of every product in batch
+ * order (a batch adding into one C adds in the same order). Each element of C is computed as a
+ * one-thread OpenBLAS computes it, so the values do not depend on the threads. */
 static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C) {
   int nt = c->nt;
   if (nt < 2 || (int64_t)g->m * g->n * g->k * g->batch < GEMM_SPLIT_MIN) {

@@ -311,11 +311,6 @@ static int cl_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtK
   return 0;
 }
 
-/* Elements spanned by batch row-major matrices of rows x cols, leading dimension ld, stride apart. */
-static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-  return (batch - 1) * stride + (rows - 1) * ld + cols;
-}
-
 static int launch_1d(RtDev *d, cl_kernel k, int64_t n) {
   Cl *c = (Cl *)d;
   size_t local = 256, groups = (size_t)((n + 255) / 256);
@@ -353,10 +348,9 @@ static int sgemm(RtDev *d, const RtGemm *g, cl_mem a, size_t ao, cl_mem b, size_
  * results rounded back to bf16 once; the same arithmetic as the cpu device's. */
 static int gemm_mixed(RtDev *d, const RtGemm *g) {
   Cl *c = (Cl *)d;
-  int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
   const int64_t off[3] = {g->a, g->b, g->c};
-  const int64_t n[3] = {span(ar, ac, g->lda, g->sa, g->batch), span(br, bc, g->ldb, g->sb, g->batch),
-                        span(g->m, g->n, g->ldc, g->sc, g->batch)};
+  int64_t n[3];
+  rt_gemm_spans(g, n);
   cl_mem m[3];
   size_t o[3];
   for (int k = 0; k < 3; k++) {
