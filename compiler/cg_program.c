@@ -209,7 +209,9 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   }
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch, (long long)c->seq,
       (long long)c->microbatches, c->schedule);
-  OUT(b, "vocab %lld\n", (long long)g->vocab);
+  OUT(b, "vocab %lld", (long long)g->vocab);
+  if (g->loss_masked) OUT(b, " ignore_index %lld", (long long)g->ignore_index);
+  OUT(b, "\n");
   OUT(b, "kernels %s %016llx\n", f->name, (unsigned long long)f->hash);
   /* each kernel file's size and hash, which ppr checks before it loads the file; '- -' for none
    * (--emit program writes no files; a ppc without NVRTC no cubin) */

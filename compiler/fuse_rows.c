@@ -390,6 +390,26 @@ void fuse_rows_logits(FuseCtx *c, int id, int node) {
  * loss is their mean). The `seed` instruction writes it; the fused cross-entropy bakes it in. */
 double fuse_rows_seed(const FuseCtx *c) { return 1.0 / (double)c->g->cfg.microbatches; }
 
+/* The weight of one row's loss in the micro-batch's loss: 1/rows, or with ignore_index the runtime
+ * scalar tokscale = M / (the labels the step counts, over every micro-batch and replica), so that
+ * the step's loss, the mean of the micro-batches' losses, is the mean over the counted tokens. */
+static int row_weight(Kernel *k, KCall *kc, const IrNode *ce, int64_t R) {
+  if (ce->a.masked) return kir_let(k, fuse_kc_scalar(kc, (Operand){.kind = 's', .s = "tokscale"}));
+  return kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), kir_f(k, (double)R), 0));
+}
+
+/* v, or 0 for a row whose label t is the ignore_index */
+static int counted(Kernel *k, const IrNode *ce, int t, int v) {
+  if (!ce->a.masked) return v;
+  return kir_e(k, K_SEL, kir_e(k, K_IEQ, t, kir_i(k, ce->a.ignore_index), 0), kir_f(k, 0), v);
+}
+
+/* a label usable as a column index: an ignored row's reads column 0 (its result is discarded) */
+static int label_col(Kernel *k, const IrNode *ce, int t) {
+  if (!ce->a.masked) return t;
+  return kir_e(k, K_ISEL, kir_e(k, K_IEQ, t, kir_i(k, ce->a.ignore_index), 0), kir_i(k, 0), t);
+}
+
 /* The cross-entropy's backward node when the forward's kernel writes the gradient over the logits
  * in the same pass (llm.c's fused classifier): its CE_DX, whose incoming gradient is the seed, and
  * the logits read by nothing else (a generation pass stops at the `logits` instruction, before the
@@ -434,7 +454,8 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
       int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
       kir_store(k, st, r, '=', lse);
-      kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, t)), 0));
+      kir_store(k, rl, r, '=',
+                counted(k, n, t, kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t))), 0)));
     } else {
       j = kir_reduce(k, kir_i(k, V));
       int tl = kir_reduce_end(k, '+',
@@ -449,15 +470,18 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       int se = kir_reduce_end(k, '+', e);
       int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
       kir_store(k, st, r, '=', lse);
-      kir_store(k, rl, r, '=', kir_e(k, K_SUB, lse, tl, 0));
-      /* the gradient (e / sum - onehot) * seed / rows */
-      int scale = kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, (double)R), 0));
+      kir_store(k, rl, r, '=', counted(k, n, t, kir_e(k, K_SUB, lse, tl, 0)));
+      /* the gradient (e / sum - onehot) * seed * the row's weight (1/rows: seed / rows) */
+      int scale = n->a.masked
+                      ? kir_let(k, kir_e(k, K_MUL, kir_f(k, (float)fuse_rows_seed(c)), row_weight(k, &kc, n, R), 0))
+                      : kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, (double)R), 0));
       int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), se, 0));
       j = kir_tfor(k, kir_i(k, V));
       at = idx2(k, r, V, j);
       int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_f(k, 1), kir_f(k, 0));
       int ex = keep ? kir_ld(k, lg, at) : kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0);
-      kir_store(k, lg, at, '=', kir_e(k, K_MUL, kir_e(k, K_SUB, kir_e(k, K_MUL, ex, inv, 0), oh, 0), scale, 0));
+      kir_store(k, lg, at, '=',
+                counted(k, n, t, kir_e(k, K_MUL, kir_e(k, K_SUB, kir_e(k, K_MUL, ex, inv, 0), oh, 0), scale, 0)));
       kir_end(k);
     }
     k->work = (fused ? 6 : 3) * V;
@@ -512,13 +536,14 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     m = fuse_kc_vbuf(c, &k3, mx, false);
     sm = fuse_kc_vbuf(c, &k3, sums, false);
     int st = fuse_kc_vbuf(c, &k3, c->p->node_aux[id], true), rl = fuse_kc_vbuf(c, &k3, rowloss, true);
+    lab = n->a.masked ? fuse_kc_node(c, &k3, n->in[1], false) : -1;
     r = kir_row(k);
     int lse = kir_let(k, kir_e(k, K_ADD, kir_ld(k, m, r),
                                kir_e(k, K_LOG, kir_ld(k, sm, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)), 0, 0), 0));
     kir_store(k, st, r, '=', lse);
-    kir_store(
-        k, rl, r, '=',
-        kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0));
+    int loss =
+        kir_e(k, K_SUB, lse, kir_ld(k, sm, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)), 0);
+    kir_store(k, rl, r, '=', n->a.masked ? counted(k, n, kir_ld(k, lab, r), loss) : loss);
     fuse_kc_emit(c, &k3);
   }
   /* the mean over the rows: one block */
@@ -527,7 +552,8 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   int out = fuse_kc_node(c, &mc, id, true), src = fuse_kc_vbuf(c, &mc, rowloss, false);
   int i = kir_reduce(mk, kir_i(mk, R));
   int acc = kir_reduce_end(mk, '+', kir_ld(mk, src, i));
-  kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, (double)R), 0));
+  if (n->a.masked) kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_MUL, acc, row_weight(mk, &mc, n, R), 0));
+  else kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, (double)R), 0));
   mk->work = R;
   fuse_kc_emit(c, &mc);
   Instr *in = fuse_prog_instr(c, I_LOSS, id);
@@ -545,8 +571,11 @@ void fuse_rows_ce_dx(FuseCtx *c, int id) {
   int dl = fuse_kc_node(c, &kc, id, true), lg = fuse_kc_node(c, &kc, n->in[0], false),
       lab = fuse_kc_node(c, &kc, n->in[1], false), seed = fuse_kc_node(c, &kc, n->in[2], false),
       st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
+  const IrNode *ce = N(c, n->fwd);
   int r = kir_row(k);
-  int scale = kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, (double)R), 0));
+  int w = ce->a.masked ? row_weight(k, &kc, ce, R) : -1;
+  int scale = ce->a.masked ? kir_let(k, kir_e(k, K_MUL, kir_ld(k, seed, kir_i(k, 0)), w, 0))
+                           : kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, (double)R), 0));
   int lse = kir_let(k, kir_ld(k, st, r));
   int t = kir_let(k, kir_ld(k, lab, r));
   /* vocab-parallel: column j is global column v0 + j; padded columns get no gradient */
@@ -557,7 +586,7 @@ void fuse_rows_ce_dx(FuseCtx *c, int id) {
   int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, gj, t, 0), kir_f(k, 1), kir_f(k, 0));
   int g = kir_e(k, K_MUL, kir_e(k, K_SUB, p, oh, 0), scale, 0);
   if (n->a.vlocal) g = kir_e(k, K_SEL, kir_e(k, K_ILT, gj, kir_i(k, n->a.vtotal), 0), g, kir_f(k, 0));
-  kir_store(k, dl, idx2(k, r, V, j), '=', g);
+  kir_store(k, dl, idx2(k, r, V, j), '=', counted(k, ce, t, g));
   kir_end(k);
   k->work = 3 * V;
   fuse_kc_emit(c, &kc);

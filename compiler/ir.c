@@ -150,7 +150,9 @@ static void print_attrs(FILE *f, const IrNode *n) {
     else if (!strcmp(key, "heads")) fprintf(f, " heads=%lld", (long long)n->a.heads);
     else if (!strcmp(key, "index")) fprintf(f, " index=%lld", (long long)n->a.index);
     else if (!strcmp(key, "parts")) fprintf(f, " parts=%lld", (long long)n->a.parts);
-    else if (!strcmp(key, "causal")) {
+    else if (!strcmp(key, "ignore_index")) {
+      if (n->a.masked) fprintf(f, " ignore_index=%lld", (long long)n->a.ignore_index);
+    } else if (!strcmp(key, "causal")) {
       if (n->a.causal) fputs(" causal", f);
     } else if (!strcmp(key, "llama3")) {
       if (n->a.llama3)

@@ -104,6 +104,14 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (!strcmp(key, "index")) c->a.index = v;
     if (!strcmp(key, "parts")) c->a.parts = v;
     if (!strcmp(key, "original_max_pos")) c->a.original_max_pos = v;
+    if (!strcmp(key, "ignore_index")) {
+      if (v < INT32_MIN || v > INT32_MAX) {
+        ir_build_err(b, val->loc, "ignore_index %lld is not a 32-bit label (labels are int32)", (long long)v);
+        return 1;
+      }
+      c->a.masked = true;
+      c->a.ignore_index = v;
+    }
   } else {
     double v;
     if (ir_build_eval_float(b, val, &v)) return 1;
@@ -479,7 +487,11 @@ static int infer(Builder *b, Call *c) {
   n->shape = out;
   n->layout = lay;
   n->a = c->a;
-  if (c->op == OP_CROSS_ENTROPY) g->loss = id;
+  if (c->op == OP_CROSS_ENTROPY) {
+    g->loss = id;
+    g->loss_masked = c->a.masked;
+    g->ignore_index = c->a.ignore_index;
+  }
   return id;
 }
 

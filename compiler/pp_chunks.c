@@ -27,6 +27,8 @@ Graph *pp_chunks_rank(const Graph *model, const Plan *vplan, const Sched *s, int
   g->cfg.pp = s->pp;
   g->nlayers = model->nlayers;
   g->vocab = model->vocab;
+  g->loss_masked = model->loss_masked;
+  g->ignore_index = model->ignore_index;
   g->layers_loc = model->layers_loc;
   g->infer = model->infer;
   g->loss = g->seed = -1;

@@ -62,6 +62,8 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
   s->cfg = g->cfg;
   s->nlayers = g->nlayers;
   s->vocab = g->vocab;
+  s->loss_masked = g->loss_masked;
+  s->ignore_index = g->ignore_index;
   if (g->bounds) {
     s->bounds = xmalloc((size_t)(pp + 1) * sizeof *s->bounds);
     memcpy(s->bounds, g->bounds, (size_t)(pp + 1) * sizeof *s->bounds);

@@ -221,6 +221,8 @@ typedef struct IrAttrs {
   double factor, low_freq_factor, high_freq_factor;
   int64_t original_max_pos;
   int64_t vlocal, vtotal; /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
+  bool masked;            /* cross_entropy with ignore_index: labels equal to it count for nothing */
+  int64_t ignore_index;
 } IrAttrs;
 
 typedef struct IrNode {
@@ -302,13 +304,15 @@ typedef struct Graph {
   int nlayers;    /* the repeated layer's trip count; 0 when there is no for block */
   Loc layers_loc; /* the for block's range */
   Config cfg;
-  int stage, npp; /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
-  int64_t vocab;  /* rows of the token-embedding table: token ids and labels are below it */
-  int *bounds;    /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
-  int nfwd;       /* nodes [0, nfwd) are the forward graph; the rest, the backward */
-  int seed;       /* the backward-seed node, -1 before autodiff */
-  int *grad;      /* per forward node: its (summed) gradient node, -1 if none */
-  bool infer;     /* a generation program's: forward only, .logits in the loss's place (pp_split.c) */
+  int stage, npp;       /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
+  int64_t vocab;        /* rows of the token-embedding table: token ids and labels are below it */
+  bool loss_masked;     /* the loss's cross_entropy has an ignore_index (the listing's vocab line) */
+  int64_t ignore_index; /* the label that counts for nothing, when loss_masked */
+  int *bounds;          /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
+  int nfwd;             /* nodes [0, nfwd) are the forward graph; the rest, the backward */
+  int seed;             /* the backward-seed node, -1 before autodiff */
+  int *grad;            /* per forward node: its (summed) gradient node, -1 if none */
+  bool infer;           /* a generation program's: forward only, .logits in the loss's place (pp_split.c) */
 } Graph;
 
 int ir_add_node(Graph *g, Op op, Loc loc);

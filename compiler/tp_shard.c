@@ -385,6 +385,8 @@ Graph *tp_shard(const Graph *g) {
   s->nlayers = g->nlayers;
   s->layers_loc = g->layers_loc;
   s->vocab = g->vocab;
+  s->loss_masked = g->loss_masked;
+  s->ignore_index = g->ignore_index;
   s->infer = g->infer;
   s->loss = s->seed = -1;
   s->stage = g->stage;

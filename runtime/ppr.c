@@ -846,6 +846,19 @@ static const char *duration(char *buf, size_t n, double sec) {
   return buf;
 }
 
+/* A loss mask in the data needs a loss that can ignore labels: the program's ignore_index, which
+ * the masked tokens' labels become. 0, or -1 with the message in err. */
+static int data_mask(RtData *d, const char *name, const RtProg *p, const char *path) {
+  if (!d) return 0;
+  if (p->masked) rt_data_set_ignore(d, p->ignore_index);
+  else if (rt_data_has_mask(d))
+    return rt_fail_at(err, sizeof err, __FILE__, __LINE__,
+                      "%s carries a loss mask, but the model's cross_entropy has no ignore_index (%s): write "
+                      "cross_entropy(logits, labels, ignore_index = -100)",
+                      name, path);
+  return 0;
+}
+
 /* --val-frac f: the last floor(f * n) tokens of *d become *val, the rest *d (the training batches
  * then read only them). Each part needs a row's seq + 1 tokens. 0, or -1 with the message in err. */
 static int split_val(RtData **d, RtData **val, const char *name, double f, int seq) {
@@ -1146,6 +1159,7 @@ int main(int argc, char **argv) {
     snprintf(err + l, sizeof err - l, " (%s)%s", path, c.data ? "" : "; pass --data");
     rc = -1;
   }
+  if (!rc) rc = data_mask(d, data_name, p, path);
   if (!rc && c.val_frac > 0) rc = split_val(&d, &dval, data_name, c.val_frac, p->seq);
   if (!rc && c.val_data) {
     rc = rt_data_open(c.val_data, &dval, err, sizeof err);
@@ -1154,6 +1168,7 @@ int main(int argc, char **argv) {
       snprintf(err + l, sizeof err - l, " (--val-data; %s)", path);
       rc = -1;
     }
+    if (!rc) rc = data_mask(dval, c.val_data, p, path);
   }
   settle(rc);
 

@@ -20,6 +20,8 @@ struct RtData {
   unsigned char *buf;       /* owned buffer */
   const unsigned char *tok; /* first token inside buf */
   int max_token;
+  const unsigned char *mask; /* NULL, or n bytes (0/1): whether token p is a label the loss counts */
+  int32_t ignore;            /* the label written for a masked token */
 };
 
 static int32_t rd_i32(const unsigned char *b) {
@@ -120,6 +122,7 @@ static int from_buffer(const char *name, unsigned char *buf, size_t size, int de
     return -1;
   }
   d->buf = buf;
+  d->ignore = -100;
   if (detect && size >= 4 && rd_i32(buf) == RT_DATA_LLMC_MAGIC) {
     if (size < LLMC_HEADER_BYTES) {
       rt_util_set_err(err, errlen, "%s: llm.c token file truncated: expected at least %d header bytes, file has %zu",
@@ -138,18 +141,36 @@ static int from_buffer(const char *name, unsigned char *buf, size_t size, int de
       rt_util_set_err(err, errlen, "%s: llm.c token file: token count %d (expected > 0)", name, (int)count);
       goto fail;
     }
-    uint64_t expect = LLMC_HEADER_BYTES + (uint64_t)w * (uint64_t)count;
+    int32_t masked = rd_i32(buf + 12);
+    if (masked != 0 && masked != 1) {
+      rt_util_set_err(err, errlen,
+                      "%s: llm.c token file: header[3] (the loss-mask flag) is %d: expected 0 (no mask) or 1 (a "
+                      "byte per token after the tokens)",
+                      name, (int)masked);
+      goto fail;
+    }
+    uint64_t expect = LLMC_HEADER_BYTES + (uint64_t)(w + masked) * (uint64_t)count;
     if ((uint64_t)size != expect) {
       rt_util_set_err(err, errlen,
-                      "%s: llm.c token file %s: header says %d tokens, expected %llu bytes (%d + %d*%d), "
+                      "%s: llm.c token file %s: header says %d tokens%s, expected %llu bytes (%d + %d*%d), "
                       "file has %zu",
                       name, (uint64_t)size < expect ? "truncated" : "has trailing bytes", (int)count,
-                      (unsigned long long)expect, LLMC_HEADER_BYTES, w, (int)count, size);
+                      masked ? " and a loss mask" : "", (unsigned long long)expect, LLMC_HEADER_BYTES, w + masked,
+                      (int)count, size);
       goto fail;
     }
     d->n = count;
     d->width = w;
     d->tok = buf + LLMC_HEADER_BYTES;
+    if (masked) {
+      d->mask = d->tok + (size_t)w * (size_t)count;
+      for (int64_t i = 0; i < count; i++)
+        if (d->mask[i] > 1) {
+          rt_util_set_err(err, errlen, "%s: loss mask byte %d at position %lld: expected 0 or 1", name, d->mask[i],
+                          (long long)i);
+          goto fail;
+        }
+    }
   } else {
     if (detect && llmc_impostor(name, buf, size, err, errlen)) goto fail;
     if ((uint64_t)size > (uint64_t)INT64_MAX) {
@@ -294,14 +315,20 @@ int rt_data_slice(const RtData *d, int64_t start, int64_t n, const char *name, R
     return -1;
   }
   RtData *s = calloc(1, sizeof *s);
-  unsigned char *buf = malloc((size_t)n * (size_t)d->width);
+  size_t tb = (size_t)n * (size_t)d->width;
+  unsigned char *buf = malloc(tb + (d->mask ? (size_t)n : 0));
   if (!s || !buf) {
     free(s);
     free(buf);
     rt_util_set_err(err, errlen, "%s: out of memory", name);
     return -1;
   }
-  memcpy(buf, d->tok + (size_t)start * (size_t)d->width, (size_t)n * (size_t)d->width);
+  memcpy(buf, d->tok + (size_t)start * (size_t)d->width, tb);
+  if (d->mask) {
+    memcpy(buf + tb, d->mask + start, (size_t)n);
+    s->mask = buf + tb;
+  }
+  s->ignore = d->ignore;
   s->n = n;
   s->width = d->width;
   s->buf = buf;
@@ -333,20 +360,52 @@ static uint64_t imod(int64_t x, uint64_t m) {
   return (uint64_t)(r < 0 ? r + (int64_t)m : r);
 }
 
+/* ((step*M + m)*B + b)*S mod n, without int64 overflow for any step: (step*M + m)*B, then row b's */
+static uint64_t row_base(const RtData *d, int64_t step, int m, int M, int B) {
+  uint64_t n = (uint64_t)d->n;
+  uint64_t base = mulmod(imod(step, n), imod(M, n), n);
+  base = addmod(base, imod(m, n), n);
+  return mulmod(base, imod(B, n), n);
+}
+
+static uint64_t row_pos(const RtData *d, uint64_t base, int b, int S) {
+  uint64_t n = (uint64_t)d->n;
+  return mulmod(addmod(base, imod(b, n), n), imod(S, n), n);
+}
+
 void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens, int32_t *labels) {
   if (!d || d->n <= 0 || B <= 0 || S <= 0) return;
   uint64_t n = (uint64_t)d->n;
-  /* ((step*M + m)*B + b)*S mod n, without int64 overflow for any step */
-  uint64_t base = mulmod(imod(step, n), imod(M, n), n);
-  base = addmod(base, imod(m, n), n);
-  base = mulmod(base, imod(B, n), n);
+  uint64_t base = row_base(d, step, m, M, B);
   for (int b = 0; b < B; b++) {
-    uint64_t pos = mulmod(addmod(base, imod(b, n), n), imod(S, n), n);
+    uint64_t pos = row_pos(d, base, b, S);
     for (int i = 0; i <= S; i++) {
       int32_t t = tok_at(d, (int64_t)pos);
       if (i < S && tokens) tokens[(size_t)b * (size_t)S + (size_t)i] = t;
-      if (i > 0 && labels) labels[(size_t)b * (size_t)S + (size_t)(i - 1)] = t;
+      if (i > 0 && labels) labels[(size_t)b * (size_t)S + (size_t)(i - 1)] = d->mask && !d->mask[pos] ? d->ignore : t;
       if (++pos == n) pos = 0;
     }
   }
+}
+
+int rt_data_has_mask(const RtData *d) { return d && d->mask; }
+
+void rt_data_set_ignore(RtData *d, int32_t ignore) {
+  if (d) d->ignore = ignore;
+}
+
+int64_t rt_data_count(const RtData *d, int64_t step, int m0, int n, int M, int B, int S) {
+  if (!d || B <= 0 || S <= 0) return 0;
+  int64_t cnt = 0;
+  for (int m = m0; m < m0 + n; m++) {
+    uint64_t base = row_base(d, step, m, M, B);
+    for (int b = 0; b < B; b++) {
+      uint64_t pos = row_pos(d, base, b, S);
+      for (int i = 0; i < S; i++) {
+        if (++pos == (uint64_t)d->n) pos = 0; /* label i is token i + 1 of the row */
+        cnt += (d->mask && !d->mask[pos] ? d->ignore : tok_at(d, (int64_t)pos)) != d->ignore;
+      }
+    }
+  }
+  return cnt;
 }

@@ -382,6 +382,15 @@ static int refresh(Step *s) {
   return 0;
 }
 
+/* A masked loss's row weight for the pass over micro-batches 0 .. M-1 of M at data step `step`:
+ * M / (the labels they count), whatever replica or stage reads them, so that the pass's loss is the
+ * mean over the counted tokens; 0 when none counts (the loss and gradients are then 0). */
+static float tokscale(const RtProg *g, const RtData *d, int64_t step, int M) {
+  if (!g->masked) return 0;
+  int64_t n = rt_data_count(d, step, 0, M, M, g->micro_batch, g->seq);
+  return n > 0 ? (float)((double)M / (double)n) : 0.0f;
+}
+
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx, double *loss,
                  double *gnorm, char *err, size_t errlen) {
   const RtProg *g = x->p;
@@ -405,6 +414,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
   s.scal[RT_S_BC1] = (float)(1.0 - pow(h->beta1, t));
   s.scal[RT_S_BC2] = (float)(1.0 - pow(h->beta2, t));
   s.scal[RT_S_CLIP] = 1.0f;
+  s.scal[RT_S_TOKSCALE] = tokscale(g, d, step, g->microbatches);
   s.grad_norm = NAN;
   s.prof = rt_prof_profiling(x->prof) && step > 0;
   s.tr = rt_trace_on(x->prof);
@@ -563,6 +573,7 @@ int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, 
   s.data_m = k;
   s.limit = k;
   s.loss_div = k;
+  s.scal[RT_S_TOKSCALE] = tokscale(g, d, 0, k);
   for (s.m0 = 0; s.m0 < k; s.m0 += g->microbatches)
     if (forward_run(&s)) return dev_failed(x, err, errlen);
   if (forward_end(&s, "the end of the validation pass's queued work")) return dev_failed(x, err, errlen);

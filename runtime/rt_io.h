@@ -148,7 +148,10 @@ typedef struct RtData RtData;
  * claims to be an llm.c file, which is an error naming the expected magic: its
  * name ends in ".bin" (any case), or its first int32 reads, little- or
  * big-endian, like an llm.c magic (a YYYYMMDD date in 2000..2099: the model
- * checkpoint's 20240326, the tokenizer's 20240328, ...). An empty file is an error. */
+ * checkpoint's 20240326, the tokenizer's 20240328, ...). An empty file is an error.
+ * header[3] is the loss-mask flag (ppr's extension; llm.c writes 0): 1 when count bytes follow
+ * the tokens, byte p 1 if token p counts as a label of the loss, 0 if not (any other byte, or
+ * flag, is an error naming the position). */
 int rt_data_open(const char *path, RtData **out, char *err, size_t errlen);
 /* Text tokens from memory (bytes are copied; no llm.c detection); n == 0 is an error. */
 int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err, size_t errlen);
@@ -171,5 +174,12 @@ int rt_data_slice(const RtData *d, int64_t start, int64_t n, const char *name, R
  * labels[b*S+i] = the last S (both row-major [B,S]). Does nothing if d is NULL
  * or B <= 0 or S <= 0; tokens or labels may be NULL to skip filling them. */
 void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens, int32_t *labels);
+/* Whether d carries a loss mask. A label whose token's mask byte is 0 is written as the ignore
+ * label (rt_data_set_ignore; -100 until set). */
+int rt_data_has_mask(const RtData *d);
+void rt_data_set_ignore(RtData *d, int32_t ignore);
+/* The labels of micro-batches m0 .. m0+n-1 of M at step s (B rows of S) that are not the ignore
+ * label: what a masked loss divides by. */
+int64_t rt_data_count(const RtData *d, int64_t step, int m0, int n, int M, int B, int S);
 
 #endif /* RT_IO_H */

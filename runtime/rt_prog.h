@@ -68,7 +68,7 @@ enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_WEIGHTS, RT_BLK_OPTIMIZER, RT_BLK
  * are each chunk's. refresh (--precision bf16): the working copies from the values, run before a
  * step whenever the values were set from the host. */
 static inline int rt_blk_program(int b) { return b >= RT_BLK_OPTIMIZER; }
-enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_NSCALAR };
+enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_S_TOKSCALE, RT_NSCALAR };
 
 typedef enum {
   RT_I_BATCH,
@@ -258,6 +258,8 @@ typedef struct RtProg {
   RtLogits logits;                    /* its logits, on the rank holding the last virtual stage */
   int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
   int64_t vocab;
+  int masked;       /* `vocab N ignore_index I`: the loss counts the labels other than I */
+  int ignore_index; /* I */
   RtRegion reg[RT_NREG];
   int nslots;
   int64_t arena;

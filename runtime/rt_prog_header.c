@@ -20,7 +20,7 @@ static const char *const header_forms[H_COUNT] = {
     "rank R stage S tp_rank T dp_rank D",
     "peers prev P next N",
     "step micro_batch B seq S microbatches M schedule NAME",
-    "vocab N",
+    "vocab N [ignore_index I]",
     "kernels NAME HEX16",
     "object so BYTES|- HEX16|-",
     "object cl BYTES|- HEX16|-",
@@ -263,7 +263,13 @@ int rt_prog_header_line(RtParser *s, size_t after) {
                          PP_SCHED_FORWARD, g->dp, g->microbatches);
     break;
   case H_VOCAB:
-    if (rt_prog_want_nf(s, 2, form) || rt_prog_want_int(s, 1, "vocab", 1, INT32_MAX, &g->vocab)) return -1;
+    if (s->nf == 4) { /* a cross-entropy with ignore_index */
+      if (rt_prog_want_word(s, 2, "ignore_index", form) ||
+          rt_prog_want_i32(s, 3, "ignore_index", INT32_MIN, INT32_MAX, &g->ignore_index))
+        return -1;
+      g->masked = 1;
+    } else if (rt_prog_want_nf(s, 2, form)) return -1;
+    if (rt_prog_want_int(s, 1, "vocab", 1, INT32_MAX, &g->vocab)) return -1;
     break;
   case H_KERNELS:
     if (rt_prog_want_nf(s, 3, form)) return -1;

@@ -5,11 +5,17 @@
                               [--name NAME] [--eos] [--tokenizer-out FILE] INPUT...
 
 INPUT: text files (each file one document) or JSON Lines files (*.jsonl: one document per line, in
-its "text" field). The documents are tokenised in order with the `tokenizers` package (PyPI) and
+its "text" field, or a supervised fine-tuning pair in its "prompt" and "completion" fields). The documents are tokenised in order with the `tokenizers` package (PyPI) and
 concatenated (with --eos, the tokenizer's end-of-text token after each). The last --val-frac of the
 documents (at least one, when the fraction is above 0 and there are two or more) are the validation
 split: NAME_train.bin and NAME_val.bin in DIR (default: NAME "tokens", DIR "."); with --val-frac 0
 only NAME_train.bin.
+
+A prompt/completion document is the prompt's tokens then the completion's (then the end-of-text
+token with --eos), and only the completion's count in the loss: when the inputs hold any such
+document, the files carry a loss mask (header int32 3 = 1, then a byte per token, 0 for a prompt's
+tokens and 1 for every other), which a model with cross_entropy(..., ignore_index = -100) trains on
+(docs/language.md); a "text" document's tokens all count.
 
 --tokenizer-out FILE also writes the tokenizer's id-to-bytes table as llm.c's tokenizer file (magic
 20240328, version 1, the count of tokens, then each token as a length byte and its bytes), which ppr
@@ -39,7 +45,8 @@ def fail(msg):
 
 
 def documents(path):
-    """The documents of one input file: the whole text, or each JSONL line's "text"."""
+    """The documents of one input file: the whole text, or each JSONL line's "text" (a string), or
+    its "prompt" and "completion" (a pair of strings)."""
     try:
         with open(path, encoding="utf-8") as f:
             if not path.endswith(".jsonl"):
@@ -52,8 +59,13 @@ def documents(path):
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
                     fail("%s:%d: not JSON: %s" % (path, no, e))
+                if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and \
+                        isinstance(obj.get("completion"), str) and "text" not in obj:
+                    yield (obj["prompt"], obj["completion"])
+                    continue
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                    fail('%s:%d: expected a JSON object with a string "text" field' % (path, no))
+                    fail('%s:%d: expected a JSON object with a string "text" field, or string "prompt" and '
+                         '"completion" fields' % (path, no))
                 yield obj["text"]
     except OSError as e:
         fail("%s: %s" % (path, e.strerror))
@@ -61,11 +73,11 @@ def documents(path):
         fail("%s: not UTF-8 text: %s" % (path, e))
 
 
-def write_llmc(path, magic, version, count, body):
-    """An llm.c file: a header of 256 little-endian int32 (magic, version, count), then body;
-    through a temporary beside it and a rename."""
+def write_llmc(path, magic, version, count, body, masked=0):
+    """An llm.c file: a header of 256 little-endian int32 (magic, version, count, the loss-mask
+    flag), then body; through a temporary beside it and a rename."""
     hdr = [0] * 256
-    hdr[0], hdr[1], hdr[2] = magic, version, count
+    hdr[0], hdr[1], hdr[2], hdr[3] = magic, version, count, masked
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
@@ -80,8 +92,9 @@ def write_llmc(path, magic, version, count, body):
         fail("%s: %s" % (path, e.strerror))
 
 
-def write_tokens(path, toks, vocab):
-    """llm.c's token file: version 1 (uint16) for vocab <= 65536, else version 2 (uint32)."""
+def write_tokens(path, toks, vocab, mask=None):
+    """llm.c's token file: version 1 (uint16) for vocab <= 65536, else version 2 (uint32); with a
+    mask (0/1 per token) the loss mask after the tokens."""
     if not toks:
         fail("%s: no tokens to write (an llm.c token file holds at least one)" % path)
     if len(toks) > 2**31 - 1:
@@ -90,9 +103,13 @@ def write_tokens(path, toks, vocab):
     for i, t in enumerate(toks):
         if not 0 <= t < vocab:
             fail("%s: token %d at position %d is not below the vocabulary's %d" % (path, t, i, vocab))
-    write_llmc(path, MAGIC, ver, len(toks), struct.pack("<%d%s" % (len(toks), fmt), *toks))
-    print("%s: %d tokens, version %d (%s tokens, vocabulary %d)" % (path, len(toks), ver,
-                                                                    "uint16" if ver == 1 else "uint32", vocab))
+    body = struct.pack("<%d%s" % (len(toks), fmt), *toks)
+    if mask is not None:
+        body += bytes(mask)
+    write_llmc(path, MAGIC, ver, len(toks), body, 1 if mask is not None else 0)
+    print("%s: %d tokens, version %d (%s tokens, vocabulary %d)%s" % (
+        path, len(toks), ver, "uint16" if ver == 1 else "uint32", vocab,
+        "" if mask is None else ", a loss mask: %d of them count" % sum(mask)))
 
 
 def gpt2_byte_decoder():
@@ -193,11 +210,14 @@ def main():
         if eos is None:
             fail("%s: --eos: the tokenizer has none of <|endoftext|>, </s>, <|im_end|>, <eos>, <|end_of_text|>"
                  % a.tokenizer)
-    docs = []
+    docs, masks = [], []
     for path in a.inputs:
-        for text in documents(path):
-            ids = tok.encode(text, add_special_tokens=False).ids
-            docs.append(ids + ([eos] if eos is not None else []))
+        for doc in documents(path):
+            prompt, text = doc if isinstance(doc, tuple) else ("", doc)
+            p = tok.encode(prompt, add_special_tokens=False).ids if prompt else []
+            ids = tok.encode(text, add_special_tokens=False).ids + ([eos] if eos is not None else [])
+            docs.append(p + ids)
+            masks.append([0] * len(p) + [1] * len(ids) if isinstance(doc, tuple) else None)
     if not docs:
         fail("no documents in %s" % ", ".join(a.inputs))
     nval = 0
@@ -207,9 +227,18 @@ def main():
         fail("--val-frac %g needs two documents or more (found one)" % a.val_frac)
     os.makedirs(a.out_dir, exist_ok=True)
     split = len(docs) - nval
-    write_tokens(os.path.join(a.out_dir, a.name + "_train.bin"), [t for d in docs[:split] for t in d], vocab)
+    masked = any(m is not None for m in masks)
+
+    def mask_of(lo, hi):
+        if not masked:
+            return None
+        return [b for d, m in zip(docs[lo:hi], masks[lo:hi]) for b in (m if m is not None else [1] * len(d))]
+
+    write_tokens(os.path.join(a.out_dir, a.name + "_train.bin"), [t for d in docs[:split] for t in d], vocab,
+                 mask_of(0, split))
     if nval:
-        write_tokens(os.path.join(a.out_dir, a.name + "_val.bin"), [t for d in docs[split:] for t in d], vocab)
+        write_tokens(os.path.join(a.out_dir, a.name + "_val.bin"), [t for d in docs[split:] for t in d], vocab,
+                     mask_of(split, len(docs)))
 
 
 if __name__ == "__main__":

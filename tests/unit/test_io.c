@@ -1046,6 +1046,53 @@ static void test_data(T *t) {
   rt_data_close(d);
   free(img);
 
+  /* a loss mask after the tokens (header[3] = 1): masked tokens' labels become the ignore label,
+   * counted by rt_data_count, kept by rt_data_slice */
+  {
+    enum { MT = 97 };
+    uint16_t mt[MT];
+    for (int i = 0; i < MT; i++) mt[i] = (uint16_t)(i * 7 % 50);
+    size_t mn;
+    unsigned char *mimg = llmc_image(RT_DATA_LLMC_MAGIC, 1, MT, mt, MT, MT, &mn);
+    mimg[12] = 1;
+    for (int i = 0; i < MT; i++) mimg[1024 + 2 * MT + i] = (unsigned char)(i % 3 != 0);
+    write_bytes(p, mimg, mn);
+    RtData *md = NULL, *ms = NULL;
+    rc = rt_data_open(p, &md, err, sizeof err);
+    check(t, rc == 0 && rt_data_has_mask(md) && rt_data_len(md) == MT, "data: a token file with a loss mask opens [%s]",
+          rc ? err : "ok");
+    if (rc == 0) {
+      enum { B = 3, S = 5, M = 4 };
+      int32_t tk[B * S], lb[B * S];
+      int okb = 1;
+      int64_t want = 0;
+      rt_data_set_ignore(md, -7);
+      for (int m = 0; m < M; m++) {
+        rt_data_batch(md, 2, m, M, B, S, tk, lb);
+        for (int b = 0; b < B; b++)
+          for (int i = 0; i < S; i++) {
+            int64_t pos = (((2 * M + m) * B + b) * S + i + 1) % MT;
+            int32_t exp = pos % 3 != 0 ? mt[pos] : -7;
+            okb = okb && lb[b * S + i] == exp && tk[b * S + i] == mt[(pos - 1 + MT) % MT];
+            want += pos % 3 != 0;
+          }
+      }
+      check(t, okb, "data: a masked token's label is the ignore label, the tokens stay");
+      int64_t got = rt_data_count(md, 2, 0, M, M, B, S);
+      check(t, got == want, "data: rt_data_count %lld labels counted, expected %lld", (long long)got, (long long)want);
+      rc = rt_data_slice(md, 30, 40, "masked", &ms, err, sizeof err);
+      int oks = rc == 0 && rt_data_has_mask(ms);
+      if (oks) {
+        rt_data_batch(ms, 0, 0, 1, 1, 5, tk, lb);
+        for (int i = 0; i < 5; i++) oks = oks && lb[i] == ((31 + i) % 3 != 0 ? mt[31 + i] : -7);
+      }
+      check(t, oks, "data: a slice keeps its part of the mask and the ignore label [%s]", rc ? err : "ok");
+    }
+    rt_data_close(ms);
+    rt_data_close(md);
+    free(mimg);
+  }
+
   /* one-token file, token 65535 */
   uint16_t one = 65535;
   img = llmc_image(RT_DATA_LLMC_MAGIC, 1, 1, &one, 1, 0, &n);
