@@ -140,6 +140,15 @@ static void expr(Rend *r, int id) {
     expr(r, e->a);
     EMIT(")");
     break;
+  case K_RAND:
+    EMIT("ppk_rand(");
+    expr(r, e->a);
+    EMIT(", ");
+    expr(r, e->b);
+    EMIT(", ");
+    expr(r, e->c);
+    EMIT(")");
+    break;
   case K_MAX:
     EMIT("ppk_max(");
     expr(r, e->a);

@@ -33,6 +33,28 @@ static int sigmoid(Kernel *k, int x) {
 
 #define GELU_C 0.7978845608028654 /* sqrt(2/pi) */
 
+_Static_assert((PP_MAX_LAYERS + 1) * (int64_t)PP_DROPOUT_MAX <= (int64_t)1 << 24 && PP_MAX_NUMEL <= (int64_t)1 << 40,
+               "a dropout stream and index fit the 64-bit counter word");
+
+/* Dropout's factor at flat index idx of its value: 0 for a dropped element, 1/(1-p) for a kept one
+ * (drawn u >= p), 1 outside a training step (s:train 0: a validation pass) and in a generation
+ * program. The draw is ppk_rand of the counter (idx + stream·2^40, s:rngctr) under the key s:seed:
+ * rngctr is the step and the global micro-batch, so the mask depends on the seed, the step, the
+ * micro-batch, the op and the element's index in the replicated value alone -- the same on every
+ * mesh, and drawn again, not stored, by the gradient (.dropout_dx). */
+static int dropout_factor(FuseCtx *c, KCall *kc, const IrNode *n, int idx) {
+  Kernel *k = kc->k;
+  if (c->g->infer || n->a.p == 0) return kir_f(k, 1);
+  /* the op's stream: its number in the source and its layer (the repeated layer's body is one
+   * source), below 2^24 (PP_DROPOUT_MAX, PP_MAX_LAYERS); the index below 2^40 (PP_MAX_NUMEL) */
+  int64_t stream = (int64_t)(n->layer + 1) * PP_DROPOUT_MAX + n->a.dropid;
+  int at = kir_e(k, K_IADD, idx, kir_i(k, stream * ((int64_t)1 << 40)), 0);
+  int u = kir_e(k, K_RAND, at, fuse_kc_rscalar(kc, "seed"), fuse_kc_rscalar(kc, "rngctr"));
+  int f = kir_e(k, K_SEL, kir_e(k, K_FLT, u, kir_f(k, (float)n->a.p), 0), kir_f(k, 0),
+                kir_f(k, (float)(1.0 / (1.0 - n->a.p))));
+  return kir_e(k, K_SEL, kir_e(k, K_IEQ, fuse_kc_rscalar(kc, "train"), kir_i(k, 0), 0), kir_f(k, 1), f);
+}
+
 /* The value of an elementwise op at flat index idx, from its inputs' values. */
 int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
   Kernel *k = kc->k;
@@ -55,6 +77,8 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
                  kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_TANH, u, 0, 0), 0), 0);
   }
   case OP_RELU: return kir_e(k, K_MAX, kir_f(k, 0), a, 0); /* ppk_max(0, x): x when x is NaN, as torch.relu */
+  case OP_DROPOUT:
+  case OP_DROPOUT_DX: return kir_e(k, K_MUL, a, dropout_factor(c, kc, n, idx), 0);
   case OP_SILU_DX: {
     /* dy * s * (1 + x (1 - s)), s = sigmoid(x) */
     int dy = kir_let(k, a), x = kir_let(k, b);

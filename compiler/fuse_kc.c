@@ -51,6 +51,15 @@ int fuse_kc_iscalar(KCall *kc, Operand o) {
   return kir_iarg(kc->k, n);
 }
 
+/* An int64 runtime scalar (s:NAME), one argument however often the kernel reads it. */
+int fuse_kc_rscalar(KCall *kc, const char *name) {
+  for (int n = 0; n < kc->nscal; n++) {
+    const Operand *o = &kc->ops[KIR_MAX_BUFS + n];
+    if (o->kind == 's' && !strcmp(o->s, name) && kc->k->arg_int[n]) return kir_iarg(kc->k, n);
+  }
+  return fuse_kc_iscalar(kc, (Operand){.kind = 's', .s = name});
+}
+
 /* Render and deduplicate by body: the program's index of the kernel. */
 int fuse_kc_register(FuseCtx *c, Kernel *k) {
   char base[32];

@@ -121,6 +121,14 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (!strcmp(key, "factor")) c->a.factor = v;
     if (!strcmp(key, "low_freq_factor")) c->a.low_freq_factor = v;
     if (!strcmp(key, "high_freq_factor")) c->a.high_freq_factor = v;
+    if (!strcmp(key, "p")) {
+      if (!(v >= 0 && v < 1)) {
+        ir_build_err(b, val->loc, "dropout's p is %g: expected 0 <= p < 1 (the probability of dropping an element)", v);
+        c->has[k] = 1; /* given, if wrong: no second error saying it is missing */
+        return 1;
+      }
+      c->a.p = v;
+    }
   }
   c->has[k] = 1;
   return 0;
@@ -406,6 +414,15 @@ static int infer(Builder *b, Call *c) {
   case OP_RELU:
     out = N(b, in[0])->shape;
     lay = N(b, in[0])->layout;
+    break;
+  case OP_DROPOUT:
+    out = N(b, in[0])->shape;
+    lay = N(b, in[0])->layout;
+    if (g->ndropout >= PP_DROPOUT_MAX) {
+      ir_build_err(b, e->loc, "more than %d dropout calls in the model", PP_DROPOUT_MAX);
+      return -1;
+    }
+    c->a.dropid = g->ndropout++; /* in the order of the source: the same op on every stage */
     break;
   case OP_ADD:
   case OP_MUL: {

@@ -221,6 +221,8 @@ typedef struct IrAttrs {
   double factor, low_freq_factor, high_freq_factor;
   int64_t original_max_pos;
   int64_t vlocal, vtotal; /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
+  double p;               /* dropout: the probability of dropping an element */
+  int64_t dropid;         /* dropout: the op's number in the model (its masks' stream), 0, 1, ... */
   bool masked;            /* cross_entropy with ignore_index: labels equal to it count for nothing */
   int64_t ignore_index;
 } IrAttrs;
@@ -306,6 +308,7 @@ typedef struct Graph {
   Config cfg;
   int stage, npp;       /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
   int64_t vocab;        /* rows of the token-embedding table: token ids and labels are below it */
+  int ndropout;         /* dropout ops of the model: their dropid are 0 .. ndropout-1 */
   bool loss_masked;     /* the loss's cross_entropy has an ignore_index (the listing's vocab line) */
   int64_t ignore_index; /* the label that counts for nothing, when loss_masked */
   int *bounds;          /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
@@ -407,8 +410,9 @@ typedef enum KOp {
   K_COS,
   K_SIN,
   K_POW,
-  K_SEL, /* a ? b : c, a an int condition */
-  K_RND, /* a rounded to bf16 and widened back: a bf16 value computed inside another kernel */
+  K_SEL,  /* a ? b : c, a an int condition */
+  K_RND,  /* a rounded to bf16 and widened back: a bf16 value computed inside another kernel */
+  K_RAND, /* a uniform float in [0, 1), a multiple of 2^-24: Philox4x32-10 of counter a, key b, stream c (ints) */
   /* int-valued (int64) */
   K_I,
   K_ROW,
@@ -692,6 +696,7 @@ int fuse_kc_vbuf(FuseCtx *c, KCall *kc, int vb, bool written);
 int fuse_kc_node(FuseCtx *c, KCall *kc, int node, bool written); /* node's buffer as a parameter */
 int fuse_kc_scalar(KCall *kc, Operand o);                        /* a float argument */
 int fuse_kc_iscalar(KCall *kc, Operand o);                       /* an int64 argument */
+int fuse_kc_rscalar(KCall *kc, const char *name);                /* an int64 runtime scalar, once a kernel */
 int fuse_kc_register(FuseCtx *c, Kernel *k);                     /* the program's kernel of that body: its index */
 void fuse_kc_emit(FuseCtx *c, KCall *kc);                        /* registers the kernel and calls it */
 

@@ -363,6 +363,15 @@ static void node(T *t, int i) {
   case OP_SILU:
   case OP_GELU:
   case OP_RELU: id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0); break;
+  case OP_DROPOUT: /* its mask is drawn by the element's index in the whole value: one every rank has */
+    if (s0 == SH_SPLIT) {
+      fail(t, n->loc,
+           "dropout of a value split by tensor parallelism: apply it to a replicated value (after a row-parallel "
+           "linear's reduction, as Megatron does), whose elements every rank numbers alike");
+      return;
+    }
+    id = clone(t, i, 1, in, x, s0);
+    break;
   case OP_PARAM:
     diag_fatal("internal: tp_shard's node() given a parameter: param() shards those");
   /* made by this pass, or by autodiff after it: never in the forward graph it shards */

@@ -58,3 +58,23 @@ static inline uint16_t ppk_bf16_st(float f) {
 /* x as a bf16 holds it: a bf16 value computed inside the kernel that reads it (fused), rounded as
  * its own kernel would have stored it. */
 static inline float ppk_bf16_rnd(float x) { return ppk_bf16_ld(ppk_bf16_st(x)); }
+
+/* Dropout's draw: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC
+ * 2011) of the 128-bit counter (ctr, stream), low words first, under the 64-bit key; the first word
+ * of the result, its upper 24 bits times 2^-24: a uniform float in [0, 1), exact. Integer
+ * arithmetic alone, so every device (the OpenCL and CUDA preludes) and tests/reference/philox.py
+ * draw the same number. */
+static inline float ppk_rand(int64_t ctr, int64_t key, int64_t stream) {
+  uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)((uint64_t)ctr >> 32), c2 = (uint32_t)stream,
+           c3 = (uint32_t)((uint64_t)stream >> 32), k0 = (uint32_t)key, k1 = (uint32_t)((uint64_t)key >> 32);
+  for (int i = 0; i < 10; i++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    c1 = (uint32_t)p1;
+    c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c3 = (uint32_t)p0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (float)(c0 >> 8) * 5.9604644775390625e-8f;
+}

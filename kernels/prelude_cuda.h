@@ -41,3 +41,20 @@ static __device__ __forceinline__ unsigned short ppk_bf16_st(float f) {
   return (unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 static __device__ __forceinline__ float ppk_bf16_rnd(float x) { return ppk_bf16_ld(ppk_bf16_st(x)); }
+
+/* Dropout's draw: the C prelude's ppk_rand (Philox4x32-10; there: what it computes), word for word. */
+static __device__ __forceinline__ float ppk_rand(int64_t ctr, int64_t key, int64_t stream) {
+  unsigned int c0 = (unsigned int)ctr, c1 = (unsigned int)((unsigned long long)ctr >> 32), c2 = (unsigned int)stream,
+               c3 = (unsigned int)((unsigned long long)stream >> 32), k0 = (unsigned int)key,
+               k1 = (unsigned int)((unsigned long long)key >> 32);
+  for (int i = 0; i < 10; i++) {
+    unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+    c0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0;
+    c1 = (unsigned int)p1;
+    c2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+    c3 = (unsigned int)p0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (float)(c0 >> 8) * 5.9604644775390625e-8f;
+}

@@ -61,3 +61,19 @@ __kernel void ppk_narrow_bf16(__global char *arena, long off, __global const flo
     dst[at] = ppk_bf16_st(src[at]);
   }
 }
+
+/* Dropout's draw: the C prelude's ppk_rand (Philox4x32-10; there: what it computes), word for word. */
+static inline float ppk_rand(int64_t ctr, int64_t key, int64_t stream) {
+  uint c0 = (uint)ctr, c1 = (uint)((ulong)ctr >> 32), c2 = (uint)stream, c3 = (uint)((ulong)stream >> 32),
+       k0 = (uint)key, k1 = (uint)((ulong)key >> 32);
+  for (int i = 0; i < 10; i++) {
+    ulong p0 = (ulong)0xD2511F53u * c0, p1 = (ulong)0xCD9E8D57u * c2;
+    c0 = (uint)(p1 >> 32) ^ c1 ^ k0;
+    c1 = (uint)p1;
+    c2 = (uint)(p0 >> 32) ^ c3 ^ k1;
+    c3 = (uint)p0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (float)(c0 >> 8) * 5.9604644775390625e-8f;
+}

@@ -14,6 +14,7 @@
 #define PP_MAX_NAME     512                /* bytes of a checkpoint, model, kernel or file name */
 #define PP_MAX_LAYERS   100000             /* repetitions of the repeated layer */
 #define PP_MAX_CHUNKS   16                 /* chunks of layers one rank holds (interleaved, zbv: --vpp) */
+#define PP_DROPOUT_MAX  128                /* dropout calls in a model's source (the layer's counted once) */
 
 /* A name that a listing can carry as one field and a safetensors header as one key: printable
  * ASCII without space, quote, backslash or '#' (a listing's comment), 1 to PP_MAX_NAME bytes. Returns the offset of the

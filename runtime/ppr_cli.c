@@ -34,6 +34,8 @@ static const char usage[] =
     "                              .safetensors file, a sharded checkpoint's index (*.json) or a\n"
     "                              model folder (model.safetensors or its index)\n"
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
+    "  --dropout-seed N            the key of dropout's masks, which the step, the micro-batch, the\n"
+    "                              op and the element's index pick from (default 1; any mesh)\n"
     "  --resume CKPT               continue a run from a --save: its weights, AdamW moments and step\n"
     "                              count (trainer_state.json); the model, optimizer settings, lr\n"
     "                              schedule, data and batch must be the same; any mesh. Step k+1 on:\n"
@@ -191,7 +193,8 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
   c->temperature = 1;
   c->sample_seed = 1;
   int have_steps = 0, have_sampling = 0;
-  c->h = (RtHyper){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0};
+  c->h = (RtHyper){
+      .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0, .dropout_seed = 1};
   enum {
     O_INIT = 256,
     O_SEED,
@@ -235,7 +238,8 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     O_TOKENIZER,
     O_TEMPERATURE,
     O_TOP_K,
-    O_SAMPLE_SEED
+    O_SAMPLE_SEED,
+    O_DROPOUT_SEED
   };
   static const struct option longs[] = {
       {"init", required_argument, NULL, O_INIT},
@@ -282,6 +286,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
       {"temperature", required_argument, NULL, O_TEMPERATURE},
       {"top-k", required_argument, NULL, O_TOP_K},
       {"sample-seed", required_argument, NULL, O_SAMPLE_SEED},
+      {"dropout-seed", required_argument, NULL, O_DROPOUT_SEED},
       {NULL, 0, NULL, 0},
   };
   opterr = 0; /* the messages below name the option as it was written */
@@ -378,6 +383,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_TEMPERATURE: c->temperature = num(flag, v, 0, 1e6, 0, 0); break;
     case O_TOP_K: c->top_k = (int64_t)count(flag, v, INT32_MAX); break;
     case O_SAMPLE_SEED: c->sample_seed = count(flag, v, UINT64_MAX); break;
+    case O_DROPOUT_SEED: c->h.dropout_seed = count(flag, v, UINT64_MAX); break;
     case ':': bad_usage("%s needs a value", flag); break;
     default: /* '?': getopt_long's answer for an option it does not know */
       if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);

@@ -189,6 +189,18 @@ static int grad_norm(Step *s, const RtInstr *in) {
   return 0;
 }
 
+/* An int64 runtime scalar for local micro-batch mb. rngctr numbers the micro-batch globally (as
+ * the data does: replica d's local mb is the step's m0 + d·(M/dp) + mb), so that a dropout mask is
+ * the same on every mesh. train: a training step's (which has hyper-parameters), not a forward
+ * pass's (which names itself for the watchdog). */
+static int64_t iscalar(const Step *s, int k, int mb) {
+  const RtProg *g = s->x->p;
+  if (k == RT_S_SEED) return s->h ? (int64_t)s->h->dropout_seed : 0;
+  if (k == RT_S_TRAIN) return s->h && !s->what;
+  uint64_t m = (uint64_t)(s->m0 + (int64_t)g->dp_rank * g->local_microbatches + mb);
+  return (int64_t)(((uint64_t)s->step << 32) | (m & 0xffffffffu));
+}
+
 /* Runs chunk c's block b for micro-batch mb in slot slot: 0; -1 the hook failed; -2 the device failed. */
 static int run_block(Step *s, int c, int b, int mb, int slot) {
   RtExec *x = s->x;
@@ -224,7 +236,10 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
         case RT_A_PTR: a[k] = (RtKArg){.kind = RT_KA_PTR, .off = at(g, &r->ptr, slot)}; break;
         case RT_A_F32: a[k] = (RtKArg){.kind = RT_KA_F32, .f = r->f}; break;
         case RT_A_I64: a[k] = (RtKArg){.kind = RT_KA_I64, .i = r->i}; break;
-        case RT_A_SCALAR: a[k] = (RtKArg){.kind = RT_KA_F32, .f = s->scal[r->scalar]}; break;
+        case RT_A_SCALAR:
+          if (r->scalar < RT_S_SEED) a[k] = (RtKArg){.kind = RT_KA_F32, .f = s->scal[r->scalar]};
+          else a[k] = (RtKArg){.kind = RT_KA_I64, .i = iscalar(s, r->scalar, mb)};
+          break;
         }
       }
       rc = rt_dev_launch(dev, in->kernel, &in->geom, in->nargs, a);

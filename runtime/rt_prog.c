@@ -36,8 +36,9 @@ uint64_t rt_fnv1a64(const void *data, size_t n) {
 
 _Static_assert(RT_NREG == PP_NREGIONS, "RT_REG_* are the arena's regions, in pp_regions.h's order");
 static const char *const block_names[RT_NBLK] = {"forward", "backward", "weights", "optimizer", "refresh"};
-static const char *const scalar_names[RT_NSCALAR] = {"lr",  "beta1", "beta2", "eps",     "wd",
-                                                     "bc1", "bc2",   "clip",  "tokscale"};
+static const char *const scalar_names[] = {"lr",  "beta1", "beta2",    "eps",  "wd",     "bc1",
+                                           "bc2", "clip",  "tokscale", "seed", "rngctr", "train"};
+_Static_assert(sizeof scalar_names / sizeof scalar_names[0] == RT_NSCALAR, "a name for every RT_S_*");
 
 const char *rt_region_name(int r) { return pp_region_name(r); }
 const char *rt_block_name(int b) { return b >= 0 && b < RT_NBLK ? block_names[b] : "?"; }

@@ -68,7 +68,22 @@ enum { RT_BLK_FORWARD, RT_BLK_BACKWARD, RT_BLK_WEIGHTS, RT_BLK_OPTIMIZER, RT_BLK
  * are each chunk's. refresh (--precision bf16): the working copies from the values, run before a
  * step whenever the values were set from the host. */
 static inline int rt_blk_program(int b) { return b >= RT_BLK_OPTIMIZER; }
-enum { RT_S_LR, RT_S_BETA1, RT_S_BETA2, RT_S_EPS, RT_S_WD, RT_S_BC1, RT_S_BC2, RT_S_CLIP, RT_S_TOKSCALE, RT_NSCALAR };
+/* The runtime scalars (s:NAME): floats, then from RT_S_SEED on int64s. */
+enum {
+  RT_S_LR,
+  RT_S_BETA1,
+  RT_S_BETA2,
+  RT_S_EPS,
+  RT_S_WD,
+  RT_S_BC1,
+  RT_S_BC2,
+  RT_S_CLIP,
+  RT_S_TOKSCALE,
+  RT_S_SEED,   /* --dropout-seed */
+  RT_S_RNGCTR, /* (step mod 2^32)·2^32 + the global micro-batch: dropout's stream */
+  RT_S_TRAIN,  /* 1 in a training step, 0 in a validation or generation pass */
+  RT_NSCALAR
+};
 
 typedef enum {
   RT_I_BATCH,
@@ -336,6 +351,7 @@ typedef struct {
   double lr, beta1, beta2, eps, wd;
   double clip; /* clip_max; used only when use_clip */
   int use_clip;
+  uint64_t dropout_seed; /* dropout's Philox key (s:seed) */
 } RtHyper;
 
 /* Called once per step in the optimizer block just before its grad_norm runs: the gradients are

@@ -201,8 +201,10 @@ static int parse_kernel(RtParser *s, RtInstr *in) {
       for (int k = 0; k < RT_NSCALAR; k++)
         if (!strcmp(t + 2, rt_scalar_name(k))) x->scalar = k;
       if (x->scalar < 0)
-        return rt_prog_err(
-            s, "%s: unknown runtime scalar '%.60s' (lr, beta1, beta2, eps, wd, bc1, bc2, clip, tokscale)", what, t);
+        return rt_prog_err(s,
+                           "%s: unknown runtime scalar '%.60s' (lr, beta1, beta2, eps, wd, bc1, bc2, clip, tokscale, "
+                           "seed, rngctr, train)",
+                           what, t);
       if (x->scalar == RT_S_CLIP && (s->cur_blk != RT_BLK_OPTIMIZER || !s->grad_norm_line))
         return rt_prog_err(s, "%s: s:clip is set by grad_norm: use it in the optimizer block after grad_norm", what);
       if (x->scalar == RT_S_TOKSCALE && !s->p->masked)

@@ -84,8 +84,36 @@ static void test_bf16(void) {
         "float -> bf16: subnormal ties go to even, -0 keeps its sign");
 }
 
+/* ppk_rand: Philox4x32-10's first word, its upper 24 bits times 2^-24, for Random123's known
+ * answers (kat_vectors: counter, key -> the four words); and u in [0, 1) with mean 1/2 */
+static void test_rand(void) {
+  static const struct {
+    uint32_t c[4], k[2], w0;
+  } kat[] = {{{0, 0, 0, 0}, {0, 0}, 0x6627E8D5u},
+             {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, 0x408F276Du},
+             {{0x243F6A88u, 0x85A308D3u, 0x13198A2Eu, 0x03707344u}, {0xA4093822u, 0x299F31D0u}, 0xD16CFE09u}};
+  int ok = 1;
+  for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+    int64_t ctr = (int64_t)((uint64_t)kat[i].c[1] << 32 | kat[i].c[0]);
+    int64_t stream = (int64_t)((uint64_t)kat[i].c[3] << 32 | kat[i].c[2]);
+    int64_t key = (int64_t)((uint64_t)kat[i].k[1] << 32 | kat[i].k[0]);
+    ok &= ppk_rand(ctr, key, stream) == (float)(kat[i].w0 >> 8) * 0x1p-24f;
+  }
+  check(ok, "ppk_rand: Random123's Philox4x32-10 known answers (the first word's upper 24 bits)");
+  double sum = 0, lo = 1, hi = 0;
+  for (int64_t i = 0; i < 1000000; i++) {
+    float u = ppk_rand(i, 7, 3);
+    sum += u;
+    lo = u < lo ? u : lo;
+    hi = u > hi ? u : hi;
+  }
+  check(lo >= 0 && hi < 1 && fabs(sum / 1e6 - 0.5) < 1e-3, "ppk_rand: 10^6 draws in [%g, %g], mean %.5f", lo, hi,
+        sum / 1e6);
+}
+
 int main(void) {
   test_bf16();
+  test_rand();
   double worst = 0, worst_sub = 0;
   float wx = 0, wsx = 0;
   long n = 0;

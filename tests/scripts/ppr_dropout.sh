@@ -1,0 +1,95 @@
+#!/bin/sh
+# ppr_dropout.sh BUILD_DIR - dropout(x, p = 0.1): masks from a counter-based generator (Philox4x32-10
+# keyed by --dropout-seed; the counter is the step, the global micro-batch, the op and the element's
+# index), drawn again by the gradient. tests/models/tiny_dropout.pdl on the tiny_minimind fixture:
+# one rank against PyTorch fed the same masks (tests/fixtures/tiny_minimind_dropout, written by
+# tests/reference/dropout.py: five clipped AdamW steps at M = 4, --dropout-seed 7; losses 1e-5,
+# first-step gradients and final weights 1e-4); every mesh against the one rank (losses 1e-6,
+# gradients and weights 1e-5): tp 2 × pp 2, tp 2 × pp 2 × dp 2, pp 2 zb-h1, pp 2 interleaved; the
+# opencl device draws the cpu's masks; another seed other masks; the validation pass and the
+# generation programs run without dropout; bf16 within 1e-2. Last line: "N passed, M failed".
+set -u
+build=${1:?usage: ppr_dropout.sh BUILD_DIR}
+. tests/scripts/lib/common.sh
+export PPC_CACHE="$tmp/cache"
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "SKIP ppr_dropout: no python3"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+fx=tests/fixtures/tiny_minimind fd=tests/fixtures/tiny_minimind_dropout model=tests/models/tiny_dropout.pdl
+args="--init $fx/weights.safetensors --data $fx/tokens.bin --dropout-seed 7"
+
+losses() { python3 -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
+same_losses() {
+  python3 -c '
+import sys
+a = [float(x) for x in open(sys.argv[1])]; b = [float(x) for x in open(sys.argv[2])]; l = float(sys.argv[3])
+sys.exit(0 if len(a) == len(b) and len(a) > 0 and all(abs(x - y) <= l * abs(y) for x, y in zip(a, b)) else 1)' "$@"
+}
+tensors() { python3 tests/reference/compare.py "$1" "$2" --tol "$3" >"$tmp/cmp.txt" 2>&1 || { tail -n 3 "$tmp/cmp.txt"; return 1; }; }
+# run NP DIR TAG ARGS...: 5 steps on NP ranks: TAG.losses, TAG.g (first step's gradients), TAG.w
+run() {
+  np=$1 dir=$2 tag=$3
+  shift 3
+  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
+  # shellcheck disable=SC2086
+  $launch "$ppr" "$tmp/$dir" $args --steps 5 --clip 1 --quiet --log "$tmp/$tag.jsonl" \
+    --save-grads "$tmp/$tag.g.safetensors" --save "$tmp/$tag.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
+    { tail -n 5 "$tmp/out.txt"; return 1; }
+  losses "$tmp/$tag.jsonl" >"$tmp/$tag.losses"
+}
+python3 -c 'import json,sys; [print(x) for x in json.load(open(sys.argv[1]))["losses"]]' "$fd/reference.json" >"$tmp/torch.losses"
+
+"$ppc" "$model" --microbatches 4 --generate -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+if run 1 one one && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
+  tensors "$tmp/one.g.safetensors" "$fd/grads.safetensors" 1e-4 && tensors "$tmp/one.w.safetensors" "$fd/updated.safetensors" 1e-4
+then ok "one rank equals PyTorch fed the same masks: 5 losses 1e-5, gradients and weights 1e-4 ($(tr '\n' ' ' <"$tmp/one.losses"))"
+else bad "one rank against PyTorch with ppr's masks"; fi
+
+for mesh in "4 --tp 2 --pp 2" "8 --tp 2 --pp 2 --dp 2" "2 --pp 2 --schedule zb-h1" "2 --pp 2 --schedule interleaved --vpp 2"; do
+  set -- $mesh
+  np=$1
+  shift
+  "$ppc" "$model" --microbatches 4 "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+  if run "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
+    tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 && tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" 1e-5
+  then ok "$*: the one rank's masks (losses 1e-6, gradients and weights 1e-5: $(tr '\n' ' ' <"$tmp/mesh.losses"))"
+  else bad "$*: dropout against one rank"; fi
+done
+
+if run 1 one cl --device opencl && same_losses "$tmp/cl.losses" "$tmp/one.losses" 1e-6; then
+  ok "the opencl device draws the cpu's masks (losses 1e-6)"
+else bad "dropout on opencl: $(tr '\n' ' ' <"$tmp/cl.losses") against $(tr '\n' ' ' <"$tmp/one.losses")"; fi
+if run 1 one s8 --dropout-seed 8 && ! same_losses "$tmp/s8.losses" "$tmp/one.losses" 1e-6 && run 1 one again &&
+  cmp -s "$tmp/again.losses" "$tmp/one.losses"; then
+  ok "--dropout-seed 8 draws other masks; seed 7 again the same losses"
+else bad "dropout seeds: 8 should differ from 7, and 7 repeat"; fi
+
+# no dropout outside training: the validation pass at --lr 0 over the step's batches is the loss of
+# the model without dropout; the generation programs draw nothing
+"$ppc" examples/tiny.pdl --microbatches 4 -o "$tmp/plain" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+$ppr "$tmp/plain" --init "$fx/weights.safetensors" --data "$fx/tokens.bin" --steps 1 --quiet --log "$tmp/plain.jsonl" \
+  >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
+$ppr "$tmp/one" $args --val-data "$fx/tokens.bin" --val-batches 4 --eval-every 1 --steps 1 --lr 0 --quiet \
+  --log "$tmp/val.jsonl" >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
+if python3 -c '
+import json, sys
+v = json.loads(open(sys.argv[1]).readline()); p = json.loads(open(sys.argv[2]).readline())
+sys.exit(0 if abs(v["val_loss"] - p["loss"]) <= 1e-6 * p["loss"] and abs(v["loss"] - p["loss"]) > 1e-6 * p["loss"] else 1)' \
+  "$tmp/val.jsonl" "$tmp/plain.jsonl"; then
+  ok "the validation pass runs without dropout: val_loss is the dropout-free model's loss, the step's is not"
+else bad "validation with dropout: $(cat "$tmp/val.jsonl") against $(cat "$tmp/plain.jsonl")"; fi
+if grep -q 's:rngctr' "$tmp/one/rank0.prog" && ! grep -q 's:rngctr\|s:train' "$tmp/one/rank0.gen.prog"; then
+  ok "the generation program has no dropout (the training program draws with s:rngctr)"
+else bad "dropout in the generation program"; fi
+
+"$ppc" "$model" --microbatches 4 --precision bf16 -o "$tmp/bf" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+if run 1 bf bf && python3 -c '
+import sys
+a = float(open(sys.argv[1]).readline()); b = float(open(sys.argv[2]).readline())
+sys.exit(0 if abs(a - b) <= 1e-2 * abs(b) and a != b else 1)' "$tmp/bf.losses" "$tmp/one.losses"; then
+  ok "bf16 dropout: step-1 loss $(head -n 1 "$tmp/bf.losses") within 1e-2 of fp32's $(head -n 1 "$tmp/one.losses")"
+else bad "bf16 dropout loss"; fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
