@@ -17,6 +17,7 @@ typedef struct Ad {
   Graph *g;
   Contrib **contrib; /* per forward node */
   int at;            /* the forward node being differentiated: new nodes take its layer */
+  int *regather;     /* per forward .tp_gather: its backward twin (sequence parallelism), -1 */
 } Ad;
 
 static IrNode *N(Ad *ad, int id) { return &ad->g->nodes[id]; }
@@ -102,7 +103,14 @@ static void vjp(Ad *ad, int i, int gy) {
   case OP_MATMUL: {
     int lin = n.op == OP_LINEAR;
     contribute(ad, in[0], node2(ad, lin ? OP_LINEAR_DX : OP_MATMUL_DX, sx, gy, in[1]), -1, 0);
-    sink(ad, lin ? OP_LINEAR_DW : OP_MATMUL_DW, in[1], 2, (int[]){gy, in[0]});
+    /* a sequence-parallel input is gathered again for the weight gradient (Megatron-SP): the
+     * forward's whole sequence is then not kept for the backward, only each rank's positions */
+    int x = in[0];
+    if (N(ad, x)->op == OP_TP_GATHER) {
+      if (ad->regather[x] < 0) ad->regather[x] = node1(ad, OP_TP_GATHER, N(ad, x)->shape, N(ad, x)->in[0]);
+      x = ad->regather[x];
+    }
+    sink(ad, lin ? OP_LINEAR_DW : OP_MATMUL_DW, in[1], 2, (int[]){gy, x});
     if (n.nin == 3) sink(ad, OP_BIAS_DB, in[2], 1, (int[]){gy});
     break;
   }
@@ -151,6 +159,16 @@ static void vjp(Ad *ad, int i, int gy) {
     contribute(ad, in[0], node1(ad, OP_ALLREDUCE, sx, gy), -1, 0);
     break;
   case OP_TP_REDUCE: contribute(ad, in[0], gy, -1, 0); break; /* summed forward; the gradient passes */
+  case OP_TP_GATHER: /* the readers' gradients are partial (column-parallel): summed, each rank its part */
+    contribute(ad, in[0], node1(ad, OP_TP_SCATTER, sx, gy), -1, 0);
+    break;
+  case OP_TP_UNSPLIT: /* whole readers (made replicated by their own .tp_copy): the rank's part */
+    contribute(ad, in[0], node1(ad, OP_TP_SLICE, sx, gy), -1, 0);
+    break;
+  case OP_TP_SCATTER: /* every rank's partial sum feeds every part: the whole gradient */
+  case OP_TP_SLICE:   /* each rank's part of the replicated value's gradient, gathered */
+    contribute(ad, in[0], node1(ad, OP_TP_GATHER, sx, gy), -1, 0);
+    break;
   case OP_ADD_BIAS:
     contribute(ad, in[0], gy, -1, 0);
     sink(ad, OP_BIAS_DB, in[1], 1, (int[]){gy});
@@ -173,7 +191,10 @@ static void vjp(Ad *ad, int i, int gy) {
 }
 
 int ad_backward(Graph *g) {
-  Ad ad = {.g = g, .contrib = xcalloc((size_t)g->nnodes, sizeof(Contrib *))};
+  Ad ad = {.g = g,
+           .contrib = xcalloc((size_t)g->nnodes, sizeof(Contrib *)),
+           .regather = xmalloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(int))};
+  for (int i = 0; i < g->nnodes; i++) ad.regather[i] = -1;
   g->nfwd = g->nnodes;
   g->grad = xmalloc((size_t)g->nnodes * sizeof *g->grad);
   for (int i = 0; i < g->nfwd; i++) g->grad[i] = -1;
@@ -221,5 +242,6 @@ int ad_backward(Graph *g) {
   for (int i = 0; i < g->nfwd; i++)
     for (Contrib *c = ad.contrib[i], *next; c; c = next) next = c->next, free(c);
   free(ad.contrib);
+  free(ad.regather);
   return ir_verify(g);
 }

@@ -141,6 +141,13 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       if (in->why) OUT(b, "    # %s\n", in->why);
       else comment(b, gr, in);
       continue;
+    case I_ALLGATHER:
+    case I_REDUCE_SCATTER:
+      OUT(b, "%s tp", in->kind == I_ALLGATHER ? "allgather" : "reduce_scatter");
+      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, tp_rank, &in->op[1]);
+      OUT(b, " %lld", (long long)in->bytes);
+      break;
     case I_ALLREDUCE_TIED:
       OUT(b, "allreduce_tied");
       operand(b, p, tp_rank, &in->op[0]);

@@ -437,6 +437,29 @@ static void lower_node(FuseCtx *c, int id) {
     break;
   }
   case OP_ADD_BIAS: fuse_rows_add_bias(c, id); break;
+  case OP_TP_GATHER:
+  case OP_TP_UNSPLIT:
+  case OP_TP_SCATTER: { /* the rank's part of S is op[0] of a gather, op[1] of a reduce-scatter */
+    bool g = n->op != OP_TP_SCATTER;
+    Instr *in = fuse_prog_instr(c, g ? I_ALLGATHER : I_REDUCE_SCATTER, id);
+    in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, n->in[0]), 0);
+    in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, id), 0);
+    in->bytes = c->p->vb[fuse_prog_buf(c, g ? n->in[0] : id)].bytes;
+    in->why = g ? "sequence parallelism: the whole sequence from every rank's positions"
+                : "sequence parallelism: partial sums, summed, each rank its positions";
+    break;
+  }
+  case OP_TP_SLICE: { /* rank r's positions: elements [r·n, (r+1)·n) of the replicated value */
+    int64_t numel = ir_shape_numel(&n->shape);
+    KCall kc = fuse_kc_flat("tp_slice", numel, id);
+    int r = kir_row(kc.k);
+    int from = fuse_kc_iscalar(&kc, fuse_prog_vstart(numel));
+    kir_store(kc.k, fuse_kc_node(c, &kc, id, true), r, '=',
+              kir_ld(kc.k, fuse_kc_node(c, &kc, n->in[0], false), kir_e(kc.k, K_IADD, r, from, 0)));
+    kc.k->work = 1;
+    fuse_kc_emit(c, &kc);
+    break;
+  }
   }
 }
 

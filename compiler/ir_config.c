@@ -10,7 +10,7 @@
 #include "ppc.h"
 
 /* ============================================================================================
- * Settings: mesh { tp pp dp } and train { micro_batch seq microbatches schedule precision }
+ * Settings: mesh { tp pp dp sp } and train { micro_batch seq microbatches schedule precision }
  * ========================================================================================== */
 
 static int setting_int(Builder *b, const Setting *t, int64_t *out) {
@@ -28,11 +28,11 @@ static int setting_int(Builder *b, const Setting *t, int64_t *out) {
 }
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
-  static const char *mesh_keys[] = {"tp", "pp", "dp"};
+  static const char *mesh_keys[] = {"tp", "pp", "dp", "sp"};
   static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
-  int nkeys = mesh ? 3 : 5;
+  int nkeys = mesh ? 4 : 5;
   for (const Setting *t = s->settings; t; t = t->next) {
     for (const Setting *u = s->settings; u != t; u = u->next)
       if (!strcmp(u->key, t->key)) {
@@ -43,7 +43,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     while (k < nkeys && strcmp(keys[k], t->key)) k++;
     if (k == nkeys) {
       ir_build_err(b, t->key_loc,
-                   mesh ? "unknown mesh setting '%s' (expected tp, pp or dp)"
+                   mesh ? "unknown mesh setting '%s' (expected tp, pp, dp or sp)"
                         : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule or precision)",
                    t->key);
       continue;
@@ -57,6 +57,19 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       }
       snprintf(c->schedule, sizeof c->schedule, "%s", name);
       c->sched_loc = v->loc;
+      continue;
+    }
+    if (mesh && k == 3) { /* sp = true | false (or 1 | 0) */
+      const Expr *v = t->val;
+      const char *name = v->kind == E_NAME || v->kind == E_WORD ? v->name : NULL;
+      int on = name && !strcmp(name, "true") ? 1 : name && !strcmp(name, "false") ? 0 : -1;
+      if (v->kind == E_INT && (v->ival == 0 || v->ival == 1)) on = (int)v->ival;
+      if (on < 0) {
+        ir_build_err(b, v->loc, "sp is true or false (sequence parallelism over the tensor-parallel ranks)");
+        continue;
+      }
+      c->sp = on;
+      c->sp_loc = v->loc;
       continue;
     }
     if (!mesh && k == 4) {
@@ -158,6 +171,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
                 .pp_loc = NOLOC,
                 .dp_loc = NOLOC,
                 .sched_loc = NOLOC,
+                .sp_loc = NOLOC,
                 .prefix_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
   static const char *const block_names[3] = {"mesh", "train", "checkpoint"};
@@ -182,6 +196,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->microbatches > 0) c->microbatches = o->microbatches;
   if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule), c->sched_loc = NOLOC;
   if (o->precision >= 0) c->precision = (PpPrecision)o->precision;
+  if (o->sp >= 0) c->sp = o->sp, c->sp_loc = NOLOC;
 }
 
 /* ============================================================================================
@@ -273,6 +288,16 @@ void ir_config_check(Builder *b, Loc end) {
         "data-parallel degree %lld does not divide the %lld micro-batches of a step: each replica runs an equal share",
         (long long)g->cfg.dp, (long long)g->cfg.microbatches);
   const Config *c = &g->cfg;
+  if (c->sp) { /* sequence parallelism: S split over the TP ranks */
+    Loc at = c->sp_loc.first >= 0 ? c->sp_loc : end;
+    if (c->tp < 2)
+      ir_build_err(b, at, "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp > 1");
+    else if (c->seq % c->tp)
+      ir_build_err(b, at, "sequence parallelism splits seq %lld over tp %lld: tp must divide seq", (long long)c->seq,
+                   (long long)c->tp);
+    else if (c->precision != PP_PREC_FP32)
+      ir_build_err(b, at, "sequence parallelism is fp32 only: its reduce-scatter has no bf16 form yet");
+  }
   if (c->tp * c->pp * c->dp > PP_MAX_RANKS) { /* each is at most PP_MAX_STEP_DIM: no overflow */
     Loc at = c->dp_loc.first >= 0   ? c->dp_loc
              : c->pp_loc.first >= 0 ? c->pp_loc

@@ -331,7 +331,7 @@ static void human_bytes(char *buf, size_t n, int64_t bytes) {
   else snprintf(buf, n, "%lld B", (long long)bytes);
 }
 
-void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch) {
+void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch, const int64_t *act) {
   const Config *c = &g->cfg;
   bool chunks = sch && sch->V > 1;
   long long pp = chunks ? sch->pp : (long long)c->pp;
@@ -351,6 +351,19 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch) {
             "precision: %s: activations, their gradients and the weights' working copies in %s; the weights, their "
             "gradients and AdamW's moments fp32\n",
             pp_precision_names[c->precision], pp_dtype_name(pp_precision_dtype[c->precision]));
+  if (c->sp && c->tp > 1) { /* a stage message: [S,B,H] of the hidden size the embedding gives */
+    int64_t h = 0;
+    for (int i = 0; i < g->nnodes && !h; i++)
+      if (g->nodes[i].op == OP_EMBEDDING) h = g->nodes[i].shape.d[2];
+    int64_t msg = c->seq * c->micro_batch * h * (int64_t)pp_dtype_bytes(pp_precision_dtype[c->precision]);
+    char a[32], b[32];
+    human_bytes(a, sizeof a, msg / c->tp);
+    human_bytes(b, sizeof b, msg);
+    fprintf(f,
+            "sequence parallelism: outside attention and the MLP each tensor-parallel rank holds %lld of the %lld "
+            "positions; a stage message %s a rank (%s without)\n",
+            (long long)(c->seq / c->tp), (long long)c->seq, a, b);
+  }
   double total_cost = 0;
   for (int r = 0; r < p->pp; r++) total_cost += p->stages[r].cost;
   if (g->bounds)
@@ -392,6 +405,10 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch) {
       fprintf(f, "; per tensor-parallel rank %lld (%s)", (long long)s->nparams_rank, hb);
     }
     fputc('\n', f);
+    if (act) {
+      human_bytes(hb, sizeof hb, act[r]);
+      fprintf(f, "  activations: %s a micro-batch on each rank (what its forward keeps for its backward)\n", hb);
+    }
     print_params(f, g, p, r, chunks ? sch : NULL);
   }
 }

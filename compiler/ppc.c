@@ -27,6 +27,9 @@ static const char usage[] =
     "  --vpp V            chunks of layers per rank (interleaved: any; zbv: 2)\n"
     "  --precision P      fp32 (the default) or bf16: activations, their gradients and the weights'\n"
     "                     working copies in bf16; f32 master weights, gradients and AdamW\n"
+    "  --sp               sequence parallelism (with --tp): norms, residuals and dropout on S/tp\n"
+    "                     positions per rank; all-gather and reduce-scatter in place of the TP\n"
+    "                     all-reduces; stage messages tp times smaller\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
     "\n"
@@ -133,6 +136,7 @@ static Cli parse_args(int argc, char **argv) {
     O_M,
     O_SCHEDULE,
     O_PRECISION,
+    O_SP,
     O_PARTITION,
     O_ARCH,
     O_EMIT,
@@ -152,6 +156,7 @@ static Cli parse_args(int argc, char **argv) {
       {"microbatches", required_argument, NULL, O_M},
       {"schedule", required_argument, NULL, O_SCHEDULE},
       {"precision", required_argument, NULL, O_PRECISION},
+      {"sp", no_argument, NULL, O_SP},
       {"partition", required_argument, NULL, O_PARTITION},
       {"arch", required_argument, NULL, O_ARCH},
       {"emit", required_argument, NULL, O_EMIT},
@@ -164,7 +169,7 @@ static Cli parse_args(int argc, char **argv) {
       {"generate", no_argument, NULL, O_GENERATE},
       {NULL, 0, NULL, 0},
   };
-  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL, -1}, .arch = "sm_90", .vpp = 1};
+  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL, -1, -1}, .arch = "sm_90", .vpp = 1};
   opterr = 0;                /* the messages below name the option as it was written */
   char compile_opt[32] = ""; /* the first option that is not -o or --from-hf */
   for (int o, li = -1; (o = getopt_long(argc, argv, ":ho:", longs, &li)) != -1; li = -1) {
@@ -185,6 +190,7 @@ static Cli parse_args(int argc, char **argv) {
         bad_usage("--schedule expects " SCHED_NAMES " or auto, got '%s'", optarg);
       c.opt.schedule = optarg;
       break;
+    case O_SP: c.opt.sp = 1; break;
     case O_PRECISION:
       c.opt.precision = pp_precision_parse(optarg);
       if (c.opt.precision < 0) bad_usage("--precision expects " PP_PRECISION_NAMES ", got '%s'", optarg);
@@ -403,6 +409,21 @@ static void print_schedule(const Stage *st, const Sched *sched, const char *mode
   free(cost);
 }
 
+/* Per (virtual) stage, one micro-batch's activations on each of its ranks: the lowered slot. */
+static int64_t *stage_acts(const Stage *st, const Sched *sched) {
+  int nv = sched->pp * sched->V;
+  for (int r = 0; r < sched->pp; r++)
+    if (!st[r].prog) return NULL;
+  int64_t *act = xcalloc((size_t)nv, sizeof *act);
+  for (int r = 0; r < sched->pp; r++)
+    for (int c = 0; c < sched->V; c++) {
+      StageCost cost;
+      sched_stage_cost(st[r].prog, c, &cost);
+      act[sched_vstage(sched, r, c)] = cost.slot_bytes;
+    }
+  return act;
+}
+
 /* Each stage's kernels in one language, as its ranks compile them (--emit c|opencl|cuda). */
 static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
   for (int r = 0; r < g->cfg.pp; r++) {
@@ -476,6 +497,7 @@ static int build_gen(const Cli *cli, Src *src, const Ast *ast, const Graph *g, c
   o.microbatches = g->cfg.dp;
   o.schedule = g->cfg.schedule;
   o.precision = PP_PREC_FP32;                  /* generation reads the master weights as they are */
+  o.sp = 0;                                    /* one sequence, its activations small */
   Graph *gg = out->g = ir_build(src, ast, &o); /* ir_build.c */
   if (!gg) return 1;
   gg->infer = true;
@@ -513,7 +535,11 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
     fprintf(stderr, "ppc: error: cannot write '%s': %s\n", path, strerror(errno));
     return 1;
   }
-  if (f) pp_plan_print(f, g, plan, sched);
+  if (f) {
+    int64_t *act = stage_acts(st, sched);
+    pp_plan_print(f, g, plan, sched, act);
+    free(act);
+  }
   if (f && why) fputs(why, f);
   if (f && fclose(f)) {
     fprintf(stderr, "ppc: error: cannot write '%s'\n", path);
@@ -681,7 +707,8 @@ static int compile(const Cli *cli) {
   /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
   bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
-  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG;
+  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG ||
+               cli->emit == EMIT_PLAN; /* the plan states each stage's activations */
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
   if (V > 1) vplan = vstage_plan(g, cli->balanced, V); /* the virtual stages of chunks of layers */
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, vplan, sched, backward, lower))) goto out;
@@ -697,8 +724,11 @@ static int compile(const Cli *cli) {
     else if (ad_backward(g)) diag_fatal("internal: the backward graph does not verify"); /* ad_backward.c */
     else ir_print(stdout, g);
     break;
-  case EMIT_PLAN:
-    pp_plan_print(stdout, g, vplan ? vplan : plan, sched);
+  case EMIT_PLAN: {
+    int64_t *act = st ? stage_acts(st, sched) : NULL;
+    pp_plan_print(stdout, g, vplan ? vplan : plan, sched, act);
+    free(act);
+  }
     if (why) fputs(why, stdout);
     break;
   case EMIT_SCHEDULE:

@@ -223,6 +223,7 @@ typedef struct IrAttrs {
   int64_t vlocal, vtotal; /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
   double p;               /* dropout: the probability of dropping an element */
   int64_t dropid;         /* dropout: the op's number in the model (its masks' stream), 0, 1, ... */
+  bool seqshard;          /* dropout of a sequence-parallel value: its elements are a rank's part of S */
   bool masked;            /* cross_entropy with ignore_index: labels equal to it count for nothing */
   int64_t ignore_index;
 } IrAttrs;
@@ -287,7 +288,9 @@ typedef struct Config {
   int64_t micro_batch, seq, microbatches;
   char schedule[16];
   PpPrecision precision;      /* the activations' type (pp_dtype.h) */
+  bool sp;                    /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
+  Loc sp_loc;
   Loc sched_loc;
   char ckpt_prefix[PPC_MAX_PREFIX + 1]; /* checkpoint { optional_prefix }: "" for none */
   Loc prefix_loc;
@@ -339,6 +342,7 @@ typedef struct Options {
   int64_t tp, pp, dp, micro_batch, seq, microbatches; /* -1: not given on the command line */
   const char *schedule;                               /* NULL: not given */
   int precision;                                      /* PpPrecision; -1: not given */
+  int sp;                                             /* --sp: 1; -1: not given */
 } Options;
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
@@ -575,7 +579,9 @@ typedef enum InstrKind {
   I_LOGITS,
   I_GRADNORM,
   I_ALLREDUCE_TIED,
-  I_ALLREDUCE
+  I_ALLREDUCE,
+  I_ALLGATHER,     /* sequence parallelism: op[0] this rank's part (bytes), op[1] the whole, in rank order */
+  I_REDUCE_SCATTER /* op[0] the whole (tp x bytes) summed over the group, op[1] this rank's part (bytes) */
 } InstrKind;
 
 typedef struct Operand {
@@ -898,7 +904,9 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage);
 Plan *pp_plan(const Graph *g);
 /* s: the schedule when its ranks hold chunks of layers (the plan's stages are then virtual stages,
  * g cut into as many), else NULL */
-void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const struct Sched *s);
+/* act: per (virtual) stage, one micro-batch's activation bytes on each of its ranks (the lowered
+ * slot), or NULL */
+void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const struct Sched *s, const int64_t *act);
 void pp_plan_free(Plan *p);
 
 /* pp_chunks.c: the graph of rank r's parameters when it holds chunks of layers (the virtual

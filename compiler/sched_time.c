@@ -40,6 +40,8 @@ static double instr_cost(const Program *p, const Instr *in) {
   case I_LOSS:
   case I_ALLREDUCE_TIED:
   case I_ALLREDUCE:
+  case I_ALLGATHER:
+  case I_REDUCE_SCATTER:
     for (int a = 0; a < in->nop; a++) bytes += buf_bytes(p, &in->op[a]);
     break;
   }

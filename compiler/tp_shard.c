@@ -9,22 +9,33 @@
  * Heads follow the split features; kv heads fewer than tp are replicated over tp/kv ranks. A
  * column-parallel linear whose output only chunk(parts = P) reads (GPT-2's fused q, k, v) has its
  * weight split in P parts, each over TP (Megatron's interleaved layout): a rank's output is
- * [q_t | k_t | v_t], and its chunks are the rank's own q, k and v. */
+ * [q_t | k_t | v_t], and its chunks are the rank's own q, k and v.
+ *
+ * With sequence parallelism (--sp, Megatron-SP) a value outside attention and the MLP is split
+ * along S (its first axis, sequence-first [S,B,...]): rank r holds positions [r·S/tp, (r+1)·S/tp).
+ * The row-parallel reduction becomes a reduce-scatter (.tp_scatter), the column-parallel input's
+ * .tp_copy an all-gather (.tp_gather, whose gradient is reduce-scattered: the readers' gradients
+ * are partial), a replicated value meeting a split one is cut to the rank's positions (.tp_slice,
+ * whose gradient is gathered), and the stage-to-stage messages are the rank's positions. A
+ * replicated parameter read on split positions (norms, a bias after the reduction) has a partial
+ * gradient, summed over the group before the optimizer (grad_reduce). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ppc.h"
 
-typedef enum Sh { SH_REPL, SH_SPLIT } Sh;
+typedef enum Sh { SH_REPL, SH_SPLIT, SH_SEQ } Sh; /* SH_SEQ: split along S (--sp) */
 
 typedef struct T {
   const Graph *g;
   Graph *s;
   int tp;
-  int *map;     /* old node -> new node */
-  Sh *sh;       /* per new node */
-  int *copy_of; /* per new node: its .tp_copy, -1 */
-  int *kvrep;   /* per old param: TP ranks sharing its shard (kv heads < tp), 0 if none */
+  int *map;      /* old node -> new node */
+  Sh *sh;        /* per new node */
+  int *copy_of;  /* per new node: its .tp_copy (with --sp, of a split value: its .tp_gather), -1 */
+  int *slice_of; /* per new node: its .tp_slice, -1 */
+  bool sp;
+  int *kvrep; /* per old param: TP ranks sharing its shard (kv heads < tp), 0 if none */
   bool bad;
 } T;
 
@@ -35,8 +46,10 @@ static void grow(T *t) {
   int n = t->s->nnodes;
   t->sh = xrealloc(t->sh, (size_t)(n + 1) * sizeof *t->sh);
   t->copy_of = xrealloc(t->copy_of, (size_t)(n + 1) * sizeof *t->copy_of);
+  t->slice_of = xrealloc(t->slice_of, (size_t)(n + 1) * sizeof *t->slice_of);
   t->sh[n - 1] = SH_REPL;
   t->copy_of[n - 1] = -1;
+  t->slice_of[n - 1] = -1;
 }
 
 /* A new node like old node i (attributes, layer, location) with new inputs and shape. */
@@ -78,6 +91,57 @@ static int tp_copy(T *t, int x, int like_old) {
     t->copy_of[x] = c;
   }
   return t->copy_of[x];
+}
+
+/* A sequence-split value whole: its .tp_gather, one per value (its readers are column-parallel). */
+static int seq_gather(T *t, int x, int like_old) {
+  if (t->copy_of[x] < 0) {
+    int c = insert(t, OP_TP_GATHER, x, like_old);
+    Nn(t, c)->shape.d[0] *= t->tp;
+    t->sh[c] = SH_REPL;
+    t->copy_of[x] = c;
+  }
+  return t->copy_of[x];
+}
+
+/* A value on the rank's positions: itself when split along S; a replicated sequence-first one cut
+ * (.tp_slice, one per value); -1 after an error (split over features, or batch-first). */
+static int seq_part(T *t, int x, int like_old, Loc at) {
+  if (t->sh[x] == SH_SEQ) return x;
+  if (t->sh[x] == SH_SPLIT || Nn(t, x)->layout != LAYOUT_SB) {
+    fail(t, at,
+         t->sh[x] == SH_SPLIT ? "sequence parallelism: a value split over its features meets one split along the "
+                                "sequence"
+                              : "sequence parallelism: a batch-first value meets one split along the sequence "
+                                "(split values are sequence-first [S,B,...])");
+    return -1;
+  }
+  if (t->slice_of[x] < 0) {
+    int c = insert(t, OP_TP_SLICE, x, like_old);
+    Nn(t, c)->shape.d[0] /= t->tp;
+    t->sh[c] = SH_SEQ;
+    t->slice_of[x] = c;
+  }
+  return t->slice_of[x];
+}
+
+/* Replicated parameters read on sequence-split values: their gradients are partial sums. */
+static void partial_grads(T *t, const int *in, int from, int nin) {
+  for (int k = from; k < nin; k++)
+    if (in[k] >= 0 && Nn(t, in[k])->op == OP_PARAM && t->s->params[Nn(t, in[k])->param].shard_dim < 0)
+      t->s->params[Nn(t, in[k])->param].grad_reduce = 1;
+}
+
+/* The reduction of a row-parallel linear's (or a vocab-parallel embedding's) partial sums: over
+ * the group, or with --sp reduce-scattered to the rank's positions of a sequence-first value. */
+static int reduce_partial(T *t, int id, int like_old) {
+  if (t->sp && Nn(t, id)->layout == LAYOUT_SB) {
+    int r = insert(t, OP_TP_SCATTER, id, like_old);
+    Nn(t, r)->shape.d[0] /= t->tp;
+    t->sh[r] = SH_SEQ;
+    return r;
+  }
+  return insert(t, OP_TP_REDUCE, id, like_old);
 }
 
 /* P when every reader of old node lin is a chunk(parts = P), P > 1 (a fused projection, as
@@ -209,6 +273,9 @@ static void node(T *t, int i) {
       Nn(t, id)->param = t->s->ninputs;
       t->s->inputs[t->s->ninputs] = t->g->inputs[n->param];
       t->s->inputs[t->s->ninputs++].node = id;
+    } else if (t->sp) { /* the previous stage's rank sends its positions */
+      Nn(t, id)->shape.d[0] /= t->tp;
+      t->sh[id] = SH_SEQ;
     }
     t->map[i] = id;
     return;
@@ -218,7 +285,7 @@ static void node(T *t, int i) {
     if (q->shard_dim == 0) { /* vocab-parallel: my rows, zeros elsewhere, then summed */
       Nn(t, id)->a.vlocal = q->shape.d[0];
       Nn(t, id)->a.vtotal = q->dense_len;
-      id = insert(t, OP_TP_REDUCE, id, i);
+      id = reduce_partial(t, id, i);
     }
     break;
   }
@@ -235,15 +302,22 @@ static void node(T *t, int i) {
         return;
       }
       id = clone(t, i, 2, in, with_last(x, nout), SH_REPL); /* partial sums */
-      id = insert(t, OP_TP_REDUCE, id, i);
+      id = reduce_partial(t, id, i);
       if (n->nin == 3) { /* the bias once, after the reduction */
         int b = ir_add(t->s, OP_ADD_BIAS, 2, (int[]){id, in[2]}, Nn(t, id)->shape);
         Nn(t, b)->layout = Nn(t, id)->layout;
         Nn(t, b)->layer = n->layer, Nn(t, b)->region = n->region, Nn(t, b)->loc = n->loc;
         grow(t);
+        t->sh[b] = t->sh[id];
+        if (t->sh[b] == SH_SEQ) partial_grads(t, in, 2, 3);
         id = b;
       }
     } else if (q->role == ROLE_COLUMN || q->role == ROLE_VOCAB) {
+      if (s0 == SH_SEQ) { /* the whole sequence, gathered; the gradient reduce-scattered */
+        in[0] = seq_gather(t, in[0], i);
+        id = clone(t, i, n->nin, in, with_last(Nn(t, in[0])->shape, nout), SH_SPLIT);
+        break;
+      }
       if (s0 != SH_REPL) {
         fail(t, n->loc, "a column-parallel linear needs a replicated input; this one is split by tensor parallelism");
         return;
@@ -255,13 +329,14 @@ static void node(T *t, int i) {
       in[0] = tp_copy(t, in[0], i);
       id = clone(t, i, n->nin, in, with_last(x, nout), SH_SPLIT);
     } else {
-      if (s0 != SH_REPL) {
+      if (s0 == SH_SPLIT) {
         fail(t, n->loc,
              "a replicated linear needs a replicated input; this one is split by tensor parallelism: "
              "make the weight row-parallel ('tp row')");
         return;
       }
-      id = clone(t, i, n->nin, in, with_last(x, nout), SH_REPL);
+      id = clone(t, i, n->nin, in, with_last(x, nout), s0); /* per position: split along S, or not */
+      if (s0 == SH_SEQ) partial_grads(t, in, 1, n->nin);
     }
     break;
   }
@@ -272,9 +347,10 @@ static void node(T *t, int i) {
       return;
     }
     id = clone(t, i, n->nin, in, x, s0);
-    /* per-head norm weights on split heads: each rank sees its heads only, so the gradient is
-     * a partial sum: reduced over the TP group before the optimizer */
-    if (s0 == SH_SPLIT)
+    /* per-head norm weights on split heads (or on split positions): each rank sees its heads (its
+     * positions) only, so the gradient is a partial sum: reduced over the TP group before the
+     * optimizer */
+    if (s0 != SH_REPL)
       for (int k = 1; k < n->nin; k++) t->s->params[Nn(t, in[k])->param].grad_reduce = 1;
     break;
   case OP_SPLIT_HEADS: {
@@ -293,6 +369,13 @@ static void node(T *t, int i) {
   }
   case OP_MERGE_HEADS: id = clone(t, i, 1, in, (Shape){3, {x.d[0], x.d[1], x.d[2] * x.d[3]}}, s0); break;
   case OP_ATTENTION:
+    for (int k = 0; k < 3; k++)
+      if (t->sh[in[k]] == SH_SEQ) {
+        fail(t, n->loc,
+             "sequence parallelism: attention reads the whole sequence: its q, k and v must come from "
+             "column-parallel linears (which gather it)");
+        return;
+      }
     for (int k = 1; k < 3; k++)
       if (t->sh[in[k]] != s0) {
         fail(t, n->loc, "query, key and value must all be split over heads, or all replicated");
@@ -302,6 +385,12 @@ static void node(T *t, int i) {
     break;
   case OP_ADD:
   case OP_MUL:
+    if ((s0 == SH_SEQ) != (t->sh[in[1]] == SH_SEQ)) { /* the replicated side cut to the rank's positions */
+      for (int k = 0; k < 2; k++)
+        if ((in[k] = seq_part(t, in[k], i, n->loc)) < 0) return;
+      s0 = SH_SEQ;
+      x = Nn(t, in[0])->shape;
+    }
     if (t->sh[in[1]] != s0) {
       fail(t, n->loc, "one operand is split by tensor parallelism and the other is not");
       return;
@@ -324,6 +413,13 @@ static void node(T *t, int i) {
     id = clone(t, i, 1, in, with_last(x, x.d[x.nd - 1] / n->a.parts), s0);
     break;
   case OP_TRANSPOSE_SB: {
+    if (s0 == SH_SEQ) { /* batch-first values are whole: gathered (ir_transpose.c puts the head's here) */
+      int u = insert(t, OP_TP_UNSPLIT, in[0], i);
+      Nn(t, u)->shape.d[0] *= t->tp;
+      t->sh[u] = s0 = SH_REPL;
+      in[0] = u;
+      x = Nn(t, u)->shape;
+    }
     Shape y = x;
     y.d[0] = x.d[1], y.d[1] = x.d[0];
     id = clone(t, i, 1, in, y, s0);
@@ -344,9 +440,14 @@ static void node(T *t, int i) {
     }
     break;
   case OP_SEND_FORWARD:
-    if (s0 != SH_REPL) {
+    if (s0 == SH_SPLIT) {
       fail(t, n->loc, "the hidden state sent to the next stage must be replicated over tensor parallelism");
       return;
+    }
+    if (t->sp) { /* the rank's positions */
+      if ((in[0] = seq_part(t, in[0], i, n->loc)) < 0) return;
+      id = clone(t, i, 1, in, Nn(t, in[0])->shape, SH_SEQ);
+      break;
     }
     id = clone(t, i, 1, in, x, SH_REPL);
     break;
@@ -360,6 +461,14 @@ static void node(T *t, int i) {
   /* per position or per element: the input's shape and sharding (rope's heads are split with
    * the features) */
   case OP_ROPE:
+    if (s0 == SH_SEQ) {
+      fail(t, n->loc,
+           "sequence parallelism: rope of a value split along the sequence: rotate q and k, which the "
+           "column-parallel linears compute on the whole sequence");
+      return;
+    }
+    id = clone(t, i, 1, in, x, s0);
+    break;
   case OP_SILU:
   case OP_GELU:
   case OP_RELU: id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0); break;
@@ -371,6 +480,7 @@ static void node(T *t, int i) {
       return;
     }
     id = clone(t, i, 1, in, x, s0);
+    Nn(t, id)->a.seqshard = s0 == SH_SEQ; /* its elements are numbered from the rank's first position */
     break;
   case OP_PARAM:
     diag_fatal("internal: tp_shard's node() given a parameter: param() shards those");
@@ -385,7 +495,7 @@ static void node(T *t, int i) {
 }
 
 Graph *tp_shard(const Graph *g) {
-  T t = {.g = g, .tp = (int)g->cfg.tp};
+  T t = {.g = g, .tp = (int)g->cfg.tp, .sp = g->cfg.sp && g->cfg.tp > 1 && !g->infer};
   Graph *s = xcalloc(1, sizeof *s);
   t.s = s;
   s->src = g->src;
@@ -415,6 +525,7 @@ Graph *tp_shard(const Graph *g) {
   free(t.kvrep);
   free(t.sh);
   free(t.copy_of);
+  free(t.slice_of);
   if (t.bad || ir_verify(s)) {
     ir_free(s);
     return NULL;

@@ -424,4 +424,62 @@ void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t 
                                                             : 1]);
 }
 
+/* Sequence parallelism's collectives over the TP group, on float arrays of the arena: the
+ * all-gather (every member's count floats at part, in rank order, into whole) and the
+ * reduce-scatter (the tp·count floats at whole summed over the group; member r's part the sums of
+ * elements [r·count, (r+1)·count)). The sums are the deterministic all-reduce's: each element
+ * folded in rank order (reduce_rows), so a reduce-scatter gives the bits an allreduce would, and
+ * every member the same. Through a host copy where the arena is not host memory; with NCCL,
+ * ncclAllGather and ncclReduceScatter on the device queue. */
+static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whole, int64_t count) {
+  if (!c || !c->mpi || c->tp == MPI_COMM_NULL)
+    RT_INTERNAL("a sequence-parallel collective without a tensor-parallel group");
+  const char *name = gather ? "allgather tp" : "reduce_scatter tp";
+  int n = 1, me = 0;
+  MPI_CHECK(MPI_Comm_size(c->tp, &n));
+  MPI_CHECK(MPI_Comm_rank(c->tp, &me));
+#ifdef PPR_CUDA
+  if (c->nccl) {
+    void *stream = NULL, *p = rt_dev_native(d, part, &stream), *w = rt_dev_native(d, whole, &stream);
+    int gid = 0;
+    int64_t seq = rt_comm_next_seq(c, c->tp, &gid);
+    if (!c->nccl_busy) {
+      c->nccl_busy = 1;
+      c->nccl_op = name, c->nccl_g = c->tp, c->nccl_seq = seq, c->nccl_count = count, c->nccl_nmsg = 0;
+      c->nccl_where = c->where;
+    }
+    if (gather) NCCL_CHECK(ncclAllGather(p, w, (size_t)count, ncclFloat, c->ntp, (cudaStream_t)stream));
+    else NCCL_CHECK(ncclReduceScatter(w, p, (size_t)count, ncclFloat, ncclSum, c->ntp, (cudaStream_t)stream));
+    return;
+  }
+#endif
+  float *hp = rt_dev_host(d, part), *hw = rt_dev_host(d, whole);
+  if (!hp || !hw) { /* staged: the part and the whole in one host buffer */
+    float *h = room((void **)&c->host, &c->host_cap, (size_t)count * (size_t)(n + 1) * sizeof *h);
+    hp = h, hw = h + count;
+    if (rt_dev_read(d, gather ? part : whole, gather ? hp : hw, (gather ? 1 : n) * count * 4)) dev_fail(c, d);
+  }
+  MPI_Request rq;
+  if (gather) {
+    MPI_CHECK(MPI_Iallgather(hp, (int)count, MPI_FLOAT, hw, (int)count, MPI_FLOAT, c->tp, &rq));
+    rt_comm_coll_wait(c, c->tp, &rq, name, count * n, "floats");
+  } else {
+    float *parts = red_scratch(c, (size_t)count * (size_t)n + 1);
+    MPI_CHECK(MPI_Ialltoall(hw, (int)count, MPI_FLOAT, parts, (int)count, MPI_FLOAT, c->tp, &rq));
+    rt_comm_coll_wait(c, c->tp, &rq, name, count * n, "floats");
+    reduce_rows(hp, parts, count, n, count, RT_OP_SUM);
+  }
+  if (hp != rt_dev_host(d, part) &&
+      rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * 4))
+    dev_fail(c, d);
+}
+
+void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count) {
+  seq_coll(c, d, 1, part, whole, count);
+}
+
+void rt_comm_seq_scatter(RtComm *c, RtDev *d, int64_t whole, int64_t part, int64_t count) {
+  seq_coll(c, d, 0, part, whole, count);
+}
+
 int rt_comm_before_host(RtComm *c, RtDev *d) { return c && c->nccl ? rt_comm_wait(c, d) : 0; }

@@ -104,6 +104,8 @@ static const char *prof_kind_name(int k) {
   case RT_I_GRAD_NORM: return "grad_norm";
   case RT_I_ALLREDUCE_TIED: return "allreduce_tied";
   case RT_I_ALLREDUCE: return "allreduce";
+  case RT_I_ALLGATHER: return "allgather";
+  case RT_I_REDUCE_SCATTER: return "reduce_scatter";
   default: return "other";
   }
 }

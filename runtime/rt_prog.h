@@ -95,7 +95,9 @@ typedef enum {
   RT_I_LOGITS,
   RT_I_GRAD_NORM,
   RT_I_ALLREDUCE_TIED,
-  RT_I_ALLREDUCE
+  RT_I_ALLREDUCE,
+  RT_I_ALLGATHER,     /* p[0] this rank's part (bytes), p[1] the tp parts in rank order */
+  RT_I_REDUCE_SCATTER /* p[0] tp parts summed over the group, p[1] this rank's part (bytes) */
 } RtInstrKind;
 /* The group of an `allreduce`: the TP group, runs of R consecutive TP ranks (tp/R), or the DP group. */
 typedef enum { RT_G_TP, RT_G_TP_SUB, RT_G_DP } RtGroup;

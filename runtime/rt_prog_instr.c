@@ -391,6 +391,21 @@ int rt_prog_instr_line(RtParser *s) {
   } else if (!strcmp(op, "allreduce")) {
     in->kind = RT_I_ALLREDUCE;
     rc = parse_allreduce(s, in);
+  } else if (!strcmp(op, "allgather") || !strcmp(op, "reduce_scatter")) {
+    int gather = op[0] == 'a';
+    in->kind = gather ? RT_I_ALLGATHER : RT_I_REDUCE_SCATTER;
+    in->group = RT_G_TP;
+    rc = only_in(s, op, 1, 0) ||
+         rt_prog_want_nf(s, 5, gather ? "allgather tp PART WHOLE BYTES" : "reduce_scatter tp WHOLE PART BYTES") ||
+         rt_prog_want_word(s, 1, "tp",
+                           gather ? "allgather tp PART WHOLE BYTES" : "reduce_scatter tp WHOLE PART BYTES") ||
+         rt_prog_parse_ptr(s, s->f[2], op, &in->p[0], NULL) || rt_prog_parse_ptr(s, s->f[3], op, &in->p[1], NULL) ||
+         rt_prog_want_int(s, 4, "bytes", 4, (int64_t)4 * INT32_MAX / (g->tp > 0 ? g->tp : 1), &in->bytes);
+    if (!rc && in->bytes % 4)
+      rc = rt_prog_err(s, "%s: %lld bytes is not a whole number of floats", op, (long long)in->bytes);
+    if (!rc)
+      rc = rt_prog_check_extent(s, op, &in->p[0], gather ? in->bytes : in->bytes * g->tp) ||
+           rt_prog_check_extent(s, op, &in->p[1], gather ? in->bytes * g->tp : in->bytes);
   } else if (!strcmp(op, "block") || !strcmp(op, "schedule")) {
     char name[32];
     return rt_prog_err(s, "'%s' inside block %s (line %d): a block ends with 'end'", op,
@@ -398,7 +413,7 @@ int rt_prog_instr_line(RtParser *s) {
   } else {
     return rt_prog_err(s,
                        "unknown instruction '%.60s' (expected batch, zero, kernel, gemm, seed, loss, logits, "
-                       "allreduce, allreduce_tied or grad_norm)",
+                       "allreduce, allreduce_tied, allgather, reduce_scatter or grad_norm)",
                        op);
   }
   if (rc) {

@@ -15,6 +15,7 @@
 static int pass, fail;
 static char bin[512] = "build";
 static const char *precision = "fp32"; /* ppc --precision of the meshes and their one-rank reference */
+static int sp; /* 1: the meshes with --sp (sequence parallelism; not their one-rank reference) */
 
 #define MPIRUN                                                                                                         \
   "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x "                      \
@@ -86,8 +87,8 @@ static int run(const char *model, int tp, int pp, int dp, const char *sched, int
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --schedule %s --vpp %d --microbatches %d "
-           "--precision %s -o %s/prog > /dev/null",
-           out, out, bin, model, tp, pp, dp, sched, V, M, precision, out);
+           "--precision %s%s -o %s/prog > /dev/null",
+           out, out, bin, model, tp, pp, dp, sched, V, M, precision, sp && tp > 1 ? " --sp" : "", out);
   if (sh(cmd)) return 1;
   snprintf(cmd, sizeof cmd,
            MPIRUN "-np %d %s/ppr %s/prog --device %s --quiet --seed 7 --steps 5 --clip 1 --eps 1e-6 --save-grads "
@@ -102,13 +103,14 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
                      const char *device) {
   char ref[640], out[640], name[256], w1[64], w2[64], vs[16] = "";
   if (V > 1) snprintf(vs, sizeof vs, " V=%d", V);
-  snprintf(name, sizeof name, "%s tp%d pp%d dp%d %s%s M=%d %s on %s", tag, tp, pp, dp, sched, vs, M, precision, device);
+  snprintf(name, sizeof name, "%s tp%d%s pp%d dp%d %s%s M=%d %s on %s", tag, tp, sp ? " sp" : "", pp, dp, sched, vs, M,
+           precision, device);
   /* bf16 on another device: against that device's one-rank run (its GEMM library sums in another
    * order, and a bf16 rounding that flips on that turns into a visible difference within 5 steps) */
   const char *rdev = strcmp(precision, "bf16") ? "cpu" : device;
   snprintf(ref, sizeof ref, "%s/pipe/%s_ref_M%d_%s_%s", bin, tag, M, precision, rdev);
-  snprintf(out, sizeof out, "%s/pipe/%s_t%dp%dd%d_%s_V%d_M%d_%s_%s", bin, tag, tp, pp, dp, sched, V, M, device,
-           precision);
+  snprintf(out, sizeof out, "%s/pipe/%s_t%d%sp%dd%d_%s_V%d_M%d_%s_%s", bin, tag, tp, sp ? "sp" : "", pp, dp, sched, V,
+           M, device, precision);
   char path[1024], rpath[1024];
   snprintf(path, sizeof path, "%s/log.jsonl", ref);
   FILE *f = fopen(path, "r");
@@ -184,6 +186,26 @@ static void bf16_meshes(void) {
   precision = "fp32";
 }
 
+/* sequence parallelism (--sp): the [S,B,H] values outside attention and the MLP split along S over
+ * the TP ranks, all-gathers and reduce-scatters in place of the TP all-reduces, each rank's
+ * positions sent between stages; with pipelines, replicas, chunks, the split backward, both
+ * heads, GPT-2's layernorms, biases and fused q, k, v, uneven stages, kv-head replication (tp 4),
+ * dropout (its masks numbered from each rank's first position) and the opencl device */
+static void sp_meshes(void) {
+  sp = 1;
+  mesh("examples/tiny.pdl", "tiny", 2, 1, 1, "1f1b", 4);
+  mesh("examples/tiny.pdl", "tiny", 4, 1, 1, "gpipe", 4);
+  mesh("examples/tiny.pdl", "tiny", 2, 2, 2, "1f1b", 4);
+  mesh("tests/models/tiny_untied.pdl", "untied", 2, 2, 1, "zb-h1", 4);
+  mesh_von("examples/tiny.pdl", "tiny", 2, 2, 1, "interleaved", 2, 4, "cpu");
+  mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 2, 1, "1f1b", 4);
+  mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 1, 2, "gpipe", 4);
+  mesh("tests/models/odd5.pdl", "odd5", 2, 3, 1, "1f1b", 3);
+  mesh("tests/models/tiny_dropout.pdl", "dropout", 2, 2, 1, "1f1b", 4);
+  if (!getenv("PPC_TEST_NO_OPENCL")) mesh_on("examples/tiny.pdl", "tiny", 2, 2, 1, "1f1b", 4, "opencl");
+  sp = 0;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *slash = strrchr(argv[0], '/');
@@ -191,6 +213,11 @@ int main(int argc, char **argv) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "rm -rf %s/pipe && mkdir -p %s/pipe", bin, bin);
   if (sh(cmd)) return 1;
+  if (getenv("PPC_TEST_SP_ONLY")) { /* the sequence-parallel meshes alone */
+    sp_meshes();
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+  }
   if (getenv("PPC_TEST_BF16_ONLY")) { /* the bf16 meshes alone */
     bf16_meshes();
     printf("%d passed, %d failed\n", pass, fail);
@@ -271,6 +298,7 @@ int main(int argc, char **argv) {
     mesh_von("tests/models/odd9.pdl", "odd9", 1, 3, 1, "zbv", 2, 6, "opencl");
   }
   if (!getenv("PPC_TEST_NO_BF16")) bf16_meshes();
+  if (!getenv("PPC_TEST_NO_TP")) sp_meshes();
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
   snprintf(cmd, sizeof cmd,
            "timeout 60 " MPIRUN

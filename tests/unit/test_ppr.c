@@ -1453,6 +1453,17 @@ static void expect_parse_error_in(const char *body, const char *what, const char
   free(t);
 }
 
+/* BODY with from replaced by to parses */
+static void expect_parse_ok(const char *what, const char *from, const char *to) {
+  char *b = replace(BODY, from, to);
+  char *t = listing(b);
+  char err[2048] = "";
+  int rc = parse_msg(t, err, sizeof err);
+  if (!check(rc == 0, "parser: %s parses", what)) printf("  | got: %s\n", err);
+  free(b);
+  free(t);
+}
+
 static void expect_parse_error(const char *what, const char *from, const char *to, const char *needle) {
   expect_parse_error_in(BODY, what, from, to, needle);
 }
@@ -1846,7 +1857,25 @@ static void test_parser(void) {
   expect_parse_error("header order", "mesh tp 1 pp 1 dp 1\nrank",
                      "rank 0 stage 0 tp_rank 0 dp_rank 0\nmesh tp 1 pp 1 dp 1\nrank",
                      ":%d: expected 'mesh tp N pp N dp N' (the header lines come in a fixed order)");
-  expect_parse_error("no vocab line", "vocab 16\n", "", ":8: expected 'vocab N'");
+  expect_parse_error("no vocab line", "vocab 16\n", "", ":8: expected 'vocab N [ignore_index I]'");
+  expect_parse_error("vocab line with a word other than ignore_index", "vocab 16\n", "vocab 16 ignore -100\n",
+                     ":%d: expected 'ignore_index', found 'ignore' (the line reads 'vocab N [ignore_index I]')");
+  expect_parse_error("an ignore_index past int32", "vocab 16\n", "vocab 16 ignore_index 2147483648\n",
+                     ":%d: ignore_index: expected an integer in [-2147483648, 2147483647], found '2147483648'");
+  expect_parse_ok("vocab line with ignore_index", "vocab 16\n", "vocab 16 ignore_index -100\n");
+  expect_parse_error("s:tokscale without an ignore_index", "$1408:4 i:8 i:16\n", "$1408:4 i:8 i:16 s:tokscale\n",
+                     ":%d: kernel xent_fwd: argument 7: s:tokscale weighs a masked loss's rows: the vocab line has no "
+                     "ignore_index");
+  expect_parse_ok("int runtime scalars of dropout", "$1408:4 i:8 i:16\n", "$1408:4 i:8 i:16 s:seed s:rngctr s:train\n");
+  expect_parse_error("allgather outside a TP group's form", "  loss $1408\n",
+                     "  loss $1408\n  allgather dp $128 $384 256\n",
+                     "expected 'tp', found 'dp' (the line reads 'allgather tp PART WHOLE BYTES')");
+  expect_parse_error("reduce_scatter past its whole's extent", "  loss $1408\n",
+                     "  loss $1408\n  reduce_scatter tp $1400 $128 256\n",
+                     "reduce_scatter: $1400 + 256 bytes leaves the slot (1472 bytes)");
+  expect_parse_error("allgather in the optimizer block", "  grad_norm sumsq",
+                     "  allgather tp @0 @512 4\n  grad_norm sumsq",
+                     ":%d: 'allgather' is not allowed in the optimizer block");
   expect_parse_error("vocab 0", "vocab 16\n", "vocab 0\n",
                      ":%d: vocab: expected an integer in [1, 2147483647], found '0'");
   expect_parse_error("tied param whose first dim is not the vocab", "vocab 16\n", "vocab 17\n",
