@@ -147,6 +147,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       operand(b, p, tp_rank, &in->op[0]);
       operand(b, p, tp_rank, &in->op[1]);
       OUT(b, " %lld", (long long)in->bytes);
+      if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       break;
     case I_ALLREDUCE_TIED:
       OUT(b, "allreduce_tied");

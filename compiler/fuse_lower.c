@@ -191,10 +191,13 @@ static void analyse(FuseCtx *c) {
     const IrNode *n = N(c, i);
     if (column_dx(c, i) || (n->op == OP_ADD && n->bwd && c->wide[n->in[0]] & WIDE_SUM && c->wide[n->in[1]] & WIDE_SUM))
       c->wide[i] |= WIDE_SUM;
+    /* sequence parallelism: such a sum reduce-scattered stays f32, as the allreduce leaves it */
+    if (n->op == OP_TP_SCATTER && c->wide[alias_source(c, n->in[0])] & WIDE_SUM) c->wide[i] |= WIDE_SUM;
   }
   for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
-    if (n->op == OP_TP_REDUCE || n->op == OP_ALLREDUCE) { c->wide[alias_source(c, n->in[0])] |= WIDE_PARTIAL; }
+    if (n->op == OP_TP_REDUCE || n->op == OP_ALLREDUCE || n->op == OP_TP_SCATTER)
+      c->wide[alias_source(c, n->in[0])] |= WIDE_PARTIAL;
   }
   /* fusion: a single-use elementwise op is computed inside its consumer */
   for (int i = 0; i < nn; i++) {
@@ -441,12 +444,24 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_TP_UNSPLIT:
   case OP_TP_SCATTER: { /* the rank's part of S is op[0] of a gather, op[1] of a reduce-scatter */
     bool g = n->op != OP_TP_SCATTER;
+    int src = fuse_prog_buf(c, n->in[0]), dst = fuse_prog_buf(c, id);
+    /* bf16: the partial sums are f32 (WIDE_PARTIAL), reduced in f32, rounded once after */
+    bool rounds = !g && c->p->vb[dst].dtype != c->p->vb[src].dtype;
+    int part = rounds ? fuse_prog_vbuf(c, "scatter_f32", BC_SCRATCH, n->shape, c->p->vb[src].dtype) : dst;
     Instr *in = fuse_prog_instr(c, g ? I_ALLGATHER : I_REDUCE_SCATTER, id);
-    in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, n->in[0]), 0);
-    in->op[in->nop++] = fuse_prog_ob(fuse_prog_buf(c, id), 0);
-    in->bytes = c->p->vb[fuse_prog_buf(c, g ? n->in[0] : id)].bytes;
+    in->op[in->nop++] = fuse_prog_ob(src, 0);
+    in->op[in->nop++] = fuse_prog_ob(part, 0);
+    in->bytes = c->p->vb[g ? src : part].bytes;
     in->why = g ? "sequence parallelism: the whole sequence from every rank's positions"
                 : "sequence parallelism: partial sums, summed, each rank its positions";
+    if (rounds) {
+      KCall kc = fuse_kc_flat("round_sum", ir_shape_numel(&n->shape), id);
+      int r = kir_row(kc.k);
+      int from = fuse_kc_vbuf(c, &kc, part, false);
+      kir_store(kc.k, fuse_kc_node(c, &kc, id, true), r, '=', kir_ld(kc.k, from, r));
+      kc.k->work = 1;
+      fuse_kc_emit(c, &kc);
+    }
     break;
   }
   case OP_TP_SLICE: { /* rank r's positions: elements [r·n, (r+1)·n) of the replicated value */

@@ -295,8 +295,6 @@ void ir_config_check(Builder *b, Loc end) {
     else if (c->seq % c->tp)
       ir_build_err(b, at, "sequence parallelism splits seq %lld over tp %lld: tp must divide seq", (long long)c->seq,
                    (long long)c->tp);
-    else if (c->precision != PP_PREC_FP32)
-      ir_build_err(b, at, "sequence parallelism is fp32 only: its reduce-scatter has no bf16 form yet");
   }
   if (c->tp * c->pp * c->dp > PP_MAX_RANKS) { /* each is at most PP_MAX_STEP_DIM: no overflow */
     Loc at = c->dp_loc.first >= 0   ? c->dp_loc

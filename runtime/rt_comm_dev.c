@@ -431,7 +431,7 @@ void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t 
  * folded in rank order (reduce_rows), so a reduce-scatter gives the bits an allreduce would, and
  * every member the same. Through a host copy where the arena is not host memory; with NCCL,
  * ncclAllGather and ncclReduceScatter on the device queue. */
-static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whole, int64_t count) {
+static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whole, int64_t count, PpDType dt) {
   if (!c || !c->mpi || c->tp == MPI_COMM_NULL)
     RT_INTERNAL("a sequence-parallel collective without a tensor-parallel group");
   const char *name = gather ? "allgather tp" : "reduce_scatter tp";
@@ -448,38 +448,42 @@ static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whol
       c->nccl_op = name, c->nccl_g = c->tp, c->nccl_seq = seq, c->nccl_count = count, c->nccl_nmsg = 0;
       c->nccl_where = c->where;
     }
-    if (gather) NCCL_CHECK(ncclAllGather(p, w, (size_t)count, ncclFloat, c->ntp, (cudaStream_t)stream));
+    if (gather)
+      NCCL_CHECK(
+          ncclAllGather(p, w, (size_t)count, dt == PP_BF16 ? ncclBfloat16 : ncclFloat, c->ntp, (cudaStream_t)stream));
     else NCCL_CHECK(ncclReduceScatter(w, p, (size_t)count, ncclFloat, ncclSum, c->ntp, (cudaStream_t)stream));
     return;
   }
 #endif
-  float *hp = rt_dev_host(d, part), *hw = rt_dev_host(d, whole);
+  int es = pp_dtype_bytes(dt);
+  char *hp = rt_dev_host(d, part), *hw = rt_dev_host(d, whole);
   if (!hp || !hw) { /* staged: the part and the whole in one host buffer */
-    float *h = room((void **)&c->host, &c->host_cap, (size_t)count * (size_t)(n + 1) * sizeof *h);
-    hp = h, hw = h + count;
-    if (rt_dev_read(d, gather ? part : whole, gather ? hp : hw, (gather ? 1 : n) * count * 4)) dev_fail(c, d);
+    char *h = room((void **)&c->host, &c->host_cap, (size_t)count * (size_t)(n + 1) * (size_t)es);
+    hp = h, hw = h + count * es;
+    if (rt_dev_read(d, gather ? part : whole, gather ? hp : hw, (gather ? 1 : n) * count * es)) dev_fail(c, d);
   }
   MPI_Request rq;
   if (gather) {
-    MPI_CHECK(MPI_Iallgather(hp, (int)count, MPI_FLOAT, hw, (int)count, MPI_FLOAT, c->tp, &rq));
-    rt_comm_coll_wait(c, c->tp, &rq, name, count * n, "floats");
+    MPI_Datatype t = dt == PP_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_CHECK(MPI_Iallgather(hp, (int)count, t, hw, (int)count, t, c->tp, &rq));
+    rt_comm_coll_wait(c, c->tp, &rq, name, count * n, dt == PP_BF16 ? "bf16 elements" : "floats");
   } else {
     float *parts = red_scratch(c, (size_t)count * (size_t)n + 1);
     MPI_CHECK(MPI_Ialltoall(hw, (int)count, MPI_FLOAT, parts, (int)count, MPI_FLOAT, c->tp, &rq));
     rt_comm_coll_wait(c, c->tp, &rq, name, count * n, "floats");
-    reduce_rows(hp, parts, count, n, count, RT_OP_SUM);
+    reduce_rows((float *)(void *)hp, parts, count, n, count, RT_OP_SUM);
   }
-  if (hp != rt_dev_host(d, part) &&
-      rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * 4))
+  if (hp != (char *)rt_dev_host(d, part) &&
+      rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * es))
     dev_fail(c, d);
 }
 
-void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count) {
-  seq_coll(c, d, 1, part, whole, count);
+void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count, PpDType dtype) {
+  seq_coll(c, d, 1, part, whole, count, dtype);
 }
 
 void rt_comm_seq_scatter(RtComm *c, RtDev *d, int64_t whole, int64_t part, int64_t count) {
-  seq_coll(c, d, 0, part, whole, count);
+  seq_coll(c, d, 0, part, whole, count, PP_F32);
 }
 
 int rt_comm_before_host(RtComm *c, RtDev *d) { return c && c->nccl ? rt_comm_wait(c, d) : 0; }

@@ -309,7 +309,8 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       double c0 = s->tr ? rt_dev_time_ms(dev) : 0;
       int64_t a = at(g, &in->p[0], slot), z = at(g, &in->p[1], slot);
       where(s, c, b, n, mb, in, NULL);
-      if (in->kind == RT_I_ALLGATHER) rt_comm_seq_gather(x->comm, dev, a, z, in->bytes / 4);
+      if (in->kind == RT_I_ALLGATHER)
+        rt_comm_seq_gather(x->comm, dev, a, z, in->bytes / pp_dtype_bytes(in->dt[0]), in->dt[0]);
       else rt_comm_seq_scatter(x->comm, dev, a, z, in->bytes / 4);
       if (s->tr)
         rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, rt_now_ms(), "%s tp",

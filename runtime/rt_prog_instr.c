@@ -393,16 +393,20 @@ int rt_prog_instr_line(RtParser *s) {
     rc = parse_allreduce(s, in);
   } else if (!strcmp(op, "allgather") || !strcmp(op, "reduce_scatter")) {
     int gather = op[0] == 'a';
+    const char *form = gather ? "allgather tp PART WHOLE BYTES [bf16]" : "reduce_scatter tp WHOLE PART BYTES";
     in->kind = gather ? RT_I_ALLGATHER : RT_I_REDUCE_SCATTER;
     in->group = RT_G_TP;
-    rc = only_in(s, op, 1, 0) ||
-         rt_prog_want_nf(s, 5, gather ? "allgather tp PART WHOLE BYTES" : "reduce_scatter tp WHOLE PART BYTES") ||
-         rt_prog_want_word(s, 1, "tp",
-                           gather ? "allgather tp PART WHOLE BYTES" : "reduce_scatter tp WHOLE PART BYTES") ||
-         rt_prog_parse_ptr(s, s->f[2], op, &in->p[0], NULL) || rt_prog_parse_ptr(s, s->f[3], op, &in->p[1], NULL) ||
-         rt_prog_want_int(s, 4, "bytes", 4, (int64_t)4 * INT32_MAX / (g->tp > 0 ? g->tp : 1), &in->bytes);
-    if (!rc && in->bytes % 4)
-      rc = rt_prog_err(s, "%s: %lld bytes is not a whole number of floats", op, (long long)in->bytes);
+    int dt = gather && s->nf == 6 ? pp_dtype_parse(s->f[5]) : PP_F32;
+    rc = only_in(s, op, 1, 0) || ((!gather || s->nf != 6) && rt_prog_want_nf(s, 5, form)) ||
+         rt_prog_want_word(s, 1, "tp", form) || rt_prog_parse_ptr(s, s->f[2], op, &in->p[0], NULL) ||
+         rt_prog_parse_ptr(s, s->f[3], op, &in->p[1], NULL) ||
+         rt_prog_want_int(s, 4, "bytes", 2, (int64_t)4 * INT32_MAX / (g->tp > 0 ? g->tp : 1), &in->bytes);
+    if (!rc && (dt != PP_F32 && dt != PP_BF16))
+      rc = rt_prog_err(s, "%s: element type '%.60s' (expected bf16, or none for f32)", op, s->f[5]);
+    in->dt[0] = dt < 0 ? PP_F32 : (PpDType)dt;
+    if (!rc && in->bytes % pp_dtype_bytes(in->dt[0]))
+      rc = rt_prog_err(s, "%s: %lld bytes is not a whole number of %s elements", op, (long long)in->bytes,
+                       pp_dtype_name(in->dt[0]));
     if (!rc)
       rc = rt_prog_check_extent(s, op, &in->p[0], gather ? in->bytes : in->bytes * g->tp) ||
            rt_prog_check_extent(s, op, &in->p[1], gather ? in->bytes * g->tp : in->bytes);

@@ -178,6 +178,10 @@ static void bf16_meshes(void) {
     mesh("tests/models/tiny_untied.pdl", "untied", 2, 2, 1, "gpipe", 4);
     mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 2, 1, "1f1b", 4);
     mesh_von("examples/tiny.pdl", "tiny", 2, 2, 1, "zbv", 2, 4, "cpu");
+    sp = 1; /* sequence parallelism: the reduce-scatter's partial sums in f32, rounded once after */
+    mesh("examples/tiny.pdl", "tiny", 2, 2, 1, "1f1b", 4);
+    mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 1, 2, "gpipe", 4);
+    sp = 0;
   }
   if (!getenv("PPC_TEST_NO_OPENCL")) {
     mesh_on("examples/tiny.pdl", "tiny", 1, 2, 1, "1f1b", 4, "opencl");
