@@ -1869,7 +1869,7 @@ static void test_parser(void) {
   expect_parse_ok("int runtime scalars of dropout", "$1408:4 i:8 i:16\n", "$1408:4 i:8 i:16 s:seed s:rngctr s:train\n");
   expect_parse_error("allgather outside a TP group's form", "  loss $1408\n",
                      "  loss $1408\n  allgather dp $128 $384 256\n",
-                     "expected 'tp', found 'dp' (the line reads 'allgather tp PART WHOLE BYTES')");
+                     "expected 'tp', found 'dp' (the line reads 'allgather tp PART WHOLE BYTES [bf16]')");
   expect_parse_error("reduce_scatter past its whole's extent", "  loss $1408\n",
                      "  loss $1408\n  reduce_scatter tp $1400 $128 256\n",
                      "reduce_scatter: $1400 + 256 bytes leaves the slot (1472 bytes)");
