@@ -155,8 +155,8 @@ void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count);
  * widened to f32, reduced in f32 and rounded to nearest even once; through NCCL, its bf16 sum). */
 void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count, PpDType dtype);
 /* Sequence parallelism over the TP group: every member's count elements of dtype (f32 or bf16,
- * copied as they are) at part, in rank order, into whole; (floats) the tp·count at whole summed over the group (rank order: the allreduce's bits),
- * member r's count into part. */
+ * copied as they are) at part, in rank order, into whole; (floats) the tp·count at whole summed over the group (rank
+ * order: the allreduce's bits), member r's count into part. */
 void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count, PpDType dtype);
 void rt_comm_seq_scatter(RtComm *c, RtDev *d, int64_t whole, int64_t part, int64_t count);
 
