@@ -409,6 +409,8 @@ static void print_schedule(const Stage *st, const Sched *sched, const char *mode
   free(cost);
 }
 
+#define PPC_PLAN_LOWER_LAYERS 1024
+
 /* Per (virtual) stage, one micro-batch's activations on each of its ranks: the lowered slot. */
 static int64_t *stage_acts(const Stage *st, const Sched *sched) {
   int nv = sched->pp * sched->V;
@@ -707,8 +709,10 @@ static int compile(const Cli *cli) {
   /* per stage: split -> shard -> autodiff -> fuse/lower -> memory, as far as the output needs
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
   bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
+  /* the plan states each stage's activations, which take the lowered program: not for a model of
+   * more than PPC_PLAN_LOWER_LAYERS layers, whose plan is asked for to see the partition quickly */
   bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG ||
-               cli->emit == EMIT_PLAN; /* the plan states each stage's activations */
+               (cli->emit == EMIT_PLAN && g->nlayers <= PPC_PLAN_LOWER_LAYERS);
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
   if (V > 1) vplan = vstage_plan(g, cli->balanced, V); /* the virtual stages of chunks of layers */
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, vplan, sched, backward, lower))) goto out;
@@ -727,6 +731,10 @@ static int compile(const Cli *cli) {
   case EMIT_PLAN: {
     int64_t *act = st ? stage_acts(st, sched) : NULL;
     pp_plan_print(stdout, g, vplan ? vplan : plan, sched, act);
+    if (!act)
+      printf("\nactivations: not computed for %d layers (more than %d): --emit schedule, or -o DIR's plan.txt, "
+             "states them\n",
+             g->nlayers, PPC_PLAN_LOWER_LAYERS);
     free(act);
   }
     if (why) fputs(why, stdout);

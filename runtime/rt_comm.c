@@ -156,6 +156,7 @@ void rt_comm_finalize(RtComm *c) {
   free(c->red);
   free(c->host);
   for (int i = 0; i < MAX_REQ; i++) free(c->stage[i].buf);
+  for (int i = 0; i < MAX_EARLY; i++) free(c->estage[i].buf);
   for (int i = 0; i < c->scap; i++) free(c->sbuf[i].buf);
   free(c->sbuf);
   free(c->sreq);

@@ -144,6 +144,11 @@ typedef struct {
 } RtP2p;
 void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops); /* n <= 4 */
 void rt_comm_p2p_wait(RtComm *c, RtDev *d);
+/* A receive posted ahead of its comm entry, as soon as its buffer is free (overlap): a handle for
+ * rt_comm_recv_wait, or -1 when it is to be posted at its entry (NCCL's stream-ordered messages,
+ * or MAX_EARLY in flight). */
+int rt_comm_recv_early(RtComm *c, RtDev *d, const RtP2p *o);
+void rt_comm_recv_wait(RtComm *c, RtDev *d, int h);
 void rt_comm_p2p_flush(RtComm *c);
 
 /* SUM in place over the embedding group (allreduce_tied): count floats at arena offset off. */

@@ -268,6 +268,31 @@ void rt_comm_p2p_post(RtComm *c, RtDev *d, int n, const RtP2p *ops) {
   }
 }
 
+int rt_comm_recv_early(RtComm *c, RtDev *d, const RtP2p *o) {
+  if (!c || !c->mpi || c->nccl || o->send) return -1;
+  int h = 0;
+  while (h < MAX_EARLY && c->eused[h]) h++;
+  if (h == MAX_EARLY) return -1;
+  Stage *st = &c->estage[h];
+  st->bytes = 0;
+  void *buf = rt_dev_host(d, o->off);
+  if (!buf) { /* host staging, copied in at the wait */
+    buf = room(&st->buf, &st->cap, (size_t)o->bytes);
+    st->off = o->off, st->bytes = o->bytes;
+  }
+  c->emsg[h] = *o;
+  MPI_CHECK(MPI_Irecv(buf, msg_count(o), msg_type(o), o->peer, o->tag, c->world, &c->ereq[h]));
+  c->eused[h] = 1;
+  return h;
+}
+
+void rt_comm_recv_wait(RtComm *c, RtDev *d, int h) {
+  if (!c || h < 0 || h >= MAX_EARLY || !c->eused[h]) RT_INTERNAL("a wait for a receive not posted ahead");
+  rt_comm_wait_reqs(c, 1, &c->ereq[h], &(Wait){.g = MPI_COMM_NULL, .n = 1, .msg = &c->emsg[h]});
+  if (c->estage[h].bytes && rt_dev_write(d, c->estage[h].off, c->estage[h].buf, c->estage[h].bytes)) dev_fail(c, d);
+  c->eused[h] = 0;
+}
+
 void rt_comm_p2p_wait(RtComm *c, RtDev *d) {
   if (!c || !c->nreq) return; /* NCCL's messages: ordered on the device's stream, waited for there */
   rt_comm_wait_reqs(c, c->nreq, c->req, &(Wait){.g = MPI_COMM_NULL, .n = c->nreq, .msg = c->msg});

@@ -11,7 +11,8 @@
 #include <nccl.h>
 #endif
 
-#define MAX_REQ 4
+#define MAX_REQ   4
+#define MAX_EARLY 64 /* receives posted ahead at most: more are posted at their entry */
 
 /* The communicators a collective runs on: the watchdog counts the collectives of each, so that
  * the members of one call have the same count. G_SUB + i: sub[i]. */
@@ -50,6 +51,11 @@ struct RtComm {
   int64_t seq[G_SUB]; /* per communicator: the collectives started on it */
   int64_t *sub_seq;   /* the same for sub[i] */
   RtP2p msg[MAX_REQ]; /* the messages of req */
+  /* receives posted ahead of their comm entry (rt_comm_recv_early): waited for by handle */
+  MPI_Request ereq[MAX_EARLY];
+  RtP2p emsg[MAX_EARLY];
+  Stage estage[MAX_EARLY];
+  int eused[MAX_EARLY];
   /* sends in flight: posted from a host copy, so the arena may change at once; waited for by
    * rt_comm_p2p_flush (before the optimizer) or found done at a later post */
   MPI_Request *sreq;

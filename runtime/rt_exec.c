@@ -21,6 +21,10 @@ struct RtExec {
   double wall_ms, compute_ms; /* the last step's, while tracing */
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
   int stale;                  /* the working copies (refresh block) are older than the values */
+  /* receives posted ahead (overlap): op j of entry e (index 2e + j) is posted right after entry
+   * early[2e + j] (-1: at the step's start), or at its entry (-2); its handle, -1 when not posted */
+  int *early, *handle;
+  int no_early; /* PPR_EARLY_RECV=0: every receive posted at its entry */
 };
 
 /* One step's state. */
@@ -71,6 +75,48 @@ static int dev_failed(RtExec *x, char *err, size_t errlen) {
   return -2;
 }
 
+/* Whether entry en may read or write the buffers of slot `slot`, whatever its chunk (the chunks of
+ * a rank share the slots, each with its own layout); slot -1, a boundary at a fixed offset: any
+ * block run or message. */
+static int touches(const RtEntry *en, int slot) {
+  if (en->kind == RT_E_F || en->kind == RT_E_B || en->kind == RT_E_W) return slot < 0 || en->slot == slot;
+  if (en->kind != RT_E_COMM) return 0;
+  for (int j = 0; j < en->nops; j++)
+    if (slot < 0 || en->op[j].slot == slot) return 1;
+  return 0;
+}
+
+/* When each receive of a training step can be posted: right after the last entry before it that
+ * uses its slot (the buffer is then free until the message lands), if that is earlier than the
+ * entry before its own. The entries' order is the schedule's, which the start-up check simulates on
+ * every rank; a receive posted earlier waits at the same place and blocks nothing, so the order
+ * it proves stands. */
+static int plan_early(RtExec *x) {
+  const RtProg *g = x->p;
+  int n = g->nentries;
+  const char *env = getenv("PPR_EARLY_RECV");
+  x->no_early = env && !strcmp(env, "0");
+  x->early = malloc((size_t)(2 * n + 1) * sizeof *x->early);
+  x->handle = malloc((size_t)(2 * n + 1) * sizeof *x->handle);
+  if (!x->early || !x->handle) return -1;
+  for (int e = 0; e < n; e++)
+    for (int j = 0; j < 2; j++) {
+      const RtEntry *en = &g->sched[e];
+      int k = 2 * e + j, after = -2;
+      x->handle[k] = -1;
+      if (!x->no_early && en->kind == RT_E_COMM && j < en->nops && !pp_boundary_is_send(en->op[j].kind)) {
+        const RtCommOp *o = &en->op[j];
+        int slot = rt_prog_boundary(g, o->chunk, o->kind)->ptr.in_slot ? o->slot : -1;
+        after = -1;
+        for (int q = e - 1; q >= 0 && after < 0; q--)
+          if (touches(&g->sched[q], slot)) after = q;
+        if (after == e - 1) after = -2; /* no entry between: posted at its own */
+      }
+      x->early[k] = after;
+    }
+  return 0;
+}
+
 int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, char *err, size_t errlen) {
   *out = NULL;
   RtExec *x = calloc(1, sizeof *x);
@@ -92,6 +138,10 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
     rt_exec_close(x);
     return RT_FAIL("out of memory");
   }
+  if (plan_early(x)) {
+    rt_exec_close(x);
+    return RT_FAIL("out of memory");
+  }
   if (rt_dev_alloc(dev, p->arena) || rt_dev_load(dev, dir, p)) {
     snprintf(err, errlen, "%s", rt_dev_error(dev));
     rt_exec_close(x);
@@ -104,6 +154,8 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
 void rt_exec_close(RtExec *x) {
   if (!x) return;
   rt_prof_free(x->prof);
+  free(x->early);
+  free(x->handle);
   free(x->batch);
   free(x->partials);
   free(x);
@@ -350,7 +402,23 @@ static int comm_op_runs(const Step *s, const RtCommOp *o) {
   return (o->kind == PP_SEND_FWD || o->kind == PP_RECV_FWD) && fwd_runs(s, o->mb);
 }
 
-/* A comm entry: post its messages (those comm_op_runs keeps), then wait for them. */
+/* The message of op o. */
+static RtP2p p2p_of(const RtProg *g, const RtCommOp *o) {
+  int nch = rt_prog_nchunks(g);
+  const RtBoundary *b = rt_prog_boundary(g, o->chunk, o->kind);
+  const RtChunk *ch = &g->chunk[o->chunk];
+  RtMsg m = rt_boundary_msg(o->kind, o->mb, ch->vstage, ch->prev, ch->next, g->pp, nch);
+  return (RtP2p){.send = m.send,
+                 .peer = m.peer,
+                 .tag = m.tag,
+                 .off = at(g, &b->ptr, o->slot),
+                 .bytes = b->bytes,
+                 .mb = o->mb,
+                 .chunk = nch > 1 ? o->chunk : -1};
+}
+
+/* A comm entry: post its messages (those comm_op_runs keeps; receives posted ahead are waited
+ * for alone), then wait for them. */
 static void run_comm(Step *s, const RtEntry *en) {
   rt_comm_set_where(s->x->comm, &(RtWhere){.step = s->step,
                                            .entry = s->entry,
@@ -366,37 +434,60 @@ static void run_comm(Step *s, const RtEntry *en) {
   RtP2p ops[2];
   char name[48] = "";
   size_t k = 0;
-  int nch = rt_prog_nchunks(g), n = 0;
+  int n = 0, early[2], ne = 0;
   for (int j = 0; j < en->nops; j++) {
     const RtCommOp *o = &en->op[j];
     if (!comm_op_runs(s, o)) continue;
+    int h = s->what ? -1 : x->handle[2 * s->entry + j];
+    if (h >= 0) { /* posted ahead: waited for below */
+      early[ne++] = h;
+      x->handle[2 * s->entry + j] = -1;
+      continue;
+    }
     int i = n++;
-    const RtBoundary *b = rt_prog_boundary(g, o->chunk, o->kind);
-    const RtChunk *ch = &g->chunk[o->chunk];
-    RtMsg m = rt_boundary_msg(o->kind, o->mb, ch->vstage, ch->prev, ch->next, g->pp, nch);
-    ops[i] = (RtP2p){.send = m.send,
-                     .peer = m.peer,
-                     .tag = m.tag,
-                     .off = at(g, &b->ptr, o->slot),
-                     .bytes = b->bytes,
-                     .mb = o->mb,
-                     .chunk = nch > 1 ? o->chunk : -1};
+    ops[i] = p2p_of(g, o);
     if (s->tr && k < sizeof name) {
       k += (size_t)snprintf(name + k, sizeof name - k, "%s%s", i ? " + " : "", pp_boundary_name(o->kind));
-      if (nch > 1 && k < sizeof name) k += (size_t)snprintf(name + k, sizeof name - k, ":%d", o->chunk);
+      if (rt_prog_nchunks(g) > 1 && k < sizeof name) k += (size_t)snprintf(name + k, sizeof name - k, ":%d", o->chunk);
       if (k < sizeof name) k += (size_t)snprintf(name + k, sizeof name - k, " %d", o->mb);
     }
   }
-  if (!n) return;
   double t0 = s->tr ? rt_dev_time_ms(x->dev) : 0;
-  rt_comm_p2p_post(x->comm, x->dev, n, ops);
+  if (n) rt_comm_p2p_post(x->comm, x->dev, n, ops);
   double t1 = s->tr ? rt_now_ms() : 0;
-  rt_comm_p2p_wait(x->comm, x->dev);
+  if (n) rt_comm_p2p_wait(x->comm, x->dev);
+  for (int i = 0; i < ne; i++) rt_comm_recv_wait(x->comm, x->dev, early[i]);
   if (s->tr) {
     double t2 = rt_dev_time_ms(x->dev);
-    rt_trace_add(x->prof, RT_EV_POST, s->step, t0, t1, "%s: post", name);
-    rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s: wait", name);
+    if (n) rt_trace_add(x->prof, RT_EV_POST, s->step, t0, t1, "%s: post", name);
+    if (ne) {
+      char ename[48] = "";
+      size_t q = 0;
+      for (int j = 0; j < en->nops && q < sizeof ename; j++)
+        if (!pp_boundary_is_send(en->op[j].kind) && x->early[2 * s->entry + j] >= -1)
+          q += (size_t)snprintf(ename + q, sizeof ename - q, "%s%s %d", q ? " + " : "",
+                                pp_boundary_name(en->op[j].kind), en->op[j].mb);
+      rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s%s%s (posted ahead): wait", name, n ? " + " : "", ename);
+    } else if (n) rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s: wait", name);
   }
+}
+
+/* The receives a training step posts right after entry `after` (-1: at its start). */
+static void post_early(Step *s, int after) {
+  RtExec *x = s->x;
+  const RtProg *g = x->p;
+  if (!x->comm || x->no_early || s->what) return;
+  for (int e = after + 1; e < g->nentries; e++)
+    for (int j = 0; j < g->sched[e].nops; j++)
+      if (x->early[2 * e + j] == after) {
+        const RtCommOp *o = &g->sched[e].op[j];
+        RtP2p m = p2p_of(g, o);
+        double t0 = s->tr ? rt_now_ms() : 0;
+        x->handle[2 * e + j] = rt_comm_recv_early(x->comm, x->dev, &m);
+        if (s->tr && x->handle[2 * e + j] >= 0)
+          rt_trace_add(x->prof, RT_EV_POST, s->step, t0, rt_now_ms(), "%s %d: posted ahead (entry %d's)",
+                       pp_boundary_name(o->kind), o->mb, e);
+      }
 }
 
 /* The refresh block (--precision bf16: the parameters' working copies from their values), when
@@ -453,6 +544,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
   int timed = s.prof || s.tr;
   double step_t0 = timed ? rt_dev_time_ms(dev) : 0, compute = 0;
   if (refresh(&s)) return dev_failed(x, err, errlen);
+  post_early(&s, -1);
   for (int e = 0; e < g->nentries; e++) {
     const RtEntry *en = &g->sched[e];
     double t0 = timed ? rt_dev_time_ms(dev) : 0;
@@ -495,6 +587,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     }
     if (rc == -2) return dev_failed(x, err, errlen);
     if (rc) return -1;
+    post_early(&s, e);
   }
   /* without an OPT entry (a program always has one) the hook still sees the gradients */
   if (s.hook && s.hook(ctx, x, err, errlen)) return -1;
