@@ -131,17 +131,13 @@ def main():
     cfg = exp["config"]
     B, S, H, L = exp["micro_batch"], exp["seq"], cfg["hidden"], cfg["layers"]
     M = a.microbatches or exp["microbatches"]
-    hp = {k: exp[k] for k in ("lr", "beta1", "beta2", "eps", "wd")}
     raw, _ = sio.read(os.path.join(a.fixture, "weights.safetensors"))
     P = {k: torch.tensor(list(v), dtype=torch.float32).reshape(shape).requires_grad_(True)
          for k, (shape, v) in raw.items()}
     names = [n for n in exp["params"] if n in P]
     toks = gf.make_tokens(cfg["vocab"], exp["n_tokens"], exp["token_seed"])
     os.makedirs(a.out, exist_ok=True)
-    state, losses, norms = {}, [], []
-    for step in range(a.steps):
-        for n in names:
-            P[n].grad = None
+    def step_loss(step):
         total = 0.0
         for m in range(M):
             x, y = gf.get_batch(toks, step, m, B, S, M)
@@ -151,17 +147,9 @@ def main():
             lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / M
             lm.backward()
             total += float(lm.detach())
-        grads = {n: P[n].grad.detach().clone() for n in names}
-        if step == 0:
-            sio.write(os.path.join(a.out, "grads.safetensors"), gf.to_st(grads, names))
-        norm, _, grads = gf.clip_grads(grads, names, exp["clip"])
-        gf.adamw_step(P, grads, state, names, step + 1, hp)
-        losses.append(total)
-        norms.append(float(norm))
-    sio.write(os.path.join(a.out, "updated.safetensors"), gf.to_st(P, names))
-    json.dump({"losses": losses, "grad_norms": norms, "microbatches": M, "steps": a.steps, "seed": a.seed,
-               "p": a.p}, open(os.path.join(a.out, "reference.json"), "w"), indent=1)
+        return total
 
+    gf.train_reference(P, names, exp, a.steps, step_loss, a.out, {"microbatches": M, "seed": a.seed, "p": a.p})
 
 if __name__ == "__main__":
     main()

@@ -148,6 +148,29 @@ def adamw_step(P, grads, state, names, t, hp):
             p.sub_(lr * mhat / (torch.sqrt(vhat) + eps))
 
 
+def train_reference(P, names, exp, steps, step_loss, out, meta):
+    """steps clipped AdamW steps of P (the fixture's hyper-parameters in exp) whose step s's loss
+    step_loss(s) computes and backpropagates (returning its value); writes into out the first
+    step's gradients (grads.safetensors), the weights after (updated.safetensors) and
+    reference.json: the losses, the gradient norms before clipping, and meta."""
+    hp = {k: exp[k] for k in ("lr", "beta1", "beta2", "eps", "wd")}
+    state, losses, norms = {}, [], []
+    for step in range(steps):
+        for n in names:
+            P[n].grad = None
+        total = step_loss(step)
+        grads = {n: P[n].grad.detach().clone() for n in names}
+        if step == 0:
+            safetensors_io.write(os.path.join(out, "grads.safetensors"), to_st(grads, names))
+        norm, _, grads = clip_grads(grads, names, exp["clip"])
+        adamw_step(P, grads, state, names, step + 1, hp)
+        losses.append(total)
+        norms.append(float(norm))
+    safetensors_io.write(os.path.join(out, "updated.safetensors"), to_st(P, names))
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(dict({"losses": losses, "grad_norms": norms, "steps": steps}, **meta), f, indent=1)
+
+
 def make_torch_adamw(P, names, hp):
     """torch.optim.AdamW twin on copies of the parameters, for the cross-check."""
     twin = {n: torch.nn.Parameter(P[n].detach().clone()) for n in names}

@@ -83,7 +83,6 @@ def main():
     B, S = exp["micro_batch"], exp["seq"]
     M = a.microbatches or exp["microbatches"]
     names = exp["params"]
-    hp = {k: exp[k] for k in ("lr", "beta1", "beta2", "eps", "wd")}
     raw, _ = sio.read(os.path.join(a.fixture, "weights.safetensors"))
     P = {k: torch.tensor(list(v), dtype=torch.float32).reshape(shape).requires_grad_(True) for k, (shape, v) in raw.items()}
     names = [n for n in names if n in P]
@@ -95,10 +94,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     write_masked(os.path.join(a.out, "masked.bin"), toks, mask)
 
-    state, losses, norms = {}, [], []
-    for step in range(a.steps):
-        for n in names:
-            P[n].grad = None
+    def step_loss(step):
         batches = [masked_batch(toks, mask, step, m, B, S, M) for m in range(M)]
         count = sum(int((y != IGNORE).sum()) for _, y in batches)
         total = 0.0
@@ -108,17 +104,9 @@ def main():
                                  reduction="sum") / max(count, 1)
             lm.backward()
             total += float(lm.detach())
-        grads = {n: P[n].grad.detach().clone() for n in names}
-        if step == 0:
-            sio.write(os.path.join(a.out, "grads.safetensors"), gf.to_st(grads, names))
-        norm, _, grads = gf.clip_grads(grads, names, exp["clip"])
-        gf.adamw_step(P, grads, state, names, step + 1, hp)
-        losses.append(total)
-        norms.append(float(norm))
-    sio.write(os.path.join(a.out, "updated.safetensors"), gf.to_st(P, names))
-    json.dump({"losses": losses, "grad_norms": norms, "microbatches": M, "steps": a.steps,
-               "counted": int(mask.sum())}, open(os.path.join(a.out, "reference.json"), "w"), indent=1)
+        return total
 
+    gf.train_reference(P, names, exp, a.steps, step_loss, a.out, {"microbatches": M, "counted": int(mask.sum())})
 
 if __name__ == "__main__":
     main()

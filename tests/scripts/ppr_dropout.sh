@@ -11,6 +11,7 @@
 set -u
 build=${1:?usage: ppr_dropout.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
+. tests/scripts/lib/compare.sh
 export PPC_CACHE="$tmp/cache"
 if ! command -v python3 >/dev/null 2>&1; then
   echo "SKIP ppr_dropout: no python3"
@@ -20,14 +21,6 @@ fi
 fx=tests/fixtures/tiny_minimind fd=tests/fixtures/tiny_minimind_dropout model=tests/models/tiny_dropout.pdl
 args="--init $fx/weights.safetensors --data $fx/tokens.bin --dropout-seed 7"
 
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
-same_losses() {
-  python3 -c '
-import sys
-a = [float(x) for x in open(sys.argv[1])]; b = [float(x) for x in open(sys.argv[2])]; l = float(sys.argv[3])
-sys.exit(0 if len(a) == len(b) and len(a) > 0 and all(abs(x - y) <= l * abs(y) for x, y in zip(a, b)) else 1)' "$@"
-}
-tensors() { python3 tests/reference/compare.py "$1" "$2" --tol "$3" >"$tmp/cmp.txt" 2>&1 || { tail -n 3 "$tmp/cmp.txt"; return 1; }; }
 # run NP DIR TAG ARGS...: 5 steps on NP ranks: TAG.losses, TAG.g (first step's gradients), TAG.w
 run() {
   np=$1 dir=$2 tag=$3

@@ -14,6 +14,7 @@
 set -u
 build=${1:?usage: ppr_masked.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
+. tests/scripts/lib/compare.sh
 export PPC_CACHE="$tmp/cache"
 if ! command -v python3 >/dev/null 2>&1; then
   echo "SKIP ppr_masked: no python3"
@@ -23,17 +24,6 @@ fi
 fx=tests/fixtures/tiny_minimind fm=tests/fixtures/tiny_minimind_masked
 init="--init $fx/weights.safetensors"
 
-# losses LOG: the losses of a --log file, one per line
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
-# same_losses A B LIMIT: the two lists (files, one number a line) agree to LIMIT relative
-same_losses() {
-  python3 -c '
-import sys
-a = [float(x) for x in open(sys.argv[1])]; b = [float(x) for x in open(sys.argv[2])]; l = float(sys.argv[3])
-sys.exit(0 if len(a) == len(b) and len(a) > 0 and all(abs(x - y) <= l * abs(y) for x, y in zip(a, b)) else 1)' "$@"
-}
-# tensors GOT REF TOL: every tensor within TOL (compare.py)
-tensors() { python3 tests/reference/compare.py "$1" "$2" --tol "$3" >"$tmp/cmp.txt" 2>&1 || { tail -n 3 "$tmp/cmp.txt"; return 1; }; }
 # run NP DIR TAG ARGS...: ppr on NP ranks, 5 steps of the masked data, writing TAG.jsonl, TAG.g (the
 # first step's gradients) and TAG.w (the weights after)
 run() {
