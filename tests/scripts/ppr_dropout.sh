@@ -7,7 +7,8 @@
 # first-step gradients and final weights 1e-4); every mesh against the one rank (losses 1e-6,
 # gradients and weights 1e-5): tp 2 × pp 2, tp 2 × pp 2 × dp 2, pp 2 zb-h1, pp 2 interleaved; the
 # opencl device draws the cpu's masks; another seed other masks; the validation pass and the
-# generation programs run without dropout; bf16 within 1e-2. Last line: "N passed, M failed".
+# generation programs run without dropout; dropout with a masked loss and --sp on tp 2 x pp 2 x dp 2;
+# bf16 within 1e-2. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_dropout.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
@@ -76,6 +77,17 @@ else bad "validation with dropout: $(cat "$tmp/val.jsonl") against $(cat "$tmp/p
 if grep -q 's:rngctr' "$tmp/one/rank0.prog" && ! grep -q 's:rngctr\|s:train' "$tmp/one/rank0.gen.prog"; then
   ok "the generation program has no dropout (the training program draws with s:rngctr)"
 else bad "dropout in the generation program"; fi
+
+# all of it at once: dropout, a masked loss and sequence parallelism on tp 2 x pp 2 x dp 2
+sed 's/cross_entropy(logits, labels)/cross_entropy(logits, labels, ignore_index = -100)/' "$model" >"$tmp/md.pdl"
+"$ppc" "$tmp/md.pdl" --microbatches 4 -o "$tmp/md1" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+"$ppc" "$tmp/md.pdl" --microbatches 4 --tp 2 --pp 2 --dp 2 --sp -o "$tmp/md8" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+args="--init $fx/weights.safetensors --data tests/fixtures/tiny_minimind_masked/masked.bin --dropout-seed 7 --eps 1e-6"
+if run 1 md1 md1 && run 8 md8 md8 && same_losses "$tmp/md8.losses" "$tmp/md1.losses" 1e-6 &&
+  tensors "$tmp/md8.g.safetensors" "$tmp/md1.g.safetensors" 1e-5 && tensors "$tmp/md8.w.safetensors" "$tmp/md1.w.safetensors" 1e-5
+then ok "dropout, a masked loss and --sp on tp 2 x pp 2 x dp 2: the one rank's run (losses 1e-6, gradients and weights 1e-5)"
+else bad "dropout + masked loss + --sp on tp 2 x pp 2 x dp 2 against one rank"; fi
+args="--init $fx/weights.safetensors --data $fx/tokens.bin --dropout-seed 7"
 
 "$ppc" "$model" --microbatches 4 --precision bf16 -o "$tmp/bf" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
 if run 1 bf bf && python3 -c '

@@ -206,6 +206,10 @@ static void sp_meshes(void) {
   mesh("tests/models/tiny_gpt2.pdl", "gpt2", 2, 1, 2, "gpipe", 4);
   mesh("tests/models/odd5.pdl", "odd5", 2, 3, 1, "1f1b", 3);
   mesh("tests/models/tiny_dropout.pdl", "dropout", 2, 2, 1, "1f1b", 4);
+  mesh("tests/models/tiny_pad.pdl", "pad", 4, 1, 1, "1f1b", 4);
+  mesh("tests/models/tiny_gpt2.pdl", "gpt2", 4, 1, 1, "1f1b", 4);
+  mesh_von("tests/models/odd9.pdl", "odd9", 2, 3, 1, "zbv", 2, 6, "cpu");
+  mesh("tests/models/tiny_untied.pdl", "untied", 2, 1, 2, "1f1b", 4);
   if (!getenv("PPC_TEST_NO_OPENCL")) mesh_on("examples/tiny.pdl", "tiny", 2, 2, 1, "1f1b", 4, "opencl");
   sp = 0;
 }
