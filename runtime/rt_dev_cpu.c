@@ -128,7 +128,7 @@ static DnnlPlan *dnnl_plan(Cpu *c, const RtGemm *g) {
 static int gemm_dnnl(Cpu *c, const RtGemm *g) {
   /* one type for A and B; a batch is disjoint products (C shared by the batches: widened) */
   if (!c->d.onednn || g->dt[0] != g->dt[1] || (g->batch > 1 && (!g->sa || !g->sb || !g->sc))) return 1;
-  if (!c->eng) { /* the first bf16 GEMM */
+  if (!c->eng) { /* the first GEMM through oneDNN */
     DNNL_CHECK(&c->d, dnnl_engine_create(&c->eng, dnnl_cpu, 0));
     DNNL_CHECK(&c->d, dnnl_stream_create(&c->st, c->eng, dnnl_stream_default_flags));
   }
@@ -392,6 +392,10 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
 #endif
     return gemm_mixed(c, g);
   }
+#ifdef PPR_DNNL
+  int rc = gemm_dnnl(c, g); /* --onednn: its f32 kernels too (brgemm on AVX-512) */
+  if (rc <= 0) return rc;
+#endif
   return gemm_f32(c, g, (const float *)(void *)(c->arena + g->a), (const float *)(void *)(c->arena + g->b),
                   (float *)(void *)(c->arena + g->c));
 }

@@ -3,7 +3,8 @@
 # tiny GPT-2: their weights and tokens) and on minimind256 (seeded weights, the built-in text) the
 # first step's loss of the bf16 program is within 1e-2 of the fp32 program's and of PyTorch's fp32
 # loss, and is not the fp32 loss itself (the listing holds bf16 buffers and GEMMs); the opencl
-# device gives the cpu's bf16 loss, and so (to 1e-3) does the cpu with oneDNN; the checkpoint a bf16 run saves is F32 (the master weights);
+# device gives the cpu's bf16 loss, and so (to 1e-3) does the cpu with oneDNN (and an fp32 program's
+# three losses to 1e-5 with oneDNN's f32 GEMMs); the checkpoint a bf16 run saves is F32 (the master weights);
 # --init from a BF16 checkpoint trains as from the F32 one it was rounded from. Python 3
 # (standard library) reads the logs and writes the BF16 file. Last line: "N passed, M failed".
 set -u
@@ -67,6 +68,26 @@ elif grep -q "built without oneDNN" "$tmp/out.txt"; then
 else
   cat "$tmp/out.txt"
   bad "tiny bf16 --onednn ran"
+fi
+
+# --onednn on an fp32 program: its f32 GEMMs through oneDNN (at least one not its reference
+# loops), three steps' losses within 1e-5 of OpenBLAS's
+if $ppr --help 2>&1 | grep -q -- --onednn && PPR_DNNL_TRACE=1 $ppr "$tmp/tiny_minimind.fp32" --onednn --init \
+  "$d/weights.safetensors" --data "$d/tokens.bin" --steps 3 --quiet --log "$tmp/dnnl32.jsonl" >"$tmp/out.txt" 2>&1 &&
+  $ppr "$tmp/tiny_minimind.fp32" --init "$d/weights.safetensors" --data "$d/tokens.bin" --steps 3 --quiet \
+    --log "$tmp/blas32.jsonl" >"$tmp/out2.txt" 2>&1; then
+  if grep -v ': ref' "$tmp/out.txt" | grep -q '^onednn: gemm' && python3 -c '
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * y for x, y in zip(a, b)) else 1)' \
+    "$tmp/dnnl32.jsonl" "$tmp/blas32.jsonl"; then
+    ok "tiny fp32 --onednn: oneDNN's f32 GEMMs, three losses within 1e-5 of OpenBLAS's"
+  else bad "tiny fp32 --onednn: oneDNN f32 kernels and losses within 1e-5 of OpenBLAS's"; fi
+elif grep -q "built without oneDNN" "$tmp/out.txt"; then
+  echo "SKIP --onednn fp32: ppr was built without oneDNN"
+else
+  cat "$tmp/out.txt"
+  bad "tiny fp32 --onednn ran"
 fi
 
 # checkpoints stay fp32; a BF16 checkpoint initialises as the F32 one it rounds
