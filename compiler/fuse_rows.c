@@ -390,12 +390,12 @@ void fuse_rows_logits(FuseCtx *c, int id, int node) {
  * loss is their mean). The `seed` instruction writes it; the fused cross-entropy bakes it in. */
 double fuse_rows_seed(const FuseCtx *c) { return 1.0 / (double)c->g->cfg.microbatches; }
 
-/* The weight of one row's loss in the micro-batch's loss: 1/rows, or with ignore_index the runtime
- * scalar tokscale = M / (the labels the step counts, over every micro-batch and replica), so that
- * the step's loss, the mean of the micro-batches' losses, is the mean over the counted tokens. */
-static int row_weight(Kernel *k, KCall *kc, const IrNode *ce, int64_t R) {
-  if (ce->a.masked) return kir_let(k, fuse_kc_scalar(kc, (Operand){.kind = 's', .s = "tokscale"}));
-  return kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), kir_f(k, (double)R), 0));
+/* The weight of one row's loss in the micro-batch's loss with ignore_index (1/rows without): the
+ * runtime scalar tokscale = M / (the labels the step counts, over every micro-batch and replica),
+ * so that the step's loss, the mean of the micro-batches' losses, is the mean over the counted
+ * tokens. */
+static int row_weight(Kernel *k, KCall *kc) {
+  return kir_let(k, fuse_kc_scalar(kc, (Operand){.kind = 's', .s = "tokscale"}));
 }
 
 /* v, or 0 for a row whose label t is the ignore_index */
@@ -472,9 +472,8 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       kir_store(k, st, r, '=', lse);
       kir_store(k, rl, r, '=', counted(k, n, t, kir_e(k, K_SUB, lse, tl, 0)));
       /* the gradient (e / sum - onehot) * seed * the row's weight (1/rows: seed / rows) */
-      int scale = n->a.masked
-                      ? kir_let(k, kir_e(k, K_MUL, kir_f(k, (float)fuse_rows_seed(c)), row_weight(k, &kc, n, R), 0))
-                      : kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, (double)R), 0));
+      int scale = n->a.masked ? kir_let(k, kir_e(k, K_MUL, kir_f(k, (float)fuse_rows_seed(c)), row_weight(k, &kc), 0))
+                              : kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, (double)R), 0));
       int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), se, 0));
       j = kir_tfor(k, kir_i(k, V));
       at = idx2(k, r, V, j);
@@ -552,7 +551,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   int out = fuse_kc_node(c, &mc, id, true), src = fuse_kc_vbuf(c, &mc, rowloss, false);
   int i = kir_reduce(mk, kir_i(mk, R));
   int acc = kir_reduce_end(mk, '+', kir_ld(mk, src, i));
-  if (n->a.masked) kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_MUL, acc, row_weight(mk, &mc, n, R), 0));
+  if (n->a.masked) kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_MUL, acc, row_weight(mk, &mc), 0));
   else kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, (double)R), 0));
   mk->work = R;
   fuse_kc_emit(c, &mc);
@@ -573,7 +572,7 @@ void fuse_rows_ce_dx(FuseCtx *c, int id) {
       st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
   const IrNode *ce = N(c, n->fwd);
   int r = kir_row(k);
-  int w = ce->a.masked ? row_weight(k, &kc, ce, R) : -1;
+  int w = ce->a.masked ? row_weight(k, &kc) : -1;
   int scale = ce->a.masked ? kir_let(k, kir_e(k, K_MUL, kir_ld(k, seed, kir_i(k, 0)), w, 0))
                            : kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, (double)R), 0));
   int lse = kir_let(k, kir_ld(k, st, r));

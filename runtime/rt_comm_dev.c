@@ -482,7 +482,8 @@ static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whol
 #endif
   int es = pp_dtype_bytes(dt);
   char *hp = rt_dev_host(d, part), *hw = rt_dev_host(d, whole);
-  if (!hp || !hw) { /* staged: the part and the whole in one host buffer */
+  int staged = !hp || !hw;
+  if (staged) { /* the part and the whole in one host buffer */
     char *h = room((void **)&c->host, &c->host_cap, (size_t)count * (size_t)(n + 1) * (size_t)es);
     hp = h, hw = h + count * es;
     if (rt_dev_read(d, gather ? part : whole, gather ? hp : hw, (gather ? 1 : n) * count * es)) dev_fail(c, d);
@@ -498,9 +499,7 @@ static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whol
     rt_comm_coll_wait(c, c->tp, &rq, name, count * n, "floats");
     reduce_rows((float *)(void *)hp, parts, count, n, count, RT_OP_SUM);
   }
-  if (hp != (char *)rt_dev_host(d, part) &&
-      rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * es))
-    dev_fail(c, d);
+  if (staged && rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * es)) dev_fail(c, d);
 }
 
 void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count, PpDType dtype) {

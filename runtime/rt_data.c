@@ -373,6 +373,11 @@ static uint64_t row_pos(const RtData *d, uint64_t base, int b, int S) {
   return mulmod(addmod(base, imod(b, n), n), imod(S, n), n);
 }
 
+/* The label token pos makes: the token, or the ignore label where the loss mask leaves it out. */
+static int32_t label_at(const RtData *d, uint64_t pos) {
+  return d->mask && !d->mask[pos] ? d->ignore : tok_at(d, (int64_t)pos);
+}
+
 void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, int32_t *tokens, int32_t *labels) {
   if (!d || d->n <= 0 || B <= 0 || S <= 0) return;
   uint64_t n = (uint64_t)d->n;
@@ -380,9 +385,8 @@ void rt_data_batch(const RtData *d, int64_t step, int m, int M, int B, int S, in
   for (int b = 0; b < B; b++) {
     uint64_t pos = row_pos(d, base, b, S);
     for (int i = 0; i <= S; i++) {
-      int32_t t = tok_at(d, (int64_t)pos);
-      if (i < S && tokens) tokens[(size_t)b * (size_t)S + (size_t)i] = t;
-      if (i > 0 && labels) labels[(size_t)b * (size_t)S + (size_t)(i - 1)] = d->mask && !d->mask[pos] ? d->ignore : t;
+      if (i < S && tokens) tokens[(size_t)b * (size_t)S + (size_t)i] = tok_at(d, (int64_t)pos);
+      if (i > 0 && labels) labels[(size_t)b * (size_t)S + (size_t)(i - 1)] = label_at(d, pos);
       if (++pos == n) pos = 0;
     }
   }
@@ -395,7 +399,7 @@ void rt_data_set_ignore(RtData *d, int32_t ignore) {
 }
 
 int64_t rt_data_count(const RtData *d, int64_t step, int m0, int n, int M, int B, int S) {
-  if (!d || B <= 0 || S <= 0) return 0;
+  if (!d || d->n <= 0 || B <= 0 || S <= 0) return 0;
   int64_t cnt = 0;
   for (int m = m0; m < m0 + n; m++) {
     uint64_t base = row_base(d, step, m, M, B);
@@ -403,7 +407,7 @@ int64_t rt_data_count(const RtData *d, int64_t step, int m0, int n, int M, int B
       uint64_t pos = row_pos(d, base, b, S);
       for (int i = 0; i < S; i++) {
         if (++pos == (uint64_t)d->n) pos = 0; /* label i is token i + 1 of the row */
-        cnt += (d->mask && !d->mask[pos] ? d->ignore : tok_at(d, (int64_t)pos)) != d->ignore;
+        cnt += label_at(d, pos) != d->ignore;
       }
     }
   }

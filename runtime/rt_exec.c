@@ -22,9 +22,10 @@ struct RtExec {
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
   int stale;                  /* the working copies (refresh block) are older than the values */
   /* receives posted ahead (overlap): op j of entry e (index 2e + j) is posted right after entry
-   * early[2e + j] (-1: at the step's start), or at its entry (-2); its handle, -1 when not posted */
-  int *early, *handle;
-  int no_early; /* PPR_EARLY_RECV=0: every receive posted at its entry */
+   * early[2e + j] (-1: at the step's start), or at its entry (-2); its handle, -1 when not posted;
+   * order: the indices posted ahead, by early[] (a step posts them in this order) */
+  int *early, *handle, *order;
+  int norder;
 };
 
 /* One step's state. */
@@ -43,6 +44,7 @@ typedef struct {
   size_t errlen;
   double hook_ms, coll_ms; /* --trace: time in the hook, and in collectives inside OPT */
   int entry;               /* the schedule entry running */
+  int next_early;          /* x->order[next_early]: the next receive to post ahead */
   /* the data a batch instruction reads: local micro-batch mb of replica d is micro-batch
    * m0 + d * (M / dp) + mb of data_M at data_step (rt_data_batch); the loss values are divided by
    * loss_div. A training step: step, 0, M, M. A validation pass (rt_exec_eval): 0, its first
@@ -95,16 +97,17 @@ static int plan_early(RtExec *x) {
   const RtProg *g = x->p;
   int n = g->nentries;
   const char *env = getenv("PPR_EARLY_RECV");
-  x->no_early = env && !strcmp(env, "0");
+  int off = env && !strcmp(env, "0"); /* every receive posted at its entry */
   x->early = malloc((size_t)(2 * n + 1) * sizeof *x->early);
   x->handle = malloc((size_t)(2 * n + 1) * sizeof *x->handle);
-  if (!x->early || !x->handle) return -1;
+  x->order = malloc((size_t)(2 * n + 1) * sizeof *x->order);
+  if (!x->early || !x->handle || !x->order) return -1;
   for (int e = 0; e < n; e++)
     for (int j = 0; j < 2; j++) {
       const RtEntry *en = &g->sched[e];
       int k = 2 * e + j, after = -2;
       x->handle[k] = -1;
-      if (!x->no_early && en->kind == RT_E_COMM && j < en->nops && !pp_boundary_is_send(en->op[j].kind)) {
+      if (!off && en->kind == RT_E_COMM && j < en->nops && !pp_boundary_is_send(en->op[j].kind)) {
         const RtCommOp *o = &en->op[j];
         int slot = rt_prog_boundary(g, o->chunk, o->kind)->ptr.in_slot ? o->slot : -1;
         after = -1;
@@ -114,6 +117,9 @@ static int plan_early(RtExec *x) {
       }
       x->early[k] = after;
     }
+  for (int after = -1; after < n; after++) /* by the entry they follow: once, at start-up */
+    for (int k = 2 * (after + 1); k < 2 * n; k++)
+      if (x->early[k] == after) x->order[x->norder++] = k;
   return 0;
 }
 
@@ -156,6 +162,7 @@ void rt_exec_close(RtExec *x) {
   rt_prof_free(x->prof);
   free(x->early);
   free(x->handle);
+  free(x->order);
   free(x->batch);
   free(x->partials);
   free(x);
@@ -434,6 +441,8 @@ static void run_comm(Step *s, const RtEntry *en) {
   RtP2p ops[2];
   char name[48] = "";
   size_t k = 0;
+  char ename[48] = "";
+  size_t q = 0;
   int n = 0, early[2], ne = 0;
   for (int j = 0; j < en->nops; j++) {
     const RtCommOp *o = &en->op[j];
@@ -442,6 +451,8 @@ static void run_comm(Step *s, const RtEntry *en) {
     if (h >= 0) { /* posted ahead: waited for below */
       early[ne++] = h;
       x->handle[2 * s->entry + j] = -1;
+      if (s->tr && q < sizeof ename)
+        q += (size_t)snprintf(ename + q, sizeof ename - q, "%s%s %d", q ? " + " : "", pp_boundary_name(o->kind), o->mb);
       continue;
     }
     int i = n++;
@@ -460,34 +471,28 @@ static void run_comm(Step *s, const RtEntry *en) {
   if (s->tr) {
     double t2 = rt_dev_time_ms(x->dev);
     if (n) rt_trace_add(x->prof, RT_EV_POST, s->step, t0, t1, "%s: post", name);
-    if (ne) {
-      char ename[48] = "";
-      size_t q = 0;
-      for (int j = 0; j < en->nops && q < sizeof ename; j++)
-        if (!pp_boundary_is_send(en->op[j].kind) && x->early[2 * s->entry + j] >= -1)
-          q += (size_t)snprintf(ename + q, sizeof ename - q, "%s%s %d", q ? " + " : "",
-                                pp_boundary_name(en->op[j].kind), en->op[j].mb);
+    if (ne)
       rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s%s%s (posted ahead): wait", name, n ? " + " : "", ename);
-    } else if (n) rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s: wait", name);
+    else if (n) rt_trace_add(x->prof, RT_EV_WAIT, s->step, t1, t2, "%s: wait", name);
   }
 }
 
-/* The receives a training step posts right after entry `after` (-1: at its start). */
+/* The receives a training step posts right after entry `after` (-1: at its start); called for
+ * after = -1, 0, 1, ... in turn, it walks x->order once a step. */
 static void post_early(Step *s, int after) {
   RtExec *x = s->x;
   const RtProg *g = x->p;
-  if (!x->comm || x->no_early || s->what) return;
-  for (int e = after + 1; e < g->nentries; e++)
-    for (int j = 0; j < g->sched[e].nops; j++)
-      if (x->early[2 * e + j] == after) {
-        const RtCommOp *o = &g->sched[e].op[j];
-        RtP2p m = p2p_of(g, o);
-        double t0 = s->tr ? rt_now_ms() : 0;
-        x->handle[2 * e + j] = rt_comm_recv_early(x->comm, x->dev, &m);
-        if (s->tr && x->handle[2 * e + j] >= 0)
-          rt_trace_add(x->prof, RT_EV_POST, s->step, t0, rt_now_ms(), "%s %d: posted ahead (entry %d's)",
-                       pp_boundary_name(o->kind), o->mb, e);
-      }
+  if (!x->comm || s->what) return;
+  for (; s->next_early < x->norder && x->early[x->order[s->next_early]] == after; s->next_early++) {
+    int k = x->order[s->next_early], e = k / 2;
+    const RtCommOp *o = &g->sched[e].op[k % 2];
+    RtP2p m = p2p_of(g, o);
+    double t0 = s->tr ? rt_now_ms() : 0;
+    x->handle[k] = rt_comm_recv_early(x->comm, x->dev, &m);
+    if (s->tr && x->handle[k] >= 0)
+      rt_trace_add(x->prof, RT_EV_POST, s->step, t0, rt_now_ms(), "%s %d: posted ahead (entry %d's)",
+                   pp_boundary_name(o->kind), o->mb, e);
+  }
 }
 
 /* The refresh block (--precision bf16: the parameters' working copies from their values), when
