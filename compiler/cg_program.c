@@ -33,8 +33,9 @@ static void gemm_types(Buf *b, const Program *p, const Instr *in) {
   if (!f32) OUT(b, " %s %s %s", pp_dtype_name(t[0]), pp_dtype_name(t[1]), pp_dtype_name(t[2]));
 }
 
-/* One operand; tp_rank: the TP rank whose listing it is (a vocabulary shard's first row). */
-static void operand_x(Buf *b, const Program *p, int tp_rank, const Operand *o, bool extent) {
+/* One operand; w: the coordinates of the rank whose listing it is (a vocabulary shard's first row,
+ * a context-parallel rank's first position). */
+static void operand_x(Buf *b, const Program *p, const Coord *w, const Operand *o, bool extent) {
   switch (o->kind) {
   case 'b': {
     const VBuf *v = &p->vb[o->vb];
@@ -44,14 +45,15 @@ static void operand_x(Buf *b, const Program *p, int tp_rank, const Operand *o, b
     break;
   }
   case 'f': OUT(b, " f:%.9g", o->f); break;
-  case 'v': OUT(b, " i:%lld", (long long)(o->i * tp_rank)); break; /* this rank's first vocabulary row */
+  case 'v': OUT(b, " i:%lld", (long long)(o->i * w->tp)); break; /* this rank's first vocabulary row */
+  case 'c': OUT(b, " i:%lld", (long long)(o->i * w->cp)); break; /* this rank's first position, or element */
   case 'i': OUT(b, " i:%lld", (long long)o->i); break;
   case 's': OUT(b, " s:%s", o->s); break;
   default: OUT(b, " -"); break;
   }
 }
 
-static void operand(Buf *b, const Program *p, int tp_rank, const Operand *o) { operand_x(b, p, tp_rank, o, false); }
+static void operand(Buf *b, const Program *p, const Coord *w, const Operand *o) { operand_x(b, p, w, o, false); }
 
 /* A name's chunk in a program with chunks of layers: ":C" (every chunk's, 0 too); "" without. */
 static const char *chunk_sfx(const Program *p, int chunk, char *buf, size_t n) {
@@ -75,7 +77,7 @@ static void comment(Buf *b, const Graph *g, const Instr *in) {
   OUT(b, "\n");
 }
 
-static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_rank, const Block *blk) {
+static void block(Buf *b, const Program *p, const Graph *gr, int chunk, const Coord *w, const Block *blk) {
   char cs[16];
   OUT(b, "block %s%s\n", blk->name, blk == &p->opt || blk == &p->refresh ? "" : chunk_sfx(p, chunk, cs, sizeof cs));
   for (int i = 0; i < blk->n; i++) {
@@ -86,56 +88,56 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       const Kernel *k = p->kernels[in->kernel];
       KGeom g = kir_geom(k);
       OUT(b, "kernel %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
-      for (int a = 0; a < in->nop; a++) operand_x(b, p, tp_rank, &in->op[a], true);
+      for (int a = 0; a < in->nop; a++) operand_x(b, p, w, &in->op[a], true);
       break;
     }
     case I_GEMM:
       OUT(b, "gemm %c %c %lld %lld %lld %g", in->ta, in->tb, (long long)in->m, (long long)in->n, (long long)in->k,
           in->alpha);
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       OUT(b, " %lld %lld", (long long)in->lda, (long long)in->sa);
-      operand(b, p, tp_rank, &in->op[1]);
+      operand(b, p, w, &in->op[1]);
       OUT(b, " %lld %lld %g", (long long)in->ldb, (long long)in->sb, in->beta);
-      operand(b, p, tp_rank, &in->op[2]);
+      operand(b, p, w, &in->op[2]);
       OUT(b, " %lld %lld %lld", (long long)in->ldc, (long long)in->sc, (long long)in->batch);
       gemm_types(b, p, in);
       break;
     case I_BATCH:
       OUT(b, "batch");
-      operand(b, p, tp_rank, &in->op[0]);
-      operand(b, p, tp_rank, &in->op[1]);
+      operand(b, p, w, &in->op[0]);
+      operand(b, p, w, &in->op[1]);
       break;
     case I_ZERO:
       OUT(b, "zero");
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       OUT(b, " %lld", (long long)in->bytes);
       break;
     case I_SEED:
       OUT(b, "seed");
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       OUT(b, " %.9g", in->value);
       break;
     case I_LOSS:
       OUT(b, "loss");
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       break;
     case I_LOGITS: /* B S VLOCAL VSTART */
       OUT(b, "logits");
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       for (int a = 1; a < 5; a++)
-        OUT(b, " %lld", (long long)(in->op[a].kind == 'v' ? in->op[a].i * tp_rank : in->op[a].i));
+        OUT(b, " %lld", (long long)(in->op[a].kind == 'v' ? in->op[a].i * w->tp : in->op[a].i));
       if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       break;
     case I_GRADNORM: {
       const Kernel *k = p->kernels[in->kernel];
       KGeom g = kir_geom(k);
       OUT(b, "grad_norm %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
-      operand_x(b, p, tp_rank, &in->op[0], true);
+      operand_x(b, p, w, &in->op[0], true);
       break;
     }
     case I_ALLREDUCE:
       OUT(b, "allreduce %s %s", in->group, in->redop);
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_GRAD]));
       if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       if (in->why) OUT(b, "    # %s\n", in->why);
@@ -143,15 +145,15 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, int tp_r
       continue;
     case I_ALLGATHER:
     case I_REDUCE_SCATTER:
-      OUT(b, "%s tp", in->kind == I_ALLGATHER ? "allgather" : "reduce_scatter");
-      operand(b, p, tp_rank, &in->op[0]);
-      operand(b, p, tp_rank, &in->op[1]);
+      OUT(b, "%s %s", in->kind == I_ALLGATHER ? "allgather" : "reduce_scatter", in->group);
+      operand(b, p, w, &in->op[0]);
+      operand(b, p, w, &in->op[1]);
       OUT(b, " %lld", (long long)in->bytes);
       if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       break;
     case I_ALLREDUCE_TIED:
       OUT(b, "allreduce_tied");
-      operand(b, p, tp_rank, &in->op[0]);
+      operand(b, p, w, &in->op[0]);
       OUT(b, " %lld", (long long)in->bytes);
       break;
     }
@@ -187,9 +189,11 @@ static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
   OUT(b, "%send\n", s->fwd_only ? "" : "  OPT\n");
 }
 
-/* The rank at (dp, pp, tp): a listing's own, and its pipeline neighbours (the same dp and tp on the
- * previous and next stage). */
-static int rank_of(const Config *c, int dp, int pp, int tp) { return (int)((dp * c->pp + pp) * c->tp + tp); }
+/* The rank at w on stage pp: a listing's own, and its pipeline neighbours (the same dp, cp and tp on
+ * the previous and next stage); rank = ((dp·pp + stage)·cp + cp_rank)·tp + tp_rank. */
+static int rank_of(const Config *c, const Coord *w, int pp) {
+  return (int)(((w->dp * c->pp + pp) * c->cp + w->cp) * c->tp + w->tp);
+}
 
 /* What the listing says of a kernel file: its bytes and FNV-1a hash; '- -' for none. */
 static void file_sum_out(Buf *b, const FileSum *f) {
@@ -197,23 +201,23 @@ static void file_sum_out(Buf *b, const FileSum *f) {
   else OUT(b, " %lld %016llx", (long long)f->bytes, (unsigned long long)f->hash);
 }
 
-static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int tp_rank, int dp_rank,
-                         const StageFiles *f) {
+static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, const Coord *w, const StageFiles *f) {
   const Graph *g = p->g;
   const Config *c = &g->cfg;
   char sb[96], ib[48];
   int stage = g->stage;
   OUT(b, "model %s\n", g->model);
-  OUT(b, "mesh tp %lld pp %lld dp %lld\n", (long long)c->tp, (long long)c->pp, (long long)c->dp);
-  OUT(b, "rank %d stage %d tp_rank %d dp_rank %d\n", rank, stage, tp_rank, dp_rank);
-  OUT(b, "peers prev %d next %d\n", stage > 0 ? rank_of(c, dp_rank, stage - 1, tp_rank) : -1,
-      stage + 1 < c->pp ? rank_of(c, dp_rank, stage + 1, tp_rank) : -1);
+  OUT(b, "mesh tp %lld pp %lld dp %lld", (long long)c->tp, (long long)c->pp, (long long)c->dp);
+  if (c->cp > 1) OUT(b, " cp %lld", (long long)c->cp); /* without: cp 1 */
+  OUT(b, "\nrank %d stage %d tp_rank %d dp_rank %d", rank, stage, w->tp, w->dp);
+  if (c->cp > 1) OUT(b, " cp_rank %d", w->cp);
+  OUT(b, "\npeers prev %d next %d\n", stage > 0 ? rank_of(c, w, stage - 1) : -1,
+      stage + 1 < c->pp ? rank_of(c, w, stage + 1) : -1);
   /* with chunks of layers, each chunk's virtual stage and the ranks holding the ones around it */
   for (int k = 0; p->nch > 1 && k < p->nch; k++) {
     int v = sched_vstage(s, stage, k), nv = s->pp * s->V;
-    OUT(b, "chunk %d vstage %d prev %d next %d\n", k, v,
-        v > 0 ? rank_of(c, dp_rank, sched_rank_of(s, v - 1), tp_rank) : -1,
-        v + 1 < nv ? rank_of(c, dp_rank, sched_rank_of(s, v + 1), tp_rank) : -1);
+    OUT(b, "chunk %d vstage %d prev %d next %d\n", k, v, v > 0 ? rank_of(c, w, sched_rank_of(s, v - 1)) : -1,
+        v + 1 < nv ? rank_of(c, w, sched_rank_of(s, v + 1)) : -1);
   }
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch, (long long)c->seq,
       (long long)c->microbatches, c->schedule);
@@ -251,7 +255,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
       int vb = p->ch[ch].bnd[k];
       if (vb < 0) continue;
       OUT(b, "boundary %s%s", pp_boundary_name(k), chunk_sfx(p, ch, cs, sizeof cs));
-      operand(b, p, tp_rank, &(Operand){.kind = 'b', .vb = vb});
+      operand(b, p, w, &(Operand){.kind = 'b', .vb = vb});
       OUT(b, " %lld %s", (long long)p->vb[vb].bytes, ir_shape_str(&p->vb[vb].shape, sb, sizeof sb));
       OUT(b, "%s%s\n", p->vb[vb].dtype != PP_F32 ? " " : "",
           p->vb[vb].dtype != PP_F32 ? pp_dtype_name(p->vb[vb].dtype) : "");
@@ -261,17 +265,17 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
     if (v->cls != BC_PARAM) continue;
     const IrParam *q = &g->params[v->param];
     /* replica: another rank holds the same values (a pipeline copy, a replicated tensor on TP
-     * rank > 0, a shared kv head, any data-parallel replica but the first): it counts once in
-     * the gradient norm and is saved once */
-    bool replica =
-        q->copy || (q->shard_dim < 0 && tp_rank != 0) || (q->shard_rep > 1 && tp_rank % q->shard_rep) || dp_rank != 0;
+     * rank > 0, a shared kv head, any data-parallel replica but the first, any context-parallel
+     * rank but the first): it counts once in the gradient norm and is saved once */
+    bool replica = q->copy || (q->shard_dim < 0 && w->tp != 0) || (q->shard_rep > 1 && w->tp % q->shard_rep) ||
+                   w->dp != 0 || w->cp != 0;
     OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name,
         ir_shape_str(&q->shape, sb, sizeof sb), (long long)(p->region_off[BC_PARAM] + v->off),
         init_name(q, ib, sizeof ib), q->shape.nd >= 2, q->tied ? " tied" : "", q->shared ? " shared" : "",
         q->copy ? " copy" : "", replica ? " replica" : "");
     if (q->shard_dim >= 0) { /* rows [start, start+len) of dimension dim; past the dense size: padding */
       int64_t len = q->shape.d[q->shard_dim], block = len / q->shard_parts; /* parts: start inside each part */
-      OUT(b, " shard %d %lld %lld %lld", q->shard_dim, (long long)((tp_rank / q->shard_rep) * block), (long long)len,
+      OUT(b, " shard %d %lld %lld %lld", q->shard_dim, (long long)((w->tp / q->shard_rep) * block), (long long)len,
           (long long)q->dense_len);
       if (q->shard_parts > 1) OUT(b, " parts %d", q->shard_parts);
     }
@@ -294,12 +298,12 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, int
   OUT(b, "\n");
   for (int k = 0; k < p->nch; k++) {
     const ProgChunk *ch = &p->ch[k];
-    block(b, p, ch->g, k, tp_rank, &ch->fwd);
-    if (!s->fwd_only) block(b, p, ch->g, k, tp_rank, &ch->bwd); /* a generation program: the forward alone */
-    if (s->split) block(b, p, ch->g, k, tp_rank, &ch->wgt);     /* the W entries' block */
+    block(b, p, ch->g, k, w, &ch->fwd);
+    if (!s->fwd_only) block(b, p, ch->g, k, w, &ch->bwd); /* a generation program: the forward alone */
+    if (s->split) block(b, p, ch->g, k, w, &ch->wgt);     /* the W entries' block */
   }
-  if (!s->fwd_only) block(b, p, p->g, 0, tp_rank, &p->opt);
-  if (!s->fwd_only && p->refresh.n) block(b, p, p->g, 0, tp_rank, &p->refresh);
+  if (!s->fwd_only) block(b, p, p->g, 0, w, &p->opt);
+  if (!s->fwd_only && p->refresh.n) block(b, p, p->g, 0, w, &p->refresh);
   schedule(b, p, s, stage);
 }
 
@@ -529,12 +533,11 @@ out:
   return rc;
 }
 
-/* rankR.prog, the listing of the rank at (tp_rank, dp_rank) of the stage whose kernels f names;
- * dir NULL: to stdout. */
-int cg_write(const char *dir, const Program *p, const Sched *s, int tp_rank, int dp_rank, const StageFiles *f) {
+/* rankR.prog, the listing of the rank at w of the stage whose kernels f names; dir NULL: to stdout. */
+int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f) {
   Buf body = {0}, all = {0};
-  int rank = rank_of(&p->g->cfg, dp_rank, p->g->stage, tp_rank);
-  listing_body(&body, p, s, rank, tp_rank, dp_rank, f);
+  int rank = rank_of(&p->g->cfg, w, p->g->stage);
+  listing_body(&body, p, s, rank, w, f);
   OUT(&all, "ppr-program 3\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
       (unsigned long long)cg_fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);

@@ -49,12 +49,17 @@ void fuse_adamw(FuseCtx *c) {
                         q->grad_reduce == 1 ? "a replicated weight applied to split heads: each rank saw its heads only"
                                             : "a kv head replicated over ranks: each saw its own query heads");
   }
-  /* data parallelism: every replica's gradients summed (each already carries 1/microbatches) */
-  if (c->g->cfg.dp > 1) {
+  /* data and context parallelism: every replica's gradients summed (each already carries
+   * 1/microbatches; a cp rank's, its share of the micro-batch's tokens) */
+  if (c->g->cfg.dp * c->g->cfg.cp > 1) {
     int first = -1;
     for (int b = 0; b < p->nvb && first < 0; b++)
       if (p->vb[b].cls == BC_GRAD) first = b;
-    if (first >= 0) fuse_prog_allreduce(c, -1, first, -1, "dp", "sum", "data parallelism: the replicas' gradients");
+    if (first >= 0)
+      fuse_prog_allreduce(c, -1, first, -1, "dp", "sum",
+                          c->g->cfg.cp > 1
+                              ? "data and context parallelism: the replicas' and the sequence parts' gradients"
+                              : "data parallelism: the replicas' gradients");
   }
   grad_norm(c);
   /* each parameter's four buffers, found in one pass over the buffers (a scan per parameter was

@@ -49,8 +49,20 @@ static int dropout_factor(FuseCtx *c, KCall *kc, const IrNode *n, int idx) {
    * source), below 2^24 (PP_DROPOUT_MAX, PP_MAX_LAYERS); the index below 2^40 (PP_MAX_NUMEL) */
   int64_t stream = (int64_t)(n->layer + 1) * PP_DROPOUT_MAX + n->a.dropid;
   int at = kir_e(k, K_IADD, idx, kir_i(k, stream * ((int64_t)1 << 40)), 0);
+  int64_t numel = ir_shape_numel(&n->shape);
   if (n->a.seqshard) /* a rank's positions of S: its elements follow the ranks' before it */
-    at = kir_e(k, K_IADD, at, fuse_kc_iscalar(kc, fuse_prog_vstart(ir_shape_numel(&n->shape))), 0);
+    at = kir_e(k, K_IADD, at, fuse_kc_iscalar(kc, fuse_prog_vstart(numel)), 0);
+  const Config *g = &c->g->cfg;
+  if (g->cp > 1) { /* context parallelism: the rank's positions follow the cp ranks' before it */
+    int64_t whole = numel * (n->a.seqshard ? g->tp : 1); /* the cp rank's elements, over its TP ranks */
+    if (n->layout == LAYOUT_BS) { /* [B,S,...]: each row b of the whole has cp ranks' positions */
+      int64_t row = whole / n->shape.d[0];
+      int b = kir_e(k, K_IDIV, idx, kir_i(k, row), 0);
+      at = kir_e(k, K_IADD, at, kir_e(k, K_IMUL, b, kir_i(k, row * (g->cp - 1)), 0), 0);
+      whole = row;
+    }
+    at = kir_e(k, K_IADD, at, fuse_kc_iscalar(kc, fuse_prog_cpstart(whole)), 0);
+  }
   int u = kir_e(k, K_RAND, at, fuse_kc_rscalar(kc, "seed"), fuse_kc_rscalar(kc, "rngctr"));
   int f = kir_e(k, K_SEL, kir_e(k, K_FLT, u, kir_f(k, (float)n->a.p), 0), kir_f(k, 0),
                 kir_f(k, (float)(1.0 / (1.0 - n->a.p))));

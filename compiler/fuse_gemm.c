@@ -142,10 +142,10 @@ typedef struct AttOp {
   int64_t at, per_r, ld, stride;
 } AttOp;
 
-/* q-shaped [S,B,HQ,D] (q, o, do, dq), kv-shaped [S,B,HK,D] (k, v, dk, dv), scores [B*HQ,S,S] */
+/* q-shaped [SQ,B,HQ,D] (q, o, do, dq), kv-shaped [SK,B,HK,D] (k, v, dk, dv), scores [B*HQ,SQ,SK] */
 static AttOp att_q(int vb, int64_t B, int64_t HQ, int64_t D, int64_t R) { return (AttOp){vb, 0, D, B * HQ * D, R * D}; }
 static AttOp att_kv(int vb, int64_t B, int64_t HK, int64_t D) { return (AttOp){vb, 0, 0, B * HK * D, D}; }
-static AttOp att_s(int vb, int64_t S, int64_t R) { return (AttOp){vb, 0, S * S, S, R * S * S}; }
+static AttOp att_s(int vb, int64_t SQ, int64_t SK, int64_t R) { return (AttOp){vb, 0, SQ * SK, SK, R * SQ * SK}; }
 
 static View att_view(const FuseCtx *c, AttOp o, int r) {
   int64_t es = pp_dtype_bytes(c->p->vb[o.vb].dtype);
@@ -164,10 +164,43 @@ static void att_gemm(FuseCtx *c, int node, int64_t R, int64_t batch, char ta, ch
   }
 }
 
-/* Row r = (b*HQ + h)*S + i of the scores: query position i sees keys [0, i] when causal. */
-static int att_keys(Kernel *k, int64_t S, bool causal) {
-  int i = kir_e(k, K_IMOD, kir_row(k), kir_i(k, S), 0);
-  return kir_let(k, causal ? kir_e(k, K_IADD, i, kir_i(k, 1), 0) : kir_i(k, S));
+/* Row r = (b*HQ + h)*SQ + i of the scores: the query at the rank's position i sees keys [0, its
+ * global position] when causal (context parallelism: the keys are the whole sequence's, the
+ * queries the rank's SQ from its first position on), every key otherwise. */
+static int att_keys(FuseCtx *c, KCall *kc, int64_t SQ, int64_t SK, bool causal) {
+  Kernel *k = kc->k;
+  int i = kir_e(k, K_IMOD, kir_row(k), kir_i(k, SQ), 0);
+  return kir_let(k, causal ? kir_e(k, K_IADD, fuse_kc_gpos(c, kc, i), kir_i(k, 1), 0) : kir_i(k, SK));
+}
+
+/* Context parallelism: the whole sequence's keys (values) from every cp rank's part, in rank order
+ * (the sequence's order), into a scratch buffer of the whole: the gathered K or V. */
+static AttOp att_gather(FuseCtx *c, int node, int part, const char *name, int64_t SK, int64_t B, int64_t HK,
+                        int64_t D) {
+  int whole = fuse_prog_vbuf(c, name, BC_SCRATCH, (Shape){4, {SK, B, HK, D}}, c->p->vb[part].dtype);
+  Instr *in = fuse_prog_instr(c, I_ALLGATHER, node);
+  snprintf(in->group, sizeof in->group, "cp");
+  in->op[in->nop++] = fuse_prog_ob(part, 0);
+  in->op[in->nop++] = fuse_prog_ob(whole, 0);
+  in->bytes = c->p->vb[part].bytes;
+  in->why = "context parallelism: the whole sequence's keys and values from every rank's positions";
+  return att_kv(whole, B, HK, D);
+}
+
+/* Context parallelism: the gradient of the whole sequence's keys (values), f32 partial sums in
+ * scratch, summed over the cp ranks, each its own positions into node g's buffer (rounded once
+ * into a bf16 one). */
+static void att_scatter(FuseCtx *c, int node, int g, int whole) {
+  int dst = fuse_prog_buf(c, g);
+  bool rounds = c->p->vb[dst].dtype != PP_F32;
+  int part = rounds ? fuse_prog_vbuf(c, "att_scatter_f32", BC_SCRATCH, N(c, g)->shape, PP_F32) : dst;
+  Instr *in = fuse_prog_instr(c, I_REDUCE_SCATTER, node);
+  snprintf(in->group, sizeof in->group, "cp");
+  in->op[in->nop++] = fuse_prog_ob(whole, 0);
+  in->op[in->nop++] = fuse_prog_ob(part, 0);
+  in->bytes = c->p->vb[part].bytes;
+  in->why = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
+  if (rounds) fuse_rows_round(c, g, part);
 }
 
 void fuse_gemm_attention(FuseCtx *c, int id) {
@@ -175,39 +208,45 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   int fwd = n->op == OP_ATTENTION ? id : n->fwd;
   const IrNode *f = N(c, fwd);
   const Shape *qs = &N(c, f->in[0])->shape, *kvs = &N(c, f->in[1])->shape;
-  int64_t S = qs->d[0], B = qs->d[1], HQ = qs->d[2], HK = kvs->d[2], D = qs->d[3], R = HQ / HK, batch = B * HK;
-  bool causal = f->a.causal;
-  AttOp q = att_q(fuse_prog_buf(c, f->in[0]), B, HQ, D, R), kk = att_kv(fuse_prog_buf(c, f->in[1]), B, HK, D),
-        v = att_kv(fuse_prog_buf(c, f->in[2]), B, HK, D);
-  int lse = c->p->node_aux[fwd]; /* [B,HQ,S]: the log-sum-exp of each query's scores */
-  Shape ss = {3, {B * HQ, S, S}};
+  /* SQ the rank's queries; SK the keys they see: the whole sequence's under context parallelism */
+  int64_t SQ = qs->d[0], SK = SQ * (c->g->cfg.cp > 1 ? c->g->cfg.cp : 1), B = qs->d[1], HQ = qs->d[2], HK = kvs->d[2],
+          D = qs->d[3], R = HQ / HK, batch = B * HK;
+  bool causal = f->a.causal, cp = SK != SQ;
+  if (n->op != OP_ATTENTION && c->att_done[fwd]) return; /* the backward: all three gradients at the first */
+  AttOp q = att_q(fuse_prog_buf(c, f->in[0]), B, HQ, D, R),
+        kk = cp ? att_gather(c, id, fuse_prog_buf(c, f->in[1]), "k_all", SK, B, HK, D)
+                : att_kv(fuse_prog_buf(c, f->in[1]), B, HK, D),
+        v = cp ? att_gather(c, id, fuse_prog_buf(c, f->in[2]), "v_all", SK, B, HK, D)
+               : att_kv(fuse_prog_buf(c, f->in[2]), B, HK, D);
+  int lse = c->p->node_aux[fwd]; /* [B,HQ,SQ]: the log-sum-exp of each query's scores */
+  Shape ss = {3, {B * HQ, SQ, SK}};
   if (n->op == OP_ATTENTION) {
-    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), S, R);
-    att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
+    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
+    att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
     /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
-    KCall kc = fuse_kc_block("attention_softmax", B * HQ * S, S, id);
+    KCall kc = fuse_kc_block("attention_softmax", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
     int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, true);
-    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
     int j = kir_reduce(k, nk);
-    int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, S, j)));
+    int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, SK, j)));
     j = kir_reduce(k, nk); /* exp(s - max) kept in place of s: one exponential a score */
-    int ex = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), m, 0), 0, 0));
-    kir_store(k, P, idx2(k, r, S, j), '=', ex);
+    int ex = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), m, 0), 0, 0));
+    kir_store(k, P, idx2(k, r, SK, j), '=', ex);
     int l = kir_reduce_end(k, '+', ex);
     kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
     int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), l, 0));
-    j = kir_tfor(k, kir_i(k, S));
-    int e = kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), inv, 0);
-    kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    j = kir_tfor(k, kir_i(k, SK));
+    int e = kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, SK, j)), inv, 0);
+    kir_store(k, P, idx2(k, r, SK, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
     kir_end(k);
-    k->work = 4 * S;
+    k->work = 4 * SK;
     fuse_kc_emit(c, &kc);
-    att_gemm(c, id, R, batch, 'N', 'N', S, D, S, 1, p, v, att_q(fuse_prog_buf(c, id), B, HQ, D, R), false, "O = P V");
+    att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, p, v, att_q(fuse_prog_buf(c, id), B, HQ, D, R), false, "O = P V");
     return;
   }
-  /* the backward: all three gradients at the first of the three nodes */
-  if (c->att_done[fwd]) return;
+  /* the backward: all three gradients at the first of the three nodes (under context parallelism
+   * after gathering K and V again: recomputed, not kept) */
   c->att_done[fwd] = true;
   int gq = -1, gk = -1, gv = -1;
   for (int i = id; i < c->g->nnodes && (gq < 0 || gk < 0 || gv < 0); i++) /* made together: a few nodes apart */
@@ -218,43 +257,58 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     }
   if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
   AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
-  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), S, R),
-        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, fuse_act_dtype(c)), S, R);
-  att_gemm(c, id, R, batch, 'N', 'T', S, S, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
+  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R),
+        dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
+  /* dK and dV: the node's buffer; f32 sums where they add up partial sums into a bf16 value (the R
+   * query heads of a group, rounded once after); under context parallelism the whole sequence's f32
+   * partial sums, reduce-scattered */
+  bool wide = cp || (R > 1 && c->p->vb[fuse_prog_buf(c, gk)].dtype != PP_F32);
+  Shape kv_all = {4, {SK, B, HK, D}};
+  int dk_all = wide ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
+      dv_all = wide ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
+  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
   {
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
-    KCall kc = fuse_kc_block("attention_probs", B * HQ * S, S, id);
+    KCall kc = fuse_kc_block("attention_probs", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
     int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, false);
-    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
     int l = kir_let(k, kir_ld(k, L, r));
-    int j = kir_tfor(k, kir_i(k, S));
-    int e = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, S, j)), l, 0), 0, 0);
-    kir_store(k, P, idx2(k, r, S, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    int j = kir_tfor(k, kir_i(k, SK));
+    int e = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), l, 0), 0, 0);
+    kir_store(k, P, idx2(k, r, SK, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
     kir_end(k);
-    k->work = 2 * S;
+    k->work = 2 * SK;
     fuse_kc_emit(c, &kc);
   }
-  att_gemm(c, id, R, batch, 'N', 'T', S, S, D, 1, dout, v, dp, false, "dP = dO V^T");
-  att_gemm(c, id, R, batch, 'T', 'N', S, D, S, 1, p, dout, att_kv(fuse_prog_buf(c, gv), B, HK, D), true, "dV = P^T dO");
+  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, 1, dout, v, dp, false, "dP = dO V^T");
+  att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, p, dout, att_kv(dv_all, B, HK, D), true, "dV = P^T dO");
   {
     /* dS = scale P (dP - delta), delta = the row's sum of P dP (= dO . O) */
-    KCall kc = fuse_kc_block("attention_dscores", B * HQ * S, S, id);
+    KCall kc = fuse_kc_block("attention_dscores", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
     int P = fuse_kc_vbuf(c, &kc, p.vb, false), G = fuse_kc_vbuf(c, &kc, dp.vb, true);
-    int r = kir_row(k), nk = att_keys(k, S, causal);
+    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
     int j = kir_reduce(k, nk);
     int delta =
-        kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, S, j)), kir_ld(k, G, idx2(k, r, S, j)), 0));
-    j = kir_tfor(k, kir_i(k, S));
-    int pv = kir_let(k, kir_ld(k, P, idx2(k, r, S, j)));
+        kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, SK, j)), kir_ld(k, G, idx2(k, r, SK, j)), 0));
+    j = kir_tfor(k, kir_i(k, SK));
+    int pv = kir_let(k, kir_ld(k, P, idx2(k, r, SK, j)));
     int ds = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, f->a.scale), pv, 0),
-                   kir_e(k, K_SUB, kir_ld(k, G, idx2(k, r, S, j)), delta, 0), 0);
-    kir_store(k, G, idx2(k, r, S, j), '=', ds);
+                   kir_e(k, K_SUB, kir_ld(k, G, idx2(k, r, SK, j)), delta, 0), 0);
+    kir_store(k, G, idx2(k, r, SK, j), '=', ds);
     kir_end(k);
-    k->work = 3 * S;
+    k->work = 3 * SK;
     fuse_kc_emit(c, &kc);
   }
-  att_gemm(c, id, R, batch, 'N', 'N', S, D, S, 1, dp, kk, att_q(fuse_prog_buf(c, gq), B, HQ, D, R), false, "dQ = dS K");
-  att_gemm(c, id, R, batch, 'T', 'N', S, D, S, 1, dp, q, att_kv(fuse_prog_buf(c, gk), B, HK, D), true, "dK = dS^T Q");
+  att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, dp, kk, att_q(fuse_prog_buf(c, gq), B, HQ, D, R), false,
+           "dQ = dS K");
+  att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, dp, q, att_kv(dk_all, B, HK, D), true, "dK = dS^T Q");
+  if (cp) {
+    att_scatter(c, id, gk, dk_all);
+    att_scatter(c, id, gv, dv_all);
+  } else if (wide) {
+    fuse_rows_round(c, gk, dk_all);
+    fuse_rows_round(c, gv, dv_all);
+  }
 }

@@ -44,11 +44,20 @@ int fuse_kc_scalar(KCall *kc, Operand o) {
   return kir_arg(kc->k, n);
 }
 
-/* An int64 argument whose value may differ per rank ('v': tensor-parallel rank times o.i). */
+/* An int64 argument whose value may differ per rank ('v': tensor-parallel rank times o.i; 'c':
+ * context-parallel rank times o.i). */
 int fuse_kc_iscalar(KCall *kc, Operand o) {
   int n = kc->nscal++;
   kc->ops[KIR_MAX_BUFS + n] = o;
   return kir_iarg(kc->k, n);
+}
+
+/* The global position of the rank's local position s: s plus cp_rank·seq/cp under context
+ * parallelism (an argument filled in per rank in the listing), else s itself. */
+int fuse_kc_gpos(FuseCtx *c, KCall *kc, int s) {
+  const Config *g = &c->g->cfg;
+  if (g->cp < 2) return s;
+  return kir_e(kc->k, K_IADD, fuse_kc_iscalar(kc, fuse_prog_cpstart(ir_seq_local(g))), s, 0);
 }
 
 /* An int64 runtime scalar (s:NAME), one argument however often the kernel reads it. */

@@ -363,16 +363,6 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       c->phys[i] = c->phys[N(c, i)->in[0]];
 }
 
-/* A collective's f32 sum (buffer vb) rounded once into node id's bf16 buffer. */
-static void round_sum(FuseCtx *c, int id, int vb) {
-  KCall kc = fuse_kc_flat("round_sum", ir_shape_numel(&N(c, id)->shape), id);
-  int r = kir_row(kc.k);
-  int from = fuse_kc_vbuf(c, &kc, vb, false);
-  kir_store(kc.k, fuse_kc_node(c, &kc, id, true), r, '=', kir_ld(kc.k, from, r));
-  kc.k->work = 1;
-  fuse_kc_emit(c, &kc);
-}
-
 /* Node id's kernels, GEMMs and instructions, appended to c->blk; nothing for a fused value. */
 static void lower_node(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
@@ -439,7 +429,7 @@ static void lower_node(FuseCtx *c, int id) {
         n->op == OP_ALLREDUCE ? "the input of column-parallel linears: its gradient is summed over the ranks"
         : n->in[0] >= 0 && N(c, n->in[0])->op == OP_EMBEDDING ? "vocab-parallel embedding: rows from every rank"
                                                               : "row-parallel linear: partial sums");
-    if (src != fuse_prog_buf(c, id)) round_sum(c, id, src); /* reduce_rounds */
+    if (src != fuse_prog_buf(c, id)) fuse_rows_round(c, id, src); /* reduce_rounds */
     break;
   }
   case OP_ADD_BIAS: fuse_rows_add_bias(c, id); break;
@@ -452,12 +442,13 @@ static void lower_node(FuseCtx *c, int id) {
     bool rounds = !g && c->p->vb[dst].dtype != c->p->vb[src].dtype;
     int part = rounds ? fuse_prog_vbuf(c, "scatter_f32", BC_SCRATCH, n->shape, c->p->vb[src].dtype) : dst;
     Instr *in = fuse_prog_instr(c, g ? I_ALLGATHER : I_REDUCE_SCATTER, id);
+    snprintf(in->group, sizeof in->group, "tp");
     in->op[in->nop++] = fuse_prog_ob(src, 0);
     in->op[in->nop++] = fuse_prog_ob(part, 0);
     in->bytes = c->p->vb[g ? src : part].bytes;
     in->why = g ? "sequence parallelism: the whole sequence from every rank's positions"
                 : "sequence parallelism: partial sums, summed, each rank its positions";
-    if (rounds) round_sum(c, id, part);
+    if (rounds) fuse_rows_round(c, id, part);
     break;
   }
   case OP_TP_SLICE: { /* rank r's positions: elements [r·n, (r+1)·n) of the replicated value */

@@ -46,6 +46,10 @@ Operand fuse_prog_ob(int vb, int64_t add) { return (Operand){.kind = 'b', .vb = 
 /* The first vocabulary row a TP rank holds: tp_rank * rows, filled in per rank in the listing. */
 Operand fuse_prog_vstart(int64_t rows) { return (Operand){.kind = 'v', .i = rows}; }
 
+/* A context-parallel rank's first position (n: seq/cp) or first element (n: a value's elements):
+ * cp_rank * n, filled in per rank in the listing. */
+Operand fuse_prog_cpstart(int64_t n) { return (Operand){.kind = 'c', .i = n}; }
+
 void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char *group, const char *op,
                          const char *why) {
   Instr *in = fuse_prog_instr(c, I_ALLREDUCE, node);

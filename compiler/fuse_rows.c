@@ -86,7 +86,8 @@ void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad) {
   int r = kir_row(k);
   if (!grad) {
     int y = fuse_kc_node(c, &kc, id, true), w = fuse_kc_node(c, &kc, n->in[0], false);
-    int s = kir_let(k, kir_e(k, K_IDIV, r, kir_i(k, B), 0));
+    /* the table's row of the position: the rank's first (context parallelism) plus the local one */
+    int s = kir_let(k, fuse_kc_gpos(c, &kc, kir_e(k, K_IDIV, r, kir_i(k, B), 0)));
     int j = kir_tfor(k, kir_i(k, H));
     kir_store(k, y, idx2(k, r, H, j), '=', kir_ld(k, w, idx2(k, s, H, j)));
     kir_end(k);
@@ -98,7 +99,7 @@ void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad) {
     int b = kir_for(k, kir_i(k, B));
     kir_set(k, acc, '+', kir_ld(k, d, idx2(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, B), 0), b, 0), H, j)));
     kir_end(k);
-    kir_store(k, g, idx2(k, r, H, j), '+', acc);
+    kir_store(k, g, idx2(k, fuse_kc_gpos(c, &kc, r), H, j), '+', acc);
     kir_end(k);
     k->work = B * H;
   }
@@ -272,16 +273,16 @@ static int rope_table(FuseCtx *c, int id) {
   KCall kc = fuse_kc_block("rope_table", S, half, id);
   Kernel *k = kc.k;
   int y = fuse_kc_vbuf(c, &kc, vb, true);
-  int s = kir_row(k);
+  int s = kir_row(k), pos = fuse_kc_gpos(c, &kc, s); /* row s holds the rank's position s */
   int j = kir_tfor(k, kir_i(k, half));
-  /* inv_freq = 1 / theta^(2j/D), angle = s * inv_freq, in float32 as the reference */
+  /* inv_freq = 1 / theta^(2j/D), angle = position * inv_freq, in float32 as the reference */
   int fr = kir_e(
       k, K_DIV, kir_f(k, 1),
       kir_e(k, K_POW, kir_f(k, n->a.theta),
             kir_e(k, K_DIV, kir_e(k, K_TOF, kir_e(k, K_IMUL, kir_i(k, 2), j, 0), 0, 0), kir_f(k, (double)D), 0), 0),
       0);
   if (n->a.llama3) fr = rope_llama3(k, n, fr);
-  int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, s, 0, 0), fr, 0));
+  int ang = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_TOF, pos, 0, 0), fr, 0));
   int at = kir_let(k, kir_e(k, K_IMUL, idx2(k, s, half, j), kir_i(k, 2), 0));
   kir_store(k, y, at, '=', kir_e(k, K_COS, ang, 0, 0));
   kir_store(k, y, kir_e(k, K_IADD, at, kir_i(k, 1), 0), '=', kir_e(k, K_SIN, ang, 0, 0));
@@ -390,6 +391,13 @@ void fuse_rows_logits(FuseCtx *c, int id, int node) {
  * loss is their mean). The `seed` instruction writes it; the fused cross-entropy bakes it in. */
 double fuse_rows_seed(const FuseCtx *c) { return 1.0 / (double)c->g->cfg.microbatches; }
 
+/* What the mean over a micro-batch's R rows of labels divides by: R, times cp under context
+ * parallelism (each cp rank holds R of the micro-batch's R·cp tokens; the step's loss sums the cp
+ * ranks' parts). */
+static double mean_rows(const FuseCtx *c, int64_t R) {
+  return (double)R * (double)(c->g->cfg.cp > 1 ? c->g->cfg.cp : 1);
+}
+
 /* The weight of one row's loss in the micro-batch's loss with ignore_index (1/rows without): the
  * runtime scalar tokscale = M / (the labels the step counts, over every micro-batch and replica),
  * so that the step's loss, the mean of the micro-batches' losses, is the mean over the counted
@@ -472,8 +480,9 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       kir_store(k, st, r, '=', lse);
       kir_store(k, rl, r, '=', counted(k, n, t, kir_e(k, K_SUB, lse, tl, 0)));
       /* the gradient (e / sum - onehot) * seed * the row's weight (1/rows: seed / rows) */
-      int scale = n->a.masked ? kir_let(k, kir_e(k, K_MUL, kir_f(k, (float)fuse_rows_seed(c)), row_weight(k, &kc), 0))
-                              : kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, (double)R), 0));
+      int scale = n->a.masked
+                      ? kir_let(k, kir_e(k, K_MUL, kir_f(k, (float)fuse_rows_seed(c)), row_weight(k, &kc), 0))
+                      : kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, mean_rows(c, R)), 0));
       int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), se, 0));
       j = kir_tfor(k, kir_i(k, V));
       at = idx2(k, r, V, j);
@@ -552,7 +561,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   int i = kir_reduce(mk, kir_i(mk, R));
   int acc = kir_reduce_end(mk, '+', kir_ld(mk, src, i));
   if (n->a.masked) kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_MUL, acc, row_weight(mk, &mc), 0));
-  else kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, (double)R), 0));
+  else kir_store(mk, out, kir_i(mk, 0), '=', kir_e(mk, K_DIV, acc, kir_f(mk, mean_rows(c, R)), 0));
   mk->work = R;
   fuse_kc_emit(c, &mc);
   Instr *in = fuse_prog_instr(c, I_LOSS, id);
@@ -574,7 +583,7 @@ void fuse_rows_ce_dx(FuseCtx *c, int id) {
   int r = kir_row(k);
   int w = ce->a.masked ? row_weight(k, &kc) : -1;
   int scale = ce->a.masked ? kir_let(k, kir_e(k, K_MUL, kir_ld(k, seed, kir_i(k, 0)), w, 0))
-                           : kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, (double)R), 0));
+                           : kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, mean_rows(c, R)), 0));
   int lse = kir_let(k, kir_ld(k, st, r));
   int t = kir_let(k, kir_ld(k, lab, r));
   /* vocab-parallel: column j is global column v0 + j; padded columns get no gradient */
@@ -588,6 +597,16 @@ void fuse_rows_ce_dx(FuseCtx *c, int id) {
   kir_store(k, dl, idx2(k, r, V, j), '=', counted(k, ce, t, g));
   kir_end(k);
   k->work = 3 * V;
+  fuse_kc_emit(c, &kc);
+}
+
+/* A collective's f32 sum (buffer vb) rounded once into node id's bf16 buffer. */
+void fuse_rows_round(FuseCtx *c, int id, int vb) {
+  KCall kc = fuse_kc_flat("round_sum", ir_shape_numel(&N(c, id)->shape), id);
+  int r = kir_row(kc.k);
+  int from = fuse_kc_vbuf(c, &kc, vb, false);
+  kir_store(kc.k, fuse_kc_node(c, &kc, id, true), r, '=', kir_ld(kc.k, from, r));
+  kc.k->work = 1;
   fuse_kc_emit(c, &kc);
 }
 

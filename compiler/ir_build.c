@@ -560,7 +560,7 @@ static void decl_input(Builder *b, const Stmt *s) {
   }
   int id = ir_build_node(b, OP_INPUT, s->name_loc);
   N(b, id)->dtype = PP_I32;
-  N(b, id)->shape = (Shape){2, {b->g->cfg.micro_batch, b->g->cfg.seq}};
+  N(b, id)->shape = (Shape){2, {b->g->cfg.micro_batch, ir_seq_local(&b->g->cfg)}}; /* a rank's positions */
   N(b, id)->param = b->g->ninputs;
   N(b, id)->var = s->name;
   N(b, id)->layout = LAYOUT_BS;

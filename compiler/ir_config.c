@@ -10,7 +10,7 @@
 #include "ppc.h"
 
 /* ============================================================================================
- * Settings: mesh { tp pp dp sp } and train { micro_batch seq microbatches schedule precision }
+ * Settings: mesh { tp pp dp sp cp } and train { micro_batch seq microbatches schedule precision }
  * ========================================================================================== */
 
 static int setting_int(Builder *b, const Setting *t, int64_t *out) {
@@ -28,11 +28,11 @@ static int setting_int(Builder *b, const Setting *t, int64_t *out) {
 }
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
-  static const char *mesh_keys[] = {"tp", "pp", "dp", "sp"};
+  static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp"};
   static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
-  int nkeys = mesh ? 4 : 5;
+  int nkeys = 5;
   for (const Setting *t = s->settings; t; t = t->next) {
     for (const Setting *u = s->settings; u != t; u = u->next)
       if (!strcmp(u->key, t->key)) {
@@ -43,7 +43,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     while (k < nkeys && strcmp(keys[k], t->key)) k++;
     if (k == nkeys) {
       ir_build_err(b, t->key_loc,
-                   mesh ? "unknown mesh setting '%s' (expected tp, pp, dp or sp)"
+                   mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp or cp)"
                         : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule or precision)",
                    t->key);
       continue;
@@ -85,6 +85,10 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     }
     int64_t v;
     if (setting_int(b, t, &v)) continue;
+    if (mesh && k == 4) {
+      c->cp = v, c->cp_loc = t->val->loc;
+      continue;
+    }
     int64_t *slot[] = {&c->tp, &c->pp, &c->dp, &c->micro_batch, &c->seq, &c->microbatches};
     *slot[(mesh ? 0 : 3) + k] = v;
     if (mesh) *(Loc *[]){&c->tp_loc, &c->pp_loc, &c->dp_loc}[k] = t->val->loc;
@@ -164,12 +168,14 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   *c = (Config){.tp = 1,
                 .pp = 1,
                 .dp = 1,
+                .cp = 1,
                 .micro_batch = 1,
                 .seq = -1,
                 .microbatches = 1,
                 .tp_loc = NOLOC,
                 .pp_loc = NOLOC,
                 .dp_loc = NOLOC,
+                .cp_loc = NOLOC,
                 .sched_loc = NOLOC,
                 .sp_loc = NOLOC,
                 .prefix_loc = NOLOC};
@@ -191,6 +197,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->tp > 0) c->tp = o->tp, c->tp_loc = NOLOC;
   if (o->pp > 0) c->pp = o->pp, c->pp_loc = NOLOC;
   if (o->dp > 0) c->dp = o->dp, c->dp_loc = NOLOC;
+  if (o->cp > 0) c->cp = o->cp, c->cp_loc = NOLOC;
   if (o->micro_batch > 0) c->micro_batch = o->micro_batch;
   if (o->seq > 0) c->seq = o->seq;
   if (o->microbatches > 0) c->microbatches = o->microbatches;
@@ -296,13 +303,30 @@ void ir_config_check(Builder *b, Loc end) {
       ir_build_err(b, at, "sequence parallelism splits seq %lld over tp %lld: tp must divide seq", (long long)c->seq,
                    (long long)c->tp);
   }
-  if (c->tp * c->pp * c->dp > PP_MAX_RANKS) { /* each is at most PP_MAX_STEP_DIM: no overflow */
-    Loc at = c->dp_loc.first >= 0   ? c->dp_loc
+  if (c->cp > 1) { /* context parallelism: S split over the cp ranks, then (with sp) over the TP ranks */
+    Loc at = c->cp_loc.first >= 0 ? c->cp_loc : end;
+    if (c->seq % c->cp)
+      ir_build_err(b, at, "context parallelism splits seq %lld over cp %lld: cp must divide seq", (long long)c->seq,
+                   (long long)c->cp);
+    else if (c->sp && (c->seq / c->cp) % c->tp)
+      ir_build_err(b, at,
+                   "sequence parallelism splits each context-parallel rank's %lld positions over tp %lld: tp must "
+                   "divide seq/cp",
+                   (long long)(c->seq / c->cp), (long long)c->tp);
+  }
+  /* each is at most PP_MAX_STEP_DIM (2^20): tp·pp·dp fits 64 bits, and times cp once it is <= 2^16 */
+  if (c->tp * c->pp * c->dp > PP_MAX_RANKS || c->tp * c->pp * c->dp * c->cp > PP_MAX_RANKS) {
+    Loc at = c->cp_loc.first >= 0   ? c->cp_loc
+             : c->dp_loc.first >= 0 ? c->dp_loc
              : c->pp_loc.first >= 0 ? c->pp_loc
              : c->tp_loc.first >= 0 ? c->tp_loc
                                     : end;
-    ir_build_err(b, at, "the mesh tp %lld x pp %lld x dp %lld is %lld ranks, more than %d", (long long)c->tp,
-                 (long long)c->pp, (long long)c->dp, (long long)(c->tp * c->pp * c->dp), PP_MAX_RANKS);
+    if (c->cp > 1)
+      ir_build_err(b, at, "the mesh tp %lld x pp %lld x dp %lld x cp %lld is more than %d ranks", (long long)c->tp,
+                   (long long)c->pp, (long long)c->dp, (long long)c->cp, PP_MAX_RANKS);
+    else
+      ir_build_err(b, at, "the mesh tp %lld x pp %lld x dp %lld is %lld ranks, more than %d", (long long)c->tp,
+                   (long long)c->pp, (long long)c->dp, (long long)(c->tp * c->pp * c->dp), PP_MAX_RANKS);
   }
   /* a parameter, its gradient and its two AdamW moments live in one rank's arena */
   for (int i = 0; i < g->nparams; i++) {

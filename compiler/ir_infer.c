@@ -265,7 +265,7 @@ static int infer(Builder *b, Call *c) {
     if (want_input(b, p[0], in[0], USE_TOKENS, op) || want_param(b, p[1], in[1], "the table", op) ||
         want_rank(b, p[1], in[1], 2, "the table", op))
       return -1;
-    out = (Shape){3, {cfg->seq, cfg->micro_batch, N(b, in[1])->shape.d[1]}};
+    out = (Shape){3, {ir_seq_local(cfg), cfg->micro_batch, N(b, in[1])->shape.d[1]}};
     lay = LAYOUT_SB;
     g->vocab = N(b, in[1])->shape.d[0];
     break;
@@ -278,7 +278,7 @@ static int infer(Builder *b, Call *c) {
                    (long long)npos);
       return -1;
     }
-    out = (Shape){3, {cfg->seq, cfg->micro_batch, N(b, in[0])->shape.d[1]}};
+    out = (Shape){3, {ir_seq_local(cfg), cfg->micro_batch, N(b, in[0])->shape.d[1]}};
     lay = LAYOUT_SB;
     break;
   }

@@ -339,8 +339,12 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch, con
   for (int i = 0; i < g->nparams; i++) total += ir_shape_numel(&g->params[i].shape);
   char hb[32];
   fprintf(f, "# plan of model '%s'\n", g->model);
-  fprintf(f, "mesh: tp=%lld pp=%lld dp=%lld (%lld ranks)\n", (long long)c->tp, pp, (long long)c->dp,
-          (long long)(c->tp * pp * c->dp));
+  if (c->cp > 1)
+    fprintf(f, "mesh: tp=%lld pp=%lld dp=%lld cp=%lld (%lld ranks)\n", (long long)c->tp, pp, (long long)c->dp,
+            (long long)c->cp, (long long)(c->tp * pp * c->dp * c->cp));
+  else
+    fprintf(f, "mesh: tp=%lld pp=%lld dp=%lld (%lld ranks)\n", (long long)c->tp, pp, (long long)c->dp,
+            (long long)(c->tp * pp * c->dp));
   fprintf(f, "step: micro_batch=%lld seq=%lld microbatches=%lld schedule=%s\n", (long long)c->micro_batch,
           (long long)c->seq, (long long)c->microbatches, c->schedule);
   human_bytes(hb, sizeof hb, total * 4);
@@ -351,18 +355,30 @@ void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch, con
             "precision: %s: activations, their gradients and the weights' working copies in %s; the weights, their "
             "gradients and AdamW's moments fp32\n",
             pp_precision_names[c->precision], pp_dtype_name(pp_precision_dtype[c->precision]));
-  if (c->sp && c->tp > 1) { /* a stage message: [S,B,H] of the hidden size the embedding gives */
-    int64_t h = 0;
-    for (int i = 0; i < g->nnodes && !h; i++)
-      if (g->nodes[i].op == OP_EMBEDDING) h = g->nodes[i].shape.d[2];
-    int64_t msg = c->seq * c->micro_batch * h * (int64_t)pp_dtype_bytes(pp_precision_dtype[c->precision]);
+  int64_t h = 0; /* a stage message: [S,B,H] of the hidden size the embedding gives */
+  for (int i = 0; i < g->nnodes && !h; i++)
+    if (g->nodes[i].op == OP_EMBEDDING) h = g->nodes[i].shape.d[2];
+  int64_t msg = c->seq * c->micro_batch * h * (int64_t)pp_dtype_bytes(pp_precision_dtype[c->precision]);
+  if (c->cp > 1) {
+    char a[32], b[32];
+    human_bytes(a, sizeof a, msg / c->cp);
+    human_bytes(b, sizeof b, msg);
+    fprintf(f,
+            "context parallelism: each of the %lld ranks of a cp group holds %lld consecutive positions of the %lld "
+            "(cp rank r: [r*%lld, (r+1)*%lld)); attention all-gathers K and V over the group; a stage message %s "
+            "a rank (%s without)\n",
+            (long long)c->cp, (long long)ir_seq_local(c), (long long)c->seq, (long long)ir_seq_local(c),
+            (long long)ir_seq_local(c), a, b);
+    msg /= c->cp;
+  }
+  if (c->sp && c->tp > 1) {
     char a[32], b[32];
     human_bytes(a, sizeof a, msg / c->tp);
     human_bytes(b, sizeof b, msg);
     fprintf(f,
             "sequence parallelism: outside attention and the MLP each tensor-parallel rank holds %lld of the %lld "
             "positions; a stage message %s a rank (%s without)\n",
-            (long long)(c->seq / c->tp), (long long)c->seq, a, b);
+            (long long)(ir_seq_local(c) / c->tp), (long long)ir_seq_local(c), a, b);
   }
   double total_cost = 0;
   for (int r = 0; r < p->pp; r++) total_cost += p->stages[r].cost;

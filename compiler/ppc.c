@@ -20,6 +20,8 @@ static const char usage[] =
     "  --tp N             tensor-parallel degree\n"
     "  --pp N             pipeline-parallel degree\n"
     "  --dp N             data-parallel degree\n"
+    "  --cp N             context-parallel degree: each rank of a cp group holds seq/cp consecutive\n"
+    "                     positions; attention all-gathers K and V over the group\n"
     "  --micro-batch N    micro-batch size B\n"
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
@@ -131,6 +133,7 @@ static Cli parse_args(int argc, char **argv) {
     O_TP = 256,
     O_PP,
     O_DP,
+    O_CP,
     O_MB,
     O_SEQ,
     O_M,
@@ -151,6 +154,7 @@ static Cli parse_args(int argc, char **argv) {
       {"tp", required_argument, NULL, O_TP},
       {"pp", required_argument, NULL, O_PP},
       {"dp", required_argument, NULL, O_DP},
+      {"cp", required_argument, NULL, O_CP},
       {"micro-batch", required_argument, NULL, O_MB},
       {"seq", required_argument, NULL, O_SEQ},
       {"microbatches", required_argument, NULL, O_M},
@@ -169,7 +173,17 @@ static Cli parse_args(int argc, char **argv) {
       {"generate", no_argument, NULL, O_GENERATE},
       {NULL, 0, NULL, 0},
   };
-  Cli c = {.opt = {-1, -1, -1, -1, -1, -1, NULL, -1, -1}, .arch = "sm_90", .vpp = 1};
+  Cli c = {.opt = {.tp = -1,
+                   .pp = -1,
+                   .dp = -1,
+                   .micro_batch = -1,
+                   .seq = -1,
+                   .microbatches = -1,
+                   .cp = -1,
+                   .precision = -1,
+                   .sp = -1},
+           .arch = "sm_90",
+           .vpp = 1};
   opterr = 0;                /* the messages below name the option as it was written */
   char compile_opt[32] = ""; /* the first option that is not -o or --from-hf */
   for (int o, li = -1; (o = getopt_long(argc, argv, ":ho:", longs, &li)) != -1; li = -1) {
@@ -182,6 +196,7 @@ static Cli parse_args(int argc, char **argv) {
     case O_TP: c.opt.tp = parse_count("--tp", optarg); break;
     case O_PP: c.opt.pp = parse_count("--pp", optarg); break;
     case O_DP: c.opt.dp = parse_count("--dp", optarg); break;
+    case O_CP: c.opt.cp = parse_count("--cp", optarg); break;
     case O_MB: c.opt.micro_batch = parse_count("--micro-batch", optarg); break;
     case O_SEQ: c.opt.seq = parse_count("--seq", optarg); break;
     case O_M: c.opt.microbatches = parse_count("--microbatches", optarg); break;
@@ -463,9 +478,11 @@ static int write_programs(const char *dir, const Graph *g, const Sched *sched, c
     const Program *prog = st[r].prog;
     StageFiles files; /* cg_program.c, cg_nvrtc.c: the stage's kernels, their sizes and hashes */
     rc = cg_write_kernels(dir, prog, cache, arch, &files);
-    /* rank (dp * pp + r) * tp + tp_rank, in order */
+    /* rank ((dp * pp + r) * cp + cp_rank) * tp + tp_rank, in order */
     for (int dp = 0; dp < c->dp && !rc; dp++)
-      for (int tp = 0; tp < c->tp && !rc; tp++) rc = cg_write(dir, prog, sched, tp, dp, &files); /* the listing */
+      for (int cp = 0; cp < c->cp && !rc; cp++)
+        for (int tp = 0; tp < c->tp && !rc; tp++)
+          rc = cg_write(dir, prog, sched, &(Coord){.tp = tp, .cp = cp, .dp = dp}, &files); /* the listing */
   }
   return rc;
 }
@@ -717,6 +734,11 @@ static int compile(const Cli *cli) {
   if (V > 1) vplan = vstage_plan(g, cli->balanced, V); /* the virtual stages of chunks of layers */
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, vplan, sched, backward, lower))) goto out;
   bool gen_out = cli->generate && (cli->outdir || cli->emit == EMIT_PROGRAM);
+  if (gen_out && g->cfg.cp > 1) { /* one sequence, token by token: nothing to split */
+    fprintf(stderr, "ppc: error: --generate: the generation programs run without context parallelism; compile them "
+                    "from a mesh without cp\n");
+    goto out;
+  }
   if (gen_out && build_gen(cli, src, ast, g, sched, st, &gen)) goto out; /* the generation programs */
 
   rc = 0;

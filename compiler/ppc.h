@@ -285,16 +285,22 @@ typedef struct IrInput {
 #define PPC_MAX_PREFIX 64
 typedef struct Config {
   int64_t tp, pp, dp;
+  int64_t cp; /* context parallelism: each rank of a cp group holds seq/cp consecutive positions */
   int64_t micro_batch, seq, microbatches;
   char schedule[16];
   PpPrecision precision;      /* the activations' type (pp_dtype.h) */
   bool sp;                    /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
+  Loc cp_loc;
   Loc sp_loc;
   Loc sched_loc;
   char ckpt_prefix[PPC_MAX_PREFIX + 1]; /* checkpoint { optional_prefix }: "" for none */
   Loc prefix_loc;
 } Config;
+
+/* The positions one rank's values hold: seq/cp (context parallelism splits the sequence into cp
+ * runs of consecutive positions; cp rank r holds [r·seq/cp, (r+1)·seq/cp)); seq without it. */
+static inline int64_t ir_seq_local(const Config *c) { return c->cp > 1 ? c->seq / c->cp : c->seq; }
 
 typedef struct Graph {
   Src *src;
@@ -340,6 +346,7 @@ const char *ir_role_name(Role r);
 
 typedef struct Options {
   int64_t tp, pp, dp, micro_batch, seq, microbatches; /* -1: not given on the command line */
+  int64_t cp;                                         /* --cp N; -1: not given */
   const char *schedule;                               /* NULL: not given */
   int precision;                                      /* PpPrecision; -1: not given */
   int sp;                                             /* --sp: 1; -1: not given */
@@ -585,7 +592,8 @@ typedef enum InstrKind {
 } InstrKind;
 
 typedef struct Operand {
-  char kind; /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none */
+  char kind; /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none; 'v' int
+              * times the listing's tp_rank, 'c' int times its cp_rank */
   int vb;
   int64_t add; /* bytes past the buffer's start */
   double f;
@@ -604,7 +612,8 @@ typedef struct Instr {
   double alpha, beta;
   int64_t bytes;     /* I_ZERO */
   double value;      /* I_SEED */
-  char group[16];    /* I_ALLREDUCE: tp, tp/R (runs of R TP ranks sharing a shard), dp */
+  char group[16];    /* I_ALLREDUCE: tp, tp/R (runs of R TP ranks sharing a shard), dp; I_ALLGATHER,
+                      * I_REDUCE_SCATTER: tp (sequence parallelism) or cp (context parallelism) */
   const char *redop; /* I_ALLREDUCE: sum or max */
   const char *why;   /* a comment for the listing (a string constant), or NULL */
   int node;          /* the IR node it implements, for the listing's comments; -1 */
@@ -683,6 +692,7 @@ DType fuse_value_dtype(const FuseCtx *c, int i); /* node i's value's type, store
 Instr *fuse_prog_instr(FuseCtx *c, InstrKind kind, int node); /* appended to c->blk */
 Operand fuse_prog_ob(int vb, int64_t add);                    /* a buffer from byte add on */
 Operand fuse_prog_vstart(int64_t rows); /* the first vocabulary row a TP rank holds: rank * rows */
+Operand fuse_prog_cpstart(int64_t n);   /* a context-parallel rank's first position (or element): rank * n */
 void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char *group, const char *op,
                          const char *why);
 int fuse_prog_buf(FuseCtx *c, int id);     /* the buffer of node id's value (or its parameter's) */
@@ -703,6 +713,7 @@ int fuse_kc_node(FuseCtx *c, KCall *kc, int node, bool written); /* node's buffe
 int fuse_kc_scalar(KCall *kc, Operand o);                        /* a float argument */
 int fuse_kc_iscalar(KCall *kc, Operand o);                       /* an int64 argument */
 int fuse_kc_rscalar(KCall *kc, const char *name);                /* an int64 runtime scalar, once a kernel */
+int fuse_kc_gpos(FuseCtx *c, KCall *kc, int s);                  /* local position s's global one: + cp_rank·seq/cp */
 int fuse_kc_register(FuseCtx *c, Kernel *k);                     /* the program's kernel of that body: its index */
 void fuse_kc_emit(FuseCtx *c, KCall *kc);                        /* registers the kernel and calls it */
 
@@ -720,7 +731,8 @@ void fuse_gemm_attention(FuseCtx *c, int id); /* attention and its three gradien
 void fuse_rows_embedding(FuseCtx *c, int id);
 void fuse_rows_embedding_dw(FuseCtx *c, int id);
 void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad);
-void fuse_rows_norm(FuseCtx *c, int id); /* rmsnorm, layernorm */
+void fuse_rows_round(FuseCtx *c, int id, int vb); /* a collective's f32 sum (vb) rounded into node id's buffer */
+void fuse_rows_norm(FuseCtx *c, int id);          /* rmsnorm, layernorm */
 void fuse_rows_norm_dx(FuseCtx *c, int id);
 void fuse_rows_norm_dw(FuseCtx *c, int id);
 void fuse_rows_bias_db(FuseCtx *c, int id);
@@ -841,9 +853,13 @@ typedef struct StageFiles {
  * compiled by NVRTC when ppc has it) into dir, with the size and hash of each file in *out; dir
  * NULL: only out's name and hash. 0 on success. */
 int cg_write_kernels(const char *dir, const Program *p, const char *cc_cache, const char *arch, StageFiles *out);
-/* rankR.prog of the rank at (tp_rank, dp_rank) of p's stage; dir NULL: the listing to stdout. 0 on
+/* A rank's coordinates but its stage: rank = ((dp·pp + stage)·cp + cp_rank)·tp + tp_rank. */
+typedef struct Coord {
+  int tp, cp, dp;
+} Coord;
+/* rankR.prog of the rank at w of p's stage; dir NULL: the listing to stdout. 0 on
  * success. */
-int cg_write(const char *dir, const Program *p, const Sched *s, int tp_rank, int dp_rank, const StageFiles *f);
+int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f);
 /* A stage's kernels in one language: the prelude, then every kernel. */
 void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap);
 uint64_t cg_fnv1a(const char *s, size_t n);                   /* FNV-1a 64 */

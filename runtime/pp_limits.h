@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PP_MAX_RANKS    65536              /* tp * pp * dp: ranks of one job */
+#define PP_MAX_RANKS    65536              /* tp * pp * dp * cp: ranks of one job */
 #define PP_MAX_ARENA    ((int64_t)1 << 40) /* bytes of one rank's arena; offsets, extents, strides */
 #define PP_MAX_NUMEL    ((int64_t)1 << 40) /* elements of one tensor */
 #define PP_MAX_STEP_DIM ((int64_t)1 << 20) /* micro-batch B, sequence S, micro-batches M, a degree */

@@ -357,7 +357,7 @@ typedef struct {
   unsigned char *got; /* sharded: per dense row along dim, how many shards brought it */
 } OutTensor;
 
-/* Gathers the params this rank owns (not the copies and replicas; dp_rank 0 only) on rank 0, which
+/* Gathers the params this rank owns (not the copies and replicas; dp_rank 0, cp_rank 0 only) on rank 0, which
  * writes them to path: by rank, then param index. The shards of a sharded param (`shard` in the
  * listing) are put together into the dense tensor (padding rows dropped), written under its name
  * where its first shard comes. Collective; every rank returns rank 0's verdict (the message only
@@ -378,7 +378,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int region,
   Buf b = {0};
   uint64_t count = 0;
   int64_t most = 1;
-  if (p->dp_rank == 0)
+  if (p->dp_rank == 0 && p->cp_rank == 0)
     for (int i = 0; i < p->nparams; i++) {
       count += p->params[i].owned;
       if (p->params[i].owned && p->params[i].numel > most) most = p->params[i].numel;
@@ -391,7 +391,7 @@ static int save_params(const RtProg *p, RtExec *x, const char *path, int region,
   static const char *const prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
   put_u64(&b, count * (uint64_t)nreg);
   for (int g = 0; g < nreg && !rc; g++)
-    for (int i = 0; i < p->nparams && p->dp_rank == 0 && !rc; i++) {
+    for (int i = 0; i < p->nparams && p->dp_rank == 0 && p->cp_rank == 0 && !rc; i++) {
       const RtParam *q = &p->params[i];
       if (!q->owned) continue;
       size_t nl = strlen(prefix[g]) + strlen(q->name);
@@ -1066,15 +1066,18 @@ int main(int argc, char **argv) {
   /* the world size the programs were compiled for, before anything collective */
   char *path0 = prog_path(c.dir, 0, main_gen);
   if (main_gen && gen_exists(path0, "--generate")) die(err);
-  int tp = 0, pp = 0, dp = 0;
-  settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, err, sizeof err)); /* the same file: printed once */
-  if (tp * pp * dp != nranks) {
-    fprintf(stderr,
-            "ppr: error: %s was compiled for %d ranks (tp %d \u00d7 pp %d \u00d7 dp %d) but mpirun started %d ranks\n",
-            c.dir, tp * pp * dp, tp, pp, dp, nranks);
+  int tp = 0, pp = 0, dp = 0, cp = 0;
+  settle(rt_prog_read_mesh(path0, &tp, &pp, &dp, &cp, err, sizeof err)); /* the same file: printed once */
+  if (tp * pp * dp * cp != nranks) {
+    char cps[32] = "";
+    if (cp > 1) snprintf(cps, sizeof cps, " \u00d7 cp %d", cp);
+    fprintf(
+        stderr,
+        "ppr: error: %s was compiled for %d ranks (tp %d \u00d7 pp %d \u00d7 dp %d%s) but mpirun started %d ranks\n",
+        c.dir, tp * pp * dp * cp, tp, pp, dp, cps, nranks);
     if (!rt_comm_uses_mpi(comm))
       fprintf(stderr, "ppr: error: (no MPI launcher: ppr ran as a 1-rank world; run: mpirun -np %d ppr %s)\n",
-              tp * pp * dp, c.dir);
+              tp * pp * dp * cp, c.dir);
     free(path0);
     exit_all(1);
   }
@@ -1221,15 +1224,17 @@ int main(int argc, char **argv) {
 
   int64_t tokens = (int64_t)p->micro_batch * p->seq * p->microbatches; /* M: the step's, over all replicas */
   if (!c.quiet && me == 0) {
+    char cps[24] = ""; /* context parallelism's degree beside the mesh's others */
+    if (p->cp > 1) snprintf(cps, sizeof cps, " cp %d", p->cp);
     if (nranks == 1)
       printf("ppr: %s: model %s, %d params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld "
              "tokens\n",
              path, p->model, p->nparams, (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d),
              (long long)c.steps, (long long)tokens);
     else
-      printf("ppr: %s: model %s, mesh tp %d pp %d dp %d (%d ranks over MPI), %d params in the model; rank 0: %d "
+      printf("ppr: %s: model %s, mesh tp %d pp %d dp %d%s (%d ranks over MPI), %d params in the model; rank 0: %d "
              "params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld tokens\n",
-             c.dir, p->model, p->tp, p->pp, p->dp, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
+             c.dir, p->model, p->tp, p->pp, p->dp, cps, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
              (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d), (long long)c.steps,
              (long long)tokens);
     if (dval) {

@@ -68,7 +68,7 @@ int rt_comm_init(int *argc, char ***argv, RtComm **out, char *err, size_t errlen
   RtComm *c = calloc(1, sizeof *c);
   RT_CHECK_ALLOC(c);
   c->size = 1;
-  c->world = c->aux = c->wd = c->pp = c->tp = c->dp = c->emb = MPI_COMM_NULL;
+  c->world = c->aux = c->wd = c->pp = c->tp = c->dp = c->emb = c->cp = MPI_COMM_NULL;
   c->timeout = RT_COMM_TIMEOUT;
   rt_comm_set_what(c, NULL);
   if (launched()) {
@@ -128,8 +128,8 @@ void rt_comm_finalize(RtComm *c) {
   if (!c) return;
 #ifdef PPR_CUDA
   if (c->nccl) {
-    ncclComm_t all[4] = {c->npp, c->ntp, c->ndp, c->nemb};
-    for (int i = 0; i < 4; i++)
+    ncclComm_t all[5] = {c->npp, c->ntp, c->ndp, c->nemb, c->ncp};
+    for (int i = 0; i < 5; i++)
       if (all[i]) ncclCommDestroy(all[i]);
     for (int i = 0; i < c->nsub; i++)
       if (c->nccl_sub[i]) ncclCommDestroy(c->nccl_sub[i]);
@@ -140,6 +140,7 @@ void rt_comm_finalize(RtComm *c) {
     rt_comm_set_what(c, "the end of the run");
     rt_comm_barrier(c); /* MPI_Finalize waits for every rank, unwatched: the watchdog sees them here first */
     for (int i = 0; i < c->nsub; i++) comm_free(&c->sub[i]);
+    comm_free(&c->cp);
     comm_free(&c->emb);
     comm_free(&c->dp);
     comm_free(&c->tp);
@@ -310,14 +311,19 @@ int rt_comm_tag_ub(RtComm *c) {
 
 void rt_comm_groups(RtComm *c, const RtProg *p) {
   if (c && c->mpi) {
-    int tp = p->tp, pp = p->pp;
+    int tp = p->tp, pp = p->pp, cp = p->cp > 1 ? p->cp : 1;
+    /* a pipeline: one (dp_rank, cp_rank, tp_rank); a TP group: one (dp_rank, stage, cp_rank); a
+     * cp group: one (dp_rank, stage, tp_rank); the gradients' group ("dp"): one (stage, tp_rank),
+     * every data-parallel replica and context-parallel rank, in world-rank order */
+    int line = p->dp_rank * cp + p->cp_rank, grp = (p->dp_rank * pp + p->stage) * cp + p->cp_rank;
     /* MPI_Comm_split waits for every rank, unwatched: the watchdog sees them arrive here first */
     rt_comm_barrier(c);
-    MPI_CHECK(MPI_Comm_split(c->world, p->dp_rank * tp + p->tp_rank, p->stage, &c->pp));
-    MPI_CHECK(MPI_Comm_split(c->world, p->dp_rank * pp + p->stage, p->tp_rank, &c->tp));
-    MPI_CHECK(MPI_Comm_split(c->world, p->stage * tp + p->tp_rank, p->dp_rank, &c->dp));
-    MPI_CHECK(
-        MPI_Comm_split(c->world, p->nshared > 0 ? p->dp_rank * tp + p->tp_rank : MPI_UNDEFINED, p->stage, &c->emb));
+    MPI_CHECK(MPI_Comm_split(c->world, line * tp + p->tp_rank, p->stage, &c->pp));
+    MPI_CHECK(MPI_Comm_split(c->world, grp, p->tp_rank, &c->tp));
+    MPI_CHECK(MPI_Comm_split(c->world, p->stage * tp + p->tp_rank, line, &c->dp));
+    MPI_CHECK(MPI_Comm_split(c->world, p->nshared > 0 ? line * tp + p->tp_rank : MPI_UNDEFINED, p->stage, &c->emb));
+    MPI_CHECK(MPI_Comm_split(c->world, cp > 1 ? (p->dp_rank * pp + p->stage) * tp + p->tp_rank : MPI_UNDEFINED,
+                             p->cp_rank, &c->cp));
     /* the tp/R groups any rank uses (every rank takes part in each split: they are collective) */
     int ndiv = 0;
     for (int r = 1; r <= tp; r++) ndiv += tp % r == 0;
@@ -344,7 +350,7 @@ void rt_comm_groups(RtComm *c, const RtProg *p) {
     rt_comm_coll_wait(c, c->world, &rq, "the start-up's agreement on the tp/R groups", -1, NULL);
     for (int k = 0; k < ndiv; k++) {
       if (!any[k]) continue;
-      int r = div[k], group = (p->dp_rank * pp + p->stage) * (tp / r) + p->tp_rank / r;
+      int r = div[k], group = grp * (tp / r) + p->tp_rank / r;
       c->sub_r[c->nsub] = r;
       MPI_CHECK(MPI_Comm_split(c->world, group, p->tp_rank, &c->sub[c->nsub]));
       c->nsub++;

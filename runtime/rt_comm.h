@@ -159,10 +159,11 @@ void rt_comm_allreduce_emb(RtComm *c, RtDev *d, int64_t off, int64_t count);
  * (or a one-rank world) leaves the buffer as it is. count elements of dtype (PP_F32, or PP_BF16:
  * widened to f32, reduced in f32 and rounded to nearest even once; through NCCL, its bf16 sum). */
 void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t off, int64_t count, PpDType dtype);
-/* Sequence parallelism over the TP group: every member's count elements of dtype (f32 or bf16,
- * copied as they are) at part, in rank order, into whole; (floats) the tp·count at whole summed over the group (rank
- * order: the allreduce's bits), member r's count into part. */
-void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count, PpDType dtype);
-void rt_comm_seq_scatter(RtComm *c, RtDev *d, int64_t whole, int64_t part, int64_t count);
+/* Sequence (context) parallelism over the TP (cp) group, RT_G_TP (RT_G_CP): every member's count
+ * elements of dtype (f32 or bf16, copied as they are) at part, in rank order, into whole; (floats)
+ * the n·count at whole summed over the group of n (rank order: the allreduce's bits), member r's
+ * count into part. */
+void rt_comm_seq_gather(RtComm *c, RtDev *d, int group, int64_t part, int64_t whole, int64_t count, PpDType dtype);
+void rt_comm_seq_scatter(RtComm *c, RtDev *d, int group, int64_t whole, int64_t part, int64_t count);
 
 #endif /* RT_COMM_H */

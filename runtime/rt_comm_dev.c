@@ -124,6 +124,7 @@ void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p) {
   c->ntp = nccl_over(c, c->tp);
   c->ndp = nccl_over(c, c->dp);
   c->nemb = nccl_over(c, c->emb);
+  c->ncp = nccl_over(c, c->cp);
   c->nccl_sub = calloc((size_t)(c->nsub ? c->nsub : 1), sizeof *c->nccl_sub);
   if (!c->nccl_sub) RT_INTERNAL("out of memory");
   for (int i = 0; i < c->nsub; i++) c->nccl_sub[i] = nccl_over(c, c->sub[i]);
@@ -155,9 +156,9 @@ int rt_comm_wait(RtComm *c, RtDev *d) {
         c->nccl_busy = 0;
         return q;
       }
-      ncclComm_t all[4] = {c->npp, c->ntp, c->ndp, c->nemb};
-      for (int i = 0; i < 4 + c->nsub; i++) {
-        ncclComm_t m = i < 4 ? all[i] : c->nccl_sub[i - 4];
+      ncclComm_t all[5] = {c->npp, c->ntp, c->ndp, c->nemb, c->ncp};
+      for (int i = 0; i < 5 + c->nsub; i++) {
+        ncclComm_t m = i < 5 ? all[i] : c->nccl_sub[i - 5];
         ncclResult_t e = ncclSuccess;
         if (m) NCCL_CHECK(ncclCommGetAsyncError(m, &e));
         if (e != ncclSuccess && e != ncclInProgress) {
@@ -449,34 +450,37 @@ void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t 
                                                             : 1]);
 }
 
-/* Sequence parallelism's collectives over the TP group, on float arrays of the arena: the
- * all-gather (every member's count floats at part, in rank order, into whole) and the
- * reduce-scatter (the tp·count floats at whole summed over the group; member r's part the sums of
- * elements [r·count, (r+1)·count)). The sums are the deterministic all-reduce's: each element
- * folded in rank order (reduce_rows), so a reduce-scatter gives the bits an allreduce would, and
- * every member the same. Through a host copy where the arena is not host memory; with NCCL,
- * ncclAllGather and ncclReduceScatter on the device queue. */
-static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whole, int64_t count, PpDType dt) {
-  if (!c || !c->mpi || c->tp == MPI_COMM_NULL)
-    RT_INTERNAL("a sequence-parallel collective without a tensor-parallel group");
-  const char *name = gather ? "allgather tp" : "reduce_scatter tp";
+/* Sequence and context parallelism's collectives over the TP group (RT_G_TP) or the cp group
+ * (RT_G_CP), on arrays of the arena: the all-gather (every member's count elements at part, in
+ * rank order, into whole) and the reduce-scatter (the n·count floats at whole summed over the
+ * group; member r's part the sums of elements [r·count, (r+1)·count)). The sums are the
+ * deterministic all-reduce's: each element folded in rank order (reduce_rows), so a reduce-scatter
+ * gives the bits an allreduce would, and every member the same. Through a host copy where the
+ * arena is not host memory; with NCCL, ncclAllGather and ncclReduceScatter on the device queue. */
+static void seq_coll(RtComm *c, RtDev *d, int group, int gather, int64_t part, int64_t whole, int64_t count,
+                     PpDType dt) {
+  MPI_Comm g = c && c->mpi ? (group == RT_G_CP ? c->cp : c->tp) : MPI_COMM_NULL;
+  if (g == MPI_COMM_NULL) RT_INTERNAL("a sequence-parallel collective without its group");
+  static const char *const names[2][2] = {{"reduce_scatter tp", "allgather tp"}, {"reduce_scatter cp", "allgather cp"}};
+  const char *name = names[group == RT_G_CP][gather != 0];
   int n = 1, me = 0;
-  MPI_CHECK(MPI_Comm_size(c->tp, &n));
-  MPI_CHECK(MPI_Comm_rank(c->tp, &me));
+  MPI_CHECK(MPI_Comm_size(g, &n));
+  MPI_CHECK(MPI_Comm_rank(g, &me));
 #ifdef PPR_CUDA
   if (c->nccl) {
     void *stream = NULL, *p = rt_dev_native(d, part, &stream), *w = rt_dev_native(d, whole, &stream);
+    ncclComm_t nc = group == RT_G_CP ? c->ncp : c->ntp;
     int gid = 0;
-    int64_t seq = rt_comm_next_seq(c, c->tp, &gid);
+    int64_t seq = rt_comm_next_seq(c, g, &gid);
     if (!c->nccl_busy) {
       c->nccl_busy = 1;
-      c->nccl_op = name, c->nccl_g = c->tp, c->nccl_seq = seq, c->nccl_count = count, c->nccl_nmsg = 0;
+      c->nccl_op = name, c->nccl_g = g, c->nccl_seq = seq, c->nccl_count = count, c->nccl_nmsg = 0;
       c->nccl_where = c->where;
     }
     if (gather)
       NCCL_CHECK(
-          ncclAllGather(p, w, (size_t)count, dt == PP_BF16 ? ncclBfloat16 : ncclFloat, c->ntp, (cudaStream_t)stream));
-    else NCCL_CHECK(ncclReduceScatter(w, p, (size_t)count, ncclFloat, ncclSum, c->ntp, (cudaStream_t)stream));
+          ncclAllGather(p, w, (size_t)count, dt == PP_BF16 ? ncclBfloat16 : ncclFloat, nc, (cudaStream_t)stream));
+    else NCCL_CHECK(ncclReduceScatter(w, p, (size_t)count, ncclFloat, ncclSum, nc, (cudaStream_t)stream));
     return;
   }
 #endif
@@ -491,23 +495,23 @@ static void seq_coll(RtComm *c, RtDev *d, int gather, int64_t part, int64_t whol
   MPI_Request rq;
   if (gather) {
     MPI_Datatype t = dt == PP_BF16 ? MPI_UINT16_T : MPI_FLOAT;
-    MPI_CHECK(MPI_Iallgather(hp, (int)count, t, hw, (int)count, t, c->tp, &rq));
-    rt_comm_coll_wait(c, c->tp, &rq, name, count * n, dt == PP_BF16 ? "bf16 elements" : "floats");
+    MPI_CHECK(MPI_Iallgather(hp, (int)count, t, hw, (int)count, t, g, &rq));
+    rt_comm_coll_wait(c, g, &rq, name, count * n, dt == PP_BF16 ? "bf16 elements" : "floats");
   } else {
     float *parts = red_scratch(c, (size_t)count * (size_t)n + 1);
-    MPI_CHECK(MPI_Ialltoall(hw, (int)count, MPI_FLOAT, parts, (int)count, MPI_FLOAT, c->tp, &rq));
-    rt_comm_coll_wait(c, c->tp, &rq, name, count * n, "floats");
+    MPI_CHECK(MPI_Ialltoall(hw, (int)count, MPI_FLOAT, parts, (int)count, MPI_FLOAT, g, &rq));
+    rt_comm_coll_wait(c, g, &rq, name, count * n, "floats");
     reduce_rows((float *)(void *)hp, parts, count, n, count, RT_OP_SUM);
   }
   if (staged && rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * es)) dev_fail(c, d);
 }
 
-void rt_comm_seq_gather(RtComm *c, RtDev *d, int64_t part, int64_t whole, int64_t count, PpDType dtype) {
-  seq_coll(c, d, 1, part, whole, count, dtype);
+void rt_comm_seq_gather(RtComm *c, RtDev *d, int group, int64_t part, int64_t whole, int64_t count, PpDType dtype) {
+  seq_coll(c, d, group, 1, part, whole, count, dtype);
 }
 
-void rt_comm_seq_scatter(RtComm *c, RtDev *d, int64_t whole, int64_t part, int64_t count) {
-  seq_coll(c, d, 0, part, whole, count, PP_F32);
+void rt_comm_seq_scatter(RtComm *c, RtDev *d, int group, int64_t whole, int64_t part, int64_t count) {
+  seq_coll(c, d, group, 0, part, whole, count, PP_F32);
 }
 
 int rt_comm_before_host(RtComm *c, RtDev *d) { return c && c->nccl ? rt_comm_wait(c, d) : 0; }

@@ -16,7 +16,7 @@
 
 /* The communicators a collective runs on: the watchdog counts the collectives of each, so that
  * the members of one call have the same count. G_SUB + i: sub[i]. */
-enum { G_WORLD, G_AUX, G_PP, G_TP, G_DP, G_EMB, G_SUB };
+enum { G_WORLD, G_AUX, G_PP, G_TP, G_DP, G_EMB, G_CP, G_SUB };
 
 /* A message's host copy: a received one is written to the device after the wait. */
 typedef struct {
@@ -28,12 +28,12 @@ typedef struct {
 struct RtComm {
   int mpi; /* MPI_Init_thread ran */
   int rank, size;
-  int local_rank;           /* among the ranks on this machine (MPI_COMM_TYPE_SHARED) */
-  MPI_Comm world;           /* a duplicate of MPI_COMM_WORLD: the pipeline's messages */
-  MPI_Comm aux;             /* another: checks, sums, gathers, broadcasts */
-  MPI_Comm wd;              /* another: the watchdog's notices */
-  MPI_Comm pp, tp, dp, emb; /* from rt_comm_groups; MPI_COMM_NULL when absent */
-  int nsub;                 /* the tp/R groups some rank's listing uses, one communicator per R */
+  int local_rank;               /* among the ranks on this machine (MPI_COMM_TYPE_SHARED) */
+  MPI_Comm world;               /* a duplicate of MPI_COMM_WORLD: the pipeline's messages */
+  MPI_Comm aux;                 /* another: checks, sums, gathers, broadcasts */
+  MPI_Comm wd;                  /* another: the watchdog's notices */
+  MPI_Comm pp, tp, dp, emb, cp; /* from rt_comm_groups; MPI_COMM_NULL when absent */
+  int nsub;                     /* the tp/R groups some rank's listing uses, one communicator per R */
   int *sub_r;
   MPI_Comm *sub;
   MPI_Request req[MAX_REQ];
@@ -64,8 +64,8 @@ struct RtComm {
   int nsend, scap;
   int stop_sig, stop_rank; /* rt_comm_step_sum's verdict: a rank asked to stop */
 #ifdef PPR_CUDA
-  ncclComm_t npp, ntp, ndp, nemb, *nccl_sub; /* one per MPI group, NULL where the group is absent */
-  int prev, next, pp_prev, pp_next;          /* the pipeline neighbours: world ranks, ranks in npp */
+  ncclComm_t npp, ntp, ndp, nemb, ncp, *nccl_sub; /* one per MPI group, NULL where the group is absent */
+  int prev, next, pp_prev, pp_next;               /* the pipeline neighbours: world ranks, ranks in npp */
   int nccl_p2p; /* NCCL carries the pipeline's messages too (not in programs with chunks: MPI does) */
   /* the first NCCL operation queued since the device's queue was last seen empty: what a stuck
    * queue waits for first (the queue runs in order) */

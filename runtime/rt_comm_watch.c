@@ -34,6 +34,7 @@ int rt_comm_group_id(const RtComm *c, MPI_Comm g) {
   if (g == c->tp) return G_TP;
   if (g == c->dp) return G_DP;
   if (g == c->emb) return G_EMB;
+  if (g == c->cp) return G_CP;
   for (int i = 0; i < c->nsub; i++)
     if (g == c->sub[i]) return G_SUB + i;
   return G_WORLD;

@@ -280,6 +280,13 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       } else
         rt_data_batch(s->d, s->data_step, (int)(s->m0 + (int64_t)g->dp_rank * g->local_microbatches + mb), s->data_m,
                       g->micro_batch, g->seq, in->p[0].present ? tok : NULL, in->p[1].present ? lab : NULL);
+      if (g->cp > 1) { /* context parallelism: the rank's positions of each row, [B, seq/cp] */
+        int64_t sl = g->seq / g->cp, B = g->micro_batch;
+        for (int64_t r = 0; r < 2 * B; r++) /* tokens then labels, row by row, in place */
+          memmove(x->batch + r * sl, x->batch + r * g->seq + g->cp_rank * sl, (size_t)sl * sizeof *x->batch);
+        bs = B * sl;
+        tok = x->batch, lab = x->batch + bs;
+      }
       where(s, c, b, n, mb, in, NULL);
       rc = rt_comm_before_host(x->comm, dev); /* with NCCL: the queue's messages, watched */
       if (!rc && in->p[0].present) rc = rt_dev_write(dev, at(g, &in->p[0], slot), tok, bs * 4);
@@ -369,11 +376,11 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       int64_t a = at(g, &in->p[0], slot), z = at(g, &in->p[1], slot);
       where(s, c, b, n, mb, in, NULL);
       if (in->kind == RT_I_ALLGATHER)
-        rt_comm_seq_gather(x->comm, dev, a, z, in->bytes / pp_dtype_bytes(in->dt[0]), in->dt[0]);
-      else rt_comm_seq_scatter(x->comm, dev, a, z, in->bytes / 4);
+        rt_comm_seq_gather(x->comm, dev, in->group, a, z, in->bytes / pp_dtype_bytes(in->dt[0]), in->dt[0]);
+      else rt_comm_seq_scatter(x->comm, dev, in->group, a, z, in->bytes / 4);
       if (s->tr)
-        rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, rt_now_ms(), "%s tp",
-                     in->kind == RT_I_ALLGATHER ? "allgather" : "reduce_scatter");
+        rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, rt_now_ms(), "%s %s",
+                     in->kind == RT_I_ALLGATHER ? "allgather" : "reduce_scatter", in->group == RT_G_CP ? "cp" : "tp");
       break;
     }
     case RT_I_GRAD_NORM:
@@ -715,6 +722,9 @@ int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, cha
   const RtProg *g = x->p;
   RtDev *dev = x->dev;
   if (n < 1 || n > g->seq) return RT_FAIL("%s: %d tokens for a sequence of %d", g->path, n, g->seq);
+  if (g->cp > 1)
+    return RT_FAIL("%s: a program of cp %d splits the sequence: it does not generate (compile one without cp)", g->path,
+                   g->cp);
   Step s = forward_step(x, -1, "the generation pass", err, errlen);
   s.tokens = tokens;
   s.ntok = n;

@@ -14,13 +14,14 @@
  * same binary, so the layout (padding included, zeroed) is the same. */
 typedef struct {
   int32_t rank, stage, tp_rank, dp_rank, tp, pp, dp, prev, next;
+  int32_t cp, cp_rank, line; /* context parallelism (cp 1 without); line: dp_rank·cp + cp_rank, a pipeline's */
   int32_t micro_batch, seq, microbatches, tied, shared, nallreduce, nmodel;
   int32_t nchunks;                                                           /* V: 1 without chunk lines */
   int32_t vstage[PP_MAX_CHUNKS], cprev[PP_MAX_CHUNKS], cnext[PP_MAX_CHUNKS]; /* per chunk */
   int64_t vocab, allreduce_bytes;
   int64_t bnd[PP_MAX_CHUNKS][PP_NBND]; /* per chunk: bytes; -1: no such boundary */
   uint64_t model_hash, model_params_hash;
-  uint64_t tp_hash, dp_hash; /* the schedule and the tp (dp) collectives in each block, in order */
+  uint64_t tp_hash, dp_hash, cp_hash; /* the schedule and the tp (dp, cp) collectives in each block, in order */
 } Info;
 
 typedef struct {
@@ -66,6 +67,9 @@ static void fill_info(const RtProg *p, Info *in) {
   in->tp = p->tp;
   in->pp = p->pp;
   in->dp = p->dp;
+  in->cp = p->cp > 1 ? p->cp : 1;
+  in->cp_rank = p->cp_rank;
+  in->line = p->dp_rank * in->cp + p->cp_rank;
   in->prev = p->prev;
   in->next = p->next;
   in->micro_batch = p->micro_batch;
@@ -115,28 +119,37 @@ static void fill_info(const RtProg *p, Info *in) {
     }
     sh = fnv_more(sh, v, sizeof v);
   }
-  uint64_t th = sh, dh = sh;
+  uint64_t th = sh, dh = sh, ch = sh;
   for (int c = 0; c < rt_prog_nchunks(p); c++)
     for (int b = 0; b < RT_NBLK; b++) {
       if (c > 0 && rt_blk_program(b)) continue;
       const RtBlock *bk = rt_prog_block(p, c, b);
       for (int i = 0; i < bk->n; i++) {
         const RtInstr *x = &bk->ins[i];
-        if (x->kind != RT_I_ALLREDUCE) continue;
-        int64_t v[6] = {c, b, x->group, x->sub, x->op, x->bytes};
+        if (x->kind != RT_I_ALLREDUCE && x->kind != RT_I_ALLGATHER && x->kind != RT_I_REDUCE_SCATTER) continue;
+        int64_t v[7] = {c, b, x->kind, x->group, x->sub, x->op, x->bytes};
         if (x->group == RT_G_DP) dh = fnv_more(dh, v, sizeof v);
+        else if (x->group == RT_G_CP) ch = fnv_more(ch, v, sizeof v);
         else th = fnv_more(th, v, sizeof v);
       }
     }
   in->tp_hash = th;
   in->dp_hash = dh;
+  in->cp_hash = ch;
 }
 
-/* The rank holding virtual stage v of the pipeline (tp_rank, dp_rank), or -1; *chunk its chunk. */
-static int vstage_at(const Info *all, int n, int v, int tp_rank, int dp_rank, int *chunk) {
+/* "tp_rank T, dp_rank D" and ", cp_rank C" with context parallelism: a pipeline's coordinates */
+static const char *pipe_at(const Info *x, char *buf, size_t n) {
+  int k = snprintf(buf, n, "tp_rank %d, dp_rank %d", x->tp_rank, x->dp_rank);
+  if (x->cp > 1 && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, ", cp_rank %d", x->cp_rank);
+  return buf;
+}
+
+/* The rank holding virtual stage v of the pipeline (tp_rank, line), or -1; *chunk its chunk. */
+static int vstage_at(const Info *all, int n, int v, int tp_rank, int line, int *chunk) {
   for (int r = 0; r < n; r++)
     for (int c = 0; c < all[r].nchunks; c++)
-      if (all[r].vstage[c] == v && all[r].tp_rank == tp_rank && all[r].dp_rank == dp_rank) {
+      if (all[r].vstage[c] == v && all[r].tp_rank == tp_rank && all[r].line == line) {
         *chunk = c;
         return r;
       }
@@ -148,48 +161,48 @@ static int vstage_at(const Info *all, int n, int v, int tp_rank, int dp_rank, in
  * (each held once: the ranks of a pipeline are pp, each with V in range), and each chunk's prev
  * and next are the ranks holding its neighbouring virtual stages. */
 static void check_chunks(const Info *all, int n, const char *dir, Msgs *m) {
-  char a[1024], b[1024];
+  char a[1024], b[1024], w[96];
   for (int r = 0; r < n && m->n < 8; r++) {
     const Info *x = &all[r];
     prog_path(a, sizeof a, dir, r);
     for (int c = 0; c < x->nchunks && m->n < 8; c++) {
-      int d, q = vstage_at(all, n, x->vstage[c], x->tp_rank, x->dp_rank, &d);
+      int d, q = vstage_at(all, n, x->vstage[c], x->tp_rank, x->line, &d);
       if (q != r || d != c) {
         prog_path(b, sizeof b, dir, q);
-        add(m, "%s: chunk %d's vstage %d is also held by %s (chunk %d) in the pipeline of tp_rank %d, dp_rank %d", a, c,
-            x->vstage[c], b, d, x->tp_rank, x->dp_rank);
+        add(m, "%s: chunk %d's vstage %d is also held by %s (chunk %d) in the pipeline of %s", a, c, x->vstage[c], b, d,
+            pipe_at(x, w, sizeof w));
         continue;
       }
       int last = x->pp * x->nchunks - 1, v = x->vstage[c], dc;
-      int want_prev = v > 0 ? vstage_at(all, n, v - 1, x->tp_rank, x->dp_rank, &dc) : -1;
-      int want_next = v < last ? vstage_at(all, n, v + 1, x->tp_rank, x->dp_rank, &dc) : -1;
+      int want_prev = v > 0 ? vstage_at(all, n, v - 1, x->tp_rank, x->line, &dc) : -1;
+      int want_next = v < last ? vstage_at(all, n, v + 1, x->tp_rank, x->line, &dc) : -1;
       if (x->cprev[c] != want_prev || x->cnext[c] != want_next)
-        add(m,
-            "%s: chunk %d (vstage %d): prev %d next %d, but the ranks of vstages %d and %d (tp_rank %d, dp_rank %d) "
-            "are %d and %d",
-            a, c, v, x->cprev[c], x->cnext[c], v - 1, v + 1, x->tp_rank, x->dp_rank, want_prev, want_next);
+        add(m, "%s: chunk %d (vstage %d): prev %d next %d, but the ranks of vstages %d and %d (%s) are %d and %d", a, c,
+            v, x->cprev[c], x->cnext[c], v - 1, v + 1, pipe_at(x, w, sizeof w), want_prev, want_next);
     }
   }
 }
 
-/* The rank at (stage, tp_rank, dp_rank), or -1. */
-static int rank_at(const Info *all, int n, int stage, int tp_rank, int dp_rank) {
+/* The rank at (stage, tp_rank, line), or -1. */
+static int rank_at(const Info *all, int n, int stage, int tp_rank, int line) {
   for (int r = 0; r < n; r++)
-    if (all[r].stage == stage && all[r].tp_rank == tp_rank && all[r].dp_rank == dp_rank) return r;
+    if (all[r].stage == stage && all[r].tp_rank == tp_rank && all[r].line == line) return r;
   return -1;
 }
 
 static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
-  char a[1024], b[1024];
+  char a[1024], b[1024], w[96];
   const Info *z = &all[0];
   prog_path(b, sizeof b, dir, 0);
   for (int r = 0; r < n && m->n < 8; r++) {
     const Info *x = &all[r];
     prog_path(a, sizeof a, dir, r);
     if (x->rank != r) add(m, "%s: the listing is rank %d's ('rank %d'), not rank %d's", a, x->rank, x->rank, r);
-    if (x->tp != z->tp || x->pp != z->pp || x->dp != z->dp)
-      add(m, "%s: mesh tp %d pp %d dp %d, but %s has tp %d pp %d dp %d: the listings come from different ppc runs", a,
-          x->tp, x->pp, x->dp, b, z->tp, z->pp, z->dp);
+    if (x->tp != z->tp || x->pp != z->pp || x->dp != z->dp || x->cp != z->cp)
+      add(m,
+          "%s: mesh tp %d pp %d dp %d cp %d, but %s has tp %d pp %d dp %d cp %d: the listings come from different ppc "
+          "runs",
+          a, x->tp, x->pp, x->dp, x->cp, b, z->tp, z->pp, z->dp, z->cp);
     if (x->micro_batch != z->micro_batch || x->seq != z->seq || x->microbatches != z->microbatches)
       add(m, "%s: step micro_batch %d seq %d microbatches %d, but %s has micro_batch %d seq %d microbatches %d", a,
           x->micro_batch, x->seq, x->microbatches, b, z->micro_batch, z->seq, z->microbatches);
@@ -205,19 +218,18 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
   for (int r = 0; r < n && m->n < 8; r++) {
     const Info *x = &all[r];
     prog_path(a, sizeof a, dir, r);
-    int o = rank_at(all, r, x->stage, x->tp_rank, x->dp_rank);
+    int o = rank_at(all, r, x->stage, x->tp_rank, x->line);
     if (o >= 0) {
       prog_path(b, sizeof b, dir, o);
-      add(m, "%s: stage %d tp_rank %d dp_rank %d is also %s's place in the mesh", a, x->stage, x->tp_rank, x->dp_rank,
-          b);
+      add(m, "%s: stage %d %s is also %s's place in the mesh", a, x->stage, pipe_at(x, w, sizeof w), b);
       continue;
     }
-    int want_prev = x->stage > 0 ? rank_at(all, n, x->stage - 1, x->tp_rank, x->dp_rank) : -1;
-    int want_next = x->stage + 1 < x->pp ? rank_at(all, n, x->stage + 1, x->tp_rank, x->dp_rank) : -1;
+    int want_prev = x->stage > 0 ? rank_at(all, n, x->stage - 1, x->tp_rank, x->line) : -1;
+    int want_next = x->stage + 1 < x->pp ? rank_at(all, n, x->stage + 1, x->tp_rank, x->line) : -1;
     /* a neighbour missing from the world shows up as a duplicate place of another rank */
     if (x->prev != want_prev || x->next != want_next)
-      add(m, "%s: peers prev %d next %d, but the ranks of stages %d and %d (tp_rank %d, dp_rank %d) are %d and %d", a,
-          x->prev, x->next, x->stage - 1, x->stage + 1, x->tp_rank, x->dp_rank, want_prev, want_next);
+      add(m, "%s: peers prev %d next %d, but the ranks of stages %d and %d (%s) are %d and %d", a, x->prev, x->next,
+          x->stage - 1, x->stage + 1, pipe_at(x, w, sizeof w), want_prev, want_next);
   }
   if (m->n) return;
   if (z->nchunks > 1) check_chunks(all, n, dir, m);
@@ -229,7 +241,7 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
       int d = 0, next = x->cnext[c];
       if (next < 0) continue;
       const Info *y = &all[next];
-      if (x->nchunks > 1) vstage_at(all, n, x->vstage[c] + 1, x->tp_rank, x->dp_rank, &d);
+      if (x->nchunks > 1) vstage_at(all, n, x->vstage[c] + 1, x->tp_rank, x->line, &d);
       prog_path(a, sizeof a, dir, r);
       prog_path(b, sizeof b, dir, next);
       char sc[16] = "", sd[16] = ""; /* the boundaries' chunks, as the listings write them */
@@ -242,17 +254,29 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
             a, (long long)x->bnd[c][PP_RECV_BWD], bwd, b, sc, (long long)y->bnd[d][PP_SEND_BWD], sd);
     }
   }
-  /* the TP and DP groups run the same schedule and the same collectives */
+  /* the TP, DP and cp groups run the same schedule and the same collectives */
   for (int r = 0; r < n && m->n < 8; r++) {
     const Info *x = &all[r];
     prog_path(a, sizeof a, dir, r);
     for (int q = 0; q < r; q++) {
-      if (all[q].dp_rank == x->dp_rank && all[q].stage == x->stage && all[q].tp_hash != x->tp_hash) {
+      if (all[q].line == x->line && all[q].stage == x->stage && all[q].tp_hash != x->tp_hash) {
+        prog_path(b, sizeof b, dir, q);
+        char cr[24] = "";
+        if (x->cp > 1) snprintf(cr, sizeof cr, " cp_rank %d", x->cp_rank);
+        add(m,
+            "%s: its schedule or its 'allreduce tp' instructions differ from %s's (the same TP group, stage %d "
+            "dp_rank %d%s): every member must run the same tp collectives (allreduce, allgather, reduce_scatter) in "
+            "the same order",
+            a, b, x->stage, x->dp_rank, cr);
+        break;
+      }
+      if (all[q].dp_rank == x->dp_rank && all[q].stage == x->stage && all[q].tp_rank == x->tp_rank &&
+          all[q].cp_hash != x->cp_hash) {
         prog_path(b, sizeof b, dir, q);
         add(m,
-            "%s: its schedule or its 'allreduce tp' instructions differ from %s's (the same TP group, "
-            "stage %d dp_rank %d): every member must run the same collectives in the same order",
-            a, b, x->stage, x->dp_rank);
+            "%s: its schedule or its 'allgather cp' and 'reduce_scatter cp' instructions differ from %s's (the same cp "
+            "group, stage %d tp_rank %d dp_rank %d): every member must run the same collectives in the same order",
+            a, b, x->stage, x->tp_rank, x->dp_rank);
         break;
       }
       if (all[q].stage == x->stage && all[q].tp_rank == x->tp_rank && all[q].dp_hash != x->dp_hash) {
@@ -265,20 +289,19 @@ static void check_infos(const Info *all, int n, const char *dir, Msgs *m) {
       }
     }
   }
-  /* the embedding groups: ranks with a shared param and the same (tp_rank, dp_rank) */
+  /* the embedding groups: ranks with a shared param and the same (tp_rank, line) */
   for (int r = 0; r < n && m->n < 8; r++) {
     const Info *x = &all[r];
     if (!x->shared) continue;
     int first = -1, members = 0;
     for (int q = 0; q < n; q++)
-      if (all[q].shared && all[q].tp_rank == x->tp_rank && all[q].dp_rank == x->dp_rank) {
+      if (all[q].shared && all[q].tp_rank == x->tp_rank && all[q].line == x->line) {
         if (first < 0) first = q;
         members++;
       }
     prog_path(a, sizeof a, dir, r);
     if (members < 2) {
-      add(m, "%s: a param is marked shared, but no other rank (tp_rank %d, dp_rank %d) holds a shared param", a,
-          x->tp_rank, x->dp_rank);
+      add(m, "%s: a param is marked shared, but no other rank (%s) holds a shared param", a, pipe_at(x, w, sizeof w));
       continue;
     }
     const Info *f = &all[first];
@@ -302,7 +325,7 @@ static int cmp_piece(const void *a, const void *b) {
 }
 
 /* Rank 0 checks that every model_param is owned (held, not as a copy or replica) by ranks of
- * dp_rank 0 exactly once: a whole tensor by one rank, or shards along one dim whose rows (padding
+ * dp_rank 0 and cp_rank 0 exactly once: a whole tensor by one rank, or shards along one dim whose rows (padding
  * left out) tile the dense dim, each row owned once. blocks: each rank's owned pieces. */
 static void check_owners(const RtProg *p, const unsigned char *blocks, const size_t *sizes, int n, const char *dir,
                          Msgs *m) {
@@ -538,7 +561,7 @@ int rt_mesh_check(RtComm *c, const RtProg *p, const char *dir, int *model_tied, 
     for (int i = 0; i < p->nparams; i++) len += strlen(p->params[i].name) + 100;
     char *names = malloc(len), *q = names;
     if (!names) RT_INTERNAL("out of memory");
-    if (p->dp_rank == 0)
+    if (p->dp_rank == 0 && p->cp_rank == 0)
       for (int i = 0; i < p->nparams; i++) {
         const RtParam *x = &p->params[i];
         if (!x->owned) continue;

@@ -352,12 +352,13 @@ static int load(const char *path, int stop_at_mesh, RtProg **out, char *err, siz
 
 int rt_prog_load(const char *path, RtProg **out, char *err, size_t errlen) { return load(path, 0, out, err, errlen); }
 
-int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, size_t errlen) {
+int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, int *cp, char *err, size_t errlen) {
   RtProg *g = NULL;
   if (load(path, 1, &g, err, errlen)) return -1;
   *tp = g->tp;
   *pp = g->pp;
   *dp = g->dp;
+  *cp = g->cp;
   rt_prog_free(g);
   return 0;
 }

@@ -96,11 +96,13 @@ typedef enum {
   RT_I_GRAD_NORM,
   RT_I_ALLREDUCE_TIED,
   RT_I_ALLREDUCE,
-  RT_I_ALLGATHER,     /* p[0] this rank's part (bytes), p[1] the tp parts in rank order */
-  RT_I_REDUCE_SCATTER /* p[0] tp parts summed over the group, p[1] this rank's part (bytes) */
+  RT_I_ALLGATHER,     /* p[0] this rank's part (bytes), p[1] the group's parts in rank order */
+  RT_I_REDUCE_SCATTER /* p[0] the group's parts summed over it, p[1] this rank's part (bytes) */
 } RtInstrKind;
-/* The group of an `allreduce`: the TP group, runs of R consecutive TP ranks (tp/R), or the DP group. */
-typedef enum { RT_G_TP, RT_G_TP_SUB, RT_G_DP } RtGroup;
+/* The group of an `allreduce`: the TP group, runs of R consecutive TP ranks (tp/R), or the DP group
+ * (every replica and context-parallel rank of the stage and tp_rank); of an `allgather` or
+ * `reduce_scatter`: the TP group or the context-parallel group (RT_G_CP). */
+typedef enum { RT_G_TP, RT_G_TP_SUB, RT_G_DP, RT_G_CP } RtGroup;
 typedef enum { RT_OP_SUM, RT_OP_MAX } RtReduceOp;
 typedef enum { RT_A_PTR, RT_A_F32, RT_A_I64, RT_A_SCALAR } RtArgKind;
 typedef enum { RT_E_ZERO_GRADS, RT_E_F, RT_E_B, RT_E_W, RT_E_OPT, RT_E_COMM } RtEntryKind;
@@ -135,7 +137,7 @@ typedef struct {
   RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C;
                   * grad_norm: p[0] the partial sums (GRID per param, in param index order) */
   int64_t bytes; /* zero, allreduce_tied, allreduce, grad_norm */
-  int group;     /* allreduce: RtGroup */
+  int group;     /* allreduce, allgather, reduce_scatter: RtGroup */
   int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
   int op;        /* allreduce: RtReduceOp */
   float value;   /* seed */
@@ -267,8 +269,9 @@ typedef struct RtProg {
   char *hf_config;   /* `hf_config JSON`: the Hugging Face config the model came from (--save's config.json); NULL */
   uint64_t hash;
   int tp, pp, dp, rank, stage, tp_rank, dp_rank;
-  int prev, next;                     /* the pipeline neighbours' world ranks (`peers`), -1 for none */
-  int nchunks;                        /* V, the chunks of layers: 1 without chunk lines */
+  int cp, cp_rank; /* context parallelism: the mesh's cp (1 without) and this rank's place in its cp group */
+  int prev, next;  /* the pipeline neighbours' world ranks (`peers`), -1 for none */
+  int nchunks;     /* V, the chunks of layers: 1 without chunk lines */
   RtChunk chunk[PP_MAX_CHUNKS];       /* [0, nchunks): each chunk's virtual stage and neighbours */
   int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
   int generate;                       /* schedule PP_SCHED_FORWARD: a generation program (forward only) */
@@ -306,6 +309,13 @@ static inline const RtBoundary *rt_prog_boundary(const RtProg *p, int c, int k) 
 }
 /* The chunks of a program: nchunks, and 1 for an RtProg built by hand (nchunks 0). */
 static inline int rt_prog_nchunks(const RtProg *p) { return p->nchunks > 1 ? p->nchunks : 1; }
+/* The positions of a sequence one rank holds: seq/cp (context parallelism; cp rank r holds
+ * [r·seq/cp, (r+1)·seq/cp)), seq without. */
+static inline int rt_prog_seq_local(const RtProg *p) { return p->cp > 1 ? p->seq / p->cp : p->seq; }
+/* The world the mesh makes: tp·pp·dp·cp ranks, rank ((dp_rank·pp + stage)·cp + cp_rank)·tp + tp_rank. */
+static inline int64_t rt_prog_nranks(const RtProg *p) {
+  return (int64_t)p->tp * p->pp * p->dp * (p->cp > 1 ? p->cp : 1);
+}
 /* The name of chunk c's block b as the listing writes it: "forward", "forward:1" (no suffix in a
  * program without chunks, and for the optimizer block). buf: at least 24 bytes. */
 const char *rt_prog_block_label(const RtProg *p, int c, int b, char *buf, size_t n);
@@ -343,7 +353,7 @@ typedef struct {
 RtMsg rt_boundary_msg(int kind, int mb, int vstage, int prev, int next, int pp, int nchunks);
 /* The mesh of a listing: reads the file and checks its header up to the `mesh` line only (version,
  * hash, order), so every rank can learn the world size from DIR/rank0.prog. */
-int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, char *err, size_t errlen);
+int rt_prog_read_mesh(const char *path, int *tp, int *pp, int *dp, int *cp, char *err, size_t errlen);
 
 /* ---- the executor (rt_exec.c) -------------------------------------------------------------- */
 

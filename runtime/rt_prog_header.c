@@ -16,8 +16,8 @@ static const char *const header_forms[H_COUNT] = {
     "compiler NAME VERSION",
     "hash HEX16",
     "model NAME",
-    "mesh tp N pp N dp N",
-    "rank R stage S tp_rank T dp_rank D",
+    "mesh tp N pp N dp N [cp N]",
+    "rank R stage S tp_rank T dp_rank D [cp_rank C]",
     "peers prev P next N",
     "step micro_batch B seq S microbatches M schedule NAME",
     "vocab N [ignore_index I]",
@@ -67,7 +67,7 @@ static const char *const chunk_form = "chunk C vstage S prev P next N";
 static int chunk_line(RtParser *s) {
   RtProg *g = s->p;
   int c = s->chunk_lines;
-  int64_t nranks = (int64_t)g->tp * g->pp * g->dp, v;
+  int64_t nranks = rt_prog_nranks(g), v;
   if (c == PP_MAX_CHUNKS) return rt_prog_err(s, "chunk %d: a rank holds at most %d chunks", c, PP_MAX_CHUNKS);
   if (s->nf != 8 || strcmp(s->f[2], "vstage") || strcmp(s->f[4], "prev") || strcmp(s->f[6], "next"))
     return rt_prog_err(s, "chunk %d: expected '%s'", c, chunk_form);
@@ -194,19 +194,27 @@ int rt_prog_header_line(RtParser *s, size_t after) {
     S_ALLOC(g->model);
     break;
   case H_MESH:
-    if (rt_prog_want_nf(s, 7, form) || rt_prog_want_word(s, 1, "tp", form) || rt_prog_want_word(s, 3, "pp", form) ||
-        rt_prog_want_word(s, 5, "dp", form) || rt_prog_want_i32(s, 2, "tp", 1, PP_MAX_RANKS, &g->tp) ||
-        rt_prog_want_i32(s, 4, "pp", 1, PP_MAX_RANKS, &g->pp) || rt_prog_want_i32(s, 6, "dp", 1, PP_MAX_RANKS, &g->dp))
+    g->cp = 1; /* without `cp C` */
+    if ((s->nf != 9 && rt_prog_want_nf(s, 7, form)) || rt_prog_want_word(s, 1, "tp", form) ||
+        rt_prog_want_word(s, 3, "pp", form) || rt_prog_want_word(s, 5, "dp", form) ||
+        rt_prog_want_i32(s, 2, "tp", 1, PP_MAX_RANKS, &g->tp) ||
+        rt_prog_want_i32(s, 4, "pp", 1, PP_MAX_RANKS, &g->pp) ||
+        rt_prog_want_i32(s, 6, "dp", 1, PP_MAX_RANKS, &g->dp) ||
+        (s->nf == 9 && (rt_prog_want_word(s, 7, "cp", form) || rt_prog_want_i32(s, 8, "cp", 2, PP_MAX_RANKS, &g->cp))))
       return -1;
-    if ((int64_t)g->tp * g->pp * g->dp > PP_MAX_RANKS) return rt_prog_err(s, "mesh: more than %d ranks", PP_MAX_RANKS);
+    if ((int64_t)g->tp * g->pp * g->dp * g->cp > PP_MAX_RANKS)
+      return rt_prog_err(s, "mesh: more than %d ranks", PP_MAX_RANKS);
     if (s->stop_at_mesh) {
       s->stopped = 1;
       return 0;
     }
     break;
   case H_RANK: {
-    int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
-    if (rt_prog_want_nf(s, 8, form) || rt_prog_want_word(s, 2, "stage", form) ||
+    int64_t nranks = rt_prog_nranks(g);
+    /* cp_rank: exactly when the mesh has cp > 1 */
+    if ((g->cp > 1 && (rt_prog_want_nf(s, 10, form) || rt_prog_want_word(s, 8, "cp_rank", form) ||
+                       rt_prog_want_i32(s, 9, "cp_rank", 0, g->cp - 1, &g->cp_rank))) ||
+        (g->cp == 1 && rt_prog_want_nf(s, 8, form)) || rt_prog_want_word(s, 2, "stage", form) ||
         rt_prog_want_word(s, 4, "tp_rank", form) || rt_prog_want_word(s, 6, "dp_rank", form) ||
         rt_prog_want_i32(s, 1, "rank", 0, nranks - 1, &g->rank) ||
         rt_prog_want_i32(s, 3, "stage", 0, g->pp - 1, &g->stage) ||
@@ -216,7 +224,7 @@ int rt_prog_header_line(RtParser *s, size_t after) {
     break;
   }
   case H_PEERS: {
-    int64_t nranks = (int64_t)g->tp * g->pp * g->dp;
+    int64_t nranks = rt_prog_nranks(g);
     int prev, next;
     if (rt_prog_want_nf(s, 5, form) || rt_prog_want_word(s, 1, "prev", form) || rt_prog_want_word(s, 3, "next", form) ||
         rt_prog_want_i32(s, 2, "peers: prev", -1, nranks - 1, &prev) ||
@@ -243,6 +251,10 @@ int rt_prog_header_line(RtParser *s, size_t after) {
       return -1;
     if ((int64_t)g->micro_batch * g->seq > ((int64_t)1 << 30))
       return rt_prog_err(s, "step: micro_batch * seq is more than 2^30 tokens");
+    if (g->cp > 1 && g->seq % g->cp)
+      return rt_prog_err(s,
+                         "step: seq %d is not a multiple of cp %d (each context-parallel rank holds seq/cp positions)",
+                         g->seq, g->cp);
     if (g->microbatches % g->dp)
       return rt_prog_err(s,
                          "step: microbatches %d is not a multiple of dp %d (each data-parallel replica runs M/dp "

@@ -85,7 +85,7 @@ static int parse_logits(RtParser *s, RtInstr *in) {
     return rt_prog_err(s, "logits: type '%.60s' (expected f32 or bf16)", s->f[6]);
   if ((s->nf != 7 && rt_prog_want_nf(s, 6, form)) || rt_prog_parse_ptr(s, s->f[1], "logits", &in->p[0], NULL) ||
       rt_prog_want_int(s, 2, "logits: B", g->micro_batch, g->micro_batch, &in->lg[0]) ||
-      rt_prog_want_int(s, 3, "logits: S", g->seq, g->seq, &in->lg[1]) ||
+      rt_prog_want_int(s, 3, "logits: S", rt_prog_seq_local(g), rt_prog_seq_local(g), &in->lg[1]) ||
       rt_prog_want_int(s, 4, "logits: VLOCAL", 1, g->vocab + PP_MAX_RANKS, &in->lg[2]) ||
       rt_prog_want_int(s, 5, "logits: VSTART", 0, g->vocab - 1, &in->lg[3]))
     return -1;
@@ -296,11 +296,11 @@ static int parse_allreduce(RtParser *s, RtInstr *in) {
   return 0;
 }
 
-/* At the optimizer block's end, with dp > 1: every param's gradient is inside one `allreduce dp
- * sum` (before grad_norm), or the replicas would drift apart. */
+/* At the optimizer block's end, with dp·cp > 1: every param's gradient is inside one `allreduce dp
+ * sum` (before grad_norm), or the replicas (and context-parallel ranks) would drift apart. */
 int rt_prog_check_dp_sums(RtParser *s) {
   const RtProg *g = s->p;
-  if (g->dp == 1) return 0;
+  if (g->dp * g->cp == 1) return 0;
   const RtBlock *o = &g->blk[RT_BLK_OPTIMIZER];
   int64_t shift = g->reg[RT_REG_GRADS].base - g->reg[RT_REG_PARAMS].base;
   for (int i = 0; i < g->nparams; i++) {
@@ -314,9 +314,9 @@ int rt_prog_check_dp_sums(RtParser *s) {
     }
     if (!covered)
       return rt_prog_err(s,
-                         "param %.200s (line %d): dp %d, but no 'allreduce dp sum' of the optimizer block sums its "
+                         "param %.200s (line %d): dp %d%s, but no 'allreduce dp sum' of the optimizer block sums its "
                          "gradient (@%lld, %lld bytes) over the replicas",
-                         q->name, q->line, g->dp, (long long)a, (long long)(e - a));
+                         q->name, q->line, g->dp, g->cp > 1 ? " with cp > 1" : "", (long long)a, (long long)(e - a));
   }
   return 0;
 }
@@ -333,7 +333,7 @@ int rt_prog_instr_line(RtParser *s) {
   if (!strcmp(op, "batch")) {
     in->kind = RT_I_BATCH;
     rc = only_in(s, op, 1, 0) || rt_prog_want_nf(s, 3, "batch TOKENS LABELS");
-    int64_t bytes = (int64_t)g->micro_batch * g->seq * 4;
+    int64_t bytes = (int64_t)g->micro_batch * rt_prog_seq_local(g) * 4; /* the rank's positions */
     for (int i = 0; i < 2 && !rc; i++) {
       const char *what = i ? "batch: labels" : "batch: tokens";
       if (!strcmp(s->f[i + 1], "-")) continue;
@@ -393,14 +393,17 @@ int rt_prog_instr_line(RtParser *s) {
     rc = parse_allreduce(s, in);
   } else if (!strcmp(op, "allgather") || !strcmp(op, "reduce_scatter")) {
     int gather = op[0] == 'a';
-    const char *form = gather ? "allgather tp PART WHOLE BYTES [bf16]" : "reduce_scatter tp WHOLE PART BYTES";
+    const char *form = gather ? "allgather tp|cp PART WHOLE BYTES [bf16]" : "reduce_scatter tp|cp WHOLE PART BYTES";
     in->kind = gather ? RT_I_ALLGATHER : RT_I_REDUCE_SCATTER;
-    in->group = RT_G_TP;
+    in->group = s->nf > 1 && !strcmp(s->f[1], "cp") ? RT_G_CP : RT_G_TP;
+    int n = in->group == RT_G_CP ? g->cp : g->tp; /* the group's size */
     int dt = gather && s->nf == 6 ? pp_dtype_parse(s->f[5]) : PP_F32;
     rc = only_in(s, op, 1, 0) || ((!gather || s->nf != 6) && rt_prog_want_nf(s, 5, form)) ||
-         rt_prog_want_word(s, 1, "tp", form) || rt_prog_parse_ptr(s, s->f[2], op, &in->p[0], NULL) ||
-         rt_prog_parse_ptr(s, s->f[3], op, &in->p[1], NULL) ||
-         rt_prog_want_int(s, 4, "bytes", 2, (int64_t)4 * INT32_MAX / (g->tp > 0 ? g->tp : 1), &in->bytes);
+         (in->group == RT_G_TP && rt_prog_want_word(s, 1, "tp", form)) ||
+         rt_prog_parse_ptr(s, s->f[2], op, &in->p[0], NULL) || rt_prog_parse_ptr(s, s->f[3], op, &in->p[1], NULL) ||
+         rt_prog_want_int(s, 4, "bytes", 2, (int64_t)4 * INT32_MAX / (n > 0 ? n : 1), &in->bytes);
+    if (!rc && in->group == RT_G_CP && n < 2)
+      rc = rt_prog_err(s, "%s cp, but the mesh has cp %d: a group of one rank", op, n);
     if (!rc && (dt != PP_F32 && dt != PP_BF16))
       rc = rt_prog_err(s, "%s: element type '%.60s' (expected bf16, or none for f32)", op, s->f[5]);
     in->dt[0] = dt < 0 ? PP_F32 : (PpDType)dt;
@@ -408,8 +411,8 @@ int rt_prog_instr_line(RtParser *s) {
       rc = rt_prog_err(s, "%s: %lld bytes is not a whole number of %s elements", op, (long long)in->bytes,
                        pp_dtype_name(in->dt[0]));
     if (!rc)
-      rc = rt_prog_check_extent(s, op, &in->p[0], gather ? in->bytes : in->bytes * g->tp) ||
-           rt_prog_check_extent(s, op, &in->p[1], gather ? in->bytes * g->tp : in->bytes);
+      rc = rt_prog_check_extent(s, op, &in->p[0], gather ? in->bytes : in->bytes * n) ||
+           rt_prog_check_extent(s, op, &in->p[1], gather ? in->bytes * n : in->bytes);
   } else if (!strcmp(op, "block") || !strcmp(op, "schedule")) {
     char name[32];
     return rt_prog_err(s, "'%s' inside block %s (line %d): a block ends with 'end'", op,

@@ -5,8 +5,10 @@
 # ignore_index over the same batches, the sum over the step's counted tokens divided by their
 # count; step 0's first row counts nothing): five clipped AdamW steps of tiny at M = 4 on one rank
 # (losses 1e-5, first-step gradients and final weights 1e-4), and every mesh below against the one
-# rank (losses 1e-6, gradients and weights 1e-5) and against PyTorch (1e-4): tp 2 × pp 2 × dp 2,
-# tp 4 (vocabulary-parallel loss), pp 2 zb-h1, tp 2 × dp 2, and odd5 (5 layers, seeded weights) at
+# rank (losses 1e-6, gradients and weights 1e-5; weights 3e-5 with cp) and against PyTorch (1e-4): tp 2 × pp 2 × dp 2,
+# tp 4 (vocabulary-parallel loss), pp 2 zb-h1, tp 2 × dp 2, cp 2 × pp 2 and tp 2 × pp 2 × cp 2
+# (context parallelism: each cp rank counts its positions' tokens, the step divides by all of them),
+# and odd5 (5 layers, seeded weights) at
 # pp 3 × dp 2 against its own one rank. An all-ones mask gives the unmasked model's loss; the
 # validation pass divides by its own count; bf16 stays within 1e-2; a masked file with an unmasked
 # model, a bad flag and a bad mask byte are errors naming the file. Python 3 (standard library)
@@ -49,17 +51,23 @@ if run 1 one one $init && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5
   ok "one rank equals PyTorch's ignore_index loss: 5 losses 1e-5, gradients and weights 1e-4 ($(tr '\n' ' ' <"$tmp/one.losses"))"
 else bad "one rank against PyTorch's ignore_index loss"; fi
 
-for mesh in "8 --tp 2 --pp 2 --dp 2" "4 --tp 4" "2 --pp 2 --schedule zb-h1" "4 --tp 2 --dp 2"; do
+for mesh in "8 --tp 2 --pp 2 --dp 2" "4 --tp 4" "2 --pp 2 --schedule zb-h1" "4 --tp 2 --dp 2" "4 --cp 2 --pp 2" \
+  "8 --tp 2 --pp 2 --cp 2"; do
   set -- $mesh
   np=$1
   shift
   "$ppc" "$tmp/tiny.pdl" --microbatches 4 "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+  # context parallelism sums each key's gradient over the cp ranks' queries in parts: a last-bit
+  # difference that AdamW's first steps (eps 1e-8) amplify where an element's gradient nearly
+  # cancels (measured: 1.4e-5 in one q_proj after 5 steps; the first step's gradients within 1e-5)
+  wtol=1e-5
+  case "$*" in *--cp*) wtol=3e-5 ;; esac
   if run "$np" mesh mesh $init && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
     tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 &&
-    tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" 1e-5 &&
+    tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" "$wtol" &&
     same_losses "$tmp/mesh.losses" "$tmp/torch.losses" 1e-5 &&
     tensors "$tmp/mesh.w.safetensors" "$fm/updated.safetensors" 1e-4; then
-    ok "$*: the one-rank masked run (losses 1e-6, gradients and weights 1e-5) and PyTorch's (1e-4)"
+    ok "$*: the one-rank masked run (losses 1e-6, gradients 1e-5, weights $wtol) and PyTorch's (1e-4)"
   else bad "$*: masked loss against one rank and PyTorch"; fi
 done
 

@@ -78,10 +78,10 @@ int main(int argc, char **argv) {
       check(0, "%s %s: ppc failed", cases[c][0], cases[c][1]);
       continue;
     }
-    int tp = 1, pp = 1, dp = 1;
+    int tp = 1, pp = 1, dp = 1, cp = 1;
     char prog[1000], err[2048];
     snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
-    if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
+    if (rt_prog_read_mesh(prog, &tp, &pp, &dp, &cp, err, sizeof err)) {
       check(0, "%s", err);
       continue;
     }

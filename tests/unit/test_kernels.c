@@ -567,10 +567,10 @@ int main(int argc, char **argv) {
       continue;
     }
     /* every stage, as its last tensor-parallel rank runs it (its vocabulary rows start past 0) */
-    int tp = 1, pp = 1, dp = 1;
+    int tp = 1, pp = 1, dp = 1, cp = 1;
     char prog[1200], err[512];
     snprintf(prog, sizeof prog, "%s/rank0.prog", dir);
-    if (rt_prog_read_mesh(prog, &tp, &pp, &dp, err, sizeof err)) {
+    if (rt_prog_read_mesh(prog, &tp, &pp, &dp, &cp, err, sizeof err)) {
       check(0, "%s", err);
       continue;
     }

@@ -1856,7 +1856,7 @@ static void test_parser(void) {
                     0xe9, NULL);
   expect_parse_error("header order", "mesh tp 1 pp 1 dp 1\nrank",
                      "rank 0 stage 0 tp_rank 0 dp_rank 0\nmesh tp 1 pp 1 dp 1\nrank",
-                     ":%d: expected 'mesh tp N pp N dp N' (the header lines come in a fixed order)");
+                     ":%d: expected 'mesh tp N pp N dp N [cp N]' (the header lines come in a fixed order)");
   expect_parse_error("no vocab line", "vocab 16\n", "", ":8: expected 'vocab N [ignore_index I]'");
   expect_parse_error("vocab line with a word other than ignore_index", "vocab 16\n", "vocab 16 ignore -100\n",
                      ":%d: expected 'ignore_index', found 'ignore' (the line reads 'vocab N [ignore_index I]')");
@@ -1869,7 +1869,28 @@ static void test_parser(void) {
   expect_parse_ok("int runtime scalars of dropout", "$1408:4 i:8 i:16\n", "$1408:4 i:8 i:16 s:seed s:rngctr s:train\n");
   expect_parse_error("allgather outside a TP group's form", "  loss $1408\n",
                      "  loss $1408\n  allgather dp $128 $384 256\n",
-                     "expected 'tp', found 'dp' (the line reads 'allgather tp PART WHOLE BYTES [bf16]')");
+                     "expected 'tp', found 'dp' (the line reads 'allgather tp|cp PART WHOLE BYTES [bf16]')");
+  /* context parallelism: `cp C` on the mesh line, `cp_rank C` on the rank line exactly then */
+  expect_parse_error("cp 2 whose gradients are never summed over the cp ranks",
+                     "mesh tp 1 pp 1 dp 1\nrank 0 stage 0 tp_rank 0 dp_rank 0\n",
+                     "mesh tp 1 pp 1 dp 1 cp 2\nrank 0 stage 0 tp_rank 0 dp_rank 0 cp_rank 0\n",
+                     "param emb.weight (line 22): dp 1 with cp > 1, but no 'allreduce dp sum' of the optimizer block");
+  expect_parse_error("cp 2 without a cp_rank", "mesh tp 1 pp 1 dp 1\n", "mesh tp 1 pp 1 dp 1 cp 2\n",
+                     "expected 10 fields, found 8 (the line reads 'rank R stage S tp_rank T dp_rank D [cp_rank C]')");
+  expect_parse_error("a cp_rank without cp", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
+                     "rank 0 stage 0 tp_rank 0 dp_rank 0 cp_rank 0\n",
+                     "expected 8 fields, found 10 (the line reads 'rank R stage S tp_rank T dp_rank D [cp_rank C]')");
+  expect_parse_error("a cp_rank past cp", "mesh tp 1 pp 1 dp 1\nrank 0 stage 0 tp_rank 0 dp_rank 0\n",
+                     "mesh tp 1 pp 1 dp 1 cp 2\nrank 0 stage 0 tp_rank 0 dp_rank 0 cp_rank 2\n",
+                     "cp_rank: expected an integer in [0, 1], found '2'");
+  expect_parse_error("cp 1 written out", "mesh tp 1 pp 1 dp 1\n", "mesh tp 1 pp 1 dp 1 cp 1\n",
+                     "cp: expected an integer in [2, 65536], found '1'");
+  expect_parse_error("a seq cp does not divide", "mesh tp 1 pp 1 dp 1\nrank 0 stage 0 tp_rank 0 dp_rank 0\n",
+                     "mesh tp 1 pp 1 dp 1 cp 3\nrank 0 stage 0 tp_rank 0 dp_rank 0 cp_rank 0\n",
+                     "step: seq 4 is not a multiple of cp 3");
+  expect_parse_error("allgather cp without context parallelism", "  loss $1408\n",
+                     "  loss $1408\n  allgather cp $128 $384 256\n",
+                     "allgather cp, but the mesh has cp 1: a group of one rank");
   expect_parse_error("reduce_scatter past its whole's extent", "  loss $1408\n",
                      "  loss $1408\n  reduce_scatter tp $1400 $128 256\n",
                      "reduce_scatter: $1400 + 256 bytes leaves the slot (1472 bytes)");

@@ -663,6 +663,32 @@ static void test_listings(void) {
     check(0, "tp 2 pp 2 dp 2: rank6.prog has an allreduce tp max");
   }
   free(t);
+  /* context parallelism: a cp rank that skips one of its group's K/V gathers; two ranks that claim
+   * the same place (cp_rank) in the mesh */
+  if (sh("%s/ppc examples/tiny.pdl --cp 2 --microbatches 4 -o %s/cpcoll > /dev/null 2>&1", bin, dir) ||
+      line_with("cpcoll", 1, "  allgather cp ", "attention L0", line, sizeof line) || edit("cpcoll", 1, line, ""))
+    check(0, "ppc examples/tiny.pdl --cp 2 and an allgather cp in rank1.prog");
+  else {
+    rc = ppr(2, "cpcoll", "--steps 1", &out);
+    check(
+        rc != 0 && out &&
+            strstr(out, "rank1.prog: its schedule or its 'allgather cp' and 'reduce_scatter cp' instructions differ") &&
+            strstr(out, "(the same cp group, stage 0 tp_rank 0 dp_rank 0)"),
+        "cp 2: a rank whose allgather cp instructions differ from its cp group's is refused at start-up");
+    if (!(rc != 0 && out && strstr(out, "differ"))) printf("  | %s\n", out ? out : "");
+    free(out);
+  }
+  if (sh("%s/ppc examples/tiny.pdl --cp 2 --microbatches 4 -o %s/cpplace > /dev/null 2>&1", bin, dir) ||
+      edit("cpplace", 1, "dp_rank 0 cp_rank 1\n", "dp_rank 0 cp_rank 0\n"))
+    check(0, "ppc examples/tiny.pdl --cp 2 and rank1.prog's cp_rank");
+  else {
+    rc = ppr(2, "cpplace", "--steps 1", &out);
+    check(rc != 0 && out && strstr(out, "rank1.prog: stage 0 tp_rank 0, dp_rank 0, cp_rank 0 is also") &&
+              strstr(out, "rank0.prog's place in the mesh"),
+          "cp 2: two ranks at the same cp_rank are refused at start-up");
+    if (!(rc != 0 && out && strstr(out, "place in the mesh"))) printf("  | %s\n", out ? out : "");
+    free(out);
+  }
 }
 
 int main(int argc, char **argv) {
