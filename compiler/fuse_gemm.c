@@ -259,13 +259,11 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
   AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R),
         dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
-  /* dK and dV: the node's buffer; f32 sums where they add up partial sums into a bf16 value (the R
-   * query heads of a group, rounded once after); under context parallelism the whole sequence's f32
-   * partial sums, reduce-scattered */
-  bool wide = cp || (R > 1 && c->p->vb[fuse_prog_buf(c, gk)].dtype != PP_F32);
+  /* dK and dV: the node's buffer, or under context parallelism the whole sequence's f32 partial
+   * sums, reduce-scattered */
   Shape kv_all = {4, {SK, B, HK, D}};
-  int dk_all = wide ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
-      dv_all = wide ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
+  int dk_all = cp ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
+      dv_all = cp ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
   att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
   {
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
@@ -307,8 +305,5 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   if (cp) {
     att_scatter(c, id, gk, dk_all);
     att_scatter(c, id, gv, dv_all);
-  } else if (wide) {
-    fuse_rows_round(c, gk, dk_all);
-    fuse_rows_round(c, gv, dv_all);
   }
 }

@@ -150,11 +150,13 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
   bool bf = !strcmp(precision, "bf16");
   double l1 = na == 5 && nb == 5 ? fabs(a[0] - b[0]) / fabs(b[0]) : 1;
   double lim_l = bf ? 2e-4 : 1e-6, lim_w = bf ? 3e-2 : 1e-5;
-  /* bf16 with context parallelism: every GEMM of a cp rank has seq/cp of the rows, and OpenBLAS's
-   * AVX-512 sgemm kernels sum an element's products in an order that depends on the row count
-   * (with OPENBLAS_CORETYPE=Haswell the cp 2 step-1 loss is the one-rank run's, bit for bit): a
-   * last-bit f32 difference that rounds a bf16 activation the other way, from the first step on */
-  double lim_l1 = bf && cp > 1 ? 1e-5 : 1e-6, lim_g = bf && cp > 1 ? 1e-2 : 1e-5;
+  /* bf16 with context parallelism, from the first step on: every GEMM of a cp rank has seq/cp of
+   * the rows, and OpenBLAS's AVX-512 sgemm kernels sum an element's products in an order that
+   * depends on the row count (with OPENBLAS_CORETYPE=Haswell the cp 2 step-1 loss is the one-rank
+   * run's, bit for bit): a last-bit f32 difference rounds a bf16 activation the other way; and a kv
+   * head's key and value gradients are the cp ranks' f32 partial sums, rounded once, where the
+   * one-rank run adds its query heads' parts into bf16, rounding after each (tiny: 8e-3) */
+  double lim_l1 = bf && cp > 1 ? 1e-5 : 1e-6, lim_g = bf && cp > 1 ? 2e-2 : 1e-5;
   int ok = na == 5 && nb == 5 && l1 < lim_l1 && lw < lim_l && gw >= 0 && gw < lim_g && ww >= 0 && ww < lim_w;
   printf("%s %s: losses %.2g (step 1: %.2g), gradients %.2g (%s), weights after 5 steps %.2g (%s)\n",
          ok ? "PASS" : "FAIL", name, lw, l1, gw, w1, ww, w2);
