@@ -178,29 +178,9 @@ static int att_keys(FuseCtx *c, KCall *kc, int64_t SQ, int64_t SK, bool causal) 
 static AttOp att_gather(FuseCtx *c, int node, int part, const char *name, int64_t SK, int64_t B, int64_t HK,
                         int64_t D) {
   int whole = fuse_prog_vbuf(c, name, BC_SCRATCH, (Shape){4, {SK, B, HK, D}}, c->p->vb[part].dtype);
-  Instr *in = fuse_prog_instr(c, I_ALLGATHER, node);
-  snprintf(in->group, sizeof in->group, "cp");
-  in->op[in->nop++] = fuse_prog_ob(part, 0);
-  in->op[in->nop++] = fuse_prog_ob(whole, 0);
-  in->bytes = c->p->vb[part].bytes;
-  in->why = "context parallelism: the whole sequence's keys and values from every rank's positions";
+  fuse_prog_seq_coll(c, node, true, "cp", part, whole, node,
+                     "context parallelism: the whole sequence's keys and values from every rank's positions");
   return att_kv(whole, B, HK, D);
-}
-
-/* Context parallelism: the gradient of the whole sequence's keys (values), f32 partial sums in
- * scratch, summed over the cp ranks, each its own positions into node g's buffer (rounded once
- * into a bf16 one). */
-static void att_scatter(FuseCtx *c, int node, int g, int whole) {
-  int dst = fuse_prog_buf(c, g);
-  bool rounds = c->p->vb[dst].dtype != PP_F32;
-  int part = rounds ? fuse_prog_vbuf(c, "att_scatter_f32", BC_SCRATCH, N(c, g)->shape, PP_F32) : dst;
-  Instr *in = fuse_prog_instr(c, I_REDUCE_SCATTER, node);
-  snprintf(in->group, sizeof in->group, "cp");
-  in->op[in->nop++] = fuse_prog_ob(whole, 0);
-  in->op[in->nop++] = fuse_prog_ob(part, 0);
-  in->bytes = c->p->vb[part].bytes;
-  in->why = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
-  if (rounds) fuse_rows_round(c, g, part);
 }
 
 void fuse_gemm_attention(FuseCtx *c, int id) {
@@ -302,8 +282,9 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, dp, kk, att_q(fuse_prog_buf(c, gq), B, HQ, D, R), false,
            "dQ = dS K");
   att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, dp, q, att_kv(dk_all, B, HK, D), true, "dK = dS^T Q");
-  if (cp) {
-    att_scatter(c, id, gk, dk_all);
-    att_scatter(c, id, gv, dv_all);
+  if (cp) { /* each rank its positions' sums over every rank's queries */
+    static const char why[] = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
+    fuse_prog_seq_coll(c, id, false, "cp", dk_all, fuse_prog_buf(c, gk), gk, why);
+    fuse_prog_seq_coll(c, id, false, "cp", dv_all, fuse_prog_buf(c, gv), gv, why);
   }
 }

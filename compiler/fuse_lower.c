@@ -437,18 +437,10 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_TP_UNSPLIT:
   case OP_TP_SCATTER: { /* the rank's part of S is op[0] of a gather, op[1] of a reduce-scatter */
     bool g = n->op != OP_TP_SCATTER;
-    int src = fuse_prog_buf(c, n->in[0]), dst = fuse_prog_buf(c, id);
     /* bf16: the partial sums are f32 (WIDE_PARTIAL), reduced in f32, rounded once after */
-    bool rounds = !g && c->p->vb[dst].dtype != c->p->vb[src].dtype;
-    int part = rounds ? fuse_prog_vbuf(c, "scatter_f32", BC_SCRATCH, n->shape, c->p->vb[src].dtype) : dst;
-    Instr *in = fuse_prog_instr(c, g ? I_ALLGATHER : I_REDUCE_SCATTER, id);
-    snprintf(in->group, sizeof in->group, "tp");
-    in->op[in->nop++] = fuse_prog_ob(src, 0);
-    in->op[in->nop++] = fuse_prog_ob(part, 0);
-    in->bytes = c->p->vb[g ? src : part].bytes;
-    in->why = g ? "sequence parallelism: the whole sequence from every rank's positions"
-                : "sequence parallelism: partial sums, summed, each rank its positions";
-    if (rounds) fuse_rows_round(c, id, part);
+    fuse_prog_seq_coll(c, id, g, "tp", fuse_prog_buf(c, n->in[0]), fuse_prog_buf(c, id), id,
+                       g ? "sequence parallelism: the whole sequence from every rank's positions"
+                         : "sequence parallelism: partial sums, summed, each rank its positions");
     break;
   }
   case OP_TP_SLICE: { /* rank r's positions: elements [r·n, (r+1)·n) of the replicated value */

@@ -60,6 +60,23 @@ void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char
   in->why = why;
 }
 
+/* Sequence (group "tp") or context ("cp") parallelism's collective, an instruction of node: the
+ * all-gather of the rank's part src into the whole dst, or the reduce-scatter of the whole's f32
+ * partial sums src into the rank's part dst, node round's buffer; a bf16 dst gets the sums in an
+ * f32 part first, rounded once after. */
+void fuse_prog_seq_coll(FuseCtx *c, int node, bool gather, const char *group, int src, int dst, int round,
+                        const char *why) {
+  bool rounds = !gather && c->p->vb[dst].dtype != c->p->vb[src].dtype;
+  int part = rounds ? fuse_prog_vbuf(c, "scatter_f32", BC_SCRATCH, c->g->nodes[round].shape, c->p->vb[src].dtype) : dst;
+  Instr *in = fuse_prog_instr(c, gather ? I_ALLGATHER : I_REDUCE_SCATTER, node);
+  snprintf(in->group, sizeof in->group, "%s", group);
+  in->op[in->nop++] = fuse_prog_ob(src, 0);
+  in->op[in->nop++] = fuse_prog_ob(part, 0);
+  in->bytes = c->p->vb[gather ? src : part].bytes;
+  in->why = why;
+  if (rounds) fuse_rows_round(c, round, part);
+}
+
 /* The buffer holding node id's value (aliases resolved), or its parameter's. */
 int fuse_prog_buf(FuseCtx *c, int id) {
   int vb = c->p->node_vb[id];

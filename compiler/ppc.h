@@ -695,6 +695,10 @@ Operand fuse_prog_vstart(int64_t rows); /* the first vocabulary row a TP rank ho
 Operand fuse_prog_cpstart(int64_t n);   /* a context-parallel rank's first position (or element): rank * n */
 void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char *group, const char *op,
                          const char *why);
+/* an all-gather (reduce-scatter) over "tp" or "cp": src the rank's part (the whole's f32 partial
+ * sums), dst the whole (the part: node round's buffer, rounded into from f32 when it is bf16) */
+void fuse_prog_seq_coll(FuseCtx *c, int node, bool gather, const char *group, int src, int dst, int round,
+                        const char *why);
 int fuse_prog_buf(FuseCtx *c, int id);     /* the buffer of node id's value (or its parameter's) */
 int fuse_prog_grad(FuseCtx *c, int param); /* a parameter's gradient buffer */
 
