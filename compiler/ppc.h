@@ -16,8 +16,16 @@
 #define PPC_VERSION "0.1.0"
 /* How ppc compiles the C kernels (PPC_CFLAGS overrides it): -fno-trapping-math and -fno-math-errno
  * let the compiler vectorise selects, conversions and sqrtf (the kernels read neither the
- * floating-point exception flags nor errno, so no result changes) */
+ * floating-point exception flags nor errno, so no result changes); on x86-64,
+ * -mprefer-vector-width=512 lets GCC use the 512-bit registers of an AVX-512 CPU, which it does
+ * not by default (the kernels' loops are elementwise or sum into fixed partial arrays, so the
+ * width changes no bit: minimind256's kernels 33 -> 28 ms a step, the cross-entropy 7.1 -> 4.8;
+ * a CPU without AVX-512 ignores it) */
+#if defined(__x86_64__)
+#define PPC_KERNEL_CFLAGS "-O3 -march=native -fno-trapping-math -fno-math-errno -fopenmp -mprefer-vector-width=512"
+#else
 #define PPC_KERNEL_CFLAGS "-O3 -march=native -fno-trapping-math -fno-math-errno -fopenmp"
+#endif
 
 /* ============================================================================================
  * src.c, diag.c, xalloc.c — source files, locations and diagnostics; the allocators
