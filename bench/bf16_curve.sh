@@ -44,7 +44,7 @@ SCHEDULE=${SCHEDULE:---lr-schedule cosine --warmup 20 --lr-min 1e-4}
 train() { # NAME PRECISION FLAGS...
   name=$1 p=$2
   shift 2
-  "$BUILD/ppc" "$MODEL" --precision "$p" -o "$work/$p" >/dev/null
+  [ -d "$work/$p" ] || "$BUILD/ppc" "$MODEL" --precision "$p" -o "$work/$p" >/dev/null # the control reuses fp32's
   # shellcheck disable=SC2086
   "$BUILD/ppr" "$work/$p" --seed 1 --data "$work/text.bin" --steps "$STEPS" --lr 1e-3 $SCHEDULE --clip 1 --quiet \
     --val-frac 0.1 --eval-every 20 --val-batches "${VAL_BATCHES:-32}" --log "$work/$name.jsonl" "$@"
@@ -52,8 +52,7 @@ train() { # NAME PRECISION FLAGS...
 train fp32 fp32 "$@"
 # shellcheck disable=SC2086
 train bf16 bf16 ${BF16_FLAGS:-} "$@"
-if "$BUILD/ppr" --help 2>&1 | grep -q -- --onednn && train control fp32 --onednn "$@" 2>"$work/control.err"; then :
-else
+if ! train control fp32 --onednn "$@" 2>"$work/control.err"; then
   echo "no control run: $(head -1 "$work/control.err" 2>/dev/null)"
   rm -f "$work/control.jsonl"
 fi
