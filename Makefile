@@ -61,8 +61,8 @@ RT_PROG  := runtime/rt_prog.c runtime/rt_prog_tok.c runtime/rt_prog_header.c run
             runtime/rt_prog_instr.c runtime/rt_prog_sched.c # the listing parser
 RT_SRC   := $(RT_PROG) runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
             runtime/rt_comm_watch.c runtime/rt_comm_dev.c runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c \
-            runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c runtime/rt_lr.c runtime/pp_timeline.c runtime/pp_sim.c \
-            $(RUNTIME)
+            runtime/rt_sgemm.c runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c runtime/rt_lr.c runtime/pp_timeline.c \
+            runtime/pp_sim.c $(RUNTIME)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_HDR   := $(wildcard runtime/*.h)
 PPR      := $(BUILD)/ppr

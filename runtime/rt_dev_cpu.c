@@ -1,6 +1,7 @@
 /* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs
  * through OpenBLAS. */
 #include "rt_dev.h"
+#include "rt_sgemm.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -27,6 +28,8 @@ typedef struct {
   int nt;         /* threads for a GEMM: OpenBLAS's count at open; OpenBLAS itself then runs one */
   float *wide[3]; /* a bf16 GEMM's A, B, C widened to f32 (cpu_gemm); grown as needed */
   int64_t wide_cap[3];
+  float *work; /* rt_sgemm's work, a slice per thread; grown as needed */
+  int64_t work_cap;
 #ifdef PPR_DNNL
   dnnl_engine_t eng; /* NULL: oneDNN did not start; bf16 GEMMs widen */
   dnnl_stream_t st;
@@ -217,6 +220,7 @@ static void cpu_close(RtDev *d) {
    * until the process ends; a second load of the same file reuses it. */
   free(c->fn);
   for (int i = 0; i < 3; i++) free(c->wide[i]);
+  free(c->work);
 #ifdef PPR_DNNL
   for (int i = 0; i < c->nplans; i++) {
     if (c->plans[i].prim) dnnl_primitive_destroy(c->plans[i].prim);
@@ -328,14 +332,19 @@ static int cpu_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const Rt
   return 0;
 }
 
-/* Products [i0, i1) of the batch, C's rows [r0, r1) and columns [c0, c1) of each, in batch order. */
+/* Products [i0, i1) of the batch, C's rows [r0, r1) and columns [c0, c1) of each, in batch order;
+ * through rt_sgemm with work (its floats for one product) when own, else OpenBLAS. */
 static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C, int i0, int i1, int r0, int r1, int c0,
-                      int c1) {
-  for (int i = i0; i < i1; i++)
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, r1 - r0, c1 - c0,
-                g->k, g->alpha, A + i * g->sa + (int64_t)r0 * (g->ta ? 1 : g->lda), g->lda,
-                B + i * g->sb + (int64_t)c0 * (g->tb ? g->ldb : 1), g->ldb, g->beta,
-                C + i * g->sc + (int64_t)r0 * g->ldc + c0, g->ldc);
+                      int c1, bool own, float *work) {
+  for (int i = i0; i < i1; i++) {
+    const float *a = A + i * g->sa + (int64_t)r0 * (g->ta ? 1 : g->lda);
+    const float *b = B + i * g->sb + (int64_t)c0 * (g->tb ? g->ldb : 1);
+    float *cc = C + i * g->sc + (int64_t)r0 * g->ldc + c0;
+    if (own) rt_sgemm(g->ta, g->tb, r1 - r0, c1 - c0, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, cc, g->ldc, work);
+    else
+      cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, r1 - r0, c1 - c0,
+                  g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, cc, g->ldc);
+  }
 }
 
 #define GEMM_SPLIT_MIN (1 << 18) /* m*n*k*batch below which one thread computes the whole GEMM */
@@ -408,8 +417,16 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
  * one-thread OpenBLAS computes it, so the values do not depend on the threads. */
 static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C) {
   int nt = c->nt;
+  bool own = rt_sgemm_fits(g->m, g->n, g->k);
+  int64_t work = own ? (rt_sgemm_work(g->m, g->n, g->k) + 15) / 16 * 16 : 0; /* 64-byte slices */
+  if (own && work * nt > c->work_cap) {
+    free(c->work);
+    c->work = aligned_alloc(64, (size_t)(work * nt) * sizeof(float));
+    c->work_cap = c->work ? work * nt : 0;
+    if (!c->work) return RT_DEV_FAIL(&c->d, "out of memory for a GEMM's work (%lld floats)", (long long)(work * nt));
+  }
   if (nt < 2 || (int64_t)g->m * g->n * g->k * g->batch < GEMM_SPLIT_MIN) {
-    gemm_part(g, A, B, C, 0, g->batch, 0, g->m, 0, g->n);
+    gemm_part(g, A, B, C, 0, g->batch, 0, g->m, 0, g->n, own, c->work);
     return 0;
   }
   bool by_batch = g->sc != 0 && g->batch >= nt, by_rows = g->m >= g->n;
@@ -419,9 +436,10 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
   {
     int t = omp_get_thread_num(), w = omp_get_num_threads();
     int u0 = (int)((int64_t)units * t / w), u1 = (int)((int64_t)units * (t + 1) / w);
-    if (by_batch) gemm_part(g, A, B, C, u0, u1, 0, g->m, 0, g->n);
-    else if (by_rows) gemm_part(g, A, B, C, 0, g->batch, u0 * 16, u1 * 16 < g->m ? u1 * 16 : g->m, 0, g->n);
-    else gemm_part(g, A, B, C, 0, g->batch, 0, g->m, u0 * 16, u1 * 16 < g->n ? u1 * 16 : g->n);
+    float *ws = own ? c->work + t * work : NULL;
+    if (by_batch) gemm_part(g, A, B, C, u0, u1, 0, g->m, 0, g->n, own, ws);
+    else if (by_rows) gemm_part(g, A, B, C, 0, g->batch, u0 * 16, u1 * 16 < g->m ? u1 * 16 : g->m, 0, g->n, own, ws);
+    else gemm_part(g, A, B, C, 0, g->batch, 0, g->m, u0 * 16, u1 * 16 < g->n ? u1 * 16 : g->n, own, ws);
   }
   return 0;
 }

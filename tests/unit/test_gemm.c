@@ -2,7 +2,10 @@
  * the cuda device hands cuBLASLt), checked on the CPU: for every distinct GEMM of the example
  * models' listings (every transpose, leading dimension, batch stride and batch count they use,
  * dense and on meshes), the mapped call run through OpenBLAS's column-major sgemm must write the
- * same C as the row-major call does. The last line is "N passed, M failed". */
+ * same C as the row-major call does. Then the cpu device's own GEMM for short products (rt_sgemm):
+ * on those listings' GEMMs it takes and on a grid of shapes, transposes, leading dimensions, alpha
+ * and beta, it must write exactly what a scalar chain of fused multiply-adds in k order writes, and
+ * nothing outside C. The last line is "N passed, M failed". */
 #include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +15,7 @@
 
 #include "rt_dev.h"
 #include "rt_prog.h"
+#include "rt_sgemm.h"
 
 static int pass, fail;
 static char bin[512] = "build";
@@ -55,6 +59,48 @@ static void run(CBLAS_ORDER order, const RtGemm *g, const float *A, const float 
   for (int i = 0; i < g->batch; i++)
     cblas_sgemm(order, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
                 A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
+}
+
+/* One product as rt_sgemm defines it: each element a chain of fmaf over k in order, times alpha, plus
+ * beta C by one more fmaf (C not read when beta is 0). */
+static void chain(const RtGemm *g, const float *A, const float *B, float *C) {
+  for (int i = 0; i < g->m; i++)
+    for (int j = 0; j < g->n; j++) {
+      float acc = 0;
+      for (int p = 0; p < g->k; p++)
+        acc = fmaf(g->ta ? A[(int64_t)p * g->lda + i] : A[(int64_t)i * g->lda + p],
+                   g->tb ? B[(int64_t)j * g->ldb + p] : B[(int64_t)p * g->ldb + j], acc);
+      float r = g->alpha * acc;
+      C[(int64_t)i * g->ldc + j] = g->beta != 0.0f ? fmaf(g->beta, C[(int64_t)i * g->ldc + j], r) : r;
+    }
+}
+
+/* rt_sgemm on g's batch against chain, bit for bit, over C's whole span (elements between rows must
+ * keep their values; a BETA 0 C starts as NaN, which must not leak in). 0 when equal, else prints. */
+static int own_differs(const RtGemm *g) {
+  int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
+  int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
+  int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
+  float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4),
+        *C1 = malloc((size_t)nc * 4), *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->m, g->n, g->k) + 16) * 4);
+  for (int64_t i = 0; i < na; i++) A[i] = rnd();
+  for (int64_t i = 0; i < nb; i++) B[i] = rnd();
+  for (int64_t i = 0; i < nc; i++) C0[i] = C1[i] = g->beta != 0.0f ? rnd() : NAN;
+  for (int i = 0; i < g->batch; i++) {
+    chain(g, A + i * g->sa, B + i * g->sb, C0 + i * g->sc);
+    rt_sgemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta,
+             C1 + i * g->sc, g->ldc, W);
+  }
+  int64_t at = -1;
+  for (int64_t i = 0; i < nc && at < 0; i++)
+    if (memcmp(&C0[i], &C1[i], 4)) at = i;
+  if (at >= 0)
+    printf("  rt_sgemm %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d batch %d: C[%lld] is %.9g, the fma chain "
+           "%.9g\n",
+           g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->alpha, g->beta, g->lda, g->ldb, g->ldc, g->batch,
+           (long long)at, C1[at], C0[at]);
+  free(A), free(B), free(C0), free(C1), free(W);
+  return at >= 0;
 }
 
 static int same(const RtGemm *a, const RtGemm *b) {
@@ -149,6 +195,57 @@ int main(int argc, char **argv) {
       "%d distinct GEMMs of the examples' listings and one more (N N %d, N T %d, T N %d, T T %d; %d batched, %d adding "
       "batches into one C): the column-major form cuBLASLt gets writes the same C through OpenBLAS",
       nseen, kinds[0][0], kinds[0][1], kinds[1][0], kinds[1][1], batched, shared_c);
+
+  /* rt_sgemm: the listings' GEMMs it takes, then a grid over its blocks' edges */
+  if (!rt_sgemm_fits(1, 1, 1)) {
+    check(1, "rt_sgemm: this CPU has no AVX-512; every GEMM goes to OpenBLAS (%d listing GEMMs)", nseen);
+  } else {
+    int taken = 0, wrong = 0;
+    for (int t = 0; t < nseen; t++)
+      if (rt_sgemm_fits(seen[t].m, seen[t].n, seen[t].k)) taken++, wrong += own_differs(&seen[t]);
+    check(taken > 0 && wrong == 0,
+          "rt_sgemm: %d of the %d listing GEMMs are short enough for it; %d differ from "
+          "the fma chain",
+          taken, nseen, wrong);
+    static const int ms[] = {1, 5, 12, 13, 37, 128, 256}, ns[] = {1, 15, 16, 17, 31, 33, 64, 100, 256},
+                     ks[] = {1, 7, 64, 128};
+    static const float ab[][2] = {{1, 0}, {0.125f, 1}, {-0.5f, 0.75f}};
+    int n = 0;
+    wrong = 0;
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+          for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+              int m = ms[mi], nn = ns[ni], k = ks[ki], v = (int)(mi + ni + ki);
+              /* leading dimensions packed or far apart (a page: rt_sgemm compacts such rows first) */
+              int pad = v % 3 == 0 ? 0 : v % 3 == 1 ? 3 : 1024;
+              RtGemm g = {ta,
+                          tb,
+                          m,
+                          nn,
+                          k,
+                          1,
+                          ab[v % 3][0],
+                          ab[v % 3][1],
+                          0,
+                          0,
+                          0,
+                          (ta ? m : k) + pad,
+                          (tb ? k : nn) + pad,
+                          nn + (v % 2) * 5,
+                          0,
+                          0,
+                          0,
+                          {PP_F32, PP_F32, PP_F32}};
+              if (!rt_sgemm_fits(m, nn, k)) continue;
+              n++, wrong += own_differs(&g);
+            }
+    check(n == (int)(4 * sizeof ms / sizeof *ms * sizeof ns / sizeof *ns * sizeof ks / sizeof *ks) && wrong == 0,
+          "rt_sgemm: %d shapes (all four transposes, M 1..256, N 1..256, K 1..128, packed "
+          "and strided operands, BETA 0, 1 and 0.75): %d differ from the fma chain",
+          n, wrong);
+  }
   free(seen);
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;

@@ -1,0 +1,138 @@
+/* rt_sgemm.c - a register-blocked f32 GEMM for the short products of attention (M, N up to a short
+ * sequence, K up to a head's width), where OpenBLAS spends much of its time packing: C = alpha op(A)
+ * op(B) + beta C, row-major. Blocks of 12 rows x 32 columns of C live in 24 registers; A is broadcast
+ * element by element, B read a row of 32 at a time: in place (TB = N), or from a K x 32 panel
+ * gathered once per 32 columns (TB = T). Operands whose rows lie a page or more apart (a head's
+ * slice of [S, B, H]) are first copied contiguous. Each element of C is one chain of fused
+ * multiply-adds over k = 0 .. K-1 in order, times alpha, plus beta times C by one more (C not read
+ * when beta is 0): its value depends neither on the blocking nor on threads. AVX-512 only, checked
+ * at run time; rt_sgemm_fits says which products are taken here. */
+#include "rt_sgemm.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define MR 12 /* rows of C per block: 2 x 12 accumulators, 2 B vectors and a broadcast in 32 registers */
+#define NR 32 /* columns of C per block: two 16-float vectors */
+
+#define AVX512 __attribute__((target("avx512f")))
+
+/* The block C[0..mr, 0..32) (columns beyond the masks not touched): A's element (r, p) at
+ * a[r * ars + p * acs], B's row p at b + p * bs. */
+static inline __attribute__((always_inline)) AVX512 void block(const int mr, int k, const float *a, int64_t ars,
+                                                               int64_t acs, const float *b, int64_t bs,
+                                                               __mmask16 m0, __mmask16 m1, float alpha, float beta,
+                                                               float *c, int64_t ldc) {
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 12
+  for (int r = 0; r < mr; r++) c0[r] = _mm512_setzero_ps(), c1[r] = _mm512_setzero_ps();
+  for (int p = 0; p < k; p++, a += acs, b += bs) {
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+      __m512 av = _mm512_set1_ps(a[r * ars]);
+      c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+    }
+  }
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int r = 0; r < mr; r++) {
+    float *cr = c + r * ldc;
+    __m512 r0 = _mm512_mul_ps(va, c0[r]), r1 = _mm512_mul_ps(va, c1[r]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), r1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, r0);
+    _mm512_mask_storeu_ps(cr + 16, m1, r1);
+  }
+}
+
+/* A block of mr rows: a switch to a body whose row loop is unrolled with registers for each. */
+static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t bs,
+                              __mmask16 m0, __mmask16 m1, float alpha, float beta, float *c, int64_t ldc) {
+#define ROWS(n)                                                                                                        \
+  case n: block(n, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc); break;
+  switch (mr) {
+    ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12)
+  }
+#undef ROWS
+}
+
+/* The rows x cols matrix at x, leading dimension ld, copied to to with leading dimension cols. */
+static void compact(const float *x, int64_t ld, int rows, int cols, float *to) {
+  for (int r = 0; r < rows; r++) memcpy(to + (int64_t)r * cols, x + r * ld, (size_t)cols * sizeof *to);
+}
+
+static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
+  /* operands with rows apart are first made contiguous (a head's slice of [S, B, H] has rows B H
+   * floats apart; rows a page apart share a first-level cache set and evict each other) */
+  float *panel = work;
+  work += (int64_t)NR * k;
+  int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  if (lda > ac) compact(A, lda, ar, ac, work), A = work, lda = ac, work += (int64_t)ar * ac;
+  if (!tb && ldb > bc) compact(B, ldb, br, bc, work), B = work, ldb = bc;
+  int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
+  for (int j = 0; j < n; j += NR) {
+    int w = n - j < NR ? n - j : NR;
+    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+    __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
+    const float *b = B + j;
+    int64_t bs = ldb;
+    if (tb && ldb > INT32_MAX / NR) { /* op(B)[p][j + q] = B[(j + q) * ldb + p]: the panel's row p */
+      for (int q = 0; q < w; q++)
+        for (int p = 0; p < k; p++) panel[p * NR + q] = B[(int64_t)(j + q) * ldb + p];
+      b = panel, bs = NR;
+    } else if (tb) { /* the same, gathered from 32 rows of B (32-bit offsets) */
+      const float *bj = B + (int64_t)j * ldb;
+      __m512i i0 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                      _mm512_set1_epi32((int)ldb));
+      __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * ldb)));
+      for (int p = 0; p < k; p++) {
+        _mm512_store_ps(panel + p * NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, i0, bj + p, 4));
+        _mm512_store_ps(panel + p * NR + 16, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, i1, bj + p, 4));
+      }
+      b = panel, bs = NR;
+    }
+    for (int i = 0; i < m; i += MR)
+      block_rows(m - i < MR ? m - i : MR, k, A + i * ars, ars, acs, b, bs, m0, m1, alpha, beta, C + i * ldc + j, ldc);
+  }
+}
+
+int64_t rt_sgemm_work(int m, int n, int k) { return (int64_t)NR * k + (int64_t)m * k + (int64_t)k * n; }
+
+bool rt_sgemm_fits(int m, int n, int k) {
+  static int avx512 = -1;
+  if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+  return avx512 && k >= 1 && k <= RT_SGEMM_MAX_K && m <= RT_SGEMM_MAX_MN && n <= RT_SGEMM_MAX_MN;
+}
+
+void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
+              int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
+  sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, work);
+}
+
+#else /* no AVX-512 path on this compiler or architecture: every product goes to the library */
+
+bool rt_sgemm_fits(int m, int n, int k) {
+  (void)m, (void)n, (void)k;
+  return false;
+}
+
+int64_t rt_sgemm_work(int m, int n, int k) {
+  (void)m, (void)n, (void)k;
+  return 0;
+}
+
+void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
+              int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
+  (void)work, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+  (void)C, (void)ldc;
+}
+
+#endif
