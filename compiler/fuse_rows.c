@@ -436,8 +436,8 @@ int fuse_rows_ce_fused(const FuseCtx *c, int ce) {
 /* cross-entropy forward: per row (a block each) the log-sum-exp (saved) and the loss; then the
  * mean over rows. Fused (fuse_rows_ce_fused): the same kernel then writes the row's gradient over
  * its logits, so the [rows, V] logits are read from memory once and the backward has no kernel.
- * The target's logit is a reduction of its own there: every thread has read it (the reduction's
- * barrier) before any writes over it. With vocab-parallel logits each rank sees its columns: the
+ * Three passes over the row there: the maximum, exp(x - max) summed and kept in place, the gradient.
+ * With vocab-parallel logits each rank sees its columns: the
  * row maximum, the sum of exponentials and the target logit are reduced over the TP group between
  * three kernels; [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not
  * count. */
@@ -454,9 +454,12 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     int lg = fuse_kc_node(c, &kc, n->in[0], fused), lab = fuse_kc_node(c, &kc, n->in[1], false);
     int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = fuse_kc_vbuf(c, &kc, rowloss, true);
     int r = kir_row(k);
+    int t = kir_let(k, kir_ld(k, lab, r));
+    /* fused: the target's logit read before the maximum's reduction, whose barrier then orders every
+     * thread's read of it before any thread writes over the row */
+    int tl = fused ? kir_let(k, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t)))) : -1;
     int j = kir_reduce(k, kir_i(k, V));
     int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
-    int t = kir_let(k, kir_ld(k, lab, r));
     if (!fused) {
       j = kir_reduce(k, kir_i(k, V));
       int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
@@ -465,9 +468,6 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       kir_store(k, rl, r, '=',
                 counted(k, n, t, kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t))), 0)));
     } else {
-      j = kir_reduce(k, kir_i(k, V));
-      int tl = kir_reduce_end(k, '+',
-                              kir_e(k, K_SEL, kir_e(k, K_IEQ, j, t, 0), kir_ld(k, lg, idx2(k, r, V, j)), kir_f(k, 0)));
       /* e = exp(x - max) kept in place of x: one exponential an element (f32 logits; bf16 ones
        * would round it, which the unfused gradient does not: it is computed again below) */
       bool keep = c->p->vb[fuse_prog_buf(c, n->in[0])].dtype == PP_F32;
@@ -492,7 +492,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
                 counted(k, n, t, kir_e(k, K_MUL, kir_e(k, K_SUB, kir_e(k, K_MUL, ex, inv, 0), oh, 0), scale, 0)));
       kir_end(k);
     }
-    k->work = (fused ? 6 : 3) * V;
+    k->work = (fused ? 5 : 3) * V;
     fuse_kc_emit(c, &kc);
   } else {
     int mx = fuse_prog_vbuf(c, "ce_max", BC_SCRATCH, (Shape){1, {R}}, PP_F32);
