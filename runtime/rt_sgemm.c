@@ -23,9 +23,9 @@
 /* The block C[0..mr, 0..32) (columns beyond the masks not touched): A's element (r, p) at
  * a[r * ars + p * acs], B's row p at b + p * bs. */
 static inline __attribute__((always_inline)) AVX512 void block(const int mr, int k, const float *a, int64_t ars,
-                                                               int64_t acs, const float *b, int64_t bs,
-                                                               __mmask16 m0, __mmask16 m1, float alpha, float beta,
-                                                               float *c, int64_t ldc) {
+                                                               int64_t acs, const float *b, int64_t bs, __mmask16 m0,
+                                                               __mmask16 m1, float alpha, float beta, float *c,
+                                                               int64_t ldc) {
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
   for (int r = 0; r < mr; r++) c0[r] = _mm512_setzero_ps(), c1[r] = _mm512_setzero_ps();
@@ -57,9 +57,7 @@ static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_
                               __mmask16 m0, __mmask16 m1, float alpha, float beta, float *c, int64_t ldc) {
 #define ROWS(n)                                                                                                        \
   case n: block(n, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc); break;
-  switch (mr) {
-    ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12)
-  }
+  switch (mr) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12) }
 #undef ROWS
 }
 
@@ -131,7 +129,8 @@ int64_t rt_sgemm_work(int m, int n, int k) {
 
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
               int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
-  (void)work, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+  (void)work, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)beta;
   (void)C, (void)ldc;
 }
 
