@@ -52,57 +52,78 @@ static inline __attribute__((always_inline)) AVX512 void block(const int mr, int
   }
 }
 
-/* A block of mr rows: a switch to a body whose row loop is unrolled with registers for each. */
+/* A block of mr rows: a switch to a body whose row loop is unrolled with registers for each; A
+ * packed (a K x 12 block: ars 1, acs MR, constants there) or where it lies. */
 static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t bs,
                               __mmask16 m0, __mmask16 m1, float alpha, float beta, float *c, int64_t ldc) {
 #define ROWS(n)                                                                                                        \
-  case n: block(n, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc); break;
+  case n:                                                                                                              \
+    if (ars == 1 && acs == MR) block(n, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc);                              \
+    else block(n, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc);                                                 \
+    break;
   switch (mr) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12) }
 #undef ROWS
 }
 
-/* The rows x cols matrix at x, leading dimension ld, copied to to with leading dimension cols. */
-static void compact(const float *x, int64_t ld, int rows, int cols, float *to) {
-  for (int r = 0; r < rows; r++) memcpy(to + (int64_t)r * cols, x + r * ld, (size_t)cols * sizeof *to);
-}
+static __mmask16 lanes(int w) { return (__mmask16)(w >= 16 ? 0xFFFF : w <= 0 ? 0 : (1u << w) - 1); }
 
-static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
-                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
-  /* operands with rows apart are first made contiguous (a head's slice of [S, B, H] has rows B H
-   * floats apart; rows a page apart share a first-level cache set and evict each other) */
-  float *panel = work;
-  work += (int64_t)NR * k;
-  int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  if (lda > ac) compact(A, lda, ar, ac, work), A = work, lda = ac, work += (int64_t)ar * ac;
-  if (!tb && ldb > bc) compact(B, ldb, br, bc, work), B = work, ldb = bc;
-  int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
-  for (int j = 0; j < n; j += NR) {
-    int w = n - j < NR ? n - j : NR;
-    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
-    __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
-    const float *b = B + j;
-    int64_t bs = ldb;
-    if (tb && ldb > INT32_MAX / NR) { /* op(B)[p][j + q] = B[(j + q) * ldb + p]: the panel's row p */
-      for (int q = 0; q < w; q++)
-        for (int p = 0; p < k; p++) panel[p * NR + q] = B[(int64_t)(j + q) * ldb + p];
-      b = panel, bs = NR;
-    } else if (tb) { /* the same, gathered from 32 rows of B (32-bit offsets) */
-      const float *bj = B + (int64_t)j * ldb;
-      __m512i i0 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                      _mm512_set1_epi32((int)ldb));
-      __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * ldb)));
-      for (int p = 0; p < k; p++) {
-        _mm512_store_ps(panel + p * NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, i0, bj + p, 4));
-        _mm512_store_ps(panel + p * NR + 16, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, i1, bj + p, 4));
-      }
-      b = panel, bs = NR;
+/* op(B)'s columns [j, j + w) as a K x 32 panel, row p at pan + p * 32 (columns past w zero) */
+static AVX512 void panel(bool tb, int k, const float *B, int64_t ldb, int j, int w, float *pan) {
+  __mmask16 m0 = lanes(w), m1 = lanes(w - 16);
+  if (!tb) { /* op(B)[p][j + q] = B[p * ldb + j + q]: rows copied */
+    for (int p = 0; p < k; p++) {
+      _mm512_store_ps(pan + p * NR, _mm512_maskz_loadu_ps(m0, B + p * ldb + j));
+      _mm512_store_ps(pan + p * NR + 16, _mm512_maskz_loadu_ps(m1, B + p * ldb + j + 16));
     }
-    for (int i = 0; i < m; i += MR)
-      block_rows(m - i < MR ? m - i : MR, k, A + i * ars, ars, acs, b, bs, m0, m1, alpha, beta, C + i * ldc + j, ldc);
+  } else if (ldb > INT32_MAX / NR) { /* op(B)[p][j + q] = B[(j + q) * ldb + p], element by element */
+    for (int p = 0; p < k; p++)
+      for (int q = 0; q < NR; q++) pan[p * NR + q] = q < w ? B[(int64_t)(j + q) * ldb + p] : 0.0f;
+  } else { /* the same, gathered from 32 rows of B (32-bit offsets) */
+    const float *bj = B + (int64_t)j * ldb;
+    __m512i i0 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                    _mm512_set1_epi32((int)ldb));
+    __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * ldb)));
+    for (int p = 0; p < k; p++) {
+      _mm512_store_ps(pan + p * NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, i0, bj + p, 4));
+      _mm512_store_ps(pan + p * NR + 16, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, i1, bj + p, 4));
+    }
   }
 }
 
-int64_t rt_sgemm_work(int m, int n, int k) { return (int64_t)NR * k + (int64_t)m * k + (int64_t)k * n; }
+/* op(B) in panels of 32 columns (read from the second-level cache, each once per block of 12 rows),
+ * then C a block of 12 rows at a time over every panel, the block's A in the first-level cache: a
+ * transposed A packed K x 12, an untransposed one read where it lies (copied contiguous first when
+ * its rows lie apart: a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart
+ * share a first-level cache set and evict each other). */
+static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
+  int np = (n + NR - 1) / NR;
+  float *bp = work, *acont = bp + (int64_t)np * NR * k; /* op(B)'s panels; A contiguous or packed */
+  for (int q = 0; q < np; q++) panel(tb, k, B, ldb, q * NR, n - q * NR, bp + (int64_t)q * NR * k);
+  if (!ta && lda > k) {
+    for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
+    A = acont, lda = k;
+  } else if (ta) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
+                    * acont + (i * k + p * 12); A read a row at a time */
+    for (int p = 0; p < k; p++)
+      for (int i = 0; i < m; i += MR) {
+        __mmask16 mm = lanes(m - i);
+        _mm512_mask_storeu_ps(acont + (int64_t)i * k + p * MR, mm & 0xFFF, _mm512_maskz_loadu_ps(mm, A + p * lda + i));
+      }
+  }
+  for (int i = 0; i < m; i += MR) {
+    int mr = m - i < MR ? m - i : MR;
+    const float *a = ta ? acont + (int64_t)i * k : A + i * lda;
+    int64_t ars = ta ? 1 : lda, acs = ta ? MR : 1;
+    for (int q = 0; q < np; q++) {
+      int w = n - q * NR;
+      block_rows(mr, k, a, ars, acs, bp + (int64_t)q * NR * k, NR, lanes(w), lanes(w - 16), alpha, beta,
+                 C + i * ldc + q * NR, ldc);
+    }
+  }
+}
+
+int64_t rt_sgemm_work(int m, int n, int k) { return ((int64_t)(n + NR - 1) / NR * NR + (m + MR - 1) / MR * MR) * k; }
 
 bool rt_sgemm_fits(int m, int n, int k) {
   static int avx512 = -1;

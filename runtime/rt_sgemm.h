@@ -5,11 +5,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The products taken: K at most a head's width or a short sequence (a K x 32 panel of B and twelve
- * rows of A stay in the first-level cache), M and N at most 256 (past that OpenBLAS is as fast: the
- * product is then bound by writing C) */
-#define RT_SGEMM_MAX_K  128
-#define RT_SGEMM_MAX_MN 256
+/* The products taken: M and N up to a sequence of 512, K up to a head's width or such a sequence
+ * (attention's products; measured in place on minimind256 and minimind, where OpenBLAS runs them at
+ * 70-120 GFLOP/s). The 1024-row products of the linear layers stay with OpenBLAS, which runs them
+ * about as fast. */
+#define RT_SGEMM_MAX_K  512
+#define RT_SGEMM_MAX_MN 512
 
 /* Whether rt_sgemm takes an m x n x k product on this CPU. */
 bool rt_sgemm_fits(int m, int n, int k);

@@ -207,8 +207,8 @@ int main(int argc, char **argv) {
           "rt_sgemm: %d of the %d listing GEMMs are short enough for it; %d differ from "
           "the fma chain",
           taken, nseen, wrong);
-    static const int ms[] = {1, 5, 12, 13, 37, 128, 256}, ns[] = {1, 15, 16, 17, 31, 33, 64, 100, 256},
-                     ks[] = {1, 7, 64, 128};
+    static const int ms[] = {1, 5, 12, 13, 37, 128, 300}, ns[] = {1, 15, 16, 17, 31, 33, 64, 100, 512},
+                     ks[] = {1, 7, 64, 128, 512};
     static const float ab[][2] = {{1, 0}, {0.125f, 1}, {-0.5f, 0.75f}};
     int n = 0;
     wrong = 0;
@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
               n++, wrong += own_differs(&g);
             }
     check(n == (int)(4 * sizeof ms / sizeof *ms * sizeof ns / sizeof *ns * sizeof ks / sizeof *ks) && wrong == 0,
-          "rt_sgemm: %d shapes (all four transposes, M 1..256, N 1..256, K 1..128, packed "
+          "rt_sgemm: %d shapes (all four transposes, M 1..300, N 1..512, K 1..512, packed "
           "and strided operands, BETA 0, 1 and 0.75): %d differ from the fma chain",
           n, wrong);
   }
