@@ -413,8 +413,9 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
  * pool: OpenBLAS runs single-threaded (cpu_open) and ppr shares each GEMM over the kernels' OpenMP
  * threads: a batch of products into distinct Cs a product per thread, otherwise C's rows (or
  * columns, when wider) in blocks of 16, each thread computing its block of every product in batch
- * order (a batch adding into one C adds in the same order). Each element of C is computed as a
- * one-thread OpenBLAS computes it, so the values do not depend on the threads. */
+ * order (a batch adding into one C adds in the same order). Short products (rt_sgemm_fits:
+ * attention's) go to rt_sgemm, the rest to OpenBLAS. Each element of C is computed as one thread of
+ * either computes it, so the values do not depend on the threads. */
 static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C) {
   int nt = c->nt;
   bool own = rt_sgemm_fits(g->m, g->n, g->k);

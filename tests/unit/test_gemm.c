@@ -82,7 +82,7 @@ static int own_differs(const RtGemm *g) {
   int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
   int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
   float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4),
-        *C1 = malloc((size_t)nc * 4), *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->m, g->n, g->k) + 16) * 4);
+        *C1 = malloc((size_t)nc * 4), *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->m, g->n, g->k) + 16) / 16 * 64);
   for (int64_t i = 0; i < na; i++) A[i] = rnd();
   for (int64_t i = 0; i < nb; i++) B[i] = rnd();
   for (int64_t i = 0; i < nc; i++) C0[i] = C1[i] = g->beta != 0.0f ? rnd() : NAN;
