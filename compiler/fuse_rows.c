@@ -437,10 +437,9 @@ int fuse_rows_ce_fused(const FuseCtx *c, int ce) {
  * mean over rows. Fused (fuse_rows_ce_fused): the same kernel then writes the row's gradient over
  * its logits, so the [rows, V] logits are read from memory once and the backward has no kernel.
  * Three passes over the row there: the maximum, exp(x - max) summed and kept in place, the gradient.
- * With vocab-parallel logits each rank sees its columns: the
- * row maximum, the sum of exponentials and the target logit are reduced over the TP group between
- * three kernels; [B,S,V] is never gathered. Padded columns (past the real vocabulary) do not
- * count. */
+ * With vocab-parallel logits each rank sees its columns: the row maximum, the sum of exponentials
+ * and the target logit are reduced over the TP group between three kernels; [B,S,V] is never
+ * gathered. Padded columns (past the real vocabulary) do not count. */
 void fuse_rows_ce(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   fuse_rows_logits(c, id, n->in[0]);

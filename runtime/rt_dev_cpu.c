@@ -1,5 +1,5 @@
 /* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs
- * through OpenBLAS. */
+ * through OpenBLAS (attention's short products through rt_sgemm). */
 #include "rt_dev.h"
 #include "rt_sgemm.h"
 

@@ -1,12 +1,13 @@
 /* rt_sgemm.c - a register-blocked f32 GEMM for the short products of attention (M, N up to a short
- * sequence, K up to a head's width), where OpenBLAS spends much of its time packing: C = alpha op(A)
- * op(B) + beta C, row-major. Blocks of 12 rows x 32 columns of C live in 24 registers; A is broadcast
- * element by element, B read a row of 32 at a time: in place (TB = N), or from a K x 32 panel
- * gathered once per 32 columns (TB = T). Operands whose rows lie a page or more apart (a head's
- * slice of [S, B, H]) are first copied contiguous. Each element of C is one chain of fused
- * multiply-adds over k = 0 .. K-1 in order, times alpha, plus beta times C by one more (C not read
- * when beta is 0): its value depends neither on the blocking nor on threads. AVX-512 only, checked
- * at run time; rt_sgemm_fits says which products are taken here. */
+ * sequence, K up to a head's width or such a sequence), where OpenBLAS spends much of its time
+ * packing: C = alpha op(A) op(B) + beta C, row-major. Blocks of 12 rows x 32 columns of C live in
+ * 24 registers; A is broadcast element by element, op(B) read a row of 32 at a time from panels
+ * made once per product (rows copied, or gathered when B is transposed). An untransposed A whose
+ * rows lie apart (a head's slice of [S, B, H]) is first copied contiguous, a transposed one packed
+ * 12 wide. Each element of C is one chain of fused multiply-adds over k = 0 .. K-1 in order, times
+ * alpha, plus beta times C by one more (C not read when beta is 0): its value depends neither on
+ * the blocking nor on threads. AVX-512 only, checked at run time; rt_sgemm_fits says which products
+ * are taken here. */
 #include "rt_sgemm.h"
 
 #include <stdint.h>

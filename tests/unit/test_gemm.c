@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,19 @@ static void run(CBLAS_ORDER order, const RtGemm *g, const float *A, const float 
                 A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
 }
 
+/* g's operands over their whole spans, random in [-1, 1); C0 and C1 alike (NaN when nan_c). Returns
+ * C's span. */
+static int64_t operands(const RtGemm *g, float **A, float **B, float **C0, float **C1, bool nan_c) {
+  int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
+  int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
+  int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
+  *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4), *C1 = malloc((size_t)nc * 4);
+  for (int64_t i = 0; i < na; i++) (*A)[i] = rnd();
+  for (int64_t i = 0; i < nb; i++) (*B)[i] = rnd();
+  for (int64_t i = 0; i < nc; i++) (*C0)[i] = (*C1)[i] = nan_c ? NAN : rnd();
+  return nc;
+}
+
 /* One product as rt_sgemm defines it: each element a chain of fmaf over k in order, times alpha, plus
  * beta C by one more fmaf (C not read when beta is 0). */
 static void chain(const RtGemm *g, const float *A, const float *B, float *C) {
@@ -78,14 +92,8 @@ static void chain(const RtGemm *g, const float *A, const float *B, float *C) {
 /* rt_sgemm on g's batch against chain, bit for bit, over C's whole span (elements between rows must
  * keep their values; a BETA 0 C starts as NaN, which must not leak in). 0 when equal, else prints. */
 static int own_differs(const RtGemm *g) {
-  int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
-  int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
-  int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
-  float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4),
-        *C1 = malloc((size_t)nc * 4), *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->m, g->n, g->k) + 16) / 16 * 64);
-  for (int64_t i = 0; i < na; i++) A[i] = rnd();
-  for (int64_t i = 0; i < nb; i++) B[i] = rnd();
-  for (int64_t i = 0; i < nc; i++) C0[i] = C1[i] = g->beta != 0.0f ? rnd() : NAN;
+  float *A, *B, *C0, *C1, *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->m, g->n, g->k) + 16) / 16 * 64);
+  int64_t nc = operands(g, &A, &B, &C0, &C1, g->beta == 0.0f);
   for (int i = 0; i < g->batch; i++) {
     chain(g, A + i * g->sa, B + i * g->sb, C0 + i * g->sc);
     rt_sgemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta,
@@ -163,14 +171,8 @@ int main(int argc, char **argv) {
     kinds[g->ta][g->tb]++;
     batched += g->batch > 1;
     shared_c += g->batch > 1 && g->sc == 0;
-    int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
-    int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
-    int64_t nc = span(g->m, g->n, g->ldc, g->sc, g->batch);
-    float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *C0 = malloc((size_t)nc * 4),
-          *C1 = malloc((size_t)nc * 4);
-    for (int64_t i = 0; i < na; i++) A[i] = rnd();
-    for (int64_t i = 0; i < nb; i++) B[i] = rnd();
-    for (int64_t i = 0; i < nc; i++) C0[i] = C1[i] = rnd();
+    float *A, *B, *C0, *C1;
+    int64_t nc = operands(g, &A, &B, &C0, &C1, false);
     run(CblasRowMajor, g, A, B, C0);
     RtGemm m = rt_gemm_colmajor(g);
     run(CblasColMajor, &m, B, A, C1); /* the column-major call's A is the row-major B's storage */
