@@ -454,9 +454,9 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[id], true), rl = fuse_kc_vbuf(c, &kc, rowloss, true);
     int r = kir_row(k);
     int t = kir_let(k, kir_ld(k, lab, r));
-    /* fused: the target's logit read before the maximum's reduction, whose barrier then orders every
-     * thread's read of it before any thread writes over the row */
-    int tl = fused ? kir_let(k, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t)))) : -1;
+    /* the target's logit, read before the maximum's reduction: fused, that reduction's barrier then
+     * orders every thread's read of it before any thread writes over the row */
+    int tl = kir_let(k, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t))));
     int j = kir_reduce(k, kir_i(k, V));
     int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
     if (!fused) {
@@ -464,8 +464,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
       int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
       kir_store(k, st, r, '=', lse);
-      kir_store(k, rl, r, '=',
-                counted(k, n, t, kir_e(k, K_SUB, lse, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t))), 0)));
+      kir_store(k, rl, r, '=', counted(k, n, t, kir_e(k, K_SUB, lse, tl, 0)));
     } else {
       /* e = exp(x - max) kept in place of x: one exponential an element (f32 logits; bf16 ones
        * would round it, which the unfused gradient does not: it is computed again below) */
