@@ -173,6 +173,15 @@ static int att_keys(FuseCtx *c, KCall *kc, int64_t SQ, int64_t SK, bool causal) 
   return kir_let(k, causal ? kir_e(k, K_IADD, fuse_kc_gpos(c, kc, i), kir_i(k, 1), 0) : kir_i(k, SK));
 }
 
+/* Stores 0 over a causal row's masked tail, the keys nk .. SK-1 (nothing when every key is seen):
+ * the loops before it run over the seen keys alone, neither reading nor computing the masked ones. */
+static void att_zero_tail(Kernel *k, int buf, int r, int64_t SK, int nk, bool causal) {
+  if (!causal) return;
+  int j = kir_tfor(k, kir_e(k, K_ISUB, kir_i(k, SK), nk, 0));
+  kir_store(k, buf, idx2(k, r, SK, kir_e(k, K_IADD, nk, j, 0)), '=', kir_f(k, 0));
+  kir_end(k);
+}
+
 /* Context parallelism: the whole sequence's keys (values) from every cp rank's part, in rank order
  * (the sequence's order), into a scratch buffer of the whole: the gathered K or V. */
 static AttOp att_gather(FuseCtx *c, int node, int part, const char *name, int64_t SK, int64_t B, int64_t HK,
@@ -216,10 +225,10 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     int l = kir_reduce_end(k, '+', ex);
     kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
     int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), l, 0));
-    j = kir_tfor(k, kir_i(k, SK));
-    int e = kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, SK, j)), inv, 0);
-    kir_store(k, P, idx2(k, r, SK, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    j = kir_tfor(k, nk);
+    kir_store(k, P, idx2(k, r, SK, j), '=', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, SK, j)), inv, 0));
     kir_end(k);
+    att_zero_tail(k, P, r, SK, nk, causal);
     k->work = 4 * SK;
     fuse_kc_emit(c, &kc);
     att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, p, v, att_q(fuse_prog_buf(c, id), B, HQ, D, R), false, "O = P V");
@@ -252,10 +261,11 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, false);
     int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
     int l = kir_let(k, kir_ld(k, L, r));
-    int j = kir_tfor(k, kir_i(k, SK));
-    int e = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), l, 0), 0, 0);
-    kir_store(k, P, idx2(k, r, SK, j), '=', kir_e(k, K_SEL, kir_e(k, K_ILT, j, nk, 0), e, kir_f(k, 0)));
+    int j = kir_tfor(k, nk);
+    kir_store(k, P, idx2(k, r, SK, j), '=',
+              kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), l, 0), 0, 0));
     kir_end(k);
+    att_zero_tail(k, P, r, SK, nk, causal);
     k->work = 2 * SK;
     fuse_kc_emit(c, &kc);
   }
@@ -270,12 +280,13 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     int j = kir_reduce(k, nk);
     int delta =
         kir_reduce_end(k, '+', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, SK, j)), kir_ld(k, G, idx2(k, r, SK, j)), 0));
-    j = kir_tfor(k, kir_i(k, SK));
+    j = kir_tfor(k, nk);
     int pv = kir_let(k, kir_ld(k, P, idx2(k, r, SK, j)));
     int ds = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, f->a.scale), pv, 0),
                    kir_e(k, K_SUB, kir_ld(k, G, idx2(k, r, SK, j)), delta, 0), 0);
     kir_store(k, G, idx2(k, r, SK, j), '=', ds);
     kir_end(k);
+    att_zero_tail(k, G, r, SK, nk, causal);
     k->work = 3 * SK;
     fuse_kc_emit(c, &kc);
   }
