@@ -79,7 +79,8 @@ static void comment(Buf *b, const Graph *g, const Instr *in) {
 
 static void block(Buf *b, const Program *p, const Graph *gr, int chunk, const Coord *w, const Block *blk) {
   char cs[16];
-  OUT(b, "block %s%s\n", blk->name, blk == &p->opt || blk == &p->refresh ? "" : chunk_sfx(p, chunk, cs, sizeof cs));
+  OUT(b, "block %s%s%s\n", blk->name, blk == &p->opt || blk == &p->refresh ? "" : chunk_sfx(p, chunk, cs, sizeof cs),
+      blk == &p->opt && p->opt_clears_grads ? " " PP_OPT_CLEARS_GRADS : "");
   for (int i = 0; i < blk->n; i++) {
     const Instr *in = &blk->ins[i];
     OUT(b, "  ");

@@ -1,6 +1,7 @@
 /* fuse_adamw.c — the optimizer block: the gradients summed where they are partial (a tied
  * parameter's copies, tensor-parallel partial sums, data-parallel replicas), the gradient norm,
- * and AdamW per parameter, weight decay on parameters of rank >= 2. */
+ * and AdamW per parameter, weight decay on parameters of rank >= 2, each gradient left zero for the
+ * next step (the block is declared PP_OPT_CLEARS_GRADS, and ppr skips that step's zero_grads). */
 #include <stdlib.h>
 
 #include "ppc.h"
@@ -79,7 +80,7 @@ void fuse_adamw(FuseCtx *c) {
     const IrParam *q = &c->g->params[i];
     KCall kc = fuse_kc_flat("adamw", ir_shape_numel(&q->shape), -1);
     Kernel *k = kc.k;
-    int P = fuse_kc_vbuf(c, &kc, vp, true), G = fuse_kc_vbuf(c, &kc, vg, false), M = fuse_kc_vbuf(c, &kc, vm, true),
+    int P = fuse_kc_vbuf(c, &kc, vp, true), G = fuse_kc_vbuf(c, &kc, vg, true), M = fuse_kc_vbuf(c, &kc, vm, true),
         V = fuse_kc_vbuf(c, &kc, vv, true);
     int lr = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "lr"});
     int b1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta1"});
@@ -95,6 +96,7 @@ void fuse_adamw(FuseCtx *c) {
                              kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), b1, 0), g, 0), 0));
     int v = kir_let(k, kir_e(k, K_ADD, kir_e(k, K_MUL, b2, kir_ld(k, V, r), 0),
                              kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), b2, 0), kir_e(k, K_MUL, g, g, 0), 0), 0));
+    kir_store(k, G, r, '=', kir_f(k, 0)); /* the next step's gradient starts from zero */
     kir_store(k, M, r, '=', m);
     kir_store(k, V, r, '=', v);
     int mh = kir_e(k, K_DIV, m, bc1, 0), vh = kir_e(k, K_DIV, v, bc2, 0);
@@ -110,6 +112,7 @@ void fuse_adamw(FuseCtx *c) {
     fuse_kc_emit(c, &kc);
   }
   free(bufs);
+  p->opt_clears_grads = true; /* every gradient zeroed above; the padding between them never written */
 }
 
 /* The refresh block: each parameter's working copy (--precision bf16) from its f32 value, rounded

@@ -655,9 +655,10 @@ typedef struct Program {
   int nk, kcap;
   ProgChunk ch[PP_MAX_CHUNKS];
   int nch;
-  Block opt;     /* once per step, over every parameter */
-  Block refresh; /* the working copies from the values (bf16): run by ppr whenever the values were set */
-  int *copy_vb;  /* per rank parameter: its working copy's buffer (BC_COPY), or -1 (fp32) */
+  Block opt;             /* once per step, over every parameter */
+  bool opt_clears_grads; /* opt leaves the whole grads region zero (PP_OPT_CLEARS_GRADS) */
+  Block refresh;         /* the working copies from the values (bf16): run by ppr whenever the values were set */
+  int *copy_vb;          /* per rank parameter: its working copy's buffer (BC_COPY), or -1 (fp32) */
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
   int64_t arena;

@@ -11,4 +11,9 @@ static inline const char *pp_region_name(int r) {
   return r >= 0 && r < PP_NREGIONS ? names[r] : "?";
 }
 
+/* The word after `block optimizer` in a listing that says the block leaves the whole grads region
+ * zero (AdamW stores 0 over each gradient it has read; nothing writes the padding between them):
+ * ppr then skips the next step's zero_grads. */
+#define PP_OPT_CLEARS_GRADS "clears_grads"
+
 #endif

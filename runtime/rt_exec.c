@@ -21,6 +21,7 @@ struct RtExec {
   double wall_ms, compute_ms; /* the last step's, while tracing */
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
   int stale;                  /* the working copies (refresh block) are older than the values */
+  int grads_zero;             /* the grads region is zero: the last step's optimizer block cleared it */
   /* receives posted ahead (overlap): op j of entry e (index 2e + j) is posted right after entry
    * early[2e + j] (-1: at the step's start), or at its entry (-2); its handle, -1 when not posted;
    * order: the indices posted ahead, by early[] (a step posts them in this order) */
@@ -564,7 +565,9 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     int rc = 0;
     switch (en->kind) {
     case RT_E_ZERO_GRADS:
-      rc = rt_dev_zero(dev, g->reg[RT_REG_GRADS].base, g->reg[RT_REG_GRADS].bytes) ? -2 : 0;
+      /* skipped after a step whose optimizer block left the gradients zero (clears_grads) */
+      if (!x->grads_zero) rc = rt_dev_zero(dev, g->reg[RT_REG_GRADS].base, g->reg[RT_REG_GRADS].bytes) ? -2 : 0;
+      x->grads_zero = 0; /* the step's B and W entries write them */
       if (timed) {
         double t1 = rt_dev_time_ms(dev);
         if (s.prof) rt_prof_zero_grads(x->prof, t1 - t0);
@@ -589,6 +592,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
       if (x->comm) rt_comm_p2p_flush(x->comm); /* the step's sends taken by their peers */
       double inner = s.coll_ms + s.hook_ms;
       rc = run_block(&s, 0, RT_BLK_OPTIMIZER, -1, -1);
+      x->grads_zero = !rc && g->opt_clears_grads;
       if (s.tr) {
         double t1 = rt_dev_time_ms(dev);
         compute += (t1 - t0) - (s.coll_ms + s.hook_ms - inner);

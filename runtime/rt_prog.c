@@ -143,7 +143,13 @@ static int line(RtParser *s, size_t after) {
     /* fall through */
   case SEC_BLOCKS:
     if (!strcmp(k, "block")) {
-      if (rt_prog_want_nf(s, 2, "block forward|backward|weights|optimizer|refresh")) return -1;
+      if (s->nf == 3 && !strcmp(s->f[1], "optimizer")) {
+        if (strcmp(s->f[2], PP_OPT_CLEARS_GRADS))
+          return rt_prog_err(s, "block optimizer: unknown word '%.60s' (expected nothing or %s)", s->f[2],
+                             PP_OPT_CLEARS_GRADS);
+        g->opt_clears_grads = 1;
+      } else if (rt_prog_want_nf(s, 2, "block forward|backward|weights|optimizer [" PP_OPT_CLEARS_GRADS "]|refresh"))
+        return -1;
       int b = -1, c = 0;
       int has_suffix = strchr(s->f[1], ':') != NULL;
       if (rt_prog_chunk_suffix(s, s->f[1], &c)) return -1;

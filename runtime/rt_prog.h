@@ -277,6 +277,7 @@ typedef struct RtProg {
   int generate;                       /* schedule PP_SCHED_FORWARD: a generation program (forward only) */
   RtLogits logits;                    /* its logits, on the rank holding the last virtual stage */
   int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
+  int opt_clears_grads;               /* `block optimizer PP_OPT_CLEARS_GRADS`: it leaves the grads zero */
   int64_t vocab;
   int masked;       /* `vocab N ignore_index I`: the loss counts the labels other than I */
   int ignore_index; /* I */

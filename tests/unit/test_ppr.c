@@ -173,6 +173,11 @@ static const char *const KERNELS =
     "void adamw__call(void **a) {\n"
     "  adamw(F(0), CF(1), F(2), F(3), I64(4), I64(5), S(6), S(7), S(8), S(9), S(10), S(11), S(12), S(13));\n"
     "}\n"
+    "/* AdamW that leaves its gradient zero, as ppc's does (block optimizer clears_grads) */\n"
+    "void adamw_clear__call(void **a) {\n"
+    "  adamw__call(a);\n"
+    "  for (int64_t i = 0; i < I64(4); i++) F(1)[i] = 0;\n"
+    "}\n"
     "/* grad_norm's kernel: one block, the sum of squares into out[0] */\n"
     "static void sumsq(const float *x, float *out, int64_t n) {\n"
     "  double s = 0;\n"
@@ -637,6 +642,31 @@ static void test_gradients(const W *w) {
         "step 2 reads the next data window (with wrap-around) and the updated weights: loss %.6f vs %.6f", l2,
         losses[1]);
   free(log);
+
+  /* `block optimizer clears_grads`: ppr skips step 2's zero_grads. With AdamW kernels that clear
+   * the gradients, the same update; with ones that do not (a false promise), step 2 adds to step
+   * 1's gradients, which shows the skip happened. */
+  for (int clears = 1; clears >= 0; clears--) {
+    char *a = replace(BODY, "block optimizer\n", "block optimizer clears_grads\n"), *b = a;
+    for (int i = 0; clears && i < 3; i++) {
+      b = replace(a, "kernel adamw ", "kernel adamw_clear ");
+      free(a);
+      a = b;
+    }
+    const char *name = clears ? "clears" : "false_clears";
+    make_prog(name, b);
+    free(b);
+    snprintf(args, sizeof args,
+             "%s/%s --init %s --data %s --steps 2 --lr 0.01 --beta1 0.8 --beta2 0.9 --eps 1e-3 --wd 0.05 "
+             "--clip %.9g --save %s --quiet",
+             tdir, name, wp, dp, clipv, sp);
+    expect_ok(clears ? "clears_grads: two steps" : "clears_grads, AdamW not clearing: two steps", args);
+    if (read_weights(sp, &u, 0) == 0) {
+      double e = rel_err(u.E, pe, V * H) + rel_err(u.g, pg, H) + rel_err(u.P, pp, H * H);
+      if (clears) check(e < 3e-5, "clears_grads and clearing AdamW: the direct update (rel %.1e)", e);
+      else check(e > 1e-3, "clears_grads over AdamW that does not clear: step 2 accumulates (rel %.1e)", e);
+    } else check(0, "clears_grads: --save readable");
+  }
 }
 
 static void test_training(void) {
@@ -2000,6 +2030,12 @@ static void test_parser(void) {
                      "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
   expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                      "block optimizer\nend\nblock optimizer2\n", "the optimizer block has no grad_norm");
+  expect_parse_error("optimizer block, unknown word", "block optimizer\n", "block optimizer clear\n",
+                     ":%d: block optimizer: unknown word 'clear' (expected nothing or clears_grads)");
+  expect_parse_error("clears_grads on the forward block", "block forward\n", "block forward clears_grads\n",
+                     ":%d: expected 2 fields, found 3 (the line reads 'block forward|backward|weights|optimizer "
+                     "[clears_grads]|refresh')");
+  expect_parse_ok("block optimizer clears_grads", "block optimizer\n", "block optimizer clears_grads\n");
   expect_parse_error("two forward blocks", "block backward", "block forward",
                      ":49: a second forward block (the first is on line 39)");
   expect_parse_error("block not ended", "  loss $1408\nend\n", "  loss $1408\n", "'block' inside block forward");
