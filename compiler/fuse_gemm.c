@@ -153,13 +153,15 @@ static View att_view(const FuseCtx *c, AttOp o, int r) {
 }
 
 /* C = alpha op(A) op(B) for each r < R, batched over the B*HK pairs; acc: C is kv-shaped and the
- * R query heads of a group add into it in order (the first overwrites). */
+ * R query heads of a group add into it in order (the first overwrites). tri: the products causal
+ * masking leaves (pp_tri.h), on a square S x S score matrix. */
 static void att_gemm(FuseCtx *c, int node, int64_t R, int64_t batch, char ta, char tb, int64_t m, int64_t n, int64_t k,
-                     double alpha, AttOp A, AttOp B, AttOp C, bool acc, const char *why) {
+                     double alpha, AttOp A, AttOp B, AttOp C, bool acc, PpTri tri, const char *why) {
   for (int r = 0; r < R; r++) {
     gemm(c, node, ta, tb, m, n, k, att_view(c, A, r), att_view(c, B, r), att_view(c, C, r), acc && r > 0 ? 1 : 0,
          batch);
     c->blk->ins[c->blk->n - 1].alpha = alpha;
+    c->blk->ins[c->blk->n - 1].tri = tri;
     c->blk->ins[c->blk->n - 1].why = why;
   }
 }
@@ -201,6 +203,13 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   int64_t SQ = qs->d[0], SK = SQ * (c->g->cfg.cp > 1 ? c->g->cfg.cp : 1), B = qs->d[1], HQ = qs->d[2], HK = kvs->d[2],
           D = qs->d[3], R = HQ / HK, batch = B * HK;
   bool causal = f->a.causal, cp = SK != SQ;
+  /* causal without context parallelism: the scores' strict upper triangle is masked (the softmax
+   * kernels write its probabilities and their gradients as zeros), so a product writing scores
+   * needs their lower triangle alone, and one reading P or dS (op(A), lower; transposed, upper)
+   * only the keys each query sees */
+  bool tri = causal && !cp;
+  PpTri t_out = tri ? PP_TRI_OUT : PP_TRI_NONE, t_low = tri ? PP_TRI_LOWER : PP_TRI_NONE,
+        t_up = tri ? PP_TRI_UPPER : PP_TRI_NONE;
   if (n->op != OP_ATTENTION && c->att_done[fwd]) return; /* the backward: all three gradients at the first */
   AttOp q = att_q(fuse_prog_buf(c, f->in[0]), B, HQ, D, R),
         kk = cp ? att_gather(c, id, fuse_prog_buf(c, f->in[1]), "k_all", SK, B, HK, D)
@@ -211,7 +220,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   Shape ss = {3, {B * HQ, SQ, SK}};
   if (n->op == OP_ATTENTION) {
     AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
-    att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, "scores = scale Q K^T");
+    att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, t_out, "scores = scale Q K^T");
     /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
     KCall kc = fuse_kc_block("attention_softmax", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
@@ -231,7 +240,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     att_zero_tail(k, P, r, SK, nk, causal);
     k->work = 4 * SK;
     fuse_kc_emit(c, &kc);
-    att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, p, v, att_q(fuse_prog_buf(c, id), B, HQ, D, R), false, "O = P V");
+    att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, p, v, att_q(fuse_prog_buf(c, id), B, HQ, D, R), false, t_low,
+             "O = P V");
     return;
   }
   /* the backward: all three gradients at the first of the three nodes (under context parallelism
@@ -253,7 +263,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   Shape kv_all = {4, {SK, B, HK, D}};
   int dk_all = cp ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
       dv_all = cp ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
-  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, "the scores again: scale Q K^T");
+  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, t_out, "the scores again: scale Q K^T");
   {
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
     KCall kc = fuse_kc_block("attention_probs", B * HQ * SQ, SK, id);
@@ -269,8 +279,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     k->work = 2 * SK;
     fuse_kc_emit(c, &kc);
   }
-  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, 1, dout, v, dp, false, "dP = dO V^T");
-  att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, p, dout, att_kv(dv_all, B, HK, D), true, "dV = P^T dO");
+  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, 1, dout, v, dp, false, t_out, "dP = dO V^T");
+  att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, p, dout, att_kv(dv_all, B, HK, D), true, t_up, "dV = P^T dO");
   {
     /* dS = scale P (dP - delta), delta = the row's sum of P dP (= dO . O) */
     KCall kc = fuse_kc_block("attention_dscores", B * HQ * SQ, SK, id);
@@ -290,9 +300,9 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     k->work = 3 * SK;
     fuse_kc_emit(c, &kc);
   }
-  att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, dp, kk, att_q(fuse_prog_buf(c, gq), B, HQ, D, R), false,
+  att_gemm(c, id, R, batch, 'N', 'N', SQ, D, SK, 1, dp, kk, att_q(fuse_prog_buf(c, gq), B, HQ, D, R), false, t_low,
            "dQ = dS K");
-  att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, dp, q, att_kv(dk_all, B, HK, D), true, "dK = dS^T Q");
+  att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, dp, q, att_kv(dk_all, B, HK, D), true, t_up, "dK = dS^T Q");
   if (cp) { /* each rank its positions' sums over every rank's queries */
     static const char why[] = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
     fuse_prog_seq_coll(c, id, false, "cp", dk_all, fuse_prog_buf(c, gk), gk, why);

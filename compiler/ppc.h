@@ -12,6 +12,7 @@
 #include "pp_regions.h"  /* runtime/: the arena's regions and their names */
 #include "pp_boundary.h" /* runtime/: the pipeline messages ppr sends, their peers and tags */
 #include "pp_stagedir.h" /* runtime/: the files of a stage directory */
+#include "pp_tri.h"      /* runtime/: a gemm's triangle (causal attention) */
 
 #define PPC_VERSION "0.1.0"
 /* How ppc compiles the C kernels (PPC_CFLAGS overrides it): -fno-trapping-math and -fno-math-errno
@@ -621,6 +622,7 @@ typedef struct Instr {
   Operand op[MAX_OPERANDS]; /* I_KERNEL: buffers then scalars; I_GEMM: A, B, C; others: their operands */
   int nop;
   char ta, tb; /* I_GEMM */
+  PpTri tri;   /* I_GEMM: the products a device may skip (causal attention), PP_TRI_NONE */
   int64_t m, n, k, lda, sa, ldb, sb, ldc, sc, batch;
   double alpha, beta;
   int64_t bytes;     /* I_ZERO */

@@ -19,7 +19,7 @@ static double instr_cost(const Program *p, const Instr *in) {
   switch (in->kind) {
   case I_GEMM: {
     double m = (double)in->m, n = (double)in->n, k = (double)in->k, batch = (double)in->batch;
-    flops = 2 * m * n * k * batch;
+    flops = 2 * pp_tri_macs(in->tri, in->m, in->n, in->k) * batch; /* a triangle: its products alone */
     double ea = (double)pp_dtype_bytes(p->vb[in->op[0].vb].dtype),
            eb = (double)pp_dtype_bytes(p->vb[in->op[1].vb].dtype),
            ec = (double)pp_dtype_bytes(p->vb[in->op[2].vb].dtype); /* each operand's element */

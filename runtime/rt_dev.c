@@ -75,6 +75,7 @@ RtGemm rt_gemm_colmajor(const RtGemm *g) {
   c.a = g->b, c.lda = g->ldb, c.sa = g->sb;
   c.b = g->a, c.ldb = g->lda, c.sb = g->sa;
   c.dt[0] = g->dt[1], c.dt[1] = g->dt[0];
+  c.tri = PP_TRI_NONE; /* the column-major devices compute every product: correct for any triangle */
   return c;
 }
 

@@ -44,6 +44,7 @@ typedef struct {
   int lda, ldb, ldc;
   int64_t sa, sb, sc;
   PpDType dt[3]; /* A, B, C: PP_F32 or PP_BF16; products and sums in f32, C rounded once if bf16 */
+  PpTri tri;     /* the products the device may skip (pp_tri.h); computing them all is correct too */
 } RtGemm;
 
 /* The column-major GEMM (cuBLAS, cuBLASLt) that writes the same bytes as the row-major g: a

@@ -330,7 +330,8 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
                   in->sa,
                   in->sb,
                   in->sc,
-                  {in->dt[0], in->dt[1], in->dt[2]}};
+                  {in->dt[0], in->dt[1], in->dt[2]},
+                  in->tri};
       rc = rt_dev_gemm(dev, &m);
       break;
     }
@@ -803,7 +804,8 @@ static double block_flops(const RtBlock *b) {
   double f = 0;
   for (int i = 0; i < b->n; i++)
     if (b->ins[i].kind == RT_I_GEMM)
-      f += 2.0 * b->ins[i].m * b->ins[i].n * b->ins[i].k * (b->ins[i].batch > 0 ? b->ins[i].batch : 1);
+      f += 2.0 * pp_tri_macs(b->ins[i].tri, b->ins[i].m, b->ins[i].n, b->ins[i].k) *
+           (b->ins[i].batch > 0 ? b->ins[i].batch : 1);
   return f;
 }
 

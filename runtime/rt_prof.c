@@ -10,6 +10,7 @@
 #define PROF_KINDS 16 /* instruction kinds; a larger RtInstrKind counts as the last */
 typedef struct {
   int chunk, blk, ta, tb, m, n, k, batch;
+  PpTri tri;
   int64_t calls;
   double ms;
 } ProfGemm;
@@ -73,7 +74,7 @@ static void prof_instr(Prof *pr, int chunk, int b, const RtInstr *in, double ms)
     for (int i = 0; i < pr->ngemm && !g; i++) {
       ProfGemm *c = &pr->gemm[i];
       if (c->chunk == chunk && c->blk == b && c->ta == in->ta && c->tb == in->tb && c->m == in->m && c->n == in->n &&
-          c->k == in->k && c->batch == in->batch)
+          c->k == in->k && c->batch == in->batch && c->tri == in->tri)
         g = c;
     }
     if (!g) {
@@ -85,7 +86,7 @@ static void prof_instr(Prof *pr, int chunk, int b, const RtInstr *in, double ms)
         pr->capgemm = cap;
       }
       g = &pr->gemm[pr->ngemm++];
-      *g = (ProfGemm){chunk, b, in->ta, in->tb, in->m, in->n, in->k, in->batch, 0, 0};
+      *g = (ProfGemm){chunk, b, in->ta, in->tb, in->m, in->n, in->k, in->batch, in->tri, 0, 0};
     }
     g->calls++;
     g->ms += ms;
@@ -165,20 +166,21 @@ static void prof_report(const RtProf *f) {
     if (pr->ngemm) memcpy(g, pr->gemm, (size_t)pr->ngemm * sizeof *g);
     qsort(g, (size_t)pr->ngemm, sizeof *g, prof_gemm_cmp);
     double fl = 0;
-    for (int i = 0; i < pr->ngemm; i++) fl += 2.0 * g[i].m * g[i].n * g[i].k * g[i].batch * (double)g[i].calls;
+    for (int i = 0; i < pr->ngemm; i++)
+      fl += 2.0 * pp_tri_macs(g[i].tri, g[i].m, g[i].n, g[i].k) * g[i].batch * (double)g[i].calls;
     double gms = pr->kind_ms[RT_I_GEMM];
     fprintf(o,
             "  gemm: %.2f GFLOP per step at %.1f GFLOP/s; shapes by time (C[M,N] = op(A)[M,K] op(B)[K,N], BATCH "
-            "of them per call):\n",
+            "of them per call; TRI: the products of a triangle alone, counted so):\n",
             fl / n * 1e-9, gms > 0 ? fl / (gms * 1e6) : 0);
-    fprintf(o, "    %-9s %-5s %6s %6s %6s %6s %10s %9s %6s %8s\n", "block", "TA TB", "M", "N", "K", "BATCH",
-            "calls/step", "ms/step", "%", "GFLOP/s");
+    fprintf(o, "    %-9s %-5s %6s %6s %6s %6s %10s %9s %6s %8s  %s\n", "block", "TA TB", "M", "N", "K", "BATCH",
+            "calls/step", "ms/step", "%", "GFLOP/s", "TRI");
     for (int i = 0; i < pr->ngemm; i++) {
-      double fl = 2.0 * g[i].m * g[i].n * g[i].k * g[i].batch * (double)g[i].calls;
-      fprintf(o, "    %-9s %c  %c  %6d %6d %6d %6d %10.1f %9.3f %6.1f %8.2f\n",
+      double fl = 2.0 * pp_tri_macs(g[i].tri, g[i].m, g[i].n, g[i].k) * g[i].batch * (double)g[i].calls;
+      fprintf(o, "    %-9s %c  %c  %6d %6d %6d %6d %10.1f %9.3f %6.1f %8.2f  %s\n",
               rt_prog_block_label(p, g[i].chunk, g[i].blk, name, sizeof name), g[i].ta ? 'T' : 'N', g[i].tb ? 'T' : 'N',
               g[i].m, g[i].n, g[i].k, g[i].batch, g[i].calls / n, g[i].ms / n, 100 * g[i].ms / pr->step_ms,
-              g[i].ms > 0 ? fl / (g[i].ms * 1e6) : 0);
+              g[i].ms > 0 ? fl / (g[i].ms * 1e6) : 0, g[i].tri != PP_TRI_NONE ? pp_tri_name(g[i].tri) : "-");
     }
     free(g);
   }

@@ -11,6 +11,7 @@
 #include "pp_limits.h"
 #include "pp_regions.h"
 #include "pp_stagedir.h"
+#include "pp_tri.h"
 #include "rt_io.h"
 
 /*
@@ -148,6 +149,7 @@ typedef struct {
   RtArg *args;
   /* gemm */
   int ta, tb; /* 1 = T */
+  PpTri tri;  /* gemm: the products a device may skip (tri:NAME), PP_TRI_NONE */
   int m, n, k, lda, ldb, ldc, batch;
   float alpha, beta;
   int64_t sa, sb, sc;
@@ -275,9 +277,9 @@ typedef struct RtProg {
   RtChunk chunk[PP_MAX_CHUNKS];       /* [0, nchunks): each chunk's virtual stage and neighbours */
   int micro_batch, seq, microbatches; /* microbatches: the step's global count M */
   int generate;                       /* schedule PP_SCHED_FORWARD: a generation program (forward only) */
+  int opt_clears_grads;               /* `block optimizer PP_OPT_CLEARS_GRADS`: it leaves the grads zero */
   RtLogits logits;                    /* its logits, on the rank holding the last virtual stage */
   int local_microbatches;             /* M / dp: the micro-batches of this rank's schedule */
-  int opt_clears_grads;               /* `block optimizer PP_OPT_CLEARS_GRADS`: it leaves the grads zero */
   int64_t vocab;
   int masked;       /* `vocab N ignore_index I`: the loss counts the labels other than I */
   int ignore_index; /* I */

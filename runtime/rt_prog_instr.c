@@ -121,10 +121,22 @@ static int gemm_operand(RtParser *s, const char *which, const RtPtr *p, int64_t 
 }
 
 static int parse_gemm(RtParser *s, RtInstr *in) {
-  static const char *const form = "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH [TYPE_A TYPE_B TYPE_C]";
-  if (s->nf != 21 && rt_prog_want_nf(s, 18, form)) return -1;
+  static const char *const form =
+      "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH [TYPE_A TYPE_B TYPE_C] [tri:TRI]";
+  int nf = s->nf; /* without the triangle */
+  in->tri = PP_TRI_NONE;
+  if (nf > 18 && !strncmp(s->f[nf - 1], "tri:", 4)) {
+    int t = pp_tri_parse(s->f[nf - 1] + 4);
+    if (t < 0) return rt_prog_err(s, "gemm: '%.60s' (expected tri:out, tri:lower or tri:upper)", s->f[nf - 1]);
+    in->tri = (PpTri)t;
+    nf--;
+  }
+  if (nf != 18 && nf != 21)
+    return rt_prog_err(
+        s, "expected 18 fields, or 21 with the types, then perhaps a triangle; found %d (the line reads '%s')", s->nf,
+        form);
   for (int i = 0; i < 3; i++) {
-    int t = s->nf == 21 ? pp_dtype_parse(s->f[18 + i]) : PP_F32;
+    int t = nf == 21 ? pp_dtype_parse(s->f[18 + i]) : PP_F32;
     if (t != PP_F32 && t != PP_BF16)
       return rt_prog_err(s, "gemm: TYPE_%c is '%.60s' (expected f32 or bf16)", "ABC"[i], s -> f[18 + i]);
     in->dt[i] = (PpDType)t;

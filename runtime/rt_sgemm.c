@@ -6,8 +6,10 @@
  * rows lie apart (a head's slice of [S, B, H]) is first copied contiguous, a transposed one packed
  * 12 wide. Each element of C is one chain of fused multiply-adds over k = 0 .. K-1 in order, times
  * alpha, plus beta times C by one more (C not read when beta is 0): its value depends neither on
- * the blocking nor on threads. AVX-512 only, checked at run time; rt_sgemm_fits says which products
- * are taken here. */
+ * the blocking nor on threads. A triangle (causal attention) skips whole blocks of C, or runs each
+ * block of rows over a shorter range of k; the products it leaves out of a kept element's chain are
+ * with op(A)'s zeros, so the value is the whole chain's but for the sign of a zero. AVX-512 only,
+ * checked at run time; rt_sgemm_fits says which products are taken here. */
 #include "rt_sgemm.h"
 
 #include <stdint.h>
@@ -97,8 +99,13 @@ static AVX512 void panel(bool tb, int k, const float *B, int64_t ldb, int j, int
  * its rows lie apart: a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart
  * share a first-level cache set and evict each other). */
 static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
-                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
+                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0,
+                         float *work) {
   int np = (n + NR - 1) / NR;
+  if (tri == PP_TRI_OUT) { /* the panels holding a column j <= the last row */
+    int64_t last = (int64_t)row0 + m - 1 - col0;
+    np = last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np);
+  }
   float *bp = work, *acont = bp + (int64_t)np * NR * k; /* op(B)'s panels; A contiguous or packed */
   for (int q = 0; q < np; q++) panel(tb, k, B, ldb, q * NR, n - q * NR, bp + (int64_t)q * NR * k);
   if (!ta && lda > k) {
@@ -116,10 +123,18 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     int mr = m - i < MR ? m - i : MR;
     const float *a = ta ? acont + (int64_t)i * k : A + i * lda;
     int64_t ars = ta ? 1 : lda, acs = ta ? MR : 1;
-    for (int q = 0; q < np; q++) {
+    int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
+    int kb = tri == PP_TRI_UPPER ? (int)(ai < k ? ai : k) : 0;
+    int ke = tri == PP_TRI_LOWER ? (int)(ai + mr < k ? ai + mr : k) : k;
+    int qe = np;
+    if (tri == PP_TRI_OUT) {
+      int64_t last = ai + mr - 1 - col0;
+      qe = last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np);
+    }
+    for (int q = 0; q < qe; q++) {
       int w = n - q * NR;
-      block_rows(mr, k, a, ars, acs, bp + (int64_t)q * NR * k, NR, lanes(w), lanes(w - 16), alpha, beta,
-                 C + i * ldc + q * NR, ldc);
+      block_rows(mr, ke - kb, a + kb * acs, ars, acs, bp + (int64_t)q * NR * k + (int64_t)kb * NR, NR, lanes(w),
+                 lanes(w - 16), alpha, beta, C + i * ldc + q * NR, ldc);
     }
   }
 }
@@ -133,8 +148,8 @@ bool rt_sgemm_fits(int m, int n, int k) {
 }
 
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
-              int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
-  sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, work);
+              int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0, float *work) {
+  sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, tri, row0, col0, work);
 }
 
 #else /* no AVX-512 path on this compiler or architecture: every product goes to the library */
@@ -150,7 +165,8 @@ int64_t rt_sgemm_work(int m, int n, int k) {
 }
 
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
-              int64_t ldb, float beta, float *C, int64_t ldc, float *work) {
+              int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0, float *work) {
+  (void)tri, (void)row0, (void)col0;
   (void)work, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
       (void)beta;
   (void)C, (void)ldc;

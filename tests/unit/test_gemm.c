@@ -5,7 +5,10 @@
  * same C as the row-major call does. Then the cpu device's own GEMM for short products (rt_sgemm):
  * on those listings' GEMMs it takes and on a grid of shapes, transposes, leading dimensions, alpha
  * and beta, it must write exactly what a scalar chain of fused multiply-adds in k order writes, and
- * nothing outside C. The last line is "N passed, M failed". */
+ * nothing outside C; with a triangle (tri:out, lower, upper) the same over the elements the triangle
+ * wants, whole or split into parts as threads take them. Last, the cpu device's triangles through
+ * OpenBLAS (products longer than rt_sgemm's), against the whole product. The last line is "N passed,
+ * M failed". */
 #include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
@@ -62,8 +65,13 @@ static void run(CBLAS_ORDER order, const RtGemm *g, const float *A, const float 
                 A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, C + i * g->sc, g->ldc);
 }
 
-/* g's operands over their whole spans, random in [-1, 1); C0 and C1 alike (NaN when nan_c). Returns
- * C's span. */
+/* op(A)[i][p] of product b is outside g's triangle: a zero the program writes there (lower, upper) */
+static bool a_masked(const RtGemm *g, int64_t i, int64_t p) {
+  return (g->tri == PP_TRI_LOWER && p > i) || (g->tri == PP_TRI_UPPER && p < i);
+}
+
+/* g's operands over their whole spans, random in [-1, 1), op(A) zero outside a lower or upper
+ * triangle; C0 and C1 alike (NaN when nan_c). Returns C's span. */
 static int64_t operands(const RtGemm *g, float **A, float **B, float **C0, float **C1, bool nan_c) {
   int64_t na = span(g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
   int64_t nb = span(g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
@@ -72,49 +80,151 @@ static int64_t operands(const RtGemm *g, float **A, float **B, float **C0, float
   for (int64_t i = 0; i < na; i++) (*A)[i] = rnd();
   for (int64_t i = 0; i < nb; i++) (*B)[i] = rnd();
   for (int64_t i = 0; i < nc; i++) (*C0)[i] = (*C1)[i] = nan_c ? NAN : rnd();
+  for (int b = 0; b < g->batch; b++)
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t p = 0; p < g->k; p++)
+        if (a_masked(g, i, p)) (*A)[b * g->sa + (g->ta ? p * g->lda + i : i * g->lda + p)] = 0.0f;
   return nc;
 }
 
 /* One product as rt_sgemm defines it: each element a chain of fmaf over k in order, times alpha, plus
- * beta C by one more fmaf (C not read when beta is 0). */
+ * beta C by one more fmaf (C not read when beta is 0); a lower or upper triangle's chain over its k
+ * alone. */
 static void chain(const RtGemm *g, const float *A, const float *B, float *C) {
   for (int i = 0; i < g->m; i++)
     for (int j = 0; j < g->n; j++) {
       float acc = 0;
       for (int p = 0; p < g->k; p++)
-        acc = fmaf(g->ta ? A[(int64_t)p * g->lda + i] : A[(int64_t)i * g->lda + p],
-                   g->tb ? B[(int64_t)j * g->ldb + p] : B[(int64_t)p * g->ldb + j], acc);
+        if (!a_masked(g, i, p))
+          acc = fmaf(g->ta ? A[(int64_t)p * g->lda + i] : A[(int64_t)i * g->lda + p],
+                     g->tb ? B[(int64_t)j * g->ldb + p] : B[(int64_t)p * g->ldb + j], acc);
       float r = g->alpha * acc;
       C[(int64_t)i * g->ldc + j] = g->beta != 0.0f ? fmaf(g->beta, C[(int64_t)i * g->ldc + j], r) : r;
     }
 }
 
+/* Element e of C's span is one that g's triangle does not want (tri:out, j > i): unspecified. */
+static bool unwanted(const RtGemm *g, int64_t e) {
+  if (g->tri != PP_TRI_OUT) return false;
+  for (int b = 0; b < g->batch; b++) { /* the product holding e (C's products are disjoint) */
+    int64_t off = e - b * g->sc, i = off / g->ldc, j = off % g->ldc;
+    if (off >= 0 && i < g->m && j < g->n) return j > i;
+  }
+  return false;
+}
+
 /* rt_sgemm on g's batch against chain, bit for bit, over C's whole span (elements between rows must
- * keep their values; a BETA 0 C starts as NaN, which must not leak in). 0 when equal, else prints. */
-static int own_differs(const RtGemm *g) {
+ * keep their values; a BETA 0 C starts as NaN, which must not leak in), but for the elements g's
+ * triangle does not want and the sign of a zero (a triangle's chain leaves out products with op(A)'s
+ * zeros). split: each product in four parts, as threads take one (rows and columns halved). 0 when
+ * equal, else prints. */
+static int own_differs_in(const RtGemm *g, bool split) {
   float *A, *B, *C0, *C1, *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->m, g->n, g->k) + 16) / 16 * 64);
   int64_t nc = operands(g, &A, &B, &C0, &C1, g->beta == 0.0f);
+  int rs[3] = {0, split ? g->m / 2 : g->m, g->m}, cs[3] = {0, split ? g->n / 2 : g->n, g->n};
   for (int i = 0; i < g->batch; i++) {
     chain(g, A + i * g->sa, B + i * g->sb, C0 + i * g->sc);
-    rt_sgemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta,
-             C1 + i * g->sc, g->ldc, W);
+    for (int r = 0; r < 2; r++)
+      for (int c = 0; c < 2; c++) {
+        int r0 = rs[r], r1 = rs[r + 1], c0 = cs[c], c1 = cs[c + 1];
+        if (r1 <= r0 || c1 <= c0) continue;
+        rt_sgemm(g->ta, g->tb, r1 - r0, c1 - c0, g->k, g->alpha, A + i * g->sa + (int64_t)r0 * (g->ta ? 1 : g->lda),
+                 g->lda, B + i * g->sb + (int64_t)c0 * (g->tb ? g->ldb : 1), g->ldb, g->beta,
+                 C1 + i * g->sc + (int64_t)r0 * g->ldc + c0, g->ldc, g->tri, r0, c0, W);
+      }
   }
   int64_t at = -1;
   for (int64_t i = 0; i < nc && at < 0; i++)
-    if (memcmp(&C0[i], &C1[i], 4)) at = i;
+    if (memcmp(&C0[i], &C1[i], 4) && !(C0[i] == 0.0f && C1[i] == 0.0f) && !unwanted(g, i)) at = i;
   if (at >= 0)
-    printf("  rt_sgemm %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d batch %d: C[%lld] is %.9g, the fma chain "
-           "%.9g\n",
+    printf("  rt_sgemm %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d batch %d tri %s%s: C[%lld] is %.9g, the "
+           "fma chain %.9g\n",
            g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->alpha, g->beta, g->lda, g->ldb, g->ldc, g->batch,
-           (long long)at, C1[at], C0[at]);
+           pp_tri_name(g->tri), split ? " (in parts)" : "", (long long)at, C1[at], C0[at]);
   free(A), free(B), free(C0), free(C1), free(W);
   return at >= 0;
 }
 
+static int own_differs(const RtGemm *g) { return own_differs_in(g, false); }
+
 static int same(const RtGemm *a, const RtGemm *b) {
   return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
          a->ldb == b->ldb && a->ldc == b->ldc && a->sa == b->sa && a->sb == b->sb && a->sc == b->sc &&
-         a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta;
+         a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta && a->tri == b->tri;
+}
+
+/* The cpu device's triangles past rt_sgemm's sizes (OpenBLAS, a product per block of rows; split
+ * over threads by product or by rows): against the whole product through OpenBLAS, op(A) zero
+ * outside a lower or upper triangle, over the elements each triangle wants. */
+static void tri_device(void) {
+  char err[512];
+  RtDev *d = NULL;
+  if (rt_dev_open("cpu", 0, &d, err, sizeof err)) {
+    check(0, "cpu device: %s", err);
+    return;
+  }
+  int bad = 0, n = 0;
+  if (rt_dev_alloc(d, (int64_t)3 * 2 * 613 * 613 * 4)) { /* the largest case's A, B and C */
+    check(0, "cpu device: %s", d->err);
+    rt_dev_close(d);
+    return;
+  }
+  for (int tri = PP_TRI_OUT; tri <= PP_TRI_UPPER; tri++)
+    for (int batch = 1; batch <= 2; batch++)
+      for (int ta = 0; ta < 2; ta++) {
+        int s = 600 + 13 * ta, dd = 70;
+        int m = s, nn = tri == PP_TRI_OUT ? s : dd, k = tri == PP_TRI_OUT ? dd : s;
+        RtGemm g = {ta,
+                    batch == 2,
+                    m,
+                    nn,
+                    k,
+                    batch,
+                    0.5f,
+                    batch == 2 ? 1.0f : 0.0f,
+                    0,
+                    0,
+                    0,
+                    ta ? m : k,
+                    batch == 2 ? k : nn,
+                    nn,
+                    (int64_t)m * k,
+                    (int64_t)k * nn,
+                    (int64_t)m * nn,
+                    {PP_F32, PP_F32, PP_F32},
+                    (PpTri)tri};
+        float *A, *B, *C0, *C1;
+        int64_t nc = operands(&g, &A, &B, &C0, &C1, false);
+        int64_t na = (int64_t)batch * m * k, nb = (int64_t)batch * k * nn;
+        g.b = na * 4, g.c = (na + nb) * 4;
+        run(CblasRowMajor, &g, A, B, C0);
+        if (rt_dev_write(d, 0, A, na * 4) || rt_dev_write(d, g.b, B, nb * 4) || rt_dev_write(d, g.c, C1, nc * 4) ||
+            rt_dev_gemm(d, &g) || rt_dev_read(d, g.c, C1, nc * 4)) {
+          check(0, "cpu device: %s", d->err);
+          bad++;
+        } else {
+          double worst = 0, big = 1;
+          for (int64_t i = 0; i < nc; i++)
+            if (!unwanted(&g, i)) {
+              double e = fabs((double)C0[i] - C1[i]);
+              if (e > worst || e != e) worst = e;
+              if (fabs(C0[i]) > big) big = fabs(C0[i]);
+            }
+          n++;
+          if (!(worst <= 1e-6 * big)) { /* OpenBLAS sums a shorter k in another order */
+            bad++;
+            printf(
+                "  cpu device tri:%s %c %c %d %d %d batch %d: differs from the whole product by %.3g (largest %.3g)\n",
+                pp_tri_name(g.tri), ta ? 'T' : 'N', g.tb ? 'T' : 'N', m, nn, k, batch, worst, big);
+          }
+        }
+        free(A), free(B), free(C0), free(C1);
+      }
+  rt_dev_close(d);
+  check(n == 12 && bad == 0,
+        "cpu device: %d triangles through OpenBLAS (tri:out, lower, upper; S 600 and 613; one product and a batch of "
+        "two; BETA 0 and 1): the whole product's values where wanted",
+        n);
 }
 
 int main(int argc, char **argv) {
@@ -152,7 +262,8 @@ int main(int argc, char **argv) {
           if (in->kind != RT_I_GEMM) continue;
           RtGemm g = {in->ta,    in->tb,   in->m,  in->n,  in->k,  in->batch,
                       in->alpha, in->beta, 0,      0,      0,      in->lda,
-                      in->ldb,   in->ldc,  in->sa, in->sb, in->sc, {in->dt[0], in->dt[1], in->dt[2]}};
+                      in->ldb,   in->ldc,  in->sa, in->sb, in->sc, {in->dt[0], in->dt[1], in->dt[2]},
+                      in->tri};
           int dup = 0;
           for (int k = 0; k < nseen && !dup; k++) dup = same(&seen[k], &g);
           if (!dup && nseen < 8192) seen[nseen++] = g;
@@ -163,8 +274,8 @@ int main(int argc, char **argv) {
   /* a form the format allows and today's listings no longer use: batches adding into one C (SC =
    * 0), as a head's weight gradient was when ppc kept the head's transpose after it (dW[V,H] +=
    * dlogits[b]^T x[:, b, :] for each sequence b) */
-  seen[nseen++] =
-      (RtGemm){1, 0, 24, 16, 8, 3, 1.0f, 1.0f, 0, 0, 0, 24, 3 * 16, 16, 8 * 24, 16, 0, {PP_F32, PP_F32, PP_F32}};
+  seen[nseen++] = (RtGemm){
+      1, 0, 24, 16, 8, 3, 1.0f, 1.0f, 0, 0, 0, 24, 3 * 16, 16, 8 * 24, 16, 0, {PP_F32, PP_F32, PP_F32}, PP_TRI_NONE};
   int bad = 0;
   for (int t = 0; t < nseen; t++) {
     const RtGemm *g = &seen[t];
@@ -202,13 +313,14 @@ int main(int argc, char **argv) {
   if (!rt_sgemm_fits(1, 1, 1)) {
     check(1, "rt_sgemm: this CPU has no AVX-512; every GEMM goes to OpenBLAS (%d listing GEMMs)", nseen);
   } else {
-    int taken = 0, wrong = 0;
+    int taken = 0, wrong = 0, tris = 0;
     for (int t = 0; t < nseen; t++)
-      if (rt_sgemm_fits(seen[t].m, seen[t].n, seen[t].k)) taken++, wrong += own_differs(&seen[t]);
-    check(taken > 0 && wrong == 0,
-          "rt_sgemm: %d of the %d listing GEMMs are short enough for it; %d differ from "
+      if (rt_sgemm_fits(seen[t].m, seen[t].n, seen[t].k))
+        taken++, tris += seen[t].tri != PP_TRI_NONE, wrong += own_differs(&seen[t]);
+    check(taken > 0 && tris > 0 && wrong == 0,
+          "rt_sgemm: %d of the %d listing GEMMs are short enough for it (%d with a triangle); %d differ from "
           "the fma chain",
-          taken, nseen, wrong);
+          taken, nseen, tris, wrong);
     static const int ms[] = {1, 5, 12, 13, 37, 128, 300}, ns[] = {1, 15, 16, 17, 31, 33, 64, 100, 512},
                      ks[] = {1, 7, 64, 128, 512};
     static const float ab[][2] = {{1, 0}, {0.125f, 1}, {-0.5f, 0.75f}};
@@ -239,7 +351,8 @@ int main(int argc, char **argv) {
                           0,
                           0,
                           0,
-                          {PP_F32, PP_F32, PP_F32}};
+                          {PP_F32, PP_F32, PP_F32},
+                          PP_TRI_NONE};
               if (!rt_sgemm_fits(m, nn, k)) continue;
               n++, wrong += own_differs(&g);
             }
@@ -247,7 +360,46 @@ int main(int argc, char **argv) {
           "rt_sgemm: %d shapes (all four transposes, M 1..300, N 1..512, K 1..512, packed "
           "and strided operands, BETA 0, 1 and 0.75): %d differ from the fma chain",
           n, wrong);
+    /* triangles: S x S scores (out) or an S x S op(A) (lower, upper), square and not, every
+     * transpose, the block edges, whole and in the parts threads take */
+    static const int ss[] = {1, 12, 13, 40, 100, 257, 512}, dd[] = {1, 33, 96};
+    n = 0, wrong = 0;
+    for (int tri = PP_TRI_OUT; tri <= PP_TRI_UPPER; tri++)
+      for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+          for (size_t si = 0; si < sizeof ss / sizeof *ss; si++)
+            for (size_t di = 0; di < sizeof dd / sizeof *dd; di++) {
+              int v = (int)(si + di) + ta + tb + tri, s = ss[si], d = dd[di], wide = s < 500 ? (v % 2) * 7 : 0;
+              int m = s, nn = tri == PP_TRI_OUT ? s + wide : d, k = tri == PP_TRI_OUT ? d : s + wide;
+              int pad = v % 3 == 1 ? 3 : 0;
+              RtGemm g = {ta,
+                          tb,
+                          m,
+                          nn,
+                          k,
+                          1,
+                          ab[v % 3][0],
+                          ab[v % 3][1],
+                          0,
+                          0,
+                          0,
+                          (ta ? m : k) + pad,
+                          (tb ? k : nn) + pad,
+                          nn + (v % 2) * 5,
+                          0,
+                          0,
+                          0,
+                          {PP_F32, PP_F32, PP_F32},
+                          (PpTri)tri};
+              if (!rt_sgemm_fits(m, nn, k)) continue;
+              n++, wrong += own_differs_in(&g, false) + own_differs_in(&g, true);
+            }
+    check(n == 3 * 4 * (int)(sizeof ss / sizeof *ss * sizeof dd / sizeof *dd) && wrong == 0,
+          "rt_sgemm: %d triangles (tri:out, lower and upper; all four transposes; S 1..512, square and not; "
+          "whole and in four parts): %d differ from the fma chain over the triangle",
+          n, wrong);
   }
+  tri_device();
   free(seen);
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;

@@ -1996,7 +1996,8 @@ static void test_parser(void) {
   expect_parse_error("gemm batch stride past the slot", "$128 8 32 @576 8 0 0 $384 8 32 2",
                      "$128 8 32 @576 8 0 0 $384 8 320 2", ":%d: gemm: C: $384 + 1408 bytes leaves the slot");
   expect_parse_error("gemm with 17 fields", "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1",
-                     "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0", ":%d: expected 18 fields, found 17");
+                     "gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0",
+                     ":%d: expected 18 fields, or 21 with the types, then perhaps a triangle; found 17");
   expect_parse_error("gemm TA X", "gemm N T 8 16", "gemm X T 8 16", ":%d: gemm: TA is 'X' (expected N or T)");
   expect_parse_error("$ operand in the optimizer", "kernel adamw <<<1,1,0>>> @512:32",
                      "kernel adamw <<<1,1,0>>> $512:32",
@@ -2030,6 +2031,12 @@ static void test_parser(void) {
                      "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
   expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
                      "block optimizer\nend\nblock optimizer2\n", "the optimizer block has no grad_norm");
+  expect_parse_ok("gemm tri:out", "@832 8 0 1     # dE", "@832 8 0 1 tri:out     # dE");
+  expect_parse_ok("gemm with types and tri:upper", "@832 8 0 1     # dE", "@832 8 0 1 f32 f32 f32 tri:upper     # dE");
+  expect_parse_error("gemm tri:diag", "@832 8 0 1     # dE", "@832 8 0 1 tri:diag     # dE",
+                     ":%d: gemm: 'tri:diag' (expected tri:out, tri:lower or tri:upper)");
+  expect_parse_error("gemm, 19 fields", "@832 8 0 1     # dE", "@832 8 0 1 f32     # dE",
+                     ":%d: expected 18 fields, or 21 with the types, then perhaps a triangle; found 19");
   expect_parse_error("optimizer block, unknown word", "block optimizer\n", "block optimizer clear\n",
                      ":%d: block optimizer: unknown word 'clear' (expected nothing or clears_grads)");
   expect_parse_error("clears_grads on the forward block", "block forward\n", "block forward clears_grads\n",
