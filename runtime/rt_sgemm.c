@@ -112,9 +112,12 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
     A = acont, lda = k;
   } else if (ta) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
-                    * acont + (i * k + p * 12); A read a row at a time */
+                    * acont + (i * k + p * 12); A read a row at a time; a triangle's blocks only over
+                    * the p they run over (below) */
     for (int p = 0; p < k; p++)
       for (int i = 0; i < m; i += MR) {
+        if (tri == PP_TRI_UPPER && (int64_t)row0 + i > p) break;          /* this block and the next start past p */
+        if (tri == PP_TRI_LOWER && (int64_t)row0 + i + MR <= p) continue; /* this block ends before p */
         __mmask16 mm = lanes(m - i);
         _mm512_mask_storeu_ps(acont + (int64_t)i * k + p * MR, mm & 0xFFF, _mm512_maskz_loadu_ps(mm, A + p * lda + i));
       }
