@@ -153,6 +153,30 @@ static int same(const RtGemm *a, const RtGemm *b) {
          a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta && a->tri == b->tri;
 }
 
+/* One f32 product C[m, n] = alpha op(A) op(B) + beta C (ab: alpha and beta), A and B with pad
+ * elements past their columns in each row, C's rows ldc apart. */
+static RtGemm one_product(int ta, int tb, int m, int n, int k, const float ab[2], int pad, int ldc, PpTri tri) {
+  return (RtGemm){ta,
+                  tb,
+                  m,
+                  n,
+                  k,
+                  1,
+                  ab[0],
+                  ab[1],
+                  0,
+                  0,
+                  0,
+                  (ta ? m : k) + pad,
+                  (tb ? k : n) + pad,
+                  ldc,
+                  0,
+                  0,
+                  0,
+                  {PP_F32, PP_F32, PP_F32},
+                  tri};
+}
+
 /* The cpu device's triangles past rt_sgemm's sizes (OpenBLAS, a product per block of rows; split
  * over threads by product or by rows): against the whole product through OpenBLAS, op(A) zero
  * outside a lower or upper triangle, over the elements each triangle wants. */
@@ -334,25 +358,7 @@ int main(int argc, char **argv) {
               int m = ms[mi], nn = ns[ni], k = ks[ki], v = (int)(mi + ni + ki);
               /* leading dimensions packed or far apart (a page: rt_sgemm compacts such rows first) */
               int pad = v % 3 == 0 ? 0 : v % 3 == 1 ? 3 : 1024;
-              RtGemm g = {ta,
-                          tb,
-                          m,
-                          nn,
-                          k,
-                          1,
-                          ab[v % 3][0],
-                          ab[v % 3][1],
-                          0,
-                          0,
-                          0,
-                          (ta ? m : k) + pad,
-                          (tb ? k : nn) + pad,
-                          nn + (v % 2) * 5,
-                          0,
-                          0,
-                          0,
-                          {PP_F32, PP_F32, PP_F32},
-                          PP_TRI_NONE};
+              RtGemm g = one_product(ta, tb, m, nn, k, ab[v % 3], pad, nn + (v % 2) * 5, PP_TRI_NONE);
               if (!rt_sgemm_fits(m, nn, k)) continue;
               n++, wrong += own_differs(&g);
             }
@@ -372,25 +378,7 @@ int main(int argc, char **argv) {
               int v = (int)(si + di) + ta + tb + tri, s = ss[si], d = dd[di], wide = s < 500 ? (v % 2) * 7 : 0;
               int m = s, nn = tri == PP_TRI_OUT ? s + wide : d, k = tri == PP_TRI_OUT ? d : s + wide;
               int pad = v % 3 == 1 ? 3 : 0;
-              RtGemm g = {ta,
-                          tb,
-                          m,
-                          nn,
-                          k,
-                          1,
-                          ab[v % 3][0],
-                          ab[v % 3][1],
-                          0,
-                          0,
-                          0,
-                          (ta ? m : k) + pad,
-                          (tb ? k : nn) + pad,
-                          nn + (v % 2) * 5,
-                          0,
-                          0,
-                          0,
-                          {PP_F32, PP_F32, PP_F32},
-                          (PpTri)tri};
+              RtGemm g = one_product(ta, tb, m, nn, k, ab[v % 3], pad, nn + (v % 2) * 5, (PpTri)tri);
               if (!rt_sgemm_fits(m, nn, k)) continue;
               n++, wrong += own_differs_in(&g, false) + own_differs_in(&g, true);
             }
