@@ -26,22 +26,22 @@ static inline int pp_tri_parse(const char *s) {
   return -1;
 }
 
+/* The sum over rows i < m of min(c, i + 1). */
+static inline double pp_tri_rows(int64_t m, int64_t c) {
+  double q = (double)(m < c ? m : c);
+  return q * (q + 1) / 2 + (double)(m > c ? m - c : 0) * (double)c;
+}
+
 /* The multiply-adds of one m x n x k product that the triangle keeps (each a FLOP pair). */
 static inline double pp_tri_macs(PpTri t, int64_t m, int64_t n, int64_t k) {
-  double s = 0;
+  double q = (double)(m < k ? m : k);
   switch (t) {
   case PP_TRI_NONE: return (double)m * n * k;
-  case PP_TRI_OUT: /* row i: min(n, i + 1) elements of k products */
-    for (int64_t i = 0; i < m; i++) s += (double)(i + 1 < n ? i + 1 : n) * k;
-    return s;
-  case PP_TRI_LOWER: /* row i: k' = min(k, i + 1) products for each of n elements */
-    for (int64_t i = 0; i < m; i++) s += (double)(i + 1 < k ? i + 1 : k) * n;
-    return s;
-  case PP_TRI_UPPER: /* row i: k - i products (none past k) */
-    for (int64_t i = 0; i < m && i < k; i++) s += (double)(k - i) * n;
-    return s;
+  case PP_TRI_OUT: return pp_tri_rows(m, n) * (double)k;   /* row i: min(n, i + 1) elements of k products */
+  case PP_TRI_LOWER: return pp_tri_rows(m, k) * (double)n; /* row i: min(k, i + 1) products an element */
+  case PP_TRI_UPPER: return (q * (double)k - q * (q - 1) / 2) * (double)n; /* row i < k: k - i products */
   }
-  return s;
+  return 0;
 }
 
 #endif /* PP_TRI_H */

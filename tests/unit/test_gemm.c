@@ -153,6 +153,23 @@ static int same(const RtGemm *a, const RtGemm *b) {
          a->batch == b->batch && a->alpha == b->alpha && a->beta == b->beta && a->tri == b->tri;
 }
 
+/* pp_tri_macs, the FLOP counts' multiply-adds of a triangle, against counting them one by one */
+static void tri_macs(void) {
+  int bad = 0, n = 0;
+  for (int t = PP_TRI_NONE; t <= PP_TRI_UPPER; t++)
+    for (int m = 1; m < 14; m++)
+      for (int nn = 1; nn < 14; nn++)
+        for (int k = 1; k < 14; k += 3, n++) {
+          double c = 0;
+          for (int i = 0; i < m; i++)
+            for (int j = 0; j < nn; j++)
+              for (int p = 0; p < k; p++)
+                c += !((t == PP_TRI_OUT && j > i) || (t == PP_TRI_LOWER && p > i) || (t == PP_TRI_UPPER && p < i));
+          bad += c != pp_tri_macs((PpTri)t, m, nn, k);
+        }
+  check(bad == 0, "pp_tri_macs: %d shapes of each triangle (M, N 1..13, K 1..13): %d counts differ", n / 4, bad);
+}
+
 /* One f32 product C[m, n] = alpha op(A) op(B) + beta C (ab: alpha and beta), A and B with pad
  * elements past their columns in each row, C's rows ldc apart. */
 static RtGemm one_product(int ta, int tb, int m, int n, int k, const float ab[2], int pad, int ldc, PpTri tri) {
@@ -388,6 +405,7 @@ int main(int argc, char **argv) {
           n, wrong);
   }
   tri_device();
+  tri_macs();
   free(seen);
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
