@@ -334,11 +334,12 @@ static int cpu_launch(RtDev *d, int kernel, const RtGeom *g, int nargs, const Rt
 
 #define TRI_ROWS 64 /* a triangle through OpenBLAS: a product per block of this many rows */
 
-/* Rows [r0, r1) and columns [c0, c1) of product i through OpenBLAS, of the inner indices [k0, k1). */
-static void blas_part(const RtGemm *g, const float *A, const float *B, float *C, int i, int r0, int r1, int c0, int c1,
-                      int k0, int k1) {
+/* Rows [r0, r1) and columns [c0, c1) of product i: through rt_sgemm with work when own (g's triangle
+ * there, every k), else through OpenBLAS over the inner indices [k0, k1). */
+static void one_part(const RtGemm *g, const float *A, const float *B, float *C, int i, int r0, int r1, int c0, int c1,
+                     int k0, int k1, bool own, float *work) {
   float *cc = C + i * g->sc + (int64_t)r0 * g->ldc + c0;
-  if (k1 <= k0) { /* no products: C = beta C */
+  if (!own && k1 <= k0) { /* no products: C = beta C */
     for (int r = 0; r < r1 - r0; r++)
       for (int j = 0; j < c1 - c0; j++)
         cc[(int64_t)r * g->ldc + j] = g->beta != 0.0f ? g->beta * cc[(int64_t)r * g->ldc + j] : 0.0f;
@@ -346,6 +347,11 @@ static void blas_part(const RtGemm *g, const float *A, const float *B, float *C,
   }
   const float *a = A + i * g->sa + (int64_t)r0 * (g->ta ? 1 : g->lda) + (int64_t)k0 * (g->ta ? g->lda : 1);
   const float *b = B + i * g->sb + (int64_t)c0 * (g->tb ? g->ldb : 1) + (int64_t)k0 * (g->tb ? 1 : g->ldb);
+  if (own) {
+    rt_sgemm(g->ta, g->tb, r1 - r0, c1 - c0, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, cc, g->ldc, g->tri, r0, c0,
+             work);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, r1 - r0, c1 - c0,
               k1 - k0, g->alpha, a, g->lda, b, g->ldb, g->beta, cc, g->ldc);
 }
@@ -356,16 +362,8 @@ static void blas_part(const RtGemm *g, const float *A, const float *B, float *C,
 static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C, int i0, int i1, int r0, int r1, int c0,
                       int c1, bool own, float *work) {
   for (int i = i0; i < i1; i++) {
-    if (own) {
-      const float *a = A + i * g->sa + (int64_t)r0 * (g->ta ? 1 : g->lda);
-      const float *b = B + i * g->sb + (int64_t)c0 * (g->tb ? g->ldb : 1);
-      float *cc = C + i * g->sc + (int64_t)r0 * g->ldc + c0;
-      rt_sgemm(g->ta, g->tb, r1 - r0, c1 - c0, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, cc, g->ldc, g->tri, r0,
-               c0, work);
-      continue;
-    }
-    if (g->tri == PP_TRI_NONE) {
-      blas_part(g, A, B, C, i, r0, r1, c0, c1, 0, g->k);
+    if (own || g->tri == PP_TRI_NONE) {
+      one_part(g, A, B, C, i, r0, r1, c0, c1, 0, g->k, own, work);
       continue;
     }
     for (int r = r0; r < r1; r += TRI_ROWS) {
@@ -373,10 +371,10 @@ static void gemm_part(const RtGemm *g, const float *A, const float *B, float *C,
       switch (g->tri) {
       case PP_TRI_NONE: break;
       case PP_TRI_OUT: /* columns j <= the block's last row */
-        if (re > c0) blas_part(g, A, B, C, i, r, re, c0, re < c1 ? re : c1, 0, g->k);
+        if (re > c0) one_part(g, A, B, C, i, r, re, c0, re < c1 ? re : c1, 0, g->k, false, NULL);
         break;
-      case PP_TRI_LOWER: blas_part(g, A, B, C, i, r, re, c0, c1, 0, re < g->k ? re : g->k); break;
-      case PP_TRI_UPPER: blas_part(g, A, B, C, i, r, re, c0, c1, r < g->k ? r : g->k, g->k); break;
+      case PP_TRI_LOWER: one_part(g, A, B, C, i, r, re, c0, c1, 0, re < g->k ? re : g->k, false, NULL); break;
+      case PP_TRI_UPPER: one_part(g, A, B, C, i, r, re, c0, c1, r < g->k ? r : g->k, g->k, false, NULL); break;
       }
     }
   }

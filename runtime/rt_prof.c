@@ -93,6 +93,11 @@ static void prof_instr(Prof *pr, int chunk, int b, const RtInstr *in, double ms)
   }
 }
 
+/* A shape's FLOPs over all its calls (a triangle's products alone) */
+static double prof_gemm_flops(const ProfGemm *g) {
+  return 2.0 * pp_tri_macs(g->tri, g->m, g->n, g->k) * g->batch * (double)g->calls;
+}
+
 static const char *prof_kind_name(int k) {
   switch (k) {
   case RT_I_BATCH: return "batch";
@@ -166,8 +171,7 @@ static void prof_report(const RtProf *f) {
     if (pr->ngemm) memcpy(g, pr->gemm, (size_t)pr->ngemm * sizeof *g);
     qsort(g, (size_t)pr->ngemm, sizeof *g, prof_gemm_cmp);
     double fl = 0;
-    for (int i = 0; i < pr->ngemm; i++)
-      fl += 2.0 * pp_tri_macs(g[i].tri, g[i].m, g[i].n, g[i].k) * g[i].batch * (double)g[i].calls;
+    for (int i = 0; i < pr->ngemm; i++) fl += prof_gemm_flops(&g[i]);
     double gms = pr->kind_ms[RT_I_GEMM];
     fprintf(o,
             "  gemm: %.2f GFLOP per step at %.1f GFLOP/s; shapes by time (C[M,N] = op(A)[M,K] op(B)[K,N], BATCH "
@@ -176,7 +180,7 @@ static void prof_report(const RtProf *f) {
     fprintf(o, "    %-9s %-5s %6s %6s %6s %6s %10s %9s %6s %8s  %s\n", "block", "TA TB", "M", "N", "K", "BATCH",
             "calls/step", "ms/step", "%", "GFLOP/s", "TRI");
     for (int i = 0; i < pr->ngemm; i++) {
-      double fl = 2.0 * pp_tri_macs(g[i].tri, g[i].m, g[i].n, g[i].k) * g[i].batch * (double)g[i].calls;
+      double fl = prof_gemm_flops(&g[i]);
       fprintf(o, "    %-9s %c  %c  %6d %6d %6d %6d %10.1f %9.3f %6.1f %8.2f  %s\n",
               rt_prog_block_label(p, g[i].chunk, g[i].blk, name, sizeof name), g[i].ta ? 'T' : 'N', g[i].tb ? 'T' : 'N',
               g[i].m, g[i].n, g[i].k, g[i].batch, g[i].calls / n, g[i].ms / n, 100 * g[i].ms / pr->step_ms,

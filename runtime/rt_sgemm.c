@@ -93,6 +93,9 @@ static AVX512 void panel(bool tb, int k, const float *B, int64_t ldb, int j, int
   }
 }
 
+/* Of np panels, those holding a column j <= last (tri:out: the last row wanted, less the first column) */
+static int out_panels(int np, int64_t last) { return last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np); }
+
 /* op(B) in panels of 32 columns (read from the second-level cache, each once per block of 12 rows),
  * then C a block of 12 rows at a time over every panel, the block's A in the first-level cache: a
  * transposed A packed K x 12, an untransposed one read where it lies (copied contiguous first when
@@ -102,11 +105,8 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0,
                          float *work) {
   int np = (n + NR - 1) / NR;
-  if (tri == PP_TRI_OUT) { /* the panels holding a column j <= the last row */
-    int64_t last = (int64_t)row0 + m - 1 - col0;
-    np = last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np);
-  }
-  float *bp = work, *acont = bp + (int64_t)np * NR * k; /* op(B)'s panels; A contiguous or packed */
+  if (tri == PP_TRI_OUT) np = out_panels(np, (int64_t)row0 + m - 1 - col0); /* the last row's */
+  float *bp = work, *acont = bp + (int64_t)np * NR * k;                     /* op(B)'s panels; A contiguous or packed */
   for (int q = 0; q < np; q++) panel(tb, k, B, ldb, q * NR, n - q * NR, bp + (int64_t)q * NR * k);
   if (!ta && lda > k) {
     for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
@@ -129,11 +129,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
     int kb = tri == PP_TRI_UPPER ? (int)(ai < k ? ai : k) : 0;
     int ke = tri == PP_TRI_LOWER ? (int)(ai + mr < k ? ai + mr : k) : k;
-    int qe = np;
-    if (tri == PP_TRI_OUT) {
-      int64_t last = ai + mr - 1 - col0;
-      qe = last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np);
-    }
+    int qe = tri == PP_TRI_OUT ? out_panels(np, ai + mr - 1 - col0) : np; /* the block's last row's */
     for (int q = 0; q < qe; q++) {
       int w = n - q * NR;
       block_rows(mr, ke - kb, a + kb * acs, ars, acs, bp + (int64_t)q * NR * k + (int64_t)kb * NR, NR, lanes(w),
