@@ -123,7 +123,7 @@ $(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_s
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
-UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath
+UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
@@ -143,6 +143,9 @@ $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.
 # the balanced pipeline partition against the dynamic program it replaced
 $(BUILD)/test_partition: tests/unit/test_partition.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
+# the kernel IR's builder, as the C renderer prints what it builds
+$(BUILD)/test_kir: tests/unit/test_kir.c tests/unit/check.h $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
+	$(CC) $(CFLAGS) -o $@ $< $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ)) $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 $(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels

@@ -2,6 +2,7 @@
  * of statements (loops, temporaries, reductions, conditionals, stores), appended one call at a
  * time; cg_kir.c renders what it builds. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ppc.h"
 
@@ -116,8 +117,93 @@ static int new_var(Kernel *k, bool is_int) {
   return k->nvars++;
 }
 
+/* Which of a, b and c are operand expressions (bits 1, 2, 4); a load's a is its buffer, a
+ * variable's or an argument's its number. */
+static int operands(KOp op) {
+  switch (op) {
+  case K_F:
+  case K_I:
+  case K_ROW:
+  case K_ARG:
+  case K_IARG:
+  case K_V:
+  case K_IV: return 0;
+  case K_LD:
+  case K_LDI: return 2;
+  case K_TOF:
+  case K_NEG:
+  case K_EXP:
+  case K_LOG:
+  case K_TANH:
+  case K_SQRT:
+  case K_RSQRT:
+  case K_COS:
+  case K_SIN:
+  case K_RND: return 1;
+  case K_ADD:
+  case K_SUB:
+  case K_MUL:
+  case K_DIV:
+  case K_MAX:
+  case K_POW:
+  case K_IADD:
+  case K_ISUB:
+  case K_IMUL:
+  case K_IDIV:
+  case K_IMOD:
+  case K_IEQ:
+  case K_ILT:
+  case K_IAND:
+  case K_FLT: return 3;
+  case K_SEL:
+  case K_ISEL:
+  case K_RAND: return 7;
+  }
+  return 7;
+}
+
+/* Whether expressions x and y are the same tree (the same text wherever rendered). */
+static bool same(const Kernel *k, int x, int y) {
+  if (x == y) return true;
+  const KExpr *a = &k->e[x], *b = &k->e[y];
+  if (a->op != b->op || memcmp(&a->f, &b->f, sizeof a->f) != 0 || a->i != b->i) return false;
+  int m = operands(a->op);
+  if (!(m & 1) && a->a != b->a) return false; /* a buffer, a variable or an argument */
+  return (!(m & 1) || same(k, a->a, b->a)) && (!(m & 2) || same(k, a->b, b->b)) && (!(m & 4) || same(k, a->c, b->c));
+}
+
+/* Whether statement s (a set or a store) may change expression x's value: it sets a variable x
+ * reads, or stores to a buffer x loads. */
+static bool changes(const Kernel *k, const KStmt *s, int x) {
+  const KExpr *e = &k->e[x];
+  if ((e->op == K_V || e->op == K_IV) && s->kind == KS_SET && s->var == e->a) return true;
+  if ((e->op == K_LD || e->op == K_LDI) && s->kind == KS_STORE && s->buf == e->a) return true;
+  int m = operands(e->op);
+  return ((m & 1) && changes(k, s, e->a)) || ((m & 2) && changes(k, s, e->b)) || ((m & 4) && changes(k, s, e->c));
+}
+
+/* An earlier temporary of the innermost open list holding the same value as `value` would now:
+ * the same tree, and no set or store since then that could change it (statements are numbered in
+ * the order they are made). Fused ops each build their inputs' values, so one value is often
+ * built twice in a kernel (SwiGLU's backward loads the gate and takes its sigmoid for d(up) and
+ * for d(gate)); reusing the temporary lets the compiler see one computation. -1 if none. */
+static int earlier_let(const Kernel *k, int value) {
+  int lvl = k->nopen - 1;
+  for (int s = lvl == 0 ? k->body : k->s[k->open[lvl]].body; s >= 0; s = k->s[s].next) {
+    const KStmt *t = &k->s[s];
+    if (t->kind != KS_LET || !same(k, t->a, value)) continue;
+    bool kept = true;
+    for (int u = s + 1; u < k->ns && kept; u++)
+      if (k->s[u].kind == KS_SET || k->s[u].kind == KS_STORE) kept = !changes(k, &k->s[u], value);
+    if (kept) return t->var;
+  }
+  return -1;
+}
+
 int kir_let(Kernel *k, int value) {
   bool in = is_int_expr(k, value);
+  int old = earlier_let(k, value);
+  if (old >= 0) return kir_e(k, in ? K_IV : K_V, old, 0, 0);
   int v = new_var(k, in);
   int s = stmt(k, KS_LET);
   k->s[s].var = v;

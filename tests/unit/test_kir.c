@@ -1,0 +1,97 @@
+/* test_kir.c — the kernel IR's builder (kir.c) as the C renderer prints it: a temporary built
+ * again with the same value is the earlier one where nothing between could have changed that
+ * value, and a new one where something could (a store to a buffer it loads, a set of a temporary
+ * it reads) or where the earlier one is out of reach (another loop's body). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ppc.h"
+
+/* The kernel's C source (the caller frees it). */
+static char *render(const Kernel *k) {
+  char *out = NULL;
+  size_t len = 0, cap = 0;
+  cg_render_kernel(k, LANG_C, &out, &len, &cap);
+  return out;
+}
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+  return n;
+}
+
+static int sigmoid(Kernel *k, int x) {
+  return kir_e(k, K_DIV, kir_f(k, 1), kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_EXP, kir_e(k, K_NEG, x, 0, 0), 0, 0), 0),
+               0);
+}
+
+/* SwiGLU's backward as its two fused ops build it: each loads the gate and takes its sigmoid. */
+static void test_shared_load(void) {
+  Kernel *k = kir_new("swiglu_dx", KM_FLAT, 100, 256);
+  int du = kir_buf(k, "p0", PP_F32, true), dy = kir_buf(k, "p1", PP_F32, false);
+  int gate = kir_buf(k, "p2", PP_F32, false), dg = kir_buf(k, "p3", PP_F32, true);
+  int r = kir_row(k);
+  int x0 = kir_let(k, kir_ld(k, gate, r));
+  kir_store(k, du, r, '=', kir_e(k, K_MUL, kir_ld(k, dy, r), kir_e(k, K_MUL, x0, sigmoid(k, x0), 0), 0));
+  int x1 = kir_let(k, kir_ld(k, gate, kir_row(k)));
+  int s = kir_let(k, sigmoid(k, x1));
+  kir_store(k, dg, r, '=', kir_e(k, K_MUL, s, x1, 0));
+  check(k->e[x0].a == k->e[x1].a, "the gate loaded twice is one temporary (v%d, v%d)", k->e[x0].a, k->e[x1].a);
+  char *c = render(k);
+  check(count(c, "= p2[r];") == 1, "one load of the gate in:\n%s", c);
+  check(count(c, "ppk_exp((-v0))") == 2 && !strstr(c, "v2 = p2"), "both sigmoids of v0 in:\n%s", c);
+  free(c);
+  (void)s;
+  kir_free(k);
+}
+
+/* A store to the buffer a temporary loads, between the two: the second is a new load. */
+static void test_store_between(void) {
+  Kernel *k = kir_new("rmw", KM_FLAT, 100, 256);
+  int b = kir_buf(k, "p0", PP_F32, true);
+  int r = kir_row(k);
+  int x0 = kir_let(k, kir_ld(k, b, r));
+  kir_store(k, b, r, '=', kir_e(k, K_MUL, x0, kir_f(k, 2), 0));
+  int x1 = kir_let(k, kir_ld(k, b, r));
+  kir_store(k, b, r, '=', kir_e(k, K_ADD, x1, kir_f(k, 1), 0));
+  check(k->e[x0].a != k->e[x1].a, "a load after a store to its buffer is a new temporary");
+  char *c = render(k);
+  check(count(c, "= p0[r];") == 2, "two loads of p0 in:\n%s", c);
+  free(c);
+  kir_free(k);
+}
+
+/* A temporary that reads an accumulator set in between, and one in another loop's body. */
+static void test_set_and_scope(void) {
+  Kernel *k = kir_new("acc", KM_FLAT, 100, 256);
+  int in = kir_buf(k, "p0", PP_F32, false), out = kir_buf(k, "p1", PP_F32, true);
+  int r = kir_row(k);
+  int acc = kir_let(k, kir_f(k, 0));
+  int t0 = kir_let(k, kir_e(k, K_MUL, acc, kir_f(k, 3), 0));
+  kir_set(k, acc, '+', kir_ld(k, in, r));
+  int t1 = kir_let(k, kir_e(k, K_MUL, acc, kir_f(k, 3), 0));
+  check(k->e[t0].a != k->e[t1].a, "a temporary reading an accumulator set since is a new one");
+  int t2 = kir_let(k, kir_e(k, K_MUL, acc, kir_f(k, 3), 0));
+  check(k->e[t1].a == k->e[t2].a, "with no set between, the same temporary");
+  int j = kir_for(k, kir_i(k, 4));
+  int l0 = kir_let(k, kir_ld(k, in, r));
+  kir_store(k, out, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 4), 0), j, 0), '=', l0);
+  kir_end(k);
+  int l1 = kir_let(k, kir_ld(k, in, r)); /* the same tree, but the loop's body is closed */
+  check(k->e[l0].a != k->e[l1].a, "a temporary of a closed loop's body is not reused");
+  char *c = render(k);
+  check(count(c, "= p0[r];") == 2, "the loop's load and the one after it in:\n%s", c);
+  free(c);
+  kir_store(k, out, r, '=', kir_e(k, K_ADD, t2, l1, 0));
+  kir_free(k);
+}
+
+int main(void) {
+  test_shared_load();
+  test_store_between();
+  test_set_and_scope();
+  return check_done();
+}
