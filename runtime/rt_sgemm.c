@@ -24,19 +24,24 @@
 #define AVX512 __attribute__((target("avx512f")))
 
 /* The block C[0..mr, 0..32) (columns beyond the masks not touched): A's element (r, p) at
- * a[r * ars + p * acs], B's row p at b + p * bs. */
-static inline __attribute__((always_inline)) AVX512 void block(const int mr, int k, const float *a, int64_t ars,
-                                                               int64_t acs, const float *b, int64_t bs, __mmask16 m0,
-                                                               __mmask16 m1, float alpha, float beta, float *c,
-                                                               int64_t ldc) {
+ * a[r * ars + p * acs] (packed: ars 1, acs 12, constants), op(B)'s row p at b + p * bs (a panel:
+ * 64-byte aligned, zero past the masks' columns). A where it lies is read through four row pointers,
+ * rows 3j + i at row 3j's plus i * ars (an addressing mode's scale), so that the loop needs seven
+ * general registers, not one per row. */
+static inline __attribute__((always_inline)) AVX512 void block(const int mr, const bool packed, int k, const float *a,
+                                                               int64_t ars, int64_t acs, const float *b, int64_t bs,
+                                                               __mmask16 m0, __mmask16 m1, float alpha, float beta,
+                                                               float *c, int64_t ldc) {
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
   for (int r = 0; r < mr; r++) c0[r] = _mm512_setzero_ps(), c1[r] = _mm512_setzero_ps();
-  for (int p = 0; p < k; p++, a += acs, b += bs) {
-    __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+  const float *a3 = mr > 3 ? a + 3 * ars : a, *a6 = mr > 6 ? a + 6 * ars : a, *a9 = mr > 9 ? a + 9 * ars : a;
+  for (int p = 0; p < k; p++, a += acs, a3 += acs, a6 += acs, a9 += acs, b += bs) {
+    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
-      __m512 av = _mm512_set1_ps(a[r * ars]);
+      const float *ar = r < 3 ? a : r < 6 ? a3 : r < 9 ? a6 : a9;
+      __m512 av = _mm512_set1_ps(packed ? a[r] : ar[(r % 3) * ars]);
       c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
@@ -61,8 +66,8 @@ static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_
                               __mmask16 m0, __mmask16 m1, float alpha, float beta, float *c, int64_t ldc) {
 #define ROWS(n)                                                                                                        \
   case n:                                                                                                              \
-    if (ars == 1 && acs == MR) block(n, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc);                              \
-    else block(n, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc);                                                 \
+    if (ars == 1 && acs == MR) block(n, true, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc);                        \
+    else block(n, false, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc);                                          \
     break;
   switch (mr) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12) }
 #undef ROWS
