@@ -75,23 +75,59 @@ static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_
 
 static __mmask16 lanes(int w) { return (__mmask16)(w >= 16 ? 0xFFFF : w <= 0 ? 0 : (1u << w) - 1); }
 
+/* dst's rows c = 0..15 (16 floats each, dst + c * dld, 64-byte aligned) = column c of the 16 x 16
+ * block whose row r is src + r * ld: three rounds of shuffles (within 128-bit lanes by 32 and 64
+ * bits, then across lanes), no gathers. */
+static inline __attribute__((always_inline)) AVX512 void transpose16(const float *src, int64_t ld, float *dst,
+                                                                     int64_t dld) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ld);
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) /* lane L: rows i, i+1 of columns 4L, 4L+1 (lo) or 4L+2, 4L+3 (hi) */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) { /* r[g + c], lane L: rows g..g+3 of column 4L + c */
+    r[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44), r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    r[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44), r[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) { /* columns c, 4 + c, 8 + c, 12 + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c] */
+    __m512 x0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), x1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    __m512 y0 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88), y1 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    _mm512_store_ps(dst + c * dld, _mm512_shuffle_f32x4(x0, y0, 0x88));
+    _mm512_store_ps(dst + (8 + c) * dld, _mm512_shuffle_f32x4(x0, y0, 0xDD));
+    _mm512_store_ps(dst + (4 + c) * dld, _mm512_shuffle_f32x4(x1, y1, 0x88));
+    _mm512_store_ps(dst + (12 + c) * dld, _mm512_shuffle_f32x4(x1, y1, 0xDD));
+  }
+}
+
 /* op(B)'s columns [j, j + w) as a K x 32 panel, row p at pan + p * 32 (columns past w zero) */
 static AVX512 void panel(bool tb, int k, const float *B, int64_t ldb, int j, int w, float *pan) {
   __mmask16 m0 = lanes(w), m1 = lanes(w - 16);
+  int p0 = 0;
   if (!tb) { /* op(B)[p][j + q] = B[p * ldb + j + q]: rows copied */
     for (int p = 0; p < k; p++) {
       _mm512_store_ps(pan + p * NR, _mm512_maskz_loadu_ps(m0, B + p * ldb + j));
       _mm512_store_ps(pan + p * NR + 16, _mm512_maskz_loadu_ps(m1, B + p * ldb + j + 16));
     }
-  } else if (ldb > INT32_MAX / NR) { /* op(B)[p][j + q] = B[(j + q) * ldb + p], element by element */
-    for (int p = 0; p < k; p++)
+    return;
+  }
+  /* op(B)[p][j + q] = B[(j + q) * ldb + p]: a whole panel's 32 rows by blocks of 16 x 16 */
+  if (w >= NR)
+    for (; p0 + 16 <= k; p0 += 16) {
+      transpose16(B + (int64_t)j * ldb + p0, ldb, pan + p0 * NR, NR);
+      transpose16(B + (int64_t)(j + 16) * ldb + p0, ldb, pan + p0 * NR + 16, NR);
+    }
+  if (ldb > INT32_MAX / NR) { /* the rest element by element */
+    for (int p = p0; p < k; p++)
       for (int q = 0; q < NR; q++) pan[p * NR + q] = q < w ? B[(int64_t)(j + q) * ldb + p] : 0.0f;
-  } else { /* the same, gathered from 32 rows of B (32-bit offsets) */
+  } else { /* the rest gathered from 32 rows of B (32-bit offsets) */
     const float *bj = B + (int64_t)j * ldb;
     __m512i i0 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                     _mm512_set1_epi32((int)ldb));
     __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * ldb)));
-    for (int p = 0; p < k; p++) {
+    for (int p = p0; p < k; p++) {
       _mm512_store_ps(pan + p * NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, i0, bj + p, 4));
       _mm512_store_ps(pan + p * NR + 16, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, i1, bj + p, 4));
     }

@@ -363,7 +363,7 @@ int main(int argc, char **argv) {
           "the fma chain",
           taken, nseen, tris, wrong);
     static const int ms[] = {1, 5, 12, 13, 37, 128, 300}, ns[] = {1, 15, 16, 17, 31, 33, 64, 100, 512},
-                     ks[] = {1, 7, 64, 128, 512};
+                     ks[] = {1, 7, 37, 64, 128, 512};
     static const float ab[][2] = {{1, 0}, {0.125f, 1}, {-0.5f, 0.75f}};
     int n = 0;
     wrong = 0;
