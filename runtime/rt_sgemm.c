@@ -2,11 +2,13 @@
  * sequence, K up to a head's width or such a sequence), where OpenBLAS spends much of its time
  * packing: C = alpha op(A) op(B) + beta C, row-major. Blocks of 12 rows x 32 columns of C live in
  * 24 registers; A is broadcast element by element, op(B) read a row of 32 at a time from panels
- * made once per product (rows copied, or gathered when B is transposed). An untransposed A whose
- * rows lie apart (a head's slice of [S, B, H]) is first copied contiguous, a transposed one packed
- * 12 wide. Each element of C is one chain of fused multiply-adds over k = 0 .. K-1 in order, times
- * alpha, plus beta times C by one more (C not read when beta is 0): its value depends neither on
- * the blocking nor on threads. A triangle (causal attention) skips whole blocks of C, or runs each
+ * made once per product (rows copied; a transposed B's by 16 x 16 transposes in registers, its last
+ * K mod 16 gathered). An untransposed A whose rows lie apart (a head's slice of [S, B, H]) is first
+ * copied contiguous, a transposed one packed 12 wide (read where it lies instead, 12 floats from
+ * each of A's rows, kilobytes apart, it ran faster alone but slower in place, its lines cold).
+ * Each element of C is one chain of fused multiply-adds over k = 0 .. K-1 in order, times alpha,
+ * plus beta times C by one more (C not read when beta is 0): its value depends neither on the
+ * blocking nor on threads. A triangle (causal attention) skips whole blocks of C, or runs each
  * block of rows over a shorter range of k; the products it leaves out of a kept element's chain are
  * with op(A)'s zeros, so the value is the whole chain's but for the sign of a zero. AVX-512 only,
  * checked at run time; rt_sgemm_fits says which products are taken here. */
