@@ -156,8 +156,10 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     A = acont, lda = k;
   } else if (ta) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
                     * acont + (i * k + p * 12); A read 16 rows at a time (first-level cache), each
-                    * block's 16 columns then written whole lines at once; a triangle's blocks only
-                    * over the p they run over (below) */
+                    * block's 16 columns then written whole lines at once, the next 16 rows' same
+                    * columns prefetched meanwhile (A comes from memory: 16 rows read a line at a
+                    * time across 16 rows are no stream to the hardware's prefetchers); a
+                    * triangle's blocks only over the p they run over (below) */
     for (int p0 = 0; p0 < k; p0 += 16) {
       int p1 = k - p0 < 16 ? k : p0 + 16;
       for (int i = 0; i < m; i += MR) {
@@ -166,9 +168,11 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
         int pb = tri == PP_TRI_UPPER && ai > p0 ? (int)ai : p0;
         int pe = tri == PP_TRI_LOWER && ai + MR < p1 ? (int)(ai + MR) : p1;
         __mmask16 mm = lanes(m - i);
-        for (int p = pb; p < pe; p++)
+        for (int p = pb; p < pe; p++) {
+          if (p + 16 < k) _mm_prefetch((const char *)(A + (int64_t)(p + 16) * lda + i), _MM_HINT_T0);
           _mm512_mask_storeu_ps(acont + (int64_t)i * k + p * MR, mm & 0xFFF,
                                 _mm512_maskz_loadu_ps(mm, A + p * lda + i));
+        }
       }
     }
   }
