@@ -8,18 +8,25 @@
 static inline float ppk_max(float a, float b) { return a > b ? a : b; }
 
 /* e^x in float, in a form compilers vectorise (no call, no branch, no libm rounding function):
- * x = n·ln2 + r with n = floor(x·log2(e) + 1/2) (by truncation of a positive value) and r from ln2
- * in two parts (Cody–Waite), so |r| <= ln2/2; e^r by Cephes' polynomial 1 + r + r²·P(r), P of
- * degree 5, in fused multiply-adds; then 2^n as 2^(n/2)·2^(n - n/2), each from exponent bits, so
- * that results down to the smallest subnormal come out. Below -103.97 (where e^x rounds to 0) 0,
- * above 88.72 (past FLT_MAX) infinity, NaN stays NaN. Within 2 ulp of the correctly rounded e^x
- * over the normal range (tests/unit/test_kmath.c measures it), and the same bits on every device:
- * the OpenCL and CUDA preludes compute it alike. */
+ * x = n·ln2 + r with n = x·log2(e) rounded to nearest (by a fused multiply-add onto 1.5·2^23, whose
+ * ulp is 1: n is in the sum's low bits and comes out of them exact) and r from ln2 in two parts
+ * (Cody–Waite), so |r| <= ln2/2; e^r by Cephes' polynomial 1 + r + r²·P(r), P of degree 5, in
+ * fused multiply-adds; then 2^n as 2^floor(n/2)·2^(n - floor(n/2)), each from exponent bits: the
+ * first product is exact, the second rounds once, so results down to the smallest subnormal come
+ * out correctly rounded from the polynomial's. x is first clamped to [-104, 89], where that is
+ * exact at the ends: e^-104 rounds to 0 and e^89 overflows to infinity by the same arithmetic (a
+ * NaN becomes -104 there and is returned as itself). Within 2 ulp of the correctly rounded e^x
+ * over the normal range, 0 exactly where e^x is under half the smallest subnormal, infinity where
+ * it rounds past FLT_MAX (tests/unit/test_kmath.c measures it over every 64th float), and the same
+ * bits on every device: the OpenCL and CUDA preludes compute it alike. */
 static inline float ppk_exp(float x) {
-  const float lo = -103.972f, hi = 88.72283f;
-  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo; /* NaN: lo (a finite n); returned as NaN */
-  int32_t n = (int32_t)fmaf(xc, 1.44269504088896341f, 256.5f) - 256; /* floor, in [-150, 128] */
-  float fn = (float)n;
+  float xc = x > -104.0f ? x : -104.0f; /* a NaN: -104 */
+  xc = xc < 89.0f ? xc : 89.0f;
+  float t = fmaf(xc, 1.44269504088896341f, 12582912.0f); /* 1.5·2^23 + n, n in [-150, 128] */
+  float fn = t - 12582912.0f;
+  int32_t nb;
+  memcpy(&nb, &t, sizeof nb);
+  nb -= 0x4B400000 - 256; /* n + 256: positive, so that the shifts below are plain */
   float r = fmaf(fn, -0.693359375f, xc);
   r = fmaf(fn, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -29,13 +36,11 @@ static inline float ppk_exp(float x) {
   p = fmaf(p, r, 1.6666665459e-1f);
   p = fmaf(p, r, 5.0000001201e-1f);
   float y = fmaf(p, r * r, r + 1.0f);
-  int32_t n1 = n / 2, e1 = (n1 + 127) << 23, e2 = (n - n1 + 127) << 23;
+  int32_t h = nb >> 1, e1 = (h - 1) << 23, e2 = (nb - h - 1) << 23; /* 2^floor(n/2), 2^(n - floor(n/2)) */
   float s1, s2;
   memcpy(&s1, &e1, sizeof s1);
   memcpy(&s2, &e2, sizeof s2);
   y = y * s1 * s2;
-  y = x < lo ? 0.0f : y;
-  y = x > hi ? INFINITY : y;
   return x != x ? x : y;
 }
 

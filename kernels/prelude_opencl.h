@@ -17,10 +17,11 @@ static inline float ppk_max(float a, float b) { return a > b ? a : b; }
 /* e^x as the C prelude's ppk_exp computes it (there: the method and its accuracy), operation for
  * operation, so that every device gives the same bits. */
 static inline float ppk_exp(float x) {
-  const float lo = -103.972f, hi = 88.72283f;
-  float xc = x >= lo && x <= hi ? x : x > hi ? hi : lo;
-  int n = (int)fma(xc, 1.44269504088896341f, 256.5f) - 256;
-  float fn = (float)n;
+  float xc = x > -104.0f ? x : -104.0f;
+  xc = xc < 89.0f ? xc : 89.0f;
+  float t = fma(xc, 1.44269504088896341f, 12582912.0f);
+  float fn = t - 12582912.0f;
+  int nb = as_int(t) - (0x4B400000 - 256);
   float r = fma(fn, -0.693359375f, xc);
   r = fma(fn, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -30,10 +31,8 @@ static inline float ppk_exp(float x) {
   p = fma(p, r, 1.6666665459e-1f);
   p = fma(p, r, 5.0000001201e-1f);
   float y = fma(p, r * r, r + 1.0f);
-  int n1 = n / 2;
-  y = y * as_float((n1 + 127) << 23) * as_float((n - n1 + 127) << 23);
-  y = x < lo ? 0.0f : y;
-  y = x > hi ? INFINITY : y;
+  int h = nb >> 1;
+  y = y * as_float((h - 1) << 23) * as_float((nb - h - 1) << 23);
   return x != x ? x : y;
 }
 

@@ -1,8 +1,8 @@
 /* test_kmath.c — the math of the kernel preludes (kernels/prelude_c.h), which every generated C
- * kernel calls: ppk_exp against e^x in double, over every 64th float of its range (about 35
- * million, each sign and exponent), and at its edges (0, the overflow and underflow thresholds,
- * subnormal results, infinities, NaN). The bound: 2 ulp of the correctly rounded result where
- * that is normal; 2 ulp of the smallest subnormal (2^-149) below. Then float -> bf16 (ppk_bf16_st,
+ * kernel calls: ppk_exp against e^x in double, over every 64th float (about 67 million, each sign
+ * and exponent), and at its edges (0, the overflow and underflow thresholds, subnormal results,
+ * infinities, NaN). The bound: 2 ulp of the correctly rounded result where that is normal; 2 ulp
+ * of the smallest subnormal (2^-149) below; infinity where e^x rounds past FLT_MAX. Then float -> bf16 (ppk_bf16_st,
  * and the host's pp_bf16_from_f32) against round-to-nearest-even worked out in double, for every
  * bf16 value with the 16 dropped bits at the tie, on either side of it, zero, all ones and random
  * (every sign, exponent, subnormals, the overflow to infinity), and NaN; bf16 -> float exact. The
@@ -115,14 +115,19 @@ int main(void) {
   test_bf16();
   test_rand();
   double worst = 0, worst_sub = 0;
-  float wx = 0, wsx = 0;
-  long n = 0;
-  /* every 64th bit pattern of the finite floats in [-103.972, 88.7228] */
+  float wx = 0, wsx = 0, wbig = 0;
+  long n = 0, nbig = 0, bad_big = 0;
+  /* every 64th bit pattern of the finite floats, each sign: where e^x rounds past FLT_MAX the
+   * result must be infinity, elsewhere within the bounds */
   for (int sign = 0; sign < 2; sign++)
     for (uint32_t u = 0; u < 0x7f800000u; u += 64) {
       float x = from_bits(u | (sign ? 0x80000000u : 0));
-      if (x < -103.972f || x > 88.72283f) continue;
       float got = ppk_exp(x);
+      if (isinf((float)exp((double)x))) {
+        nbig++;
+        if (!isinf(got)) bad_big++, wbig = x;
+        continue;
+      }
       double e = ulps(x, got);
       n++;
       if ((float)exp((double)x) >= FLT_MIN) {
@@ -132,7 +137,18 @@ int main(void) {
       }
     }
   check(worst <= 2.0, "ppk_exp: %ld arguments, worst %.3f ulp (at %.9g) where e^x is normal (bound 2)", n, worst, wx);
-  check(worst_sub <= 2.0, "ppk_exp: subnormal results within %.3f x 2^-149 (at %.9g; bound 2)", worst_sub, wsx);
+  check(worst_sub <= 2.0, "ppk_exp: subnormal and zero results within %.3f x 2^-149 (at %.9g; bound 2)", worst_sub,
+        wsx);
+  check(bad_big == 0, "ppk_exp: infinity for all %ld arguments whose e^x rounds past FLT_MAX (%ld not, one at %.9g)",
+        nbig, bad_big, wbig);
+  /* the edges exactly: the largest float with a finite e^x and the next; the underflow to 0 */
+  float top = 88.72283172607422f;
+  check(ppk_exp(top) < INFINITY && isinf(ppk_exp(nextafterf(top, INFINITY))),
+        "ppk_exp: finite at %.9g (%g), infinity at the next float", top, ppk_exp(top));
+  float z = -103.97207708f; /* -150 ln 2: e^x = 2^-150, half the smallest subnormal */
+  check(ppk_exp(nextafterf(z, -INFINITY)) == 0.0f && ppk_exp(nextafterf(z, 0.0f)) == 0x1p-149f,
+        "ppk_exp: 0 just below -150 ln 2, 2^-149 just above (%g, %g)", ppk_exp(nextafterf(z, -INFINITY)),
+        ppk_exp(nextafterf(z, 0.0f)));
   check(ppk_exp(0.0f) == 1.0f && ppk_exp(-0.0f) == 1.0f, "ppk_exp(0) = 1 exactly");
   check(ppk_exp(1.0f) == (float)2.718281828459045, "ppk_exp(1) = e rounded to float");
   check(isinf(ppk_exp(88.73f)) && isinf(ppk_exp(INFINITY)) && isinf(ppk_exp(1e30f)),
