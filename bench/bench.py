@@ -297,10 +297,12 @@ def main():
         if "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
             mine["OPENBLAS_THREAD_TIMEOUT"] = "4"
         variants = [("OMP_WAIT_POLICY unset", {}), (" ".join("%s=%s" % kv for kv in mine.items()), mine)]
-    # the roofline's peak: one core's SGEMM on a 2048 x 2048 product, measured now
+    # the roofline's peak: one core's SGEMM on large squares, measured now and again before each of
+    # ppr's runs (a model's bound takes the median of its own)
     peak = measure_peak()
-    print("single-core SGEMM peak: %.1f GFLOP/s (torch.mm of 1024, 2048 and 3072 square, the best of 3 each; the GEMM lower bound "
-          "of a step is its GEMM FLOPs / (threads x this))" % peak)
+    print("single-core SGEMM peak: %.1f GFLOP/s at the start (torch.mm of 1024, 2048 and 3072 square, the best of 3 "
+          "each; measured again before each of ppr's runs, and a model's GEMM lower bound is its GEMM FLOPs / (threads "
+          "x the median of those))" % peak)
     rows, brows, ok = [], [], True
     for name in a.models.split(","):
         if name not in MODELS:
@@ -323,8 +325,9 @@ def main():
         nparams = sum(P0[n].numel() for n in names)
         print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
-        pm, tm = [], [[] for _ in variants]
+        pm, tm, peaks = [], [[] for _ in variants], []
         for r in range(a.rounds):
+            peaks.append(measure_peak())  # this host's speed drifts within minutes: the peak beside ppr's run
             pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
             pm += ms[warmup:]
             for v, (label, extra) in enumerate(variants):
@@ -344,10 +347,12 @@ def main():
             meds.append(statistics.median(tm[v]))
             print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("torch, " + label, meds[-1], min(tm[v]), max(tm[v])))
         gflop, pstep, pgemm = roofline(a.build, work, spec, weights, tokens, min(nsteps, 4))
-        bound = gflop / (nthreads * peak) * 1e3
-        print("  roofline: %.2f GFLOP of GEMMs a step, lower bound %.2f ms at %d x %.1f GFLOP/s; ppr's step %.2fx "
-              "it; PPR_PROFILE: GEMMs %.2f of %.2f ms, the rest %.1f%%"
-              % (gflop, bound, nthreads, peak, pmed / bound, pgemm, pstep, 100 * (pstep - pgemm) / pstep))
+        mpeak = statistics.median(peaks)
+        bound = gflop / (nthreads * mpeak) * 1e3
+        print("  roofline: %.2f GFLOP of GEMMs a step, lower bound %.2f ms at %d x %.1f GFLOP/s (the peak measured "
+              "before each of ppr's runs: %s; their median); ppr's step %.2fx it; PPR_PROFILE: GEMMs %.2f of %.2f "
+              "ms, the rest %.1f%%" % (gflop, bound, nthreads, mpeak, ", ".join("%.1f" % x for x in peaks),
+                                       pmed / bound, pgemm, pstep, 100 * (pstep - pgemm) / pstep))
         rows.append((name, pmed, meds, bound, 100 * (pstep - pgemm) / pstep))
         if not a.no_bf16:
             # bf16: ppr's --precision bf16 and torch.autocast, the second wait-policy variant for
@@ -392,7 +397,7 @@ def main():
         line += " %.2f | %.2f | %.1f |" % (bound, pmed / bound, rest)
         print(line)
     print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
-          "steps; the bound: the step's GEMM FLOPs at the single-core peak times the threads; non-GEMM: the share "
+          "steps; the bound: the step's GEMM FLOPs at the single-core peak (beside ppr's runs) times the threads; non-GEMM: the share "
           "of ppr's step outside GEMMs, from PPR_PROFILE)" % a.rounds)
     if brows:
         print()
