@@ -157,9 +157,9 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   } else if (ta) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
                     * acont + (i * k + p * 12); A read 16 rows at a time (first-level cache), each
                     * block's 16 columns then written whole lines at once, the next 16 rows' same
-                    * columns prefetched meanwhile (A comes from memory: 16 rows read a line at a
-                    * time across 16 rows are no stream to the hardware's prefetchers); a
-                    * triangle's blocks only over the p they run over (below) */
+                    * columns prefetched meanwhile (A comes from memory, and lines taken across
+                    * rows are no stream to the hardware's prefetchers); a triangle's blocks only
+                    * over the p they run over (below) */
     for (int p0 = 0; p0 < k; p0 += 16) {
       int p1 = k - p0 < 16 ? k : p0 + 16;
       for (int i = 0; i < m; i += MR) {
