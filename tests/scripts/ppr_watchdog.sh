@@ -91,20 +91,27 @@ if wait_lines "$tmp/log.jsonl" 120 3; then
     bad "tp 2 x pp 2, rank 3 stopped, --timeout 2: the job should end non-zero within 10 s (exit $rc after ${took} s)"
     cat "$tmp/out.txt"
   fi
-  if grep -qE '^ppr: rank [0-2]: error: no progress for [0-9.]+ s: waiting for rank [0-9] \(' "$tmp/out.txt" &&
-    grep -qE '^ppr: rank [0-2]: error: no progress for [0-9.]+ s.*: waiting for rank 3 \(' "$tmp/out.txt"; then
+  # a rank whose own timeout ran out (no "(rank R made none ...)"), and rank 3 among those waited for
+  if grep -qE '^ppr: rank [0-2]: error: no progress for [0-9.]+ s: waiting for ' "$tmp/out.txt" &&
+    grep -qE '^ppr: rank [0-2]: error: no progress for [0-9.]+ s.*: waiting for ranks? ([0-9]+(, | and ))*3((, | and )[0-9]+)* \(' "$tmp/out.txt"; then
     ok "a rank's timeout runs out and ends the job; the stopped rank 3 is named as the one waited for"
   else
     bad "a rank should print 'ppr: rank R: error: no progress for T s: waiting for rank 3 (...)'"
     cat "$tmp/out.txt"
   fi
-  # every waiting rank: whom it waits for, the operation, the step; and where in its listing
-  n=$(grep -cE '^ppr: rank [0-2]: error: no progress for [0-9.]+ s.*: waiting for ranks? [0-9][0-9, and]* \([a-z].*step [0-9]+.*\)$' "$tmp/out.txt")
-  if [ "$n" -eq 3 ] && ! grep -q '^ppr: rank 3: error' "$tmp/out.txt" &&
-    grep -qE '^ppr: rank [0-2]: error: .*(allreduce tp sum of [0-9]+ floats|(send|recv) of (activations|gradients) (to|from) rank [0-9], micro-batch [0-9]+, (forward|backward)).*; step [0-9]+, .*at .*rank[0-9]\.prog:[0-9]+\)$' "$tmp/out.txt"; then
-    ok "each of the 3 waiting ranks says whom it waits for, in which operation and step (and where in its listing); the stopped rank says nothing"
+  # every waiting rank: whom it waits for, the operation, the step; and where in its listing when
+  # in a schedule entry. Rank 3 may be stopped anywhere in a step, so any of the step's waits may
+  # be the one: a message of the pipeline, a collective of the listing, the gradient norm's or the
+  # loss's sum over the world
+  op='(allreduce[a-z_/ 0-9]* of [0-9]+ (floats|bf16 elements)|a sum over the world of [0-9]+ bytes from each rank|(send|recv) of (activations|gradients) (to|from) rank [0-9], micro-batch [0-9]+, (forward|backward))'
+  line='^ppr: rank ([0-2]): error: no progress for [0-9.]+ s( \((rank [0-9] made none for [0-9.]+ s: the job ends|another rank.s watchdog ends the job)\))?: waiting for ranks? [0-9][0-9, and]* \('
+  n=$(grep -cE "$line$op; ([a-z' ]+, )?step [0-9]+(, [^()]*)?\)\$" "$tmp/out.txt")
+  nent=$(grep -cE "schedule entry" "$tmp/out.txt")
+  nat=$(grep -cE "$line.*schedule entry [0-9]+[^()]* at [^ ]*/rank\1\.prog:[0-9]+\)\$" "$tmp/out.txt")
+  if [ "$n" -eq 3 ] && [ "$nent" -eq "$nat" ] && ! grep -q '^ppr: rank 3: error' "$tmp/out.txt"; then
+    ok "each of the 3 waiting ranks says whom it waits for, in which operation and step (and where in its own listing: $nat of them in a schedule entry); the stopped rank says nothing"
   else
-    bad "ranks 0, 1 and 2 should each print one 'no progress' line naming the operation ($n lines)"
+    bad "ranks 0, 1 and 2 should each print one 'no progress' line naming the operation and step ($n lines; $nat of the $nent in a schedule entry name their own listing's line)"
     cat "$tmp/out.txt"
   fi
   if [ "$worst" -le 10 ]; then
