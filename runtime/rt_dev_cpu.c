@@ -30,6 +30,7 @@ typedef struct {
   int64_t wide_cap[3];
   float *work; /* rt_sgemm's work, a slice per thread; grown as needed */
   int64_t work_cap;
+  bool own; /* f32 GEMMs that rt_sgemm_fits go to it (PPR_CPU_GEMM: auto); else all to OpenBLAS */
 #ifdef PPR_DNNL
   dnnl_engine_t eng; /* NULL: oneDNN did not start; bf16 GEMMs widen */
   dnnl_stream_t st;
@@ -202,9 +203,16 @@ const char *rt_dev_cpu_blas_name(void) {
 static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t errlen) {
   (void)index;
   (void)local_rank;
+  const char *gv = getenv("PPR_CPU_GEMM");
+  if (gv && *gv && strcmp(gv, "auto") && strcmp(gv, "openblas")) {
+    snprintf(err, errlen, "PPR_CPU_GEMM=%s: expected auto (the default: ppr's own GEMM where it is faster) or openblas",
+             gv);
+    return -1;
+  }
   Cpu *c = calloc(1, sizeof *c);
   RT_CHECK_ALLOC(c);
   c->d.ops = &rt_dev_cpu_ops;
+  c->own = !(gv && !strcmp(gv, "openblas"));
   c->nt = openblas_get_num_threads();
   if (c->nt < 1) c->nt = 1;
   openblas_set_num_threads(1); /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
@@ -446,14 +454,16 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
 /* The f32 GEMM over A, B and C (the arena's, or widened copies of the same layout), on one thread
  * pool: OpenBLAS runs single-threaded (cpu_open) and ppr shares each GEMM over the kernels' OpenMP
  * threads: a batch of products into distinct Cs a product per thread, otherwise C's rows (or
- * columns, when wider) in blocks of 16, each thread computing its block of every product in batch
- * order (a batch adding into one C adds in the same order). Short products (rt_sgemm_fits:
- * attention's) go to rt_sgemm, the rest to OpenBLAS. Each element of C is computed as one thread of
- * either computes it, so the values do not depend on the threads. */
+ * columns, when wider) in blocks of 16, or on rt_sgemm with op(A) = A its columns in blocks of 32
+ * (when there is one a thread), each thread computing its block of every product in batch
+ * order (a batch adding into one C adds in the same order). The products rt_sgemm_fits takes
+ * (attention's and the linear layers'; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to
+ * OpenBLAS. Each element of C is computed as one thread of either computes it, so the values do not
+ * depend on the threads. */
 static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C) {
   int nt = c->nt;
-  bool own = rt_sgemm_fits(g->m, g->n, g->k);
-  int64_t work = own ? (rt_sgemm_work(g->m, g->n, g->k) + 15) / 16 * 16 : 0; /* 64-byte slices */
+  bool own = c->own && rt_sgemm_fits(g->ta, g->m, g->n, g->k, g->lda);
+  int64_t work = own ? (rt_sgemm_work(g->ta, g->m, g->n, g->k, g->lda) + 15) / 16 * 16 : 0; /* 64-byte slices */
   if (own && work * nt > c->work_cap) {
     free(c->work);
     c->work = aligned_alloc(64, (size_t)(work * nt) * sizeof(float));
@@ -464,8 +474,12 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
     gemm_part(g, A, B, C, 0, g->batch, 0, g->m, 0, g->n, own, c->work);
     return 0;
   }
-  bool by_batch = g->sc != 0 && g->batch >= nt, by_rows = g->m >= g->n;
-  int units = by_batch ? g->batch : ((by_rows ? g->m : g->n) + 15) / 16;
+  /* rt_sgemm reads an untransposed A where it lies and makes op(B)'s panels: columns of 32 a thread
+   * share nothing (by rows, each thread would make every panel) */
+  bool by_batch = g->sc != 0 && g->batch >= nt;
+  bool by_rows = own && !g->ta ? (g->n + 31) / 32 < nt : g->m >= g->n;
+  int size = !by_rows && own && !g->ta ? 32 : 16; /* rows or columns a unit */
+  int units = by_batch ? g->batch : ((by_rows ? g->m : g->n) + size - 1) / size;
   if (units < nt) nt = units;
 #pragma omp parallel num_threads(nt)
   {
@@ -473,8 +487,9 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
     int u0 = (int)((int64_t)units * t / w), u1 = (int)((int64_t)units * (t + 1) / w);
     float *ws = own ? c->work + t * work : NULL;
     if (by_batch) gemm_part(g, A, B, C, u0, u1, 0, g->m, 0, g->n, own, ws);
-    else if (by_rows) gemm_part(g, A, B, C, 0, g->batch, u0 * 16, u1 * 16 < g->m ? u1 * 16 : g->m, 0, g->n, own, ws);
-    else gemm_part(g, A, B, C, 0, g->batch, 0, g->m, u0 * 16, u1 * 16 < g->n ? u1 * 16 : g->n, own, ws);
+    else if (by_rows)
+      gemm_part(g, A, B, C, 0, g->batch, u0 * size, u1 * size < g->m ? u1 * size : g->m, 0, g->n, own, ws);
+    else gemm_part(g, A, B, C, 0, g->batch, 0, g->m, u0 * size, u1 * size < g->n ? u1 * size : g->n, own, ws);
   }
   return 0;
 }

@@ -1,12 +1,14 @@
-/* rt_sgemm.c - a register-blocked f32 GEMM for the short products of attention (M, N up to a short
- * sequence, K up to a head's width or such a sequence), where OpenBLAS spends much of its time
- * packing: C = alpha op(A) op(B) + beta C, row-major. Blocks of 12 rows x 32 columns of C live in
+/* rt_sgemm.c - a register-blocked f32 GEMM for AVX-512: attention's short products (M, N up to a
+ * short sequence, K up to a head's width or such a sequence), where OpenBLAS spends much of its time
+ * packing, and the linear layers' and the head's, where it runs up to a tenth faster than OpenBLAS's
+ * kernels: C = alpha op(A) op(B) + beta C, row-major. Blocks of 12 rows x 32 columns of C live in
  * 24 registers; A is broadcast element by element, op(B) read a row of 32 at a time from panels
- * made once per product (rows copied; a transposed B's by 16 x 16 transposes in registers, its last
- * K mod 16 gathered). An untransposed A whose rows lie apart (a head's slice of [S, B, H]) is first
- * copied contiguous, a transposed one packed 12 wide (read where it lies instead, 12 floats from
- * each of A's rows, kilobytes apart, it ran faster alone but slower in place, its lines cold).
- * Each element of C is one chain of fused multiply-adds over k = 0 .. K-1 in order, times alpha,
+ * (rows copied; a transposed B's by 16 x 16 transposes in registers, its last K mod 16 gathered),
+ * made a group of columns and a pass over K at a time. An untransposed A whose rows lie apart (a
+ * head's slice of [S, B, H]) is first copied contiguous, a transposed one packed 12 wide (read where
+ * it lies instead, 12 floats from each of A's rows, kilobytes apart, it ran faster alone but slower
+ * in place, its lines cold). Each element of C is one chain of fused multiply-adds over
+ * k = 0 .. K-1 in order (a pass over K goes on from the last one's partial sums), times alpha,
  * plus beta times C by one more (C not read when beta is 0): its value depends neither on the
  * blocking nor on threads. A triangle (causal attention) skips whole blocks of C, or runs each
  * block of rows over a shorter range of k; the products it leaves out of a kept element's chain are
@@ -25,6 +27,15 @@
 
 #define AVX512 __attribute__((target("avx512f")))
 
+/* Where a block's chains start and end: at zero, or the partial sums at pin; in C (times alpha, plus
+ * beta C), or raw in the partial sums at pout. Partial sums: a block's rows pld floats apart, 32
+ * each, 64-byte aligned (the chains of a K longer than a block, carried from one to the next). */
+typedef struct {
+  const float *pin;
+  float *pout;
+  int64_t pld;
+} Ends;
+
 /* The block C[0..mr, 0..32) (columns beyond the masks not touched): A's element (r, p) at
  * a[r * ars + p * acs] (packed: ars 1, acs 12, constants), op(B)'s row p at b + p * bs (a panel:
  * 64-byte aligned, zero past the masks' columns). A where it lies is read through four row pointers,
@@ -33,10 +44,16 @@
 static inline __attribute__((always_inline)) AVX512 void block(const int mr, const bool packed, int k, const float *a,
                                                                int64_t ars, int64_t acs, const float *b, int64_t bs,
                                                                __mmask16 m0, __mmask16 m1, float alpha, float beta,
-                                                               float *c, int64_t ldc) {
+                                                               float *c, int64_t ldc, const Ends *e) {
   __m512 c0[MR], c1[MR];
+  if (e->pin) {
 #pragma GCC unroll 12
-  for (int r = 0; r < mr; r++) c0[r] = _mm512_setzero_ps(), c1[r] = _mm512_setzero_ps();
+    for (int r = 0; r < mr; r++)
+      c0[r] = _mm512_load_ps(e->pin + r * e->pld), c1[r] = _mm512_load_ps(e->pin + r * e->pld + 16);
+  } else {
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) c0[r] = _mm512_setzero_ps(), c1[r] = _mm512_setzero_ps();
+  }
   const float *a3 = mr > 3 ? a + 3 * ars : a, *a6 = mr > 6 ? a + 6 * ars : a, *a9 = mr > 9 ? a + 9 * ars : a;
   for (int p = 0; p < k; p++, a += acs, a3 += acs, a6 += acs, a9 += acs, b += bs) {
     __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
@@ -47,6 +64,12 @@ static inline __attribute__((always_inline)) AVX512 void block(const int mr, con
       c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
+  }
+  if (e->pout) {
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++)
+      _mm512_store_ps(e->pout + r * e->pld, c0[r]), _mm512_store_ps(e->pout + r * e->pld + 16, c1[r]);
+    return;
   }
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
@@ -65,11 +88,17 @@ static inline __attribute__((always_inline)) AVX512 void block(const int mr, con
 /* A block of mr rows: a switch to a body whose row loop is unrolled with registers for each; A
  * packed (a K x 12 block: ars 1, acs MR, constants there) or where it lies. */
 static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t bs,
-                              __mmask16 m0, __mmask16 m1, float alpha, float beta, float *c, int64_t ldc) {
+                              __mmask16 m0, __mmask16 m1, float alpha, float beta, float *c, int64_t ldc,
+                              const Ends *e) {
+  static const Ends whole = {NULL, NULL, 0}; /* one pass: a body without the partial sums' tests */
+  bool one = !e->pin && !e->pout;
 #define ROWS(n)                                                                                                        \
   case n:                                                                                                              \
-    if (ars == 1 && acs == MR) block(n, true, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc);                        \
-    else block(n, false, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc);                                          \
+    if (ars == 1 && acs == MR) {                                                                                       \
+      if (one) block(n, true, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc, &whole);                                \
+      else block(n, true, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc, e);                                         \
+    } else if (one) block(n, false, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc, &whole);                       \
+    else block(n, false, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc, e);                                       \
     break;
   switch (mr) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12) }
 #undef ROWS
@@ -136,21 +165,60 @@ static AVX512 void panel(bool tb, int k, const float *B, int64_t ldb, int j, int
   }
 }
 
+/* The inner indices [a_first, a_end) a block of mr rows from row ai of the whole product runs over:
+ * a lower triangle's up to its last row, an upper one's from its first */
+static int a_first(PpTri tri, int64_t ai, int k) { return tri == PP_TRI_UPPER ? (int)(ai < k ? ai : k) : 0; }
+static int a_end(PpTri tri, int64_t ai, int mr, int k) {
+  return tri == PP_TRI_LOWER ? (int)(ai + mr < k ? ai + mr : k) : k;
+}
+
 /* Of np panels, those holding a column j <= last (tri:out: the last row wanted, less the first column) */
 static int out_panels(int np, int64_t last) { return last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np); }
 
-/* op(B) in panels of 32 columns (read from the second-level cache, each once per block of 12 rows),
- * then C a block of 12 rows at a time over every panel, the block's A in the first-level cache: a
- * transposed A packed K x 12, an untransposed one read where it lies (copied contiguous first when
- * its rows lie apart: a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart
- * share a first-level cache set and evict each other). */
+#define KC    1024         /* inner indices per pass at most: a block's A (12 x KC) in the first-level cache */
+#define GROUP (256 * 1024) /* floats of op(B)'s panels per group at most: a second-level cache of 1 MiB */
+
+/* How a product is cut and where its parts lie in work: K in nkb passes of kc (evenly; one when K <=
+ * KC), op(B)'s columns in groups of gp panels (gp x 32 x kc floats at most GROUP, one at least);
+ * the work's floats: the group's panels, the partial sums of every row over a group's columns
+ * (when nkb > 1), A copied contiguous or packed (when copy). */
+typedef struct {
+  int nkb, kc, gp;
+  int64_t panels, part, acont, total; /* offsets in work, and its floats */
+} Cut;
+
+static Cut cut(int m, int n, int k, bool copy) {
+  Cut c;
+  c.nkb = (k + KC - 1) / KC;
+  c.kc = (k + c.nkb - 1) / c.nkb;
+  int np = (n + NR - 1) / NR, gp = GROUP / (NR * c.kc);
+  c.gp = gp < 1 ? 1 : gp > np ? np : gp;
+  int64_t mpad = (int64_t)(m + MR - 1) / MR * MR;
+  c.panels = 0;
+  c.part = (int64_t)c.gp * NR * c.kc;
+  c.acont = c.part + (c.nkb > 1 ? mpad * c.gp * NR : 0);
+  c.total = c.acont + (copy ? mpad * k : 0);
+  return c;
+}
+
+/* A is copied or packed first: transposed (packed K x 12 a block), or its rows apart (contiguous) */
+static bool copies_a(bool ta, int k, int64_t lda) { return ta || lda > k; }
+
+/* op(B) in groups of panels of 32 columns, each group over K in passes of kc (the panels read from
+ * the second-level cache, each once per block of 12 rows), C a block of 12 rows at a time over the
+ * group's panels, the block's A over the pass in the first-level cache: a transposed A packed
+ * K x 12, an untransposed one read where it lies (copied contiguous first when its rows lie apart:
+ * a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart share a first-level
+ * cache set and evict each other). A chain longer than a pass goes on from its partial sum, so
+ * each element's chain is the same fused multiply-adds in the same order as in one pass. */
 static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0,
                          float *work) {
   int np = (n + NR - 1) / NR;
   if (tri == PP_TRI_OUT) np = out_panels(np, (int64_t)row0 + m - 1 - col0); /* the last row's */
-  float *bp = work, *acont = bp + (int64_t)np * NR * k;                     /* op(B)'s panels; A contiguous or packed */
-  for (int q = 0; q < np; q++) panel(tb, k, B, ldb, q * NR, n - q * NR, bp + (int64_t)q * NR * k);
+  Cut cu = cut(m, n, k, copies_a(ta, k, lda));
+  float *bp = work + cu.panels, *part = work + cu.part, *acont = work + cu.acont;
+  int64_t pld = (int64_t)cu.gp * NR; /* the partial sums' row */
   if (!ta && lda > k) {
     for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
     A = acont, lda = k;
@@ -176,28 +244,45 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
       }
     }
   }
-  for (int i = 0; i < m; i += MR) {
-    int mr = m - i < MR ? m - i : MR;
-    const float *a = ta ? acont + (int64_t)i * k : A + i * lda;
-    int64_t ars = ta ? 1 : lda, acs = ta ? MR : 1;
-    int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
-    int kb = tri == PP_TRI_UPPER ? (int)(ai < k ? ai : k) : 0;
-    int ke = tri == PP_TRI_LOWER ? (int)(ai + mr < k ? ai + mr : k) : k;
-    int qe = tri == PP_TRI_OUT ? out_panels(np, ai + mr - 1 - col0) : np; /* the block's last row's */
-    for (int q = 0; q < qe; q++) {
-      int w = n - q * NR;
-      block_rows(mr, ke - kb, a + kb * acs, ars, acs, bp + (int64_t)q * NR * k + (int64_t)kb * NR, NR, lanes(w),
-                 lanes(w - 16), alpha, beta, C + i * ldc + q * NR, ldc);
+  int64_t ars = ta ? 1 : lda, acs = ta ? MR : 1;
+  for (int q0 = 0; q0 < np; q0 += cu.gp) {
+    int q1 = np - q0 < cu.gp ? np : q0 + cu.gp;
+    for (int pc = 0; pc < k; pc += cu.kc) {
+      int pe = k - pc < cu.kc ? k : pc + cu.kc, kn = pe - pc;
+      for (int q = q0; q < q1; q++)
+        panel(tb, kn, tb ? B + pc : B + (int64_t)pc * ldb, ldb, q * NR, n - q * NR, bp + (int64_t)(q - q0) * NR * kn);
+      for (int i = 0; i < m; i += MR) {
+        int mr = m - i < MR ? m - i : MR;
+        int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
+        int kb = a_first(tri, ai, k), ke = a_end(tri, ai, mr, k);
+        int lo = kb > pc ? kb : pc, hi = ke < pe ? ke : pe;
+        bool none = kb >= ke;
+        if (none) { /* no products (upper, rows past K): alpha 0 + beta C, in the first pass */
+          if (pc) continue;
+          lo = hi = pc;
+        } else if (lo >= hi) continue;                                        /* none in this pass */
+        int qe = tri == PP_TRI_OUT ? out_panels(np, ai + mr - 1 - col0) : np; /* the block's last row's */
+        const float *a = (ta ? acont + (int64_t)i * k : A + i * lda) + lo * acs;
+        for (int q = q0; q < q1 && q < qe; q++) {
+          int w = n - q * NR;
+          float *pq = part + i * pld + (q - q0) * NR;
+          Ends e = {!none && lo > kb ? pq : NULL, !none && hi < ke ? pq : NULL, pld};
+          block_rows(mr, hi - lo, a, ars, acs, bp + (int64_t)(q - q0) * NR * kn + (int64_t)(lo - pc) * NR, NR, lanes(w),
+                     lanes(w - 16), alpha, beta, C + i * ldc + q * NR, ldc, &e);
+        }
+      }
     }
   }
 }
 
-int64_t rt_sgemm_work(int m, int n, int k) { return ((int64_t)(n + NR - 1) / NR * NR + (m + MR - 1) / MR * MR) * k; }
+int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) { return cut(m, n, k, copies_a(ta, k, lda)).total; }
 
-bool rt_sgemm_fits(int m, int n, int k) {
+bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda) {
   static int avx512 = -1;
   if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-  return avx512 && k >= 1 && k <= RT_SGEMM_MAX_K && m <= RT_SGEMM_MAX_MN && n <= RT_SGEMM_MAX_MN;
+  if (!avx512 || m < 1 || n < 1 || k < 1) return false;
+  if (ta) return k <= RT_SGEMM_MAX_T && m <= RT_SGEMM_MAX_T && n <= RT_SGEMM_MAX_T;
+  return rt_sgemm_work(ta, m, n, k, lda) <= RT_SGEMM_MAX_WORK;
 }
 
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
@@ -207,13 +292,13 @@ void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A
 
 #else /* no AVX-512 path on this compiler or architecture: every product goes to the library */
 
-bool rt_sgemm_fits(int m, int n, int k) {
-  (void)m, (void)n, (void)k;
+bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda) {
+  (void)ta, (void)m, (void)n, (void)k, (void)lda;
   return false;
 }
 
-int64_t rt_sgemm_work(int m, int n, int k) {
-  (void)m, (void)n, (void)k;
+int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) {
+  (void)ta, (void)m, (void)n, (void)k, (void)lda;
   return 0;
 }
 

@@ -7,15 +7,18 @@
 
 #include "pp_tri.h"
 
-/* The products taken: M and N up to a sequence of 512, K up to a head's width or such a sequence
- * (attention's products; measured in place on minimind256 and minimind, where OpenBLAS runs them at
- * 70-120 GFLOP/s). The 1024-row products of the linear layers stay with OpenBLAS, which runs them
- * about as fast. */
-#define RT_SGEMM_MAX_K  512
-#define RT_SGEMM_MAX_MN 512
+/* The products taken, on a CPU with AVX-512 (measured in place on minimind256 and minimind,
+ * docs/perf.md). With op(A) = A, every one whose work (below) is at most RT_SGEMM_MAX_WORK floats, a
+ * thread's 64 MiB (the work grows with M x K only when A's rows lie apart and are copied together):
+ * attention's short products, which OpenBLAS runs at 70-120 GFLOP/s, and the linear layers' and the
+ * head's, of any K and N (in passes over K and groups of columns), up to a tenth faster than
+ * OpenBLAS's. With op(A) = A^T only short ones, M, N and K up to a sequence of 512: a weight's
+ * gradient (K the step's tokens) packs its whole A transposed, and OpenBLAS runs those faster. */
+#define RT_SGEMM_MAX_WORK ((int64_t)1 << 24)
+#define RT_SGEMM_MAX_T    512
 
-/* Whether rt_sgemm takes an m x n x k product on this CPU. */
-bool rt_sgemm_fits(int m, int n, int k);
+/* Whether rt_sgemm takes an m x n x k product on this CPU (ta: op(A) = A^T; lda: A's rows apart). */
+bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda);
 
 /* C = alpha op(A) op(B) + beta C, row-major, op(X) = X^T when its flag is set; C is not read when
  * beta is 0; work: rt_sgemm_work's floats, 64-byte aligned. Only for products rt_sgemm_fits accepts.
@@ -26,7 +29,8 @@ bool rt_sgemm_fits(int m, int n, int k);
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
               int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0, float *work);
 
-/* The floats of work an m x n x k product needs (64-byte aligned). */
-int64_t rt_sgemm_work(int m, int n, int k);
+/* The floats of work an m x n x k product needs (64-byte aligned): a group of op(B)'s panels, the
+ * partial sums of a K longer than a pass, A packed or copied contiguous (ta, or lda past K). */
+int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda);
 
 #endif
