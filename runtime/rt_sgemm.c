@@ -29,7 +29,7 @@
 
 /* Where a block's chains start and end: at zero, or the partial sums at pin; in C (times alpha, plus
  * beta C), or raw in the partial sums at pout. Partial sums: a block's rows pld floats apart, 32
- * each, 64-byte aligned (the chains of a K longer than a block, carried from one to the next). */
+ * each, 64-byte aligned (the chains of a K longer than a pass, carried from one pass to the next). */
 typedef struct {
   const float *pin;
   float *pout;
@@ -175,7 +175,7 @@ static int a_end(PpTri tri, int64_t ai, int mr, int k) {
 /* Of np panels, those holding a column j <= last (tri:out: the last row wanted, less the first column) */
 static int out_panels(int np, int64_t last) { return last < 0 ? 0 : (int)(last / NR + 1 < np ? last / NR + 1 : np); }
 
-#define KC    1024         /* inner indices per pass at most: a block's A (12 x KC) in the first-level cache */
+#define KC    1024         /* inner indices per pass at most: a block's A over a pass, 48 KiB at most */
 #define GROUP (256 * 1024) /* floats of op(B)'s panels per group at most: a second-level cache of 1 MiB */
 
 /* How a product is cut and where its parts lie in work: K in nkb passes of kc (evenly; one when K <=
