@@ -476,9 +476,9 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
   }
   /* rt_sgemm reads an untransposed A where it lies and makes op(B)'s panels: columns of 32 a thread
    * share nothing (by rows, each thread would make every panel) */
-  bool by_batch = g->sc != 0 && g->batch >= nt;
-  bool by_rows = own && !g->ta ? (g->n + 31) / 32 < nt : g->m >= g->n;
-  int size = !by_rows && own && !g->ta ? 32 : 16; /* rows or columns a unit */
+  bool panels = own && !g->ta, by_batch = g->sc != 0 && g->batch >= nt;
+  bool by_rows = panels ? (g->n + 31) / 32 < nt : g->m >= g->n;
+  int size = !by_rows && panels ? 32 : 16; /* rows or columns a unit */
   int units = by_batch ? g->batch : ((by_rows ? g->m : g->n) + size - 1) / size;
   if (units < nt) nt = units;
 #pragma omp parallel num_threads(nt)

@@ -180,11 +180,11 @@ static int out_panels(int np, int64_t last) { return last < 0 ? 0 : (int)(last /
 
 /* How a product is cut and where its parts lie in work: K in nkb passes of kc (evenly; one when K <=
  * KC), op(B)'s columns in groups of gp panels (gp x 32 x kc floats at most GROUP, one at least);
- * the work's floats: the group's panels, the partial sums of every row over a group's columns
- * (when nkb > 1), A copied contiguous or packed (when copy). */
+ * the work's floats: the group's panels (from its start), the partial sums of every row over a
+ * group's columns (when nkb > 1), A copied contiguous or packed (when copy). */
 typedef struct {
   int nkb, kc, gp;
-  int64_t panels, part, acont, total; /* offsets in work, and its floats */
+  int64_t part, acont, total; /* offsets in work, and its floats */
 } Cut;
 
 static Cut cut(int m, int n, int k, bool copy) {
@@ -194,7 +194,6 @@ static Cut cut(int m, int n, int k, bool copy) {
   int np = (n + NR - 1) / NR, gp = GROUP / (NR * c.kc);
   c.gp = gp < 1 ? 1 : gp > np ? np : gp;
   int64_t mpad = (int64_t)(m + MR - 1) / MR * MR;
-  c.panels = 0;
   c.part = (int64_t)c.gp * NR * c.kc;
   c.acont = c.part + (c.nkb > 1 ? mpad * c.gp * NR : 0);
   c.total = c.acont + (copy ? mpad * k : 0);
@@ -217,7 +216,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   int np = (n + NR - 1) / NR;
   if (tri == PP_TRI_OUT) np = out_panels(np, (int64_t)row0 + m - 1 - col0); /* the last row's */
   Cut cu = cut(m, n, k, copies_a(ta, k, lda));
-  float *bp = work + cu.panels, *part = work + cu.part, *acont = work + cu.acont;
+  float *bp = work, *part = work + cu.part, *acont = work + cu.acont;
   int64_t pld = (int64_t)cu.gp * NR; /* the partial sums' row */
   if (!ta && lda > k) {
     for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);

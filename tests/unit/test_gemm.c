@@ -121,6 +121,10 @@ chain(const RtGemm *g, const float *A, const float *B, float *C) {
   free(acc);
 }
 
+/* rt_sgemm's value y against the chain's x: other bits, but for the sign of a zero (a triangle's
+ * chain leaves out products with op(A)'s zeros) */
+static bool differs(float x, float y) { return memcmp(&x, &y, sizeof x) && !(x == 0.0f && y == 0.0f); }
+
 /* Element e of C's span is one that g's triangle does not want (tri:out, j > i): unspecified. */
 static bool unwanted(const RtGemm *g, int64_t e) {
   if (g->tri != PP_TRI_OUT) return false;
@@ -154,7 +158,7 @@ static int own_differs_in(const RtGemm *g, bool split) {
   }
   int64_t at = -1;
   for (int64_t i = 0; i < nc && at < 0; i++)
-    if (memcmp(&C0[i], &C1[i], 4) && !(C0[i] == 0.0f && C1[i] == 0.0f) && !unwanted(g, i)) at = i;
+    if (differs(C0[i], C1[i]) && !unwanted(g, i)) at = i;
   if (at >= 0)
     printf("  rt_sgemm %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d batch %d tri %s%s: C[%lld] is %.9g, the "
            "fma chain %.9g\n",
@@ -213,7 +217,7 @@ static RtGemm one_product(int ta, int tb, int m, int n, int k, const float ab[2]
                   tri};
 }
 
-/* The cpu device's triangles of 600 and 613 rows (split over threads by product or by rows), op(A)
+/* The cpu device's triangles of 600 and 613 rows (split over threads as the device splits), op(A)
  * zero outside a lower or upper triangle, over the elements each triangle wants: through OpenBLAS
  * (lib: PPR_CPU_GEMM=openblas, a product per block of rows; else op(A) = A^T past rt_sgemm's
  * sizes) against the whole product through OpenBLAS, and those rt_sgemm takes (op(A) = A) bit for
@@ -277,7 +281,7 @@ static void tri_device(bool lib) {
           for (int64_t i = 0; i < nc; i++)
             if (!unwanted(&g, i)) {
               double e = fabs((double)C0[i] - C1[i]);
-              if (chained && memcmp(&C0[i], &C1[i], 4) && !(C0[i] == 0.0f && C1[i] == 0.0f)) e = INFINITY;
+              if (chained && differs(C0[i], C1[i])) e = INFINITY;
               if (e > worst || e != e) worst = e;
               if (fabs(C0[i]) > big) big = fabs(C0[i]);
             }
@@ -430,8 +434,8 @@ int main(int argc, char **argv) {
               !rt_sgemm_fits(false, 20000, 64, 1000, 1001),
           "rt_sgemm: %d products past 512 (op(A) = A; M to 1100, N to 1100 in groups of columns, K to 6400 in passes; "
           "lower and upper triangles, rows past K; whole and in four parts): %d differ from the fma chain; a "
-          "151936-word vocabulary as N or K is its, op(A) = "
-          "A^T past 512 and work past %lld floats (20000 rows copied contiguous) OpenBLAS's",
+          "151936-word vocabulary as N or K is its, op(A) = A^T past 512 and work past %lld floats (20000 rows "
+          "copied contiguous) OpenBLAS's",
           n, wrong, (long long)RT_SGEMM_MAX_WORK);
     /* triangles: S x S scores (out) or an S x S op(A) (lower, upper), square and not, every
      * transpose, the block edges, whole and in the parts threads take */
