@@ -15,8 +15,9 @@ For each model:
   3. PyTorch eager on the same weights and batches, in a child process (libgomp reads its
      environment when it loads): per step, time.perf_counter around zero_grad, forward + loss +
      backward per micro-batch, clip_grad_norm_(1.0), AdamW.step. Twice: with the environment as
-     it is, and with OMP_WAIT_POLICY=PASSIVE, the policy ppr sets for itself when the variable is
-     unset (runtime/ppr.c); once if OMP_WAIT_POLICY is set;
+     it is, and with OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4, which suits PyTorch's two
+     thread pools (its OpenMP one and OpenBLAS's); once if OMP_WAIT_POLICY is set. ppr runs with
+     the environment as it is (one pool: libgomp's default policy suits it, docs/perf.md);
   4. checks that the first step's losses agree to 1e-4 relative, and prints one row per model;
   5. unless --no-bf16: ppr's --precision bf16 program and PyTorch under torch.autocast("cpu",
      dtype=torch.bfloat16) on the same step (fp32 weights and AdamW on both sides), a second table:
@@ -286,10 +287,10 @@ def main():
     print("steps: %d warm-up + %d timed per run, %d round(s), medians of the timed; load average before: %s"
           % (a.warmup, a.steps, a.rounds, loadavg()))
 
-    # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is, and with the wait
-    # policy ppr gives itself (runtime/ppr.c sets OMP_WAIT_POLICY=PASSIVE when it is unset).
-    # ppr also sets OPENBLAS_THREAD_TIMEOUT=4 when it is unset (runtime/rt_dev_cpu.c): the second
-    # run gives PyTorch both of ppr's settings.
+    # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is (the same policy as
+    # ppr's), and with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4, so that its OpenMP
+    # threads and OpenBLAS's do not spin against each other (ppr has one pool and runs with the
+    # environment as it is; it sets OPENBLAS_THREAD_TIMEOUT=4 when unset, runtime/rt_dev_cpu.c).
     if "OMP_WAIT_POLICY" in os.environ:
         variants = [("OMP_WAIT_POLICY=%s" % os.environ["OMP_WAIT_POLICY"], {})]
     else:

@@ -1027,10 +1027,12 @@ int main(int argc, char **argv) {
   int rc;
   rt_dev_cpu_blas_core(argv); /* OpenBLAS's kernels for this CPU (may run ppr again) */
   ppr_cli_parse(argc, argv, &c);
-  /* The kernels' OpenMP threads and OpenBLAS's threads take turns: idle OpenMP threads that
-   * spin starve the BLAS threads (10-100x slower steps on few cores). libgomp reads this when
-   * the kernel object loads it; a value the user set is kept. */
-  CHECK_IO(setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0, "setenv: %s", strerror(errno));
+  /* OpenMP's wait policy is the environment's (libgomp's default unless OMP_WAIT_POLICY or
+   * GOMP_SPINCOUNT is set: an idle thread spins a while, then sleeps). The kernels and the GEMMs
+   * share one pool (OpenBLAS runs on one thread, rt_dev_cpu.c), so no other pool's threads need
+   * the cores between parallel regions; sleeping at once (PASSIVE) made every region wait for a
+   * wake-up: 1.5-16x slower steps at 2 threads (docs/perf.md, ninth part). libgomp reads it when
+   * ppr loads, before main. */
 
   if (rt_comm_init(&argc, &argv, &comm, err, sizeof err)) die(err);
   me = rt_comm_rank(comm);
