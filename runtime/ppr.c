@@ -1106,6 +1106,10 @@ int main(int argc, char **argv) {
     exit_all(1);
   }
   rt_comm_groups(comm, p);
+  /* the cpu device's threads, when ranks share this machine: before it opens */
+  RtDevKind kind = RT_DEV_CPU;
+  int index = -1, local = rt_comm_local_size(comm);
+  int threads = !rt_dev_parse(c.device, &kind, &index) && kind == RT_DEV_CPU ? rt_dev_cpu_share_cores(local) : 0;
   settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &dev, err, sizeof err));
   dev->tf32 = c.tf32;
   dev->onednn = c.onednn;
@@ -1233,12 +1237,17 @@ int main(int argc, char **argv) {
              "tokens\n",
              path, p->model, p->nparams, (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d),
              (long long)c.steps, (long long)tokens);
-    else
+    else {
+      char shared[96] = ""; /* the threads ppr gave each rank, when it did */
+      if (threads)
+        snprintf(shared, sizeof shared, "; %d thread%s a rank (%d ranks share its machine's CPUs)", threads,
+                 threads == 1 ? "" : "s", local);
       printf("ppr: %s: model %s, mesh tp %d pp %d dp %d%s (%d ranks over MPI), %d params in the model; rank 0: %d "
-             "params, arena %lld bytes on %s; data %s (%lld tokens); %lld steps of %lld tokens\n",
+             "params, arena %lld bytes on %s%s; data %s (%lld tokens); %lld steps of %lld tokens\n",
              c.dir, p->model, p->tp, p->pp, p->dp, cps, nranks, p->nmodel ? p->nmodel : p->nparams, p->nparams,
-             (long long)p->arena, dev->desc, data_name, (long long)rt_data_len(d), (long long)c.steps,
+             (long long)p->arena, dev->desc, shared, data_name, (long long)rt_data_len(d), (long long)c.steps,
              (long long)tokens);
+    }
     if (dval) {
       char every[64] = "after the last step";
       if (c.eval_every) snprintf(every, sizeof every, "every %lld steps and after the last", (long long)c.eval_every);

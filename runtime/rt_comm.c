@@ -90,6 +90,7 @@ int rt_comm_init(int *argc, char ***argv, RtComm **out, char *err, size_t errlen
     MPI_Comm node;
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &c->local_rank));
+    MPI_CHECK(MPI_Comm_size(node, &c->local_size));
     MPI_CHECK(MPI_Comm_free(&node));
   }
   *out = c;
@@ -177,6 +178,7 @@ int rt_comm_rank(const RtComm *c) { return c ? c->rank : 0; }
 int rt_comm_size(const RtComm *c) { return c ? c->size : 1; }
 int rt_comm_uses_mpi(const RtComm *c) { return c && c->mpi; }
 int rt_comm_local_rank(const RtComm *c) { return c ? c->local_rank : 0; }
+int rt_comm_local_size(const RtComm *c) { return c && c->local_size > 0 ? c->local_size : 1; }
 
 /* ---- collectives --------------------------------------------------------------------------- */
 

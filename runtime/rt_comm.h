@@ -33,6 +33,7 @@ int rt_comm_rank(const RtComm *c);                 /* world rank */
 int rt_comm_size(const RtComm *c);                 /* world size */
 int rt_comm_uses_mpi(const RtComm *c);
 int rt_comm_local_rank(const RtComm *c); /* among the ranks on this machine */
+int rt_comm_local_size(const RtComm *c); /* the ranks on this machine (1 without MPI) */
 
 /* ---- the watchdog ---------------------------------------------------------------------------- */
 

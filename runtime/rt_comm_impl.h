@@ -28,7 +28,7 @@ typedef struct {
 struct RtComm {
   int mpi; /* MPI_Init_thread ran */
   int rank, size;
-  int local_rank;               /* among the ranks on this machine (MPI_COMM_TYPE_SHARED) */
+  int local_rank, local_size;   /* among the ranks on this machine (MPI_COMM_TYPE_SHARED), and their count */
   MPI_Comm world;               /* a duplicate of MPI_COMM_WORLD: the pipeline's messages */
   MPI_Comm aux;                 /* another: checks, sums, gathers, broadcasts */
   MPI_Comm wd;                  /* another: the watchdog's notices */

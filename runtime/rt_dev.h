@@ -110,9 +110,15 @@ int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t
  *   this CPU's SGEMM).
  * - OPENBLAS_THREAD_TIMEOUT=4, when unset: OpenBLAS's worker threads sleep at once after a GEMM
  *   instead of spinning for 2^28 cycles in sched_yield, which took the cores from the kernels'
- *   OpenMP threads (docs/perf.md, "Threads"); with OMP_WAIT_POLICY=PASSIVE, which ppr sets for
- *   libgomp, the two pools hand the cores to each other. */
+ *   OpenMP threads (docs/perf.md, "Threads"). */
 void rt_dev_cpu_blas_core(char **argv);
+/* The threads of each of the local_ranks ranks on this machine (the kernels' OpenMP threads, which
+ * also share the GEMMs) when neither OMP_NUM_THREADS nor OPENBLAS_NUM_THREADS is set: the machine's
+ * CPUs shared among its ranks (at least 1 each, at most the CPUs this process may run on), so that
+ * ranks do not each start a thread per CPU and spin against each other. Call before the device
+ * opens. Returns the threads it set, or 0 where it left the count as it was (one rank, a count set
+ * in the environment, or no fewer threads than before). */
+int rt_dev_cpu_share_cores(int local_ranks);
 /* OpenBLAS's core, as the cpu device's description shows it. */
 const char *rt_dev_cpu_blas_name(void);
 int rt_dev_cpu_onednn(void);                                     /* 1 when ppr was built with oneDNN (--onednn) */

@@ -187,6 +187,20 @@ void rt_dev_cpu_blas_core(char **argv) {
   if (timeout) unsetenv("OPENBLAS_THREAD_TIMEOUT");
 }
 
+int rt_dev_cpu_share_cores(int local_ranks) {
+  const char *o = getenv("OMP_NUM_THREADS"), *b = getenv("OPENBLAS_NUM_THREADS");
+  if (local_ranks < 2 || (o && *o) || (b && *b)) return 0;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int procs = omp_get_num_procs(); /* those this process may run on */
+  int n = online > 0 ? (int)(online / local_ranks) : 1;
+  if (n < 1) n = 1;
+  if (n > procs) n = procs;
+  if (n >= omp_get_max_threads()) return 0;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n); /* what cpu_open reads as the GEMMs' threads */
+  return n;
+}
+
 int rt_dev_cpu_onednn(void) {
 #ifdef PPR_DNNL
   return 1;
