@@ -4,7 +4,7 @@
 # here runs min(the CPUs it may use, max(1, the machine's CPUs / NP)) threads, and the start line
 # says so when that is fewer than it would have started; with either variable set, the count is the
 # user's and the line says nothing. Thread counts do not change a value: the losses are the same.
-# tests/examples' tiny model on a 3-stage pipeline. Last line: "N passed, M failed".
+# examples/tiny.pdl on a 3-stage pipeline. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_threads.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
