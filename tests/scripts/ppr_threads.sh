@@ -8,7 +8,7 @@
 set -u
 build=${1:?usage: ppr_threads.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
-mpi="mpirun --oversubscribe --allow-run-as-root"
+mpi="mpirun --oversubscribe --allow-run-as-root" # common.sh's MPIRUN without the thread counts it sets
 np=3
 
 "$ppc" examples/tiny.pdl --pp $np -o "$tmp/pp" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
