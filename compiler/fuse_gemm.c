@@ -216,10 +216,11 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
                 : att_kv(fuse_prog_buf(c, f->in[1]), B, HK, D),
         v = cp ? att_gather(c, id, fuse_prog_buf(c, f->in[2]), "v_all", SK, B, HK, D)
                : att_kv(fuse_prog_buf(c, f->in[2]), B, HK, D);
-  int lse = c->p->node_aux[fwd]; /* [B,HQ,SQ]: the log-sum-exp of each query's scores */
+  int lse = c->p->node_aux[fwd];    /* [B,HQ,SQ]: the log-sum-exp of each query's scores */
+  int kept = c->p->node_probs[fwd]; /* attention_probs = keep: the probabilities' saved buffer; -1 */
   Shape ss = {3, {B * HQ, SQ, SK}};
   if (n->op == OP_ATTENTION) {
-    AttOp p = att_s(fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
+    AttOp p = att_s(kept >= 0 ? kept : fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
     att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, t_out, "scores = scale Q K^T");
     /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
     KCall kc = fuse_kc_block("attention_softmax", B * HQ * SQ, SK, id);
@@ -256,15 +257,15 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     }
   if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
   AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
-  AttOp p = att_s(fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R),
+  AttOp p = att_s(kept >= 0 ? kept : fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R),
         dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
   /* dK and dV: the node's buffer, or under context parallelism the whole sequence's f32 partial
    * sums, reduce-scattered */
   Shape kv_all = {4, {SK, B, HK, D}};
   int dk_all = cp ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
       dv_all = cp ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
-  att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, t_out, "the scores again: scale Q K^T");
-  {
+  if (kept < 0) { /* attention_probs = recompute */
+    att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, t_out, "the scores again: scale Q K^T");
     /* P = exp(s - lse): the forward's probabilities from its saved log-sum-exp */
     KCall kc = fuse_kc_block("attention_probs", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;

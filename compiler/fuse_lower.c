@@ -270,8 +270,9 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
   int nn = g->nnodes;
   p->node_vb = xmalloc((size_t)nn * sizeof(int));
   p->node_aux = xmalloc((size_t)nn * sizeof(int));
+  p->node_probs = xmalloc((size_t)nn * sizeof(int));
   c->grad_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
-  for (int i = 0; i < nn; i++) p->node_vb[i] = p->node_aux[i] = -1;
+  for (int i = 0; i < nn; i++) p->node_vb[i] = p->node_aux[i] = p->node_probs[i] = -1;
   for (int i = 0; i < g->nparams; i++) {
     int r = c->pmap[i];
     /* the value buffers come first, in the rank's order; bf16: the forward and backward read the copies */
@@ -355,6 +356,13 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     if (aux.nd) {
       snprintf(name, sizeof name, "stats%d", i);
       p->node_aux[i] = fuse_prog_vbuf(c, name, c->saved[i] ? BC_SLOT : BC_SCRATCH, aux, PP_F32);
+    }
+    /* attention_probs = keep: the softmax's probabilities [B x HQ, S, S] saved for the backward
+     * (under context parallelism they stay recomputed, after K and V are gathered again) */
+    if (n->op == OP_ATTENTION && g->cfg.keep_probs && g->cfg.cp == 1 && c->saved[i]) {
+      snprintf(name, sizeof name, "probs%d", i);
+      Shape ps = {3, {n->shape.d[1] * n->shape.d[2], n->shape.d[0], n->shape.d[0]}};
+      p->node_probs[i] = fuse_prog_vbuf(c, name, BC_SLOT, ps, fuse_act_dtype(c));
     }
   }
   /* transposes the producer writes: its buffer keeps the logical shape, stored flipped */
@@ -514,7 +522,8 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   free(c->grad_vb);
   free(p->node_vb);
   free(p->node_aux);
-  p->node_vb = p->node_aux = NULL;
+  free(p->node_probs);
+  p->node_vb = p->node_aux = p->node_probs = NULL;
 }
 
 Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {

@@ -105,5 +105,6 @@ void fuse_prog_free(Program *p) {
   free(p->copy_vb);
   free(p->node_vb);
   free(p->node_aux);
+  free(p->node_probs);
   free(p);
 }

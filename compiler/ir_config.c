@@ -10,7 +10,8 @@
 #include "ppc.h"
 
 /* ============================================================================================
- * Settings: mesh { tp pp dp sp cp } and train { micro_batch seq microbatches schedule precision }
+ * Settings: mesh { tp pp dp sp cp } and train { micro_batch seq microbatches schedule precision
+ * attention_probs }
  * ========================================================================================== */
 
 static int setting_int(Builder *b, const Setting *t, int64_t *out) {
@@ -29,10 +30,10 @@ static int setting_int(Builder *b, const Setting *t, int64_t *out) {
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
   static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp"};
-  static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision"};
+  static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision", "attention_probs"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
-  int nkeys = 5;
+  int nkeys = mesh ? (int)(sizeof mesh_keys / sizeof *mesh_keys) : (int)(sizeof train_keys / sizeof *train_keys);
   for (const Setting *t = s->settings; t; t = t->next) {
     for (const Setting *u = s->settings; u != t; u = u->next)
       if (!strcmp(u->key, t->key)) {
@@ -44,7 +45,8 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     if (k == nkeys) {
       ir_build_err(b, t->key_loc,
                    mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp or cp)"
-                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule or precision)",
+                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule, precision "
+                          "or attention_probs)",
                    t->key);
       continue;
     }
@@ -81,6 +83,18 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
         continue;
       }
       c->precision = (PpPrecision)prec;
+      continue;
+    }
+    if (!mesh && k == 5) {
+      const Expr *v = t->val;
+      int keep = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? ir_config_keep_probs(v->name) : -1;
+      if (keep < 0) {
+        ir_build_err(b, v->loc,
+                     "attention_probs is keep or recompute (attention's probabilities saved for the "
+                     "backward, or recomputed there)");
+        continue;
+      }
+      c->keep_probs = keep;
       continue;
     }
     int64_t v;
@@ -204,7 +218,10 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule), c->sched_loc = NOLOC;
   if (o->precision >= 0) c->precision = (PpPrecision)o->precision;
   if (o->sp >= 0) c->sp = o->sp, c->sp_loc = NOLOC;
+  if (o->keep_probs >= 0) c->keep_probs = o->keep_probs;
 }
+
+int ir_config_keep_probs(const char *name) { return !strcmp(name, "keep") ? 1 : !strcmp(name, "recompute") ? 0 : -1; }
 
 /* ============================================================================================
  * The mesh against the model

@@ -32,6 +32,11 @@ static const char usage[] =
     "  --sp               sequence parallelism (with --tp): norms, residuals and dropout on S/tp\n"
     "                     positions per rank; all-gather and reduce-scatter in place of the TP\n"
     "                     all-reduces; stage messages tp times smaller\n"
+    "  --attention-probs keep|recompute\n"
+    "                     attention's softmax probabilities saved for the backward (B x heads x S x S\n"
+    "                     of the activations' type a layer and micro-batch in flight), or recomputed\n"
+    "                     there from the saved log-sum-exp (the default: the scores' product again\n"
+    "                     and an exponential a score)\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
     "\n"
@@ -140,6 +145,7 @@ static Cli parse_args(int argc, char **argv) {
     O_SCHEDULE,
     O_PRECISION,
     O_SP,
+    O_ATT_PROBS,
     O_PARTITION,
     O_ARCH,
     O_EMIT,
@@ -161,6 +167,7 @@ static Cli parse_args(int argc, char **argv) {
       {"schedule", required_argument, NULL, O_SCHEDULE},
       {"precision", required_argument, NULL, O_PRECISION},
       {"sp", no_argument, NULL, O_SP},
+      {"attention-probs", required_argument, NULL, O_ATT_PROBS},
       {"partition", required_argument, NULL, O_PARTITION},
       {"arch", required_argument, NULL, O_ARCH},
       {"emit", required_argument, NULL, O_EMIT},
@@ -181,7 +188,8 @@ static Cli parse_args(int argc, char **argv) {
                    .microbatches = -1,
                    .cp = -1,
                    .precision = -1,
-                   .sp = -1},
+                   .sp = -1,
+                   .keep_probs = -1},
            .arch = "sm_90",
            .vpp = 1};
   opterr = 0;                /* the messages below name the option as it was written */
@@ -206,6 +214,10 @@ static Cli parse_args(int argc, char **argv) {
       c.opt.schedule = optarg;
       break;
     case O_SP: c.opt.sp = 1; break;
+    case O_ATT_PROBS:
+      c.opt.keep_probs = ir_config_keep_probs(optarg);
+      if (c.opt.keep_probs < 0) bad_usage("--attention-probs expects keep or recompute, got '%s'", optarg);
+      break;
     case O_PRECISION:
       c.opt.precision = pp_precision_parse(optarg);
       if (c.opt.precision < 0) bad_usage("--precision expects " PP_PRECISION_NAMES ", got '%s'", optarg);

@@ -302,8 +302,9 @@ typedef struct Config {
   int64_t cp; /* context parallelism: each rank of a cp group holds seq/cp consecutive positions */
   int64_t micro_batch, seq, microbatches;
   char schedule[16];
-  PpPrecision precision;      /* the activations' type (pp_dtype.h) */
-  bool sp;                    /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
+  PpPrecision precision; /* the activations' type (pp_dtype.h) */
+  bool sp;               /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
+  bool keep_probs; /* attention_probs = keep: the softmax's probabilities saved for the backward, not recomputed */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
   Loc cp_loc;
   Loc sp_loc;
@@ -364,6 +365,7 @@ typedef struct Options {
   const char *schedule;                               /* NULL: not given */
   int precision;                                      /* PpPrecision; -1: not given */
   int sp;                                             /* --sp: 1; -1: not given */
+  int keep_probs;                                     /* --attention-probs keep: 1, recompute: 0; -1: not given */
 } Options;
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
@@ -378,6 +380,8 @@ int ir_build_eval_int(Builder *b, const Expr *e, int64_t *out); /* 0, or 1 after
 int ir_build_eval_float(Builder *b, const Expr *e, double *out);
 /* ir_config.c: the mesh and the step (the .pdl's blocks, flags on top); their checks against the model */
 void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c);
+/* attention_probs' value: keep 1, recompute 0, anything else -1 (the train setting and ppc's flag) */
+int ir_config_keep_probs(const char *name);
 void ir_config_check(Builder *b, Loc end);
 /* The .pdl's `# hf-config: JSON` comment (ppc --from-hf's), re-serialised for the listing's
  * `hf_config` line: compact, ASCII, spaces and '#' as \u escapes (*out malloc'd; NULL without the
@@ -664,8 +668,9 @@ typedef struct Program {
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
   int64_t arena;
-  int *node_vb;  /* per IR node of the chunk being lowered: its buffer, -1 for none */
-  int *node_aux; /* per IR node: its saved-statistics buffer, -1 */
+  int *node_vb;    /* per IR node of the chunk being lowered: its buffer, -1 for none */
+  int *node_aux;   /* per IR node: its saved-statistics buffer, -1 */
+  int *node_probs; /* per attention node: its probabilities saved for the backward (attention_probs = keep), -1 */
 } Program;
 
 /* The rank's program from its chunks' graphs (one: its stage's; rank is then that graph too) and
