@@ -82,6 +82,9 @@ HP = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": 0.1, "clip": 1
 WEIGHT_SEED = 1234
 TOKEN_SEED = 5678
 LOSS_RTOL = 1e-4
+# ppc --attention-probs for ppr's programs (--attention-probs here): keep by default, as PyTorch's
+# eager attention keeps its softmax's output for the backward
+ATTENTION_PROBS = ["keep"]
 
 
 def write_weights(path, P, names):
@@ -101,7 +104,7 @@ def how(rc):
 def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None, precision="fp32", flags=()):
     prog = os.path.join(work, "prog" if precision == "fp32" else "prog_" + precision)
     r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) +
-                       ["--precision", precision, "-o", prog],
+                       ["--precision", precision, "--attention-probs", ATTENTION_PROBS[0], "-o", prog],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if r.returncode != 0:
         sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
@@ -258,6 +261,8 @@ def main():
     ap.add_argument("--peak-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs (ppr --precision bf16, torch.autocast)")
+    ap.add_argument("--attention-probs", choices=("keep", "recompute"), default="keep",
+                    help="ppc --attention-probs for ppr (keep: as PyTorch's eager attention)")
     a = ap.parse_args()
     if a.torch_child:
         torch_child(a.torch_child, a.steps, a.work, a.autocast)
@@ -286,6 +291,10 @@ def main():
         print("%s: %s" % (v, os.environ[v] if v in os.environ else "not set"))
     print("steps: %d warm-up + %d timed per run, %d round(s), medians of the timed; load average before: %s"
           % (a.warmup, a.steps, a.rounds, loadavg()))
+    ATTENTION_PROBS[0] = a.attention_probs
+    print("ppr's attention probabilities: ppc --attention-probs %s%s" % (a.attention_probs,
+          " (saved for the backward, as PyTorch's eager attention saves its softmax's output)"
+          if a.attention_probs == "keep" else " (recomputed in the backward: ppc's default)"))
 
     # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is (the same policy as
     # ppr's), and with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4, so that its OpenMP
