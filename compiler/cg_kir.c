@@ -267,15 +267,10 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
     EMIT(";\n");
     indent(r, d + 1), EMIT("}\n");
     indent(r, d), EMIT("}\n");
-    /* the tree a stage a loop, each of a constant count (a loop over the counts, its count a
-     * variable, compiles to vector and scalar remainders and branches: 15% of a short row's softmax) */
-    for (int s = T / 2; s > 0; s >>= 1) {
-      char hi[48];
-      snprintf(hi, sizeof hi, "ppk_part[ppk_t + %d]", s);
-      indent(r, d), EMIT("for (int ppk_t = 0; ppk_t < %d; ppk_t++) ppk_part[ppk_t] = ", s);
-      EMIT(fold, "ppk_part[ppk_t]", hi);
-      EMIT(";\n");
-    }
+    indent(r, d), EMIT("for (int ppk_s = %d; ppk_s > 0; ppk_s >>= 1)\n", T / 2);
+    indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_s; ppk_t++) ppk_part[ppk_t] = ");
+    EMIT(fold, "ppk_part[ppk_t]", "ppk_part[ppk_t + ppk_s]");
+    EMIT(";\n");
     indent(r, d), EMIT("v%d = ppk_part[0];\n", st->var);
   } else {
     indent(r, d), EMIT("float ppk_acc = %s;\n", init);
