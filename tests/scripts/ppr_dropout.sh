@@ -22,21 +22,10 @@ fi
 fx=tests/fixtures/tiny_minimind fd=tests/fixtures/tiny_minimind_dropout model=tests/models/tiny_dropout.pdl
 args="--init $fx/weights.safetensors --data $fx/tokens.bin --dropout-seed 7"
 
-# run NP DIR TAG ARGS...: 5 steps on NP ranks: TAG.losses, TAG.g (first step's gradients), TAG.w
-run() {
-  np=$1 dir=$2 tag=$3
-  shift 3
-  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
-  # shellcheck disable=SC2086
-  $launch "$ppr" "$tmp/$dir" $args --steps 5 --clip 1 --quiet --log "$tmp/$tag.jsonl" \
-    --save-grads "$tmp/$tag.g.safetensors" --save "$tmp/$tag.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
-    { tail -n 5 "$tmp/out.txt"; return 1; }
-  losses "$tmp/$tag.jsonl" >"$tmp/$tag.losses"
-}
 python3 -c 'import json,sys; [print(x) for x in json.load(open(sys.argv[1]))["losses"]]' "$fd/reference.json" >"$tmp/torch.losses"
 
 "$ppc" "$model" --microbatches 4 --generate -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-if run 1 one one && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
+if run5 1 one one && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
   tensors "$tmp/one.g.safetensors" "$fd/grads.safetensors" 1e-4 && tensors "$tmp/one.w.safetensors" "$fd/updated.safetensors" 1e-4
 then ok "one rank equals PyTorch fed the same masks: 5 losses 1e-5, gradients and weights 1e-4 ($(tr '\n' ' ' <"$tmp/one.losses"))"
 else bad "one rank against PyTorch with ppr's masks"; fi
@@ -46,16 +35,16 @@ for mesh in "4 --tp 2 --pp 2" "8 --tp 2 --pp 2 --dp 2" "2 --pp 2 --schedule zb-h
   np=$1
   shift
   "$ppc" "$model" --microbatches 4 "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-  if run "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
+  if run5 "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
     tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 && tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" 1e-5
   then ok "$*: the one rank's masks (losses 1e-6, gradients and weights 1e-5: $(tr '\n' ' ' <"$tmp/mesh.losses"))"
   else bad "$*: dropout against one rank"; fi
 done
 
-if run 1 one cl --device opencl && same_losses "$tmp/cl.losses" "$tmp/one.losses" 1e-6; then
+if run5 1 one cl --device opencl && same_losses "$tmp/cl.losses" "$tmp/one.losses" 1e-6; then
   ok "the opencl device draws the cpu's masks (losses 1e-6)"
 else bad "dropout on opencl: $(tr '\n' ' ' <"$tmp/cl.losses") against $(tr '\n' ' ' <"$tmp/one.losses")"; fi
-if run 1 one s8 --dropout-seed 8 && ! same_losses "$tmp/s8.losses" "$tmp/one.losses" 1e-6 && run 1 one again &&
+if run5 1 one s8 --dropout-seed 8 && ! same_losses "$tmp/s8.losses" "$tmp/one.losses" 1e-6 && run5 1 one again &&
   cmp -s "$tmp/again.losses" "$tmp/one.losses"; then
   ok "--dropout-seed 8 draws other masks; seed 7 again the same losses"
 else bad "dropout seeds: 8 should differ from 7, and 7 repeat"; fi
@@ -83,14 +72,14 @@ sed 's/cross_entropy(logits, labels)/cross_entropy(logits, labels, ignore_index 
 "$ppc" "$tmp/md.pdl" --microbatches 4 -o "$tmp/md1" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
 "$ppc" "$tmp/md.pdl" --microbatches 4 --tp 2 --pp 2 --dp 2 --sp -o "$tmp/md8" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
 args="--init $fx/weights.safetensors --data tests/fixtures/tiny_minimind_masked/masked.bin --dropout-seed 7 --eps 1e-6"
-if run 1 md1 md1 && run 8 md8 md8 && same_losses "$tmp/md8.losses" "$tmp/md1.losses" 1e-6 &&
+if run5 1 md1 md1 && run5 8 md8 md8 && same_losses "$tmp/md8.losses" "$tmp/md1.losses" 1e-6 &&
   tensors "$tmp/md8.g.safetensors" "$tmp/md1.g.safetensors" 1e-5 && tensors "$tmp/md8.w.safetensors" "$tmp/md1.w.safetensors" 1e-5
 then ok "dropout, a masked loss and --sp on tp 2 x pp 2 x dp 2: the one rank's run (losses 1e-6, gradients and weights 1e-5)"
 else bad "dropout + masked loss + --sp on tp 2 x pp 2 x dp 2 against one rank"; fi
 args="--init $fx/weights.safetensors --data $fx/tokens.bin --dropout-seed 7"
 
 "$ppc" "$model" --microbatches 4 --precision bf16 -o "$tmp/bf" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-if run 1 bf bf && python3 -c '
+if run5 1 bf bf && python3 -c '
 import sys
 a = float(open(sys.argv[1]).readline()); b = float(open(sys.argv[2]).readline())
 sys.exit(0 if abs(a - b) <= 1e-2 * abs(b) and a != b else 1)' "$tmp/bf.losses" "$tmp/one.losses"; then

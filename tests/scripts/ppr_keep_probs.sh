@@ -22,17 +22,6 @@ fi
 fx=tests/fixtures/tiny_minimind model=examples/tiny.pdl
 args="--init $fx/weights.safetensors --data $fx/tokens.bin --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --wd 0.1"
 
-# run NP DIR TAG ARGS...: 5 steps on NP ranks: TAG.losses, TAG.g (first step's gradients), TAG.w
-run() {
-  np=$1 dir=$2 tag=$3
-  shift 3
-  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
-  # shellcheck disable=SC2086
-  $launch "$ppr" "$tmp/$dir" $args --steps 5 --clip 1 --quiet --log "$tmp/$tag.jsonl" \
-    --save-grads "$tmp/$tag.g.safetensors" --save "$tmp/$tag.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
-    { tail -n 5 "$tmp/out.txt"; return 1; }
-  losses "$tmp/$tag.jsonl" >"$tmp/$tag.losses"
-}
 python3 -c 'import json,sys; [print(x) for x in json.load(open(sys.argv[1]))["losses5"]]' "$fx/expected.json" \
   >"$tmp/torch.losses"
 
@@ -44,12 +33,12 @@ if [ "$layers" = 4 ] && ! grep -q 'attention_probs\|the scores again' "$tmp/one/
   ok "keep: a saved [8,16,16] probs buffer per layer, no recomputed scores and no attention_probs kernel"
 else bad "keep's listing: $layers probs buffers ($(grep -c 'attention_probs' "$tmp/one/rank0.prog") attention_probs)"; fi
 
-if run 1 one one && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
+if run5 1 one one && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
   tensors "$tmp/one.g.safetensors" "$fx/grads.safetensors" 1e-4 &&
   tensors "$tmp/one.w.safetensors" "$fx/updated5.safetensors" 1e-4; then
   ok "one rank equals PyTorch: 5 losses 1e-5, gradients and weights 1e-4 ($(tr '\n' ' ' <"$tmp/one.losses"))"
 else bad "keep on one rank against PyTorch"; fi
-if run 1 re re && same_losses "$tmp/one.losses" "$tmp/re.losses" 1e-6 &&
+if run5 1 re re && same_losses "$tmp/one.losses" "$tmp/re.losses" 1e-6 &&
   tensors "$tmp/one.g.safetensors" "$tmp/re.g.safetensors" 1e-5 && tensors "$tmp/one.w.safetensors" "$tmp/re.w.safetensors" 1e-4; then
   ok "keep and recompute agree: losses 1e-6, gradients 1e-5, weights 1e-4"
 else bad "keep against recompute: $(tr '\n' ' ' <"$tmp/one.losses") against $(tr '\n' ' ' <"$tmp/re.losses")"; fi
@@ -59,14 +48,14 @@ for mesh in "4 --tp 2 --pp 2" "2 --pp 2 --schedule zb-h1"; do
   np=$1
   shift
   "$ppc" "$model" --attention-probs keep "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-  if run "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
+  if run5 "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
     tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 &&
     tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" 1e-4; then
     ok "$*: the one rank's (losses 1e-6, gradients 1e-5, weights 1e-4: $(tr '\n' ' ' <"$tmp/mesh.losses"))"
   else bad "keep on $*: against one rank"; fi
 done
 
-if run 1 one cl --device opencl && same_losses "$tmp/cl.losses" "$tmp/one.losses" 1e-6 &&
+if run5 1 one cl --device opencl && same_losses "$tmp/cl.losses" "$tmp/one.losses" 1e-6 &&
   tensors "$tmp/cl.w.safetensors" "$tmp/one.w.safetensors" 1e-4; then
   ok "the opencl device: the cpu's losses (1e-6) and weights (1e-4)"
 else bad "keep on opencl: $(tr '\n' ' ' <"$tmp/cl.losses") against $(tr '\n' ' ' <"$tmp/one.losses")"; fi

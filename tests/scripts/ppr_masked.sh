@@ -25,18 +25,7 @@ if ! command -v python3 >/dev/null 2>&1; then
 fi
 fx=tests/fixtures/tiny_minimind fm=tests/fixtures/tiny_minimind_masked
 init="--init $fx/weights.safetensors"
-
-# run NP DIR TAG ARGS...: ppr on NP ranks, 5 steps of the masked data, writing TAG.jsonl, TAG.g (the
-# first step's gradients) and TAG.w (the weights after)
-run() {
-  np=$1 dir=$2 tag=$3
-  shift 3
-  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
-  $launch "$ppr" "$tmp/$dir" --data "$fm/masked.bin" --steps 5 --clip 1 --quiet --log "$tmp/$tag.jsonl" \
-    --save-grads "$tmp/$tag.g.safetensors" --save "$tmp/$tag.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
-    { tail -n 5 "$tmp/out.txt"; return 1; }
-  losses "$tmp/$tag.jsonl" >"$tmp/$tag.losses"
-}
+args="--data $fm/masked.bin" # run5's (lib/compare.sh): every run on the masked data
 
 sed 's/cross_entropy(logits, labels)/cross_entropy(logits, labels, ignore_index = -100)/' examples/tiny.pdl >"$tmp/tiny.pdl"
 python3 -c 'import json,sys; [print(x) for x in json.load(open(sys.argv[1]))["losses"]]' "$fm/reference.json" >"$tmp/torch.losses"
@@ -45,7 +34,7 @@ python3 -c 'import json,sys; [print(x) for x in json.load(open(sys.argv[1]))["lo
 if grep -q '^vocab 256 ignore_index -100$' "$tmp/one/rank0.prog" && grep -q 's:tokscale' "$tmp/one/rank0.prog"; then
   ok "the listing states ignore_index on its vocab line, and the loss kernels weigh rows by s:tokscale"
 else bad "vocab line with ignore_index and s:tokscale in the listing"; fi
-if run 1 one one $init && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
+if run5 1 one one $init && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
   tensors "$tmp/one.g.safetensors" "$fm/grads.safetensors" 1e-4 &&
   tensors "$tmp/one.w.safetensors" "$fm/updated.safetensors" 1e-4; then
   ok "one rank equals PyTorch's ignore_index loss: 5 losses 1e-5, gradients and weights 1e-4 ($(tr '\n' ' ' <"$tmp/one.losses"))"
@@ -62,7 +51,7 @@ for mesh in "8 --tp 2 --pp 2 --dp 2" "4 --tp 4" "2 --pp 2 --schedule zb-h1" "4 -
   # cancels (measured: 1.4e-5 in one q_proj after 5 steps; the first step's gradients within 1e-5)
   wtol=1e-5
   case "$*" in *--cp*) wtol=3e-5 ;; esac
-  if run "$np" mesh mesh $init && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
+  if run5 "$np" mesh mesh $init && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
     tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 &&
     tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" "$wtol" &&
     same_losses "$tmp/mesh.losses" "$tmp/torch.losses" 1e-5 &&
@@ -75,7 +64,7 @@ done
 sed 's/cross_entropy(logits, labels)/cross_entropy(logits, labels, ignore_index = -100)/' tests/models/odd5.pdl >"$tmp/odd5.pdl"
 "$ppc" "$tmp/odd5.pdl" --microbatches 6 -o "$tmp/o1" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
 "$ppc" "$tmp/odd5.pdl" --microbatches 6 --pp 3 --dp 2 -o "$tmp/o6" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-if run 1 o1 o1 --seed 5 && run 6 o6 o6 --seed 5 && same_losses "$tmp/o6.losses" "$tmp/o1.losses" 1e-6 &&
+if run5 1 o1 o1 --seed 5 && run5 6 o6 o6 --seed 5 && same_losses "$tmp/o6.losses" "$tmp/o1.losses" 1e-6 &&
   tensors "$tmp/o6.g.safetensors" "$tmp/o1.g.safetensors" 1e-5 && tensors "$tmp/o6.w.safetensors" "$tmp/o1.w.safetensors" 1e-5
 then ok "odd5 pp 3 × dp 2: its one-rank masked run (losses 1e-6, gradients and weights 1e-5)"
 else bad "odd5 pp 3 × dp 2 against one rank"; fi
@@ -109,7 +98,7 @@ else bad "masked validation loss: $(cat "$tmp/val.jsonl")"; fi
 
 # bf16: the first step within 1e-2 of fp32's
 "$ppc" "$tmp/tiny.pdl" --microbatches 4 --precision bf16 -o "$tmp/bf" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-if run 1 bf bf $init && python3 -c '
+if run5 1 bf bf $init && python3 -c '
 import sys
 a = float(open(sys.argv[1]).readline()); b = float(open(sys.argv[2]).readline())
 sys.exit(0 if abs(a - b) <= 1e-2 * abs(b) and a != b else 1)' "$tmp/bf.losses" "$tmp/one.losses"; then

@@ -17,3 +17,16 @@ tensors() {
     return 1
   }
 }
+# run5 NP DIR TAG ARGS...: five clipped steps (--clip 1) of the program in $tmp/DIR on NP ranks, with
+# the script's $args and then ARGS: TAG.losses (one a line), TAG.g.safetensors (the first step's
+# gradients), TAG.w.safetensors (the weights after); ppr's last lines if it fails
+run5() {
+  np=$1 dir=$2 tag=$3
+  shift 3
+  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
+  # shellcheck disable=SC2086
+  $launch "$ppr" "$tmp/$dir" $args --steps 5 --clip 1 --quiet --log "$tmp/$tag.jsonl" \
+    --save-grads "$tmp/$tag.g.safetensors" --save "$tmp/$tag.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
+    { tail -n 5 "$tmp/out.txt"; return 1; }
+  losses "$tmp/$tag.jsonl" >"$tmp/$tag.losses"
+}
