@@ -84,7 +84,7 @@ TOKEN_SEED = 5678
 LOSS_RTOL = 1e-4
 # ppc --attention-probs for ppr's programs (--attention-probs here): keep by default, as PyTorch's
 # eager attention keeps its softmax's output for the backward
-ATTENTION_PROBS = ["keep"]
+ATTENTION_PROBS = "keep"
 
 
 def write_weights(path, P, names):
@@ -104,7 +104,7 @@ def how(rc):
 def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None, precision="fp32", flags=()):
     prog = os.path.join(work, "prog" if precision == "fp32" else "prog_" + precision)
     r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) +
-                       ["--precision", precision, "--attention-probs", ATTENTION_PROBS[0], "-o", prog],
+                       ["--precision", precision, "--attention-probs", ATTENTION_PROBS, "-o", prog],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if r.returncode != 0:
         sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
@@ -250,6 +250,7 @@ def loadavg():
 
 
 def main():
+    global ATTENTION_PROBS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
@@ -291,7 +292,7 @@ def main():
         print("%s: %s" % (v, os.environ[v] if v in os.environ else "not set"))
     print("steps: %d warm-up + %d timed per run, %d round(s), medians of the timed; load average before: %s"
           % (a.warmup, a.steps, a.rounds, loadavg()))
-    ATTENTION_PROBS[0] = a.attention_probs
+    ATTENTION_PROBS = a.attention_probs
     print("ppr's attention probabilities: ppc --attention-probs %s%s" % (a.attention_probs,
           " (saved for the backward, as PyTorch's eager attention saves its softmax's output)"
           if a.attention_probs == "keep" else " (recomputed in the backward: ppc's default)"))

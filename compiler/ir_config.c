@@ -28,6 +28,11 @@ static int setting_int(Builder *b, const Setting *t, int64_t *out) {
   return 0;
 }
 
+/* A word-valued setting's word: an identifier (gpipe), a word (1f1b) or a string ("zb-h1"); else NULL */
+static const char *word(const Expr *v) {
+  return v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? v->name : NULL;
+}
+
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
   static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp"};
   static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision", "attention_probs"};
@@ -52,7 +57,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     }
     if (!mesh && k == 3) {
       const Expr *v = t->val;
-      const char *name = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? v->name : NULL;
+      const char *name = word(v);
       if (!name || (!sched_known(name) && strcmp(name, "auto"))) { /* sched.c's table */
         ir_build_err(b, v->loc, "unknown schedule (expected " SCHED_NAMES " or auto)");
         continue;
@@ -76,7 +81,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     }
     if (!mesh && k == 4) {
       const Expr *v = t->val;
-      const char *name = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? v->name : NULL;
+      const char *name = word(v);
       int prec = name ? pp_precision_parse(name) : -1;
       if (prec < 0) {
         ir_build_err(b, v->loc, "unknown precision (expected " PP_PRECISION_NAMES ")");
@@ -87,7 +92,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     }
     if (!mesh && k == 5) {
       const Expr *v = t->val;
-      int keep = v->kind == E_NAME || v->kind == E_WORD || v->kind == E_STR ? ir_config_keep_probs(v->name) : -1;
+      int keep = word(v) ? ir_config_keep_probs(word(v)) : -1;
       if (keep < 0) {
         ir_build_err(b, v->loc,
                      "attention_probs is keep or recompute (attention's probabilities saved for the "
