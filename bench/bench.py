@@ -11,7 +11,9 @@ For each model:
      once to DIR/<model>/weights.safetensors; random tokens (llm.c token file) long enough that
      no step wraps around;
   2. ppc MODEL.pdl -o DIR/<model>/prog, then ppr --init weights --data tokens --steps W+N --clip 1
-     --log ppr.jsonl; ppr's own per-step "ms" of steps W+1..W+N;
+     --log ppr.jsonl; ppr's own per-step "ms" of steps W+1..W+N; one core's SGEMM peak measured
+     right before, and a PPR_PROFILE=1 run of as many steps right after (the step's GEMM FLOPs and
+     its GEMMs' share of the time);
   3. PyTorch eager on the same weights and batches, in a child process (libgomp reads its
      environment when it loads): per step, time.perf_counter around zero_grad, forward + loss +
      backward per micro-batch, clip_grad_norm_(1.0), AdamW.step. Twice: with the environment as
@@ -101,7 +103,9 @@ def how(rc):
     return "killed by signal %d" % -rc if rc < 0 else "exit %d" % rc
 
 
-def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None, precision="fp32", flags=()):
+def run_ppr(build, work, spec, weights, tokens, nsteps, precision="fp32", flags=(), profile=False):
+    """ppc, then ppr: (losses, ms per step) from its --log; with profile, also its PPR_PROFILE
+    summary (profile_of) of the same run."""
     prog = os.path.join(work, "prog" if precision == "fp32" else "prog_" + precision)
     r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) +
                        ["--precision", precision, "--attention-probs", ATTENTION_PROBS, "-o", prog],
@@ -112,17 +116,16 @@ def run_ppr(build, work, spec, weights, tokens, nsteps, extra_env=None, precisio
     cmd = [os.path.join(build, "ppr"), prog, "--init", weights, "--data", tokens, "--steps", str(nsteps),
            "--lr", str(HP["lr"]), "--beta1", str(HP["beta1"]), "--beta2", str(HP["beta2"]),
            "--eps", str(HP["eps"]), "--wd", str(HP["wd"]), "--clip", str(HP["clip"]), "--log", log, "--quiet"] + list(flags)
-    env = dict(os.environ, **(extra_env or {}))
+    env = dict(os.environ, PPR_PROFILE="1") if profile else os.environ
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env)
     if r.returncode != 0:
         sys.exit("bench: ppr failed (%s):\n%s" % (how(r.returncode), r.stdout))
-    if extra_env:
-        return r.stdout
-    if r.stdout.strip():
-        sys.stderr.write(r.stdout)  # e.g. the PPR_PROFILE summary
+    if r.stdout.strip() and os.environ.get("PPR_PROFILE"):
+        sys.stderr.write(r.stdout)  # the PPR_PROFILE summary, asked for
     with open(log) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return [row["loss"] for row in rows], [row["ms"] for row in rows]
+    res = [row["loss"] for row in rows], [row["ms"] for row in rows]
+    return res + (profile_of(r.stdout),) if profile else res
 
 
 def run_torch(spec, P0, names, toks, nsteps, autocast=False):
@@ -205,10 +208,9 @@ def measure_peak():
     return float(r.stdout.strip().splitlines()[-1])
 
 
-def roofline(build, work, spec, weights, tokens, steps):
-    """The step's GEMM FLOPs and its GEMM and non-GEMM time from ppr's PPR_PROFILE (a run of its
-    own, steps 2.. counted): (GFLOP per step, profile step ms, GEMM ms)."""
-    out = run_ppr(build, work, spec, weights, tokens, steps, {"PPR_PROFILE": "1"})
+def profile_of(out):
+    """ppr's PPR_PROFILE summary (steps 2.. of its run): (GFLOP of GEMMs a step, ms a step, of
+    which GEMMs ms)."""
     step = re.search(r"per step: ([0-9.]+) ms", out)
     gemm = re.search(r" gemm ([0-9.]+) ms \(", out)
     flops = re.search(r"gemm: ([0-9.]+) GFLOP per step", out)
@@ -336,11 +338,16 @@ def main():
         nparams = sum(P0[n].numel() for n in names)
         print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
-        pm, tm, peaks = [], [[] for _ in variants], []
+        pm, tm, peaks, ratios, profs = [], [[] for _ in variants], [], [], []
         for r in range(a.rounds):
             peaks.append(measure_peak())  # this host's speed drifts within minutes: the peak beside ppr's run
             pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
             pm += ms[warmup:]
+            # where the time goes: a PPR_PROFILE run of as many steps right after (a clock read an
+            # instruction: 6% of tiny's step, so not in the timed run)
+            profs.append(run_ppr(a.build, work, spec, weights, tokens, nsteps, profile=True)[2])
+            # this round's step against the bound at the peak measured just before it
+            ratios.append(statistics.median(ms[warmup:]) * nthreads * peaks[-1] / (profs[-1][0] * 1e3))
             for v, (label, extra) in enumerate(variants):
                 tl, ms = run_torch_child(name, nsteps, work, extra)
                 tm[v] += ms[warmup:]
@@ -357,14 +364,19 @@ def main():
         for v, (label, _) in enumerate(variants):
             meds.append(statistics.median(tm[v]))
             print("  %-34s ms/step: median %8.2f  min %8.2f  max %8.2f" % ("torch, " + label, meds[-1], min(tm[v]), max(tm[v])))
-        gflop, pstep, pgemm = roofline(a.build, work, spec, weights, tokens, min(nsteps, 4))
+        gflop = profs[0][0]
         mpeak = statistics.median(peaks)
         bound = gflop / (nthreads * mpeak) * 1e3
-        print("  roofline: %.2f GFLOP of GEMMs a step, lower bound %.2f ms at %d x %.1f GFLOP/s (the peak measured "
-              "before each of ppr's runs: %s; their median); ppr's step %.2fx it; PPR_PROFILE: GEMMs %.2f of %.2f "
-              "ms, the rest %.1f%%" % (gflop, bound, nthreads, mpeak, ", ".join("%.1f" % x for x in peaks),
-                                       pmed / bound, pgemm, pstep, 100 * (pstep - pgemm) / pstep))
-        rows.append((name, pmed, meds, bound, 100 * (pstep - pgemm) / pstep))
+        ratio = statistics.median(ratios)
+        pstep, pgemm = sum(p[1] for p in profs), sum(p[2] for p in profs)
+        rest = 100 * (pstep - pgemm) / pstep
+        print("  roofline: %.2f GFLOP of GEMMs a step, lower bound %.2f ms at %d x %.1f GFLOP/s (the median of the "
+              "peaks measured before each of ppr's runs: %s); ppr's step %.2fx its bound (the median over rounds of "
+              "each round's median step / the bound at the peak measured just before it: %s); PPR_PROFILE runs "
+              "beside them: GEMMs %.2f of %.2f ms a step, the rest %.1f%%"
+              % (gflop, bound, nthreads, mpeak, ", ".join("%.1f" % x for x in peaks), ratio,
+                 ", ".join("%.2f" % x for x in ratios), pgemm / len(profs), pstep / len(profs), rest))
+        rows.append((name, pmed, meds, bound, ratio, rest))
         if not a.no_bf16:
             # bf16: ppr's --precision bf16 and torch.autocast, the second wait-policy variant for
             # torch (ppr's own settings) when there are two
@@ -401,15 +413,17 @@ def main():
     head += " GEMM bound ms | ppr/bound | non-GEMM % |"
     print(head)
     print("|---|---|---|" + "---|---|" * len(variants) + "---|---|---|")
-    for name, pmed, meds, bound, rest in rows:
+    for name, pmed, meds, bound, ratio, rest in rows:
         line = "| %s | %d | %.2f |" % (name, nthreads, pmed)
         for tmed in meds:
             line += " %.2f | %.2f |" % (tmed, tmed / pmed)
-        line += " %.2f | %.2f | %.1f |" % (bound, pmed / bound, rest)
+        line += " %.2f | %.2f | %.1f |" % (bound, ratio, rest)
         print(line)
     print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
-          "steps; the bound: the step's GEMM FLOPs at the single-core peak (beside ppr's runs) times the threads; non-GEMM: the share "
-          "of ppr's step outside GEMMs, from PPR_PROFILE)" % a.rounds)
+          "steps; the bound: the step's GEMM FLOPs at the single-core peak (the median of those beside ppr's runs) "
+          "times the threads; ppr/bound: the median over rounds of each round's median step / the bound at the peak "
+          "measured just before it; non-GEMM: the share of ppr's step outside GEMMs, from a PPR_PROFILE run of as "
+          "many steps after each timed run)" % a.rounds)
     if brows:
         print()
         print("| model | threads | ppr fp32 ms/step | ppr bf16 ms/step | ppr bf16 --onednn ms/step | "
