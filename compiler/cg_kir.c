@@ -267,10 +267,25 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
     EMIT(";\n");
     indent(r, d + 1), EMIT("}\n");
     indent(r, d), EMIT("}\n");
-    indent(r, d), EMIT("for (int ppk_s = %d; ppk_s > 0; ppk_s >>= 1)\n", T / 2);
-    indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_s; ppk_t++) ppk_part[ppk_t] = ");
-    EMIT(fold, "ppk_part[ppk_t]", "ppk_part[ppk_t + ppk_s]");
-    EMIT(";\n");
+    if (st->op == 'M') {
+      /* a max's tree a stage a loop, each of a constant count (one loop over the stages, its count a
+       * variable, compiles to vector and scalar remainders and branches: a short row's softmax
+       * spends much of its time there); the same pairs, and a max has no rounding for a compiler
+       * to fuse. A sum's stays one loop: with constant counts GCC contracts a fold's product into
+       * the first stage's add (other bits; docs/perf.md, tenth part) */
+      for (int s = T / 2; s > 0; s >>= 1) {
+        char hi[48];
+        snprintf(hi, sizeof hi, "ppk_part[ppk_t + %d]", s);
+        indent(r, d), EMIT("for (int ppk_t = 0; ppk_t < %d; ppk_t++) ppk_part[ppk_t] = ", s);
+        EMIT(fold, "ppk_part[ppk_t]", hi);
+        EMIT(";\n");
+      }
+    } else {
+      indent(r, d), EMIT("for (int ppk_s = %d; ppk_s > 0; ppk_s >>= 1)\n", T / 2);
+      indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_s; ppk_t++) ppk_part[ppk_t] = ");
+      EMIT(fold, "ppk_part[ppk_t]", "ppk_part[ppk_t + ppk_s]");
+      EMIT(";\n");
+    }
     indent(r, d), EMIT("v%d = ppk_part[0];\n", st->var);
   } else {
     indent(r, d), EMIT("float ppk_acc = %s;\n", init);
