@@ -187,9 +187,10 @@ def torch_child(name, nsteps, work, autocast=False):
 
 
 def peak_child(sizes=(1024, 2048, 3072), reps=3):
-    """--peak-child: one core's SGEMM rate on large square products (torch.mm through the same
-    OpenBLAS, the same OPENBLAS_CORETYPE), the best over the sizes and reps; prints GFLOP/s."""
-    torch.set_num_threads(1)
+    """--peak-child: the SGEMM rate of OMP_NUM_THREADS threads on large square products (torch.mm
+    through the same OpenBLAS, the same OPENBLAS_CORETYPE), the best over the sizes and reps;
+    prints GFLOP/s."""
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     best = 0.0
     for n in sizes:
         a, b = torch.rand(n, n), torch.rand(n, n)
@@ -201,8 +202,8 @@ def peak_child(sizes=(1024, 2048, 3072), reps=3):
     print("%.3f" % best)
 
 
-def measure_peak():
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+def measure_peak(threads=1):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--peak-child"], env=env,
                        stdout=subprocess.PIPE, universal_newlines=True, check=True)
     return float(r.stdout.strip().splitlines()[-1])
@@ -338,9 +339,11 @@ def main():
         nparams = sum(P0[n].numel() for n in names)
         print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
-        pm, tm, peaks, ratios, profs = [], [[] for _ in variants], [], [], []
+        pm, tm, peaks, ratios, profs, tpeaks, tratios = [], [[] for _ in variants], [], [], [], [], []
         for r in range(a.rounds):
             peaks.append(measure_peak())  # this host's speed drifts within minutes: the peak beside ppr's run
+            # and what the threads together reach now (the bound assumes threads x one core's peak)
+            tpeaks.append(measure_peak(nthreads) if nthreads > 1 else peaks[-1])
             pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
             pm += ms[warmup:]
             # where the time goes: a PPR_PROFILE run of as many steps right after (a clock read an
@@ -348,6 +351,7 @@ def main():
             profs.append(run_ppr(a.build, work, spec, weights, tokens, nsteps, profile=True)[2])
             # this round's step against the bound at the peak measured just before it
             ratios.append(statistics.median(ms[warmup:]) * nthreads * peaks[-1] / (profs[-1][0] * 1e3))
+            tratios.append(statistics.median(ms[warmup:]) * tpeaks[-1] / (profs[-1][0] * 1e3))
             for v, (label, extra) in enumerate(variants):
                 tl, ms = run_torch_child(name, nsteps, work, extra)
                 tm[v] += ms[warmup:]
@@ -367,7 +371,7 @@ def main():
         gflop = profs[0][0]
         mpeak = statistics.median(peaks)
         bound = gflop / (nthreads * mpeak) * 1e3
-        ratio = statistics.median(ratios)
+        ratio, tratio = statistics.median(ratios), statistics.median(tratios)
         pstep, pgemm = sum(p[1] for p in profs), sum(p[2] for p in profs)
         rest = 100 * (pstep - pgemm) / pstep
         print("  roofline: %.2f GFLOP of GEMMs a step, lower bound %.2f ms at %d x %.1f GFLOP/s (the median of the "
@@ -376,7 +380,12 @@ def main():
               "beside them: GEMMs %.2f of %.2f ms a step, the rest %.1f%%"
               % (gflop, bound, nthreads, mpeak, ", ".join("%.1f" % x for x in peaks), ratio,
                  ", ".join("%.2f" % x for x in ratios), pgemm / len(profs), pstep / len(profs), rest))
-        rows.append((name, pmed, meds, bound, ratio, rest))
+        if nthreads > 1:
+            print("  the %d threads' own SGEMM peak beside ppr's runs (the same products): %s GFLOP/s, %.2fx one core's; "
+                  "ppr's step %.2fx the bound at it (per round: %s)"
+                  % (nthreads, ", ".join("%.1f" % x for x in tpeaks), statistics.median(tpeaks) / mpeak, tratio,
+                     ", ".join("%.2f" % x for x in tratios)))
+        rows.append((name, pmed, meds, bound, ratio, tratio, rest))
         if not a.no_bf16:
             # bf16: ppr's --precision bf16 and torch.autocast, the second wait-policy variant for
             # torch (ppr's own settings) when there are two
@@ -410,19 +419,20 @@ def main():
     head = "| model | threads | ppr ms/step |"
     for label, _ in variants:
         head += " torch ms/step (%s) | torch/ppr |" % label
-    head += " GEMM bound ms | ppr/bound | non-GEMM % |"
+    head += " GEMM bound ms | ppr/bound | ppr/bound at the threads' peak | non-GEMM % |"
     print(head)
-    print("|---|---|---|" + "---|---|" * len(variants) + "---|---|---|")
-    for name, pmed, meds, bound, ratio, rest in rows:
+    print("|---|---|---|" + "---|---|" * len(variants) + "---|---|---|---|")
+    for name, pmed, meds, bound, ratio, tratio, rest in rows:
         line = "| %s | %d | %.2f |" % (name, nthreads, pmed)
         for tmed in meds:
             line += " %.2f | %.2f |" % (tmed, tmed / pmed)
-        line += " %.2f | %.2f | %.1f |" % (bound, ratio, rest)
+        line += " %.2f | %.2f | %.2f | %.1f |" % (bound, ratio, tratio, rest)
         print(line)
     print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
           "steps; the bound: the step's GEMM FLOPs at the single-core peak (the median of those beside ppr's runs) "
           "times the threads; ppr/bound: the median over rounds of each round's median step / the bound at the peak "
-          "measured just before it; non-GEMM: the share of ppr's step outside GEMMs, from a PPR_PROFILE run of as "
+          "measured just before it; at the threads' peak: the same with the bound at the SGEMM peak of all the threads "
+          "together, measured beside it (one thread: the same); non-GEMM: the share of ppr's step outside GEMMs, from a PPR_PROFILE run of as "
           "many steps after each timed run)" % a.rounds)
     if brows:
         print()
