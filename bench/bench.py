@@ -176,7 +176,7 @@ def torch_child(name, nsteps, work, autocast=False):
     """--torch-child: the PyTorch side of one model, on the weights and tokens the parent wrote to
     work/; writes {"loss": [...], "ms": [...]} to work/torch.json."""
     spec = MODELS[name]
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     st, _ = safetensors_io.read(os.path.join(work, "weights.safetensors"))
     names = [n for n, _, _ in models.param_specs("minimind", spec["config"])]
     P0 = {n: torch.frombuffer(bytearray(st[n][1].tobytes()), dtype=torch.float32).reshape(st[n][0]) for n in names}
@@ -190,7 +190,7 @@ def peak_child(sizes=(1024, 2048, 3072), reps=3):
     """--peak-child: the SGEMM rate of OMP_NUM_THREADS threads on large square products (torch.mm
     through the same OpenBLAS, the same OPENBLAS_CORETYPE), the best over the sizes and reps;
     prints GFLOP/s."""
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     best = 0.0
     for n in sizes:
         a, b = torch.rand(n, n), torch.rand(n, n)
@@ -381,8 +381,8 @@ def main():
               % (gflop, bound, nthreads, mpeak, ", ".join("%.1f" % x for x in peaks), ratio,
                  ", ".join("%.2f" % x for x in ratios), pgemm / len(profs), pstep / len(profs), rest))
         if nthreads > 1:
-            print("  the %d threads' own SGEMM peak beside ppr's runs (the same products): %s GFLOP/s, %.2fx one core's; "
-                  "ppr's step %.2fx the bound at it (per round: %s)"
+            print("  the %d threads' own SGEMM peak beside ppr's runs (the same products): %s GFLOP/s, %.2fx one "
+                  "core's; ppr's step %.2fx the bound at it (per round: %s)"
                   % (nthreads, ", ".join("%.1f" % x for x in tpeaks), statistics.median(tpeaks) / mpeak, tratio,
                      ", ".join("%.2f" % x for x in tratios)))
         rows.append((name, pmed, meds, bound, ratio, tratio, rest))
@@ -431,9 +431,9 @@ def main():
     print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
           "steps; the bound: the step's GEMM FLOPs at the single-core peak (the median of those beside ppr's runs) "
           "times the threads; ppr/bound: the median over rounds of each round's median step / the bound at the peak "
-          "measured just before it; at the threads' peak: the same with the bound at the SGEMM peak of all the threads "
-          "together, measured beside it (one thread: the same); non-GEMM: the share of ppr's step outside GEMMs, from a PPR_PROFILE run of as "
-          "many steps after each timed run)" % a.rounds)
+          "measured just before it; at the threads' peak: the same with the bound at the SGEMM peak of all the "
+          "threads together, measured beside it (one thread: the same); non-GEMM: the share of ppr's step outside "
+          "GEMMs, from a PPR_PROFILE run of as many steps after each timed run)" % a.rounds)
     if brows:
         print()
         print("| model | threads | ppr fp32 ms/step | ppr bf16 ms/step | ppr bf16 --onednn ms/step | "
