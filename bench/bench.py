@@ -103,15 +103,25 @@ def how(rc):
     return "killed by signal %d" % -rc if rc < 0 else "exit %d" % rc
 
 
-def run_ppr(build, work, spec, weights, tokens, nsteps, precision="fp32", flags=(), profile=False):
-    """ppc, then ppr: (losses, ms per step) from its --log; with profile, also its PPR_PROFILE
-    summary (profile_of) of the same run."""
-    prog = os.path.join(work, "prog" if precision == "fp32" else "prog_" + precision)
+def compile_prog(build, spec, precision, prog):
+    """ppc SPEC's model at PRECISION into PROG (the bench's ppc flags)."""
     r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) +
                        ["--precision", precision, "--attention-probs", ATTENTION_PROBS, "-o", prog],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if r.returncode != 0:
         sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
+
+
+COMPILED = set()  # the program directories ppc wrote in this run: each compiled once
+
+
+def run_ppr(build, work, spec, weights, tokens, nsteps, precision="fp32", flags=(), profile=False):
+    """ppc (once a program directory and run), then ppr: (losses, ms per step) from its --log;
+    with profile, also its PPR_PROFILE summary (profile_of) of the same run."""
+    prog = os.path.join(work, "prog" if precision == "fp32" else "prog_" + precision)
+    if prog not in COMPILED:
+        compile_prog(build, spec, precision, prog)
+        COMPILED.add(prog)
     log = os.path.join(work, "ppr.jsonl")
     cmd = [os.path.join(build, "ppr"), prog, "--init", weights, "--data", tokens, "--steps", str(nsteps),
            "--lr", str(HP["lr"]), "--beta1", str(HP["beta1"]), "--beta2", str(HP["beta2"]),
