@@ -203,7 +203,7 @@ gpu-check: $(PPC) $(PPR) $(BUILD)/test_fixtures $(BUILD)/test_pipeline
 # kernels PoCL compiled for an earlier `make test` are the same, so its cache seeds build-asan's
 # (the kernels build-asan's lacks, each run: PoCL's compiler leaks, tests/lsan-mpi.supp says so)
 asan:
-	@if [ -d $(BUILD)/pocl-cache ]; then mkdir -p build-asan/pocl-cache && cp -rn $(BUILD)/pocl-cache/. build-asan/pocl-cache/; fi
+	@if [ -d $(BUILD)/pocl-cache ]; then mkdir -p build-asan/pocl-cache && cp -ru $(BUILD)/pocl-cache/. build-asan/pocl-cache/; fi
 	HOSTILE_TIMEOUT=300 $(MAKE) BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
