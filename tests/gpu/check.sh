@@ -4,7 +4,7 @@
 #   sh tests/gpu/check.sh [BUILD_DIR]
 #
 # Prints one table (Markdown): the PyTorch fixtures on --device cuda (the limits of the cpu run),
-# tiny on two ranks sharing the GPU (pp 2, and tp 2) against the one-rank cpu run, and GPT-2 124M
+# tiny on two ranks sharing the GPU (pp 2, tp 2 and cp 2) against the one-rank cpu run, and GPT-2 124M
 # (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32, with --tf32 and in
 # bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); tiny in bf16 on cuda against bf16 on cpu.
 # Without a GPU it says what is missing and exits 1. Not part of make test.
@@ -39,7 +39,7 @@ status=0
 timeout 180 env PPC_TEST_DEVICES=cuda "$build/test_fixtures" >"$work/fixtures.txt" 2>&1
 last=$(tail -n 1 "$work/fixtures.txt")
 worst=$(grep -o 'worst [0-9.e+-]* ([^)]*)' "$work/fixtures.txt" | sort -t' ' -k2 -g | tail -n 1)
-case "$last" in "12 passed, 0 failed") r=PASS ;; *) r=FAIL; status=1 ;; esac
+case "$last" in [1-9]*" passed, 0 failed") r=PASS ;; *) r=FAIL; status=1 ;; esac
 row "PyTorch fixtures (tiny MiniMind, tiny GPT-2) on cuda, the cpu limits" "$r: $last" "largest tensor error: ${worst:-?}"
 
 # ---- two ranks on one GPU against the one-rank cpu run ------------------------------------------
@@ -50,7 +50,7 @@ while IFS= read -r l; do
   [ "$r" = PASS ] || status=1
   row "${d%%:*}, against the one-rank cpu run" "$r" "${d#*: }"
 done <"$work/pipeline.rows"
-grep -q '^2 passed, 0 failed' "$work/pipeline.txt" || { status=1; row "two ranks on one GPU" "FAIL" "$(tail -n 3 "$work/pipeline.txt" | tr '\n' ' ')"; }
+tail -n 1 "$work/pipeline.txt" | grep -q '^[1-9][0-9]* passed, 0 failed$' || { status=1; row "two ranks on one GPU" "FAIL" "$(tail -n 3 "$work/pipeline.txt" | tr '\n' ' ')"; }
 
 # ---- bf16: tiny's first step on cuda against the cpu (cuBLASLt sums in its own order: 1e-4) ---------
 d=tests/fixtures/tiny_minimind
