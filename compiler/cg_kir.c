@@ -366,6 +366,57 @@ static bool tfor_swap(Rend *r, const KStmt *st, int depth) {
   return true;
 }
 
+/* C: a shared loop over columns j whose body is a column sum, `let a = INIT; for t < N { a += E };
+ * B[idx] op= a` with N the same for every j (col_sum's parts, a block a part of the rows; a sum
+ * over the heads a row holds), is
+ * rendered as column_sum_c renders a flat one: tiles of 64 columns, the N rows walked once per
+ * tile, each row's 64 terms added into 64 sums (contiguous loads that vectorise). Each column's
+ * sum adds its terms in the same order, so the result is the same. */
+static bool tfor_column_sum(Rend *r, const KStmt *st, int depth) {
+  const Kernel *k = r->k;
+  int j = st->var;
+  const KStmt *let = st->body >= 0 ? &k->s[st->body] : NULL;
+  if (!let || let->kind != KS_LET || let->next < 0 || k->e[let->a].op != K_F || k->var_int[let->var]) return false;
+  const KStmt *loop = &k->s[let->next];
+  if (loop->kind != KS_FOR || loop->next < 0 || loop->body < 0) return false;
+  const KExpr *n = &k->e[loop->a];
+  if (n->op != K_I && !((n->op == K_V || n->op == K_IV) && n->a != j)) return false; /* N: a constant or a temporary */
+  const KStmt *set = &k->s[loop->body], *sto = &k->s[loop->next];
+  if (set->kind != KS_SET || set->op != '+' || set->var != let->var || set->next >= 0) return false;
+  if (sto->kind != KS_STORE || sto->next >= 0 || sto->op == 'M' || k->bufs[sto->buf].dtype != PP_F32) return false;
+  if (k->e[sto->b].op != K_V || k->e[sto->b].a != let->var) return false;
+  int d = depth;
+  indent(r, d), EMIT("for (int64_t ppk_c0 = 0; ppk_c0 < ");
+  expr(r, st->a);
+  EMIT("; ppk_c0 += 64) {\n");
+  indent(r, d + 1), EMIT("const int64_t ppk_cn = ");
+  expr(r, st->a);
+  EMIT(" - ppk_c0 < 64 ? ");
+  expr(r, st->a);
+  EMIT(" - ppk_c0 : 64;\n");
+  indent(r, d + 1), EMIT("float ppk_sum[64];\n");
+  indent(r, d + 1), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) ppk_sum[ppk_t] = ");
+  expr(r, let->a);
+  EMIT(";\n");
+  indent(r, d + 1), EMIT("for (int64_t v%d = 0; v%d < ", loop->var, loop->var);
+  expr(r, loop->a);
+  EMIT("; v%d++) {\n", loop->var);
+  indent(r, d + 2), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n");
+  indent(r, d + 3), EMIT("const int64_t v%d = ppk_c0 + ppk_t;\n", j);
+  indent(r, d + 3), EMIT("ppk_sum[ppk_t] = ppk_sum[ppk_t] + ");
+  expr(r, set->a);
+  EMIT(";\n");
+  indent(r, d + 2), EMIT("}\n");
+  indent(r, d + 1), EMIT("}\n");
+  indent(r, d + 1), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n");
+  indent(r, d + 2), EMIT("const int64_t v%d = ppk_c0 + ppk_t;\n", j);
+  indent(r, d + 2), EMIT("const float v%d = ppk_sum[ppk_t];\n", let->var);
+  indent(r, d + 2), store(r, sto);
+  indent(r, d + 1), EMIT("}\n");
+  indent(r, d), EMIT("}\n");
+  return true;
+}
+
 static void stmts(Rend *r, int s, int depth, Ctx ctx) {
   const LangTable *t = r->t;
   for (; s >= 0; s = r->k->s[s].next) {
@@ -379,7 +430,7 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
       indent(r, depth), EMIT("}\n");
       break;
     case KS_TFOR:
-      if (t->threads_as_loops && tfor_swap(r, st, depth)) break;
+      if (t->threads_as_loops && (tfor_column_sum(r, st, depth) || tfor_swap(r, st, depth))) break;
       if (t->threads_as_loops) indent(r, depth), EMIT("for (int64_t v%d = 0; v%d < ", st->var, st->var);
       else indent(r, depth), EMIT("for (int64_t v%d = ppk_tid; v%d < ", st->var, st->var);
       expr(r, st->a);

@@ -185,28 +185,90 @@ void fuse_rows_norm_dx(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
-/* rmsnorm_dw / layernorm_dw: column sums over rows: dw[j] += sum_r dy * xhat. */
-void fuse_rows_norm_dw(FuseCtx *c, int id) {
+/* A column sum, dst[j] += the sum over rows i < R of term(i, j), for j < D: each column one chain
+ * of adds in row order. Over more than COL_PART rows the rows are cut into parts of COL_PART (the
+ * last one shorter): a kernel with a block per part, its threads over the columns, writes each
+ * part's chain into a scratch [parts, D], and a second adds each column's parts in part order. A
+ * column per thread over all the rows gave a GPU a few blocks of R loads each in sequence (GPT-2's
+ * [8192, 768]: 3 blocks, 1.4 ms a call on an H200, docs/perf.md); the parts give it R / COL_PART
+ * blocks. The order of the sum is the kernel IR's, the same on every device. */
+#define COL_PART 64
+
+typedef int (*ColTerm)(FuseCtx *c, KCall *kc, int id, int i, int j); /* the term of row i, column j */
+
+static void col_sum(FuseCtx *c, int id, const char *name, int64_t D, int64_t R, int dst, ColTerm term, int work) {
+  int64_t parts = (R + COL_PART - 1) / COL_PART;
+  if (parts <= 1) { /* one chain a column, a column per thread */
+    KCall kc = fuse_kc_flat(name, D, id);
+    Kernel *k = kc.k;
+    int g = fuse_kc_vbuf(c, &kc, dst, true);
+    int acc = kir_let(k, kir_f(k, 0));
+    int i = kir_for(k, kir_i(k, R));
+    kir_set(k, acc, '+', term(c, &kc, id, i, kir_row(k)));
+    kir_end(k);
+    kir_store(k, g, kir_row(k), '+', acc);
+    k->work = work * R;
+    fuse_kc_emit(c, &kc);
+    return;
+  }
+  int sums = fuse_prog_vbuf(c, "column_parts", BC_SCRATCH, (Shape){2, {parts, D}}, PP_F32);
+  KCall k1 = fuse_kc_block(name, parts, D, id);
+  Kernel *k = k1.k;
+  int pb = fuse_kc_vbuf(c, &k1, sums, true);
+  int p = kir_row(k);
+  int i0 = kir_let(k, kir_e(k, K_IMUL, p, kir_i(k, COL_PART), 0));
+  int left = kir_let(k, kir_e(k, K_ISUB, kir_i(k, R), i0, 0));
+  int rows = kir_let(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, kir_i(k, COL_PART), 0), left, kir_i(k, COL_PART)));
+  int j = kir_tfor(k, kir_i(k, D));
+  int acc = kir_let(k, kir_f(k, 0));
+  int t = kir_for(k, rows);
+  kir_set(k, acc, '+', term(c, &k1, id, kir_e(k, K_IADD, i0, t, 0), j));
+  kir_end(k);
+  kir_store(k, pb, idx2(k, p, D, j), '=', acc);
+  kir_end(k);
+  k->work = work * COL_PART * D;
+  fuse_kc_emit(c, &k1);
+  KCall k2 = fuse_kc_flat(name, D, id);
+  k = k2.k;
+  int g = fuse_kc_vbuf(c, &k2, dst, true);
+  pb = fuse_kc_vbuf(c, &k2, sums, false);
+  int acc2 = kir_let(k, kir_f(k, 0));
+  int q = kir_for(k, kir_i(k, parts));
+  kir_set(k, acc2, '+', kir_ld(k, pb, idx2(k, q, D, kir_row(k))));
+  kir_end(k);
+  kir_store(k, g, kir_row(k), '+', acc2);
+  k->work = parts;
+  fuse_kc_emit(c, &k2);
+}
+
+/* rmsnorm_dw / layernorm_dw's term: dy * xhat, xhat = (x - mean) * rstd (rms: mean 0) */
+static int norm_dw_term(FuseCtx *c, KCall *kc, int id, int i, int j) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM_DW;
-  const Shape *xs = &N(c, n->in[1])->shape;
-  int64_t D = last_dim(xs), R = ir_shape_numel(xs) / D;
-  KCall kc = fuse_kc_flat(rms ? "rmsnorm_dw" : "layernorm_dw", D, id);
-  Kernel *k = kc.k;
-  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true), x = fuse_kc_node(c, &kc, n->in[1], false);
-  int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
-  int r = kir_row(k);
-  int acc = kir_let(k, kir_f(k, 0));
-  int i = kir_for(k, kir_i(k, R));
+  Kernel *k = kc->k;
+  int64_t D = last_dim(&N(c, n->in[1])->shape);
+  int x = fuse_kc_node(c, kc, n->in[1], false);
+  int st = fuse_kc_vbuf(c, kc, c->p->node_aux[n->fwd], false);
   int mean = rms ? kir_f(k, 0) : kir_ld(k, st, kir_e(k, K_IMUL, i, kir_i(k, 2), 0));
   int rstd =
       rms ? kir_ld(k, st, i) : kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, i, kir_i(k, 2), 0), kir_i(k, 1), 0));
-  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, i, D, r)), mean, 0), rstd, 0);
-  kir_set(k, acc, '+', kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, i, D, r)), xh, 0));
-  kir_end(k);
-  kir_store(k, g, r, '+', acc);
-  k->work = 3 * R;
-  fuse_kc_emit(c, &kc);
+  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, i, D, j)), mean, 0), rstd, 0);
+  return kir_e(k, K_MUL, fuse_elem_val(c, kc, n->in[0], idx2(k, i, D, j)), xh, 0);
+}
+
+/* rmsnorm_dw / layernorm_dw: column sums over rows: dw[j] += sum_r dy * xhat. */
+void fuse_rows_norm_dw(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  const Shape *xs = &N(c, n->in[1])->shape;
+  int64_t D = last_dim(xs), R = ir_shape_numel(xs) / D;
+  col_sum(c, id, n->op == OP_RMSNORM_DW ? "rmsnorm_dw" : "layernorm_dw", D, R, fuse_prog_grad(c, n->gparam),
+          norm_dw_term, 3);
+}
+
+/* bias_db's term: dy */
+static int bias_db_term(FuseCtx *c, KCall *kc, int id, int i, int j) {
+  const IrNode *n = N(c, id);
+  return fuse_elem_val(c, kc, n->in[0], idx2(kc->k, i, last_dim(&N(c, n->in[0])->shape), j));
 }
 
 /* bias gradient: db[j] += sum over rows of dy[r, j] */
@@ -214,16 +276,7 @@ void fuse_rows_bias_db(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ds = &N(c, n->in[0])->shape;
   int64_t Nn = last_dim(ds), R = ir_shape_numel(ds) / Nn;
-  KCall kc = fuse_kc_flat("bias_db", Nn, id);
-  Kernel *k = kc.k;
-  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true);
-  int acc = kir_let(k, kir_f(k, 0));
-  int i = kir_for(k, kir_i(k, R));
-  kir_set(k, acc, '+', fuse_elem_val(c, &kc, n->in[0], idx2(k, i, Nn, kir_row(k))));
-  kir_end(k);
-  kir_store(k, g, kir_row(k), '+', acc);
-  k->work = R;
-  fuse_kc_emit(c, &kc);
+  col_sum(c, id, "bias_db", Nn, R, fuse_prog_grad(c, n->gparam), bias_db_term, 1);
 }
 
 /* Llama-3's scaling of one frequency inv, as transformers' _compute_llama3_parameters: with the

@@ -34,6 +34,7 @@ static const Model models[] = {
     {"matmul_bias", 1e-2},
     {"rmsnorm", 1e-2},
     {"layernorm", 1e-2},
+    {"colsum", 1e-2}, /* the column sums over more rows than a part: two kernels each */
     {"rope", 1e-2},
     {"rope_llama3", 1e-2}, /* rope with Llama-3 frequency scaling */
     {"heads", 1e-2},
