@@ -366,12 +366,47 @@ static bool tfor_swap(Rend *r, const KStmt *st, int depth) {
   return true;
 }
 
+/* column_tiles' count of columns: expression ext, or the literal cols when ext < 0 */
+static void cols_or(Rend *r, int ext, long long cols) {
+  if (ext >= 0) expr(r, ext);
+  else EMIT("%lldLL", cols);
+}
+
+/* C, a column sum's loops swapped (column_sum_c, tfor_column_sum): opens the loop over tiles of 64
+ * columns (ext: the columns' count, an expression, or the literal cols when ext < 0), starts the
+ * tile's 64 sums at let's value and walks loop's rows once, adding each row's 64 terms (set's
+ * value, the column named col); leaves the tile's loop open, the sums in ppk_sum[ppk_t] for
+ * ppk_t < ppk_cn, for the caller to store and close. */
+static void column_tiles(Rend *r, int d, int ext, long long cols, const char *col, const KStmt *let, const KStmt *loop,
+                         const KStmt *set) {
+  indent(r, d), EMIT("for (int64_t ppk_c0 = 0; ppk_c0 < ");
+  cols_or(r, ext, cols);
+  EMIT("; ppk_c0 += 64) {\n");
+  indent(r, d + 1), EMIT("const int64_t ppk_cn = ");
+  cols_or(r, ext, cols);
+  EMIT(" - ppk_c0 < 64 ? ");
+  cols_or(r, ext, cols);
+  EMIT(" - ppk_c0 : 64;\n");
+  indent(r, d + 1), EMIT("float ppk_sum[64];\n");
+  indent(r, d + 1), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) ppk_sum[ppk_t] = ");
+  expr(r, let->a);
+  EMIT(";\n");
+  indent(r, d + 1), EMIT("for (int64_t v%d = 0; v%d < ", loop->var, loop->var);
+  expr(r, loop->a);
+  EMIT("; v%d++) {\n", loop->var);
+  indent(r, d + 2), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n");
+  indent(r, d + 3), EMIT("const int64_t %s = ppk_c0 + ppk_t;\n", col);
+  indent(r, d + 3), EMIT("ppk_sum[ppk_t] = ppk_sum[ppk_t] + ");
+  expr(r, set->a);
+  EMIT(";\n");
+  indent(r, d + 2), EMIT("}\n");
+  indent(r, d + 1), EMIT("}\n");
+}
+
 /* C: a shared loop over columns j whose body is a column sum, `let a = INIT; for t < N { a += E };
  * B[idx] op= a` with N the same for every j (col_sum's parts, a block a part of the rows; a sum
- * over the heads a row holds), is
- * rendered as column_sum_c renders a flat one: tiles of 64 columns, the N rows walked once per
- * tile, each row's 64 terms added into 64 sums (contiguous loads that vectorise). Each column's
- * sum adds its terms in the same order, so the result is the same. */
+ * over the heads a row holds), is rendered as column_sum_c renders a flat one (column_tiles).
+ * Each column's sum adds its terms in the same order, so the result is the same. */
 static bool tfor_column_sum(Rend *r, const KStmt *st, int depth) {
   const Kernel *k = r->k;
   int j = st->var;
@@ -386,28 +421,9 @@ static bool tfor_column_sum(Rend *r, const KStmt *st, int depth) {
   if (sto->kind != KS_STORE || sto->next >= 0 || sto->op == 'M' || k->bufs[sto->buf].dtype != PP_F32) return false;
   if (k->e[sto->b].op != K_V || k->e[sto->b].a != let->var) return false;
   int d = depth;
-  indent(r, d), EMIT("for (int64_t ppk_c0 = 0; ppk_c0 < ");
-  expr(r, st->a);
-  EMIT("; ppk_c0 += 64) {\n");
-  indent(r, d + 1), EMIT("const int64_t ppk_cn = ");
-  expr(r, st->a);
-  EMIT(" - ppk_c0 < 64 ? ");
-  expr(r, st->a);
-  EMIT(" - ppk_c0 : 64;\n");
-  indent(r, d + 1), EMIT("float ppk_sum[64];\n");
-  indent(r, d + 1), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) ppk_sum[ppk_t] = ");
-  expr(r, let->a);
-  EMIT(";\n");
-  indent(r, d + 1), EMIT("for (int64_t v%d = 0; v%d < ", loop->var, loop->var);
-  expr(r, loop->a);
-  EMIT("; v%d++) {\n", loop->var);
-  indent(r, d + 2), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n");
-  indent(r, d + 3), EMIT("const int64_t v%d = ppk_c0 + ppk_t;\n", j);
-  indent(r, d + 3), EMIT("ppk_sum[ppk_t] = ppk_sum[ppk_t] + ");
-  expr(r, set->a);
-  EMIT(";\n");
-  indent(r, d + 2), EMIT("}\n");
-  indent(r, d + 1), EMIT("}\n");
+  char col[24];
+  snprintf(col, sizeof col, "v%d", j);
+  column_tiles(r, d, st->a, 0, col, let, loop, set);
   indent(r, d + 1), EMIT("for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n");
   indent(r, d + 2), EMIT("const int64_t v%d = ppk_c0 + ppk_t;\n", j);
   indent(r, d + 2), EMIT("const float v%d = ppk_sum[ppk_t];\n", let->var);
@@ -492,18 +508,9 @@ static void column_sum_c(Rend *r, int s) {
   long long rows = (long long)k->rows;
   if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 64)
     EMIT("  #pragma omp parallel for schedule(static)\n");
-  EMIT("  for (int64_t ppk_c0 = 0; ppk_c0 < %lldLL; ppk_c0 += 64) {\n", rows);
-  EMIT("    const int64_t ppk_cn = %lldLL - ppk_c0 < 64 ? %lldLL - ppk_c0 : 64;\n", rows, rows);
-  EMIT("    float ppk_sum[64];\n    for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) ppk_sum[ppk_t] = ");
-  expr(r, let->a);
-  EMIT(";\n    for (int64_t v%d = 0; v%d < ", loop->var, loop->var);
-  expr(r, loop->a);
-  EMIT("; v%d++) {\n      for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) {\n", loop->var);
-  EMIT("        const int64_t r = ppk_c0 + ppk_t;\n        ppk_sum[ppk_t] = ppk_sum[ppk_t] + ");
-  expr(r, set->a);
-  EMIT(
-      ";\n      }\n    }\n    for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) %s[ppk_c0 + ppk_t] %s ppk_sum[ppk_t];\n",
-      k->bufs[st->buf].name, st->op == '+' ? "+=" : "=");
+  column_tiles(r, 1, -1, rows, "r", let, loop, set);
+  EMIT("    for (int64_t ppk_t = 0; ppk_t < ppk_cn; ppk_t++) %s[ppk_c0 + ppk_t] %s ppk_sum[ppk_t];\n",
+       k->bufs[st->buf].name, st->op == '+' ? "+=" : "=");
   EMIT("  }\n}\n");
 }
 
