@@ -116,6 +116,8 @@ static const char *prof_kind_name(int k) {
   }
 }
 
+#define PROF_TOP_KERNELS 12 /* the profile's table of single kernels: the slowest this many */
+
 /* A kernel's op: its name without the "kN_" prefix ppc gives it. */
 static const char *prof_op(const char *name) {
   const char *u = strchr(name, '_');
@@ -207,6 +209,17 @@ static void prof_report(const RtProf *f) {
     for (int i = 0; i < nops; i++)
       fprintf(o, "    %-22s %7d %10.1f %9.3f %6.1f\n", ops[i].op, ops[i].kernels, ops[i].calls / n, ops[i].ms / n,
               100 * ops[i].ms / pr->step_ms);
+    /* the slowest kernels one by one: an op's kernels (a sum's parts and their total, say) apart */
+    int nk = 0;
+    for (int k = 0; k < p->nkernels; k++)
+      if (pr->kern_n[k]) ops[nk++] = (ProfOp){p->kernels[k], 1, pr->kern_n[k], pr->kern_ms[k]};
+    qsort(ops, (size_t)nk, sizeof *ops, prof_op_cmp);
+    if (nk > PROF_TOP_KERNELS) nk = PROF_TOP_KERNELS;
+    fprintf(o, "  the %d slowest kernels:\n", nk);
+    fprintf(o, "    %-26s %10s %9s %6s %9s\n", "kernel", "calls/step", "ms/step", "%", "us/call");
+    for (int i = 0; i < nk; i++)
+      fprintf(o, "    %-26s %10.1f %9.3f %6.1f %9.2f\n", ops[i].op, ops[i].calls / n, ops[i].ms / n,
+              100 * ops[i].ms / pr->step_ms, 1e3 * ops[i].ms / (double)ops[i].calls);
   }
   free(ops);
 }
