@@ -264,7 +264,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     }
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
-    if (v->cls != BC_PARAM) continue;
+    if (v->cls != BC_PARAM || v->view >= 0) continue;
     const IrParam *q = &g->params[v->param];
     /* replica: another rank holds the same values (a pipeline copy, a replicated tensor on TP
      * rank > 0, a shared kv head, any data-parallel replica but the first, any context-parallel
@@ -273,7 +273,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
                    w->dp != 0 || w->cp != 0;
     OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name,
         ir_shape_str(&q->shape, sb, sizeof sb), (long long)(p->region_off[BC_PARAM] + v->off),
-        init_name(q, ib, sizeof ib), q->shape.nd >= 2, q->tied ? " tied" : "", q->shared ? " shared" : "",
+        init_name(q, ib, sizeof ib), ir_param_decays(q), q->tied ? " tied" : "", q->shared ? " shared" : "",
         q->copy ? " copy" : "", replica ? " replica" : "");
     if (q->shard_dim >= 0) { /* rows [start, start+len) of dimension dim; past the dense size: padding */
       int64_t len = q->shape.d[q->shard_dim], block = len / q->shard_parts; /* parts: start inside each part */
@@ -289,7 +289,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   OUT(b, "\n");
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
-    if (v->cls != BC_SLOT && v->cls != BC_SCRATCH && v->cls != BC_COPY) continue;
+    if ((v->cls != BC_SLOT && v->cls != BC_SCRATCH && v->cls != BC_COPY) || v->view >= 0) continue;
     OUT(b, "buffer %s %s %s %c%lld%s\n", v->cls == BC_COPY ? g->params[v->param].name : v->name,
         pp_dtype_name(v->dtype), ir_shape_str(&v->shape, sb, sizeof sb), v->cls == BC_SLOT ? '$' : '@',
         (long long)(v->cls == BC_SLOT ? v->off : p->region_off[v->cls] + v->off),

@@ -1,7 +1,8 @@
 /* fuse_adamw.c — the optimizer block: the gradients summed where they are partial (a tied
  * parameter's copies, tensor-parallel partial sums, data-parallel replicas), the gradient norm,
- * and AdamW per parameter, weight decay on parameters of rank >= 2, each gradient left zero for the
- * next step (the block is declared PP_OPT_CLEARS_GRADS, and ppr skips that step's zero_grads). */
+ * and AdamW, one kernel over the decayed parameters (ir_param_decays) and one over the rest, each
+ * gradient left zero for the next step (the block is declared PP_OPT_CLEARS_GRADS, and ppr skips that step's
+ * zero_grads). */
 #include <stdlib.h>
 
 #include "ppc.h"
@@ -29,6 +30,38 @@ static void grad_norm(FuseCtx *c) {
   in->op[in->nop++] = fuse_prog_ob(partials, 0);
 }
 
+/* One part of the parameters' regions (mem_plan.c places the decayed parameters first, then the
+ * rest): views of it in the params, grads, adam_m, adam_v and copies regions (vb[4] = -1 without
+ * working copies), n elements each, padding between the parameters included (AdamW keeps padding
+ * zero: its gradient and moments are zero, and so is its value). */
+typedef struct Part {
+  int64_t n;
+  int vb[5];
+} Part;
+
+static Part part(FuseCtx *c, int decays) {
+  static const BufClass cls[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
+  static const char *const names[2] = {"undecayed", "decayed"};
+  Program *p = c->p;
+  Part a = {.n = 0, .vb = {-1, -1, -1, -1, -1}};
+  int first[5] = {-1, -1, -1, -1, -1};
+  for (int b = 0; b < p->nvb; b++) {
+    const VBuf *v = &p->vb[b];
+    if (v->view >= 0 || v->param < 0 || ir_param_decays(&c->g->params[v->param]) != decays) continue;
+    for (int k = 0; k < 5; k++)
+      if (v->cls == cls[k] && first[k] < 0) first[k] = b;
+    if (v->cls == BC_PARAM) a.n += mem_param_elems(p, ir_shape_numel(&v->shape));
+  }
+  if (!a.n) return a;
+  for (int k = 0; k < 5; k++) {
+    if (first[k] < 0) continue;
+    DType dt = p->vb[first[k]].dtype;
+    a.vb[k] = fuse_prog_vbuf(c, names[decays], cls[k], (Shape){1, {a.n}}, dt);
+    p->vb[a.vb[k]].view = first[k];
+  }
+  return a;
+}
+
 /* The optimizer block: the sums of partial gradients, the gradient norm, then AdamW. */
 void fuse_adamw(FuseCtx *c) {
   Program *p = c->p;
@@ -53,9 +86,14 @@ void fuse_adamw(FuseCtx *c) {
   /* data and context parallelism: every replica's gradients summed (each already carries
    * 1/microbatches; a cp rank's, its share of the micro-batch's tokens) */
   if (c->g->cfg.dp * c->g->cfg.cp > 1) {
-    int first = -1;
-    for (int b = 0; b < p->nvb && first < 0; b++)
-      if (p->vb[b].cls == BC_GRAD) first = b;
+    int first = -1; /* the gradient mem_plan.c places first: the first decayed one if there is one */
+    for (int b = 0; b < p->nvb; b++) {
+      const VBuf *v = &p->vb[b];
+      if (v->cls != BC_GRAD || v->view >= 0) continue;
+      if (first < 0 ||
+          (ir_param_decays(&c->g->params[v->param]) && !ir_param_decays(&c->g->params[p->vb[first].param])))
+        first = b;
+    }
     if (first >= 0)
       fuse_prog_allreduce(c, -1, first, -1, "dp", "sum",
                           c->g->cfg.cp > 1
@@ -63,30 +101,18 @@ void fuse_adamw(FuseCtx *c) {
                               : "data parallelism: the replicas' gradients");
   }
   grad_norm(c);
-  /* each parameter's four buffers, found in one pass over the buffers (a scan per parameter was
-   * quadratic in the number of layers) */
-  int np = c->g->nparams, *bufs = xmalloc(((size_t)4 * np + 1) * sizeof *bufs);
-  for (int i = 0; i < 4 * np; i++) bufs[i] = -1;
-  for (int b = 0; b < p->nvb; b++) {
-    int i = p->vb[b].param, k = p->vb[b].cls == BC_PARAM    ? 0
-                                : p->vb[b].cls == BC_GRAD   ? 1
-                                : p->vb[b].cls == BC_ADAM_M ? 2
-                                : p->vb[b].cls == BC_ADAM_V ? 3
-                                                            : -1;
-    if (i >= 0 && i < np && k >= 0) bufs[4 * i + k] = b;
-  }
-  for (int i = 0; i < c->g->nparams; i++) {
-    int vp = bufs[4 * i], vg = bufs[4 * i + 1], vm = bufs[4 * i + 2], vv = bufs[4 * i + 3];
-    const IrParam *q = &c->g->params[i];
-    KCall kc = fuse_kc_flat("adamw", ir_shape_numel(&q->shape), -1);
+  for (int decays = 1; decays >= 0; decays--) { /* the region's two parts, in mem_plan.c's order */
+    Part a = part(c, decays);
+    if (!a.n) continue;
+    KCall kc = fuse_kc_flat("adamw", a.n, -1);
     Kernel *k = kc.k;
-    int P = fuse_kc_vbuf(c, &kc, vp, true), G = fuse_kc_vbuf(c, &kc, vg, true), M = fuse_kc_vbuf(c, &kc, vm, true),
-        V = fuse_kc_vbuf(c, &kc, vv, true);
+    int P = fuse_kc_vbuf(c, &kc, a.vb[0], true), G = fuse_kc_vbuf(c, &kc, a.vb[1], true),
+        M = fuse_kc_vbuf(c, &kc, a.vb[2], true), V = fuse_kc_vbuf(c, &kc, a.vb[3], true);
     int lr = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "lr"});
     int b1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta1"});
     int b2 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta2"});
     int eps = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "eps"});
-    int wd = fuse_kc_scalar(&kc, q->shape.nd >= 2 ? (Operand){.kind = 's', .s = "wd"} : (Operand){.kind = 'f', .f = 0});
+    int wd = fuse_kc_scalar(&kc, decays ? (Operand){.kind = 's', .s = "wd"} : (Operand){.kind = 'f', .f = 0});
     int bc1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "bc1"});
     int bc2 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "bc2"});
     int clip = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "clip"});
@@ -107,12 +133,11 @@ void fuse_adamw(FuseCtx *c) {
         kir_e(k, K_SUB, pd,
               kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0), 0));
     kir_store(k, P, r, '=', np);
-    if (p->copy_vb[i] >= 0) kir_store(k, fuse_kc_vbuf(c, &kc, p->copy_vb[i], true), r, '=', np); /* the working copy */
+    if (a.vb[4] >= 0) kir_store(k, fuse_kc_vbuf(c, &kc, a.vb[4], true), r, '=', np); /* the working copies */
     k->work = 12;
     fuse_kc_emit(c, &kc);
   }
-  free(bufs);
-  p->opt_clears_grads = true; /* every gradient zeroed above; the padding between them never written */
+  p->opt_clears_grads = true; /* every gradient zeroed above, and the padding between them */
 }
 
 /* The refresh block: each parameter's working copy (--precision bf16) from its f32 value, rounded
@@ -121,12 +146,13 @@ void fuse_adamw(FuseCtx *c) {
 void fuse_adamw_refresh(FuseCtx *c) {
   Program *p = c->p;
   c->blk = &p->refresh;
-  for (int i = 0; i < c->g->nparams; i++) {
-    if (p->copy_vb[i] < 0) continue;
-    KCall kc = fuse_kc_flat("refresh_copy", ir_shape_numel(&c->g->params[i].shape), -1);
+  for (int decays = 1; decays >= 0; decays--) {
+    Part a = part(c, decays);
+    if (!a.n || a.vb[4] < 0) continue;
+    KCall kc = fuse_kc_flat("refresh_copy", a.n, -1);
     int r = kir_row(kc.k);
-    int src = fuse_kc_vbuf(c, &kc, i, false); /* the values' buffers are the first, in parameter order */
-    kir_store(kc.k, fuse_kc_vbuf(c, &kc, p->copy_vb[i], true), r, '=', kir_ld(kc.k, src, r));
+    int src = fuse_kc_vbuf(c, &kc, a.vb[0], false);
+    kir_store(kc.k, fuse_kc_vbuf(c, &kc, a.vb[4], true), r, '=', kir_ld(kc.k, src, r));
     kc.k->work = 1;
     fuse_kc_emit(c, &kc);
   }

@@ -227,12 +227,14 @@ static bool transpose_is_free(FuseCtx *c, int id) {
          c->nusers[src] == 1 && !c->saved[src] && n->shape.d[1] >= n->shape.d[0];
 }
 
+bool fuse_keeps_copies(const Graph *g) { return !g->infer && g->cfg.precision != PP_PREC_FP32; }
+
 /* The rank's parameters, each once: its value, gradient and AdamW moments (every chunk reading one
  * uses these); rank_grad[i]: parameter i's gradient buffer. */
 static void param_buffers(FuseCtx *c, int *rank_grad) {
   static const BufClass pc[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
   const Graph *g = c->g;
-  bool copies = !g->infer && g->cfg.precision != PP_PREC_FP32; /* working copies in the activations' type */
+  bool copies = fuse_keeps_copies(g);
   c->p->copy_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
   for (int i = 0; i < g->nparams; i++) rank_grad[i] = c->p->copy_vb[i] = -1;
   for (int cls = 0; cls < (g->infer ? 1 : copies ? 5 : 4); cls++) /* a generation program: the values alone */

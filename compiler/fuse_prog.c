@@ -23,7 +23,7 @@ int fuse_prog_vbuf(FuseCtx *c, const char *name, BufClass cls, Shape shape, DTyp
   b->param = -1;
   b->chunk = c->chunk;
   b->first = b->last = -1;
-  b->alias = -1;
+  b->view = -1;
   return p->nvb++;
 }
 

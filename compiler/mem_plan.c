@@ -1,5 +1,5 @@
-/* mem_plan.c — places every virtual buffer in the rank's arena: parameters, gradients and AdamW
- * moments in four regions of one layout; saved activations in a slot; block-local values in a
+/* mem_plan.c — places every virtual buffer in the rank's arena: parameters, gradients, AdamW
+ * moments and working copies in regions of one layout; saved activations in a slot; block-local values in a
  * scratch region whose bytes are reused when lifetimes do not overlap; last, the GEMM library's
  * workspace. */
 #include <limits.h>
@@ -162,6 +162,13 @@ static int64_t place_scratch(VBuf **list, int n) {
   return top;
 }
 
+int64_t mem_param_elems(const Program *p, int64_t numel) {
+  /* with working copies of e bytes an element, the f32 buffers align to MEM_ALIGN·4/e bytes and the
+   * copies to MEM_ALIGN: MEM_ALIGN/e elements either way */
+  int64_t unit = MEM_ALIGN / (fuse_keeps_copies(p->g) ? pp_dtype_bytes(pp_precision_dtype[p->g->cfg.precision]) : 4);
+  return (numel + unit - 1) / unit * unit;
+}
+
 void mem_plan(Program *p) {
   lifetimes(p);
   int64_t size[BC__COUNT] = {0}, slot[PP_MAX_CHUNKS] = {0}; /* a slot: each chunk's layout from 0 */
@@ -180,9 +187,20 @@ void mem_plan(Program *p) {
       if (slot[v->chunk] > size[BC_SLOT]) size[BC_SLOT] = slot[v->chunk]; /* one slot holds any chunk's */
       continue;
     }
-    v->off = size[v->cls];
-    size[v->cls] += align(v->bytes);
   }
+  /* the parameters' regions, alike: the decayed parameters first, then the rest, each part in
+   * order, so that AdamW updates each part with one kernel (fuse_adamw.c) */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < p->nvb; i++) {
+      VBuf *v = &p->vb[i];
+      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 ||
+          ir_param_decays(&p->g->params[v->param]) != (pass == 0))
+        continue;
+      v->off = size[v->cls];
+      size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
+    }
+  for (int i = 0; i < p->nvb; i++)
+    if (p->vb[i].view >= 0) p->vb[i].off = p->vb[p->vb[i].view].off;
   size[BC_SCRATCH] = place_scratch(scratch, ns);
   size[BC_WORKSPACE] = WORKSPACE_BYTES;
   free(scratch);

@@ -285,6 +285,9 @@ typedef struct IrParam {
   Loc role_loc;
 } IrParam;
 
+/* AdamW's weight decay applies to the matrices (rank >= 2), not to norms' scales or biases. */
+static inline bool ir_param_decays(const IrParam *q) { return q->shape.nd >= 2; }
+
 typedef enum InputUse { USE_NONE, USE_TOKENS, USE_LABELS } InputUse;
 
 typedef struct IrInput {
@@ -591,7 +594,8 @@ typedef struct VBuf {
   int first, last; /* BC_SCRATCH: first and last instruction (global numbering) that touch it */
   bool pin_start;  /* live from the start of the block it is first used in (a received value) */
   bool pin_end;    /* live to the end of the block it is last used in (a value sent after it) */
-  int alias;       /* -1, or the buffer whose bytes this one reuses */
+  int view;        /* -1, or a parameter-class buffer: this one is a view that starts where that one is
+                    * placed and runs over the buffers after it in its region (mem_plan.c) */
 } VBuf;
 
 typedef enum InstrKind {
@@ -677,6 +681,9 @@ typedef struct Program {
  * the rank's graph of parameters (pp_chunks.c), whose indices the buffers and the optimizer use. */
 Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch);
 void mem_plan(Program *p);
+/* The elements a parameter's buffer takes in each of its regions (params, grads, adam_m, adam_v,
+ * copies): numel rounded up to a unit that puts a working copy at its value's element offset. */
+int64_t mem_param_elems(const Program *p, int64_t numel);
 void fuse_prog_free(Program *p);
 
 /* The lowering's state, shared by its files: fuse_lower.c (what is fused, every value's buffer,
@@ -773,6 +780,8 @@ double fuse_rows_seed(const FuseCtx *c);          /* the gradient seed: 1 / micr
 void fuse_rows_param_grad(FuseCtx *c, int id);
 void fuse_rows_add_bias(FuseCtx *c, int id);
 void fuse_adamw(FuseCtx *c);
+/* A training program below fp32 keeps working copies of its parameters in the activations' type. */
+bool fuse_keeps_copies(const Graph *g);
 void fuse_adamw_refresh(FuseCtx *c); /* the refresh block: the working copies from the values */
 
 /* ============================================================================================

@@ -12,7 +12,7 @@ static inline const char *pp_region_name(int r) {
 }
 
 /* The word after `block optimizer` in a listing that says the block leaves the whole grads region
- * zero (AdamW stores 0 over each gradient it has read; nothing writes the padding between them):
+ * zero (AdamW stores 0 over the gradients it has read, the padding between them included):
  * ppr then skips the next step's zero_grads. */
 #define PP_OPT_CLEARS_GRADS "clears_grads"
 
