@@ -25,6 +25,7 @@ typedef struct LangTable {
   const char *local_decl;          /* local memory of a reduction's partials: with %d for T */
   const char *barrier;
   const char *neg_inf;
+  const char *unroll;                /* the line before a loop of a constant count to unroll; NULL: none */
   const char *types[PP_DTYPE_COUNT]; /* a buffer's element type; bf16 is its 16 bits as an integer */
 } LangTable;
 
@@ -52,6 +53,7 @@ static const LangTable lang_opencl = {
     .local_decl = "__local float ppk_red[%d];",
     .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
     .neg_inf = "(-INFINITY)",
+    .unroll = "#pragma unroll",
     .types = {"float", "int32_t", "ushort"},
 };
 
@@ -67,6 +69,7 @@ static const LangTable lang_cuda = {
     .local_decl = "__shared__ float ppk_red[%d];",
     .barrier = "__syncthreads();",
     .neg_inf = "(-__int_as_float(0x7f800000))",
+    .unroll = "#pragma unroll",
     .types = {"float", "int32_t", "unsigned short"},
 };
 
@@ -518,9 +521,13 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   Rend rr = {k, tables[lang], out, len, cap}, *r = &rr;
   const LangTable *t = r->t;
   KGeom g = kir_geom(k);
+  char per[32];
+  snprintf(per, sizeof per, "%d rows per thread", kir_flat_rows(k));
   EMIT("/* %s: %s, %lld rows; <<<%lld, %d, %lld>>> */\n", k->name,
-       k->mode == KM_FLAT ? "a row per thread" : "a row per block", (long long)k->rows, (long long)g.grid, g.block,
-       (long long)g.local);
+       k->mode == KM_BLOCK     ? "a row per block"
+       : kir_flat_rows(k) == 1 ? "a row per thread"
+                               : per,
+       (long long)k->rows, (long long)g.grid, g.block, (long long)g.local);
   EMIT(t->kernel_head, k->block);
   EMIT("%s(", k->name);
   if (t->arena_args) EMIT("__global char *ppk_arena");
@@ -552,9 +559,27 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
       if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1)
         EMIT("#pragma omp parallel for schedule(static)\n  ");
       EMIT("for (int64_t r = 0; r < %lld%s; r++)", (long long)k->rows, t->int_suffix);
-    } else if (k->mode == KM_FLAT) {
+    } else if (k->mode == KM_FLAT && kir_flat_rows(k) == 1) {
       EMIT("for (int64_t r = %s * %d + ppk_tid; r < %lld%s; r += %s * %d)", t->bid, k->block, (long long)k->rows,
            t->int_suffix, t->nblocks, k->block);
+    } else if (k->mode == KM_FLAT) { /* kir_flat_rows rows a thread a pass, a block apart */
+      int rows = kir_flat_rows(k), per = k->block * rows;
+      EMIT("for (int64_t ppk_b = %s * %d; ppk_b < %lld%s; ppk_b += %s * %d) {\n", t->bid, per, (long long)k->rows,
+           t->int_suffix, t->nblocks, per);
+      /* a whole pass unrolled with no bound to check (its loads may all be issued at once); the
+       * last, partial one row by row */
+      EMIT("    if (ppk_b + %d <= %lld%s) {\n", per, (long long)k->rows, t->int_suffix);
+      if (t->unroll) EMIT("      %s\n", t->unroll);
+      EMIT("      for (int ppk_e = 0; ppk_e < %d; ppk_e++) {\n", rows);
+      EMIT("        const int64_t r = ppk_b + ppk_e * %d + ppk_tid;\n", k->block);
+      stmts(r, k->body, 4, CTX_THREAD);
+      EMIT("      }\n    } else {\n");
+      EMIT("      for (int ppk_e = 0; ppk_e < %d; ppk_e++) {\n", rows);
+      EMIT("        const int64_t r = ppk_b + ppk_e * %d + ppk_tid;\n", k->block);
+      EMIT("        if (r >= %lld%s) break;\n", (long long)k->rows, t->int_suffix);
+      stmts(r, k->body, 4, CTX_THREAD);
+      EMIT("      }\n    }\n  }\n}\n");
+      goto done;
     } else {
       EMIT("for (int64_t r = %s; r < %lld%s; r += %s)", t->bid, (long long)k->rows, t->int_suffix, t->nblocks);
     }
@@ -562,6 +587,7 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
     stmts(r, k->body, 2, k->mode == KM_BLOCK ? CTX_UNIFORM : CTX_THREAD);
     EMIT("  }\n}\n");
   }
+done:
   if (lang == LANG_C) { /* NAME__call(void **args): the arguments by address, as cuLaunchKernel takes them */
     EMIT("void %s__call(void **a) { %s(", k->name, k->name);
     for (int i = 0; i < k->nbufs; i++)

@@ -29,8 +29,30 @@ void kir_free(Kernel *k) {
   free(k);
 }
 
+/* Whether statement list s holds a loop (a sequential one, or a thread's loop). */
+static bool has_loop(const Kernel *k, int s) {
+  for (; s >= 0; s = k->s[s].next) {
+    const KStmt *st = &k->s[s];
+    switch (st->kind) {
+    case KS_FOR:
+    case KS_TFOR:
+    case KS_REDUCE: return true;
+    case KS_IF:
+      if (has_loop(k, st->body)) return true;
+      break;
+    case KS_LET:
+    case KS_SET:
+    case KS_STORE: break;
+    }
+  }
+  return false;
+}
+
+int kir_flat_rows(const Kernel *k) { return k->mode == KM_FLAT && !has_loop(k, k->body) ? KIR_FLAT_ROWS : 1; }
+
 KGeom kir_geom(const Kernel *k) {
-  int64_t blocks = k->mode == KM_FLAT ? (k->rows + k->block - 1) / k->block : k->rows;
+  int64_t per = (int64_t)k->block * kir_flat_rows(k); /* a flat kernel's rows a block a pass */
+  int64_t blocks = k->mode == KM_FLAT ? (k->rows + per - 1) / per : k->rows;
   if (blocks < 1) blocks = 1;
   if (blocks > KIR_MAX_GRID) blocks = KIR_MAX_GRID;
   return (KGeom){blocks, k->block, k->reduces ? (int64_t)k->block * 4 : 0};

@@ -503,6 +503,9 @@ typedef enum KMode {
 #define KIR_MAX_BUFS  12
 #define KIR_MAX_BLOCK 1024  /* threads per block: a power of two up to this */
 #define KIR_MAX_GRID  65536 /* blocks launched at most; grid-stride loops cover any more rows */
+#define KIR_FLAT_ROWS                                                                                                  \
+  4 /* a loop-free flat kernel's thread takes this many rows a pass, a block apart                                     \
+     * (each warp's accesses stay contiguous): kir_flat_rows */
 typedef struct Kernel {
   char name[48];
   KMode mode;
@@ -535,6 +538,10 @@ typedef struct KGeom {
 Kernel *kir_new(const char *name, KMode mode, int64_t rows, int block);
 void kir_free(Kernel *k);
 KGeom kir_geom(const Kernel *k);
+/* A flat kernel's rows a thread takes a pass: KIR_FLAT_ROWS where its row is a few loads and
+ * stores (no loop), so that they are in flight together; 1 where a row loops (fewer threads would
+ * each run a longer loop). */
+int kir_flat_rows(const Kernel *k);
 int kir_block_for(int64_t width); /* threads for a row of width: 32..256, a power of two */
 int kir_buf(Kernel *k, const char *name, DType dtype, bool written);
 int kir_e(Kernel *k, KOp op, int a, int b, int c); /* an expression node */
