@@ -597,6 +597,17 @@ static int line_with(const char *name, int r, const char *a, const char *b, char
   return -1;
 }
 
+/* line with its first `from` replaced by `to`, into out (n bytes); -1 when absent or too long */
+static int replaced(const char *line, const char *from, const char *to, char *out, size_t n) {
+  const char *at = strstr(line, from);
+  if (!at || strlen(line) - strlen(from) + strlen(to) >= n) {
+    printf("  | test bug: '%s' not in '%s'\n", from, line);
+    return -1;
+  }
+  snprintf(out, n, "%.*s%s%s", (int)(at - line), line, to, at + strlen(from));
+  return 0;
+}
+
 static void test_listings(void) {
   char *out = NULL;
   if (compile("examples/tiny.pdl", 2, 1, 1, "own") || compile("examples/tiny.pdl", 2, 1, 1, "coll") ||
@@ -604,9 +615,13 @@ static void test_listings(void) {
     check(0, "ppc examples/tiny.pdl for the listing checks");
     return;
   }
-  /* rank 1 claims rank 0's rows of a column-parallel weight */
-  edit("own", 1, "q_proj.weight f32 [32,64] @33024 init normal 0.02 decay 1 shard 0 32 32 64",
-       "q_proj.weight f32 [32,64] @33024 init normal 0.02 decay 1 shard 0 0 32 64");
+  /* rank 1 claims rank 0's rows of a column-parallel weight (its line found by name: its offset
+   * is ppc's to choose) */
+  char line[512], claim[512];
+  if (!line_with("own", 1, "model.layers.0.self_attn.q_proj.weight f32 [32,64] @", " shard 0 32 32 64", line,
+                 sizeof line) &&
+      !replaced(line, " shard 0 32 32 64", " shard 0 0 32 64", claim, sizeof claim))
+    edit("own", 1, line, claim);
   int rc = ppr(2, "own", "--steps 1", &out);
   check(rc != 0 && out &&
             strstr(out, "model_param model.layers.0.self_attn.q_proj.weight: rows [0, 32) of dim 0 are owned by") &&
@@ -617,8 +632,10 @@ static void test_listings(void) {
   out = NULL;
   /* a shard in parts (GPT-2's fused q, k, v): rows counted in dense coordinates, every part */
   if (compile("tests/models/tiny_gpt2.pdl", 2, 1, 1, "ownparts") ||
-      edit("ownparts", 1, "c_attn.weight f32 [64,96] @49664 init normal 0.02 decay 1 shard 1 32 96 192 parts 3",
-           "c_attn.weight f32 [64,96] @49664 init normal 0.02 decay 1 shard 1 0 96 192 parts 3"))
+      line_with("ownparts", 1, "transformer.h.0.attn.c_attn.weight f32 [64,96] @", " shard 1 32 96 192 parts 3", line,
+                sizeof line) ||
+      replaced(line, " shard 1 32 96 192", " shard 1 0 96 192", claim, sizeof claim) ||
+      edit("ownparts", 1, line, claim))
     check(0, "ppc tests/models/tiny_gpt2.pdl --tp 2 for the ownership of a shard in parts");
   else {
     rc = ppr(2, "ownparts", "--steps 1", &out);
@@ -630,7 +647,6 @@ static void test_listings(void) {
     free(out);
   }
   /* rank 1 skips one of the TP group's allreduces: it would hang or mix up buffers */
-  char line[512];
   if (!line_with("coll", 1, "  allreduce tp sum @", "# row-parallel linear: partial sums", line, sizeof line))
     edit("coll", 1, line, "");
   rc = ppr(2, "coll", "--steps 1", &out);
