@@ -1,8 +1,8 @@
 /* fuse_adamw.c — the optimizer block: the gradients summed where they are partial (a tied
  * parameter's copies, tensor-parallel partial sums, data-parallel replicas), the gradient norm,
- * and AdamW, one kernel over the decayed parameters (ir_param_decays) and one over the rest, each
- * gradient left zero for the next step (the block is declared PP_OPT_CLEARS_GRADS, and ppr skips that step's
- * zero_grads). */
+ * and AdamW, one kernel over each part of the parameters' regions (mem_param_part: the decayed
+ * parameters, the rest), each gradient left zero for the next step (the block is declared
+ * PP_OPT_CLEARS_GRADS, and ppr skips that step's zero_grads). */
 #include <stdlib.h>
 
 #include "ppc.h"
@@ -30,33 +30,33 @@ static void grad_norm(FuseCtx *c) {
   in->op[in->nop++] = fuse_prog_ob(partials, 0);
 }
 
-/* One part of the parameters' regions (mem_plan.c places the decayed parameters first, then the
- * rest): views of it in the params, grads, adam_m, adam_v and copies regions (vb[4] = -1 without
- * working copies), n elements each, padding between the parameters included (AdamW keeps padding
- * zero: its gradient and moments are zero, and so is its value). */
+/* Part `which` of the parameters' regions (mem_param_part): views of it in the params, grads,
+ * adam_m, adam_v and copies regions (vb[4] = -1 without working copies), n elements each, the
+ * padding between its parameters included (AdamW keeps padding zero: its gradient, moments and
+ * value are zero); decays: whether its parameters take weight decay (all alike). */
 typedef struct Part {
   int64_t n;
   int vb[5];
+  bool decays;
 } Part;
 
-static Part part(FuseCtx *c, int decays) {
+static Part part(FuseCtx *c, int which) {
   static const BufClass cls[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
-  static const char *const names[2] = {"undecayed", "decayed"};
   Program *p = c->p;
-  Part a = {.n = 0, .vb = {-1, -1, -1, -1, -1}};
+  Part a = {.n = 0, .vb = {-1, -1, -1, -1, -1}, .decays = false};
   int first[5] = {-1, -1, -1, -1, -1};
   for (int b = 0; b < p->nvb; b++) {
     const VBuf *v = &p->vb[b];
-    if (v->view >= 0 || v->param < 0 || ir_param_decays(&c->g->params[v->param]) != decays) continue;
+    if (v->view >= 0 || v->param < 0 || mem_param_part(p, v->param) != which) continue;
     for (int k = 0; k < 5; k++)
       if (v->cls == cls[k] && first[k] < 0) first[k] = b;
     if (v->cls == BC_PARAM) a.n += mem_param_elems(p, ir_shape_numel(&v->shape));
   }
   if (!a.n) return a;
+  a.decays = ir_param_decays(&c->g->params[p->vb[first[0]].param]);
   for (int k = 0; k < 5; k++) {
     if (first[k] < 0) continue;
-    DType dt = p->vb[first[k]].dtype;
-    a.vb[k] = fuse_prog_vbuf(c, names[decays], cls[k], (Shape){1, {a.n}}, dt);
+    a.vb[k] = fuse_prog_vbuf(c, a.decays ? "decayed" : "undecayed", cls[k], (Shape){1, {a.n}}, p->vb[first[k]].dtype);
     p->vb[a.vb[k]].view = first[k];
   }
   return a;
@@ -86,13 +86,11 @@ void fuse_adamw(FuseCtx *c) {
   /* data and context parallelism: every replica's gradients summed (each already carries
    * 1/microbatches; a cp rank's, its share of the micro-batch's tokens) */
   if (c->g->cfg.dp * c->g->cfg.cp > 1) {
-    int first = -1; /* the gradient mem_plan.c places first: the first decayed one if there is one */
+    int first = -1; /* the gradient mem_plan.c places first: the first of the lowest part */
     for (int b = 0; b < p->nvb; b++) {
       const VBuf *v = &p->vb[b];
       if (v->cls != BC_GRAD || v->view >= 0) continue;
-      if (first < 0 ||
-          (ir_param_decays(&c->g->params[v->param]) && !ir_param_decays(&c->g->params[p->vb[first].param])))
-        first = b;
+      if (first < 0 || mem_param_part(p, v->param) < mem_param_part(p, p->vb[first].param)) first = b;
     }
     if (first >= 0)
       fuse_prog_allreduce(c, -1, first, -1, "dp", "sum",
@@ -101,8 +99,8 @@ void fuse_adamw(FuseCtx *c) {
                               : "data parallelism: the replicas' gradients");
   }
   grad_norm(c);
-  for (int decays = 1; decays >= 0; decays--) { /* the region's two parts, in mem_plan.c's order */
-    Part a = part(c, decays);
+  for (int which = 0; which < 2; which++) {
+    Part a = part(c, which);
     if (!a.n) continue;
     KCall kc = fuse_kc_flat("adamw", a.n, -1);
     Kernel *k = kc.k;
@@ -112,7 +110,7 @@ void fuse_adamw(FuseCtx *c) {
     int b1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta1"});
     int b2 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta2"});
     int eps = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "eps"});
-    int wd = fuse_kc_scalar(&kc, decays ? (Operand){.kind = 's', .s = "wd"} : (Operand){.kind = 'f', .f = 0});
+    int wd = fuse_kc_scalar(&kc, a.decays ? (Operand){.kind = 's', .s = "wd"} : (Operand){.kind = 'f', .f = 0});
     int bc1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "bc1"});
     int bc2 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "bc2"});
     int clip = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "clip"});
@@ -146,8 +144,8 @@ void fuse_adamw(FuseCtx *c) {
 void fuse_adamw_refresh(FuseCtx *c) {
   Program *p = c->p;
   c->blk = &p->refresh;
-  for (int decays = 1; decays >= 0; decays--) {
-    Part a = part(c, decays);
+  for (int which = 0; which < 2; which++) {
+    Part a = part(c, which);
     if (!a.n || a.vb[4] < 0) continue;
     KCall kc = fuse_kc_flat("refresh_copy", a.n, -1);
     int r = kir_row(kc.k);

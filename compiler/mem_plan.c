@@ -1,7 +1,7 @@
 /* mem_plan.c — places every virtual buffer in the rank's arena: parameters, gradients, AdamW
- * moments and working copies in regions of one layout; saved activations in a slot; block-local values in a
- * scratch region whose bytes are reused when lifetimes do not overlap; last, the GEMM library's
- * workspace. */
+ * moments and working copies in regions of one layout; saved activations in a slot; block-local
+ * values in a scratch region whose bytes are reused when lifetimes do not overlap; last, the GEMM
+ * library's workspace. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +169,8 @@ int64_t mem_param_elems(const Program *p, int64_t numel) {
   return (numel + unit - 1) / unit * unit;
 }
 
+int mem_param_part(const Program *p, int i) { return ir_param_decays(&p->g->params[i]) ? 0 : 1; }
+
 void mem_plan(Program *p) {
   lifetimes(p);
   int64_t size[BC__COUNT] = {0}, slot[PP_MAX_CHUNKS] = {0}; /* a slot: each chunk's layout from 0 */
@@ -188,14 +190,12 @@ void mem_plan(Program *p) {
       continue;
     }
   }
-  /* the parameters' regions, alike: the decayed parameters first, then the rest, each part in
-   * order, so that AdamW updates each part with one kernel (fuse_adamw.c) */
-  for (int pass = 0; pass < 2; pass++)
+  /* the parameters' regions, alike: their parts in order (mem_param_part), each part's
+   * parameters in order, so that AdamW updates a part with one kernel (fuse_adamw.c) */
+  for (int part = 0; part < 2; part++)
     for (int i = 0; i < p->nvb; i++) {
       VBuf *v = &p->vb[i];
-      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 ||
-          ir_param_decays(&p->g->params[v->param]) != (pass == 0))
-        continue;
+      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 || mem_param_part(p, v->param) != part) continue;
       v->off = size[v->cls];
       size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
     }

@@ -503,9 +503,9 @@ typedef enum KMode {
 #define KIR_MAX_BUFS  12
 #define KIR_MAX_BLOCK 1024  /* threads per block: a power of two up to this */
 #define KIR_MAX_GRID  65536 /* blocks launched at most; grid-stride loops cover any more rows */
-#define KIR_FLAT_ROWS                                                                                                  \
-  4 /* a loop-free flat kernel's thread takes this many rows a pass, a block apart                                     \
-     * (each warp's accesses stay contiguous): kir_flat_rows */
+/* a loop-free flat kernel's thread takes this many rows a pass, a block apart (each warp's accesses
+ * stay contiguous): kir_flat_rows */
+#define KIR_FLAT_ROWS 4
 typedef struct Kernel {
   char name[48];
   KMode mode;
@@ -691,6 +691,9 @@ void mem_plan(Program *p);
 /* The elements a parameter's buffer takes in each of its regions (params, grads, adam_m, adam_v,
  * copies): numel rounded up to a unit that puts a working copy at its value's element offset. */
 int64_t mem_param_elems(const Program *p, int64_t numel);
+/* The part of the parameters' regions parameter i's buffers lie in: 0 for the decayed parameters,
+ * placed first, 1 for the rest; fuse_adamw.c runs one AdamW kernel a part. */
+int mem_param_part(const Program *p, int i);
 void fuse_prog_free(Program *p);
 
 /* The lowering's state, shared by its files: fuse_lower.c (what is fused, every value's buffer,
