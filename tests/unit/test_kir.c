@@ -1,7 +1,8 @@
 /* test_kir.c — the kernel IR's builder (kir.c) as the C renderer prints it: a temporary built
  * again with the same value is the earlier one where nothing between could have changed that
  * value, and a new one where something could (a store to a buffer it loads, a set of a temporary
- * it reads) or where the earlier one is out of reach (another loop's body). */
+ * it reads) or where the earlier one is out of reach (another loop's body); and a flat kernel's rows
+ * a thread (kir_flat_rows) in its geometry and its CUDA and C sources. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,9 +90,53 @@ static void test_set_and_scope(void) {
   kir_free(k);
 }
 
+/* The kernel's source in lang (the caller frees it). */
+static char *render_in(const Kernel *k, Lang lang) {
+  char *out = NULL;
+  size_t len = 0, cap = 0;
+  cg_render_kernel(k, lang, &out, &len, &cap);
+  return out;
+}
+
+/* A flat kernel's rows a thread (kir_flat_rows): KIR_FLAT_ROWS without a loop, with the grid that
+ * covers them and a GPU loop of whole unrolled passes and a checked last one; 1 with a loop. */
+static void test_flat_rows(void) {
+  Kernel *k = kir_new("axpy", KM_FLAT, 5000, 256);
+  int y = kir_buf(k, "p0", PP_F32, true), x = kir_buf(k, "p1", PP_F32, false);
+  int r = kir_row(k);
+  kir_store(k, y, r, '+', kir_e(k, K_MUL, kir_ld(k, x, r), kir_f(k, 2), 0));
+  KGeom g = kir_geom(k);
+  check(kir_flat_rows(k) == KIR_FLAT_ROWS && g.grid == (5000 + 256 * KIR_FLAT_ROWS - 1) / (256 * KIR_FLAT_ROWS),
+        "a loop-free flat kernel: %d rows a thread, grid %lld", kir_flat_rows(k), (long long)g.grid);
+  char *cu = render_in(k, LANG_CUDA), *c = render(k);
+  check(strstr(cu, "#pragma unroll") && strstr(cu, "if (ppk_b + 1024 <= 5000LL)") &&
+            strstr(cu, "if (r >= 5000LL) break;") && count(cu, "p0[r] += ") == 2,
+        "CUDA: whole passes unrolled, the last one checked, in:\n%s", cu);
+  check(strstr(c, "for (int64_t r = 0; r < 5000LL; r++)") && count(c, "p0[r] += ") == 1,
+        "C: one loop over the rows, in:\n%s", c);
+  free(cu);
+  free(c);
+  kir_free(k);
+
+  k = kir_new("rowsum", KM_FLAT, 5000, 256);
+  y = kir_buf(k, "p0", PP_F32, true), x = kir_buf(k, "p1", PP_F32, false);
+  r = kir_row(k);
+  int j = kir_for(k, kir_i(k, 8));
+  kir_store(k, y, r, '+', kir_ld(k, x, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 8), 0), j, 0)));
+  kir_end(k);
+  g = kir_geom(k);
+  check(kir_flat_rows(k) == 1 && g.grid == (5000 + 255) / 256, "a flat kernel with a loop: %d row a thread, grid %lld",
+        kir_flat_rows(k), (long long)g.grid);
+  cu = render_in(k, LANG_CUDA);
+  check(!strstr(cu, "ppk_b") && strstr(cu, "r += (int64_t)gridDim.x * 256"), "CUDA: a grid-stride loop, in:\n%s", cu);
+  free(cu);
+  kir_free(k);
+}
+
 int main(void) {
   test_shared_load();
   test_store_between();
   test_set_and_scope();
+  test_flat_rows();
   return check_done();
 }
