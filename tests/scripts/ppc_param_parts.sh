@@ -14,11 +14,7 @@ set -u
 build=${1:?usage: ppc_param_parts.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP ppc_param_parts: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 ppc_param_parts
 
 sed -e 's/^dim vocab .*/dim vocab    = 259/' -e 's/^dim hidden .*/dim hidden   = 24/' \
   -e 's/^dim heads .*/dim heads    = 3/' -e 's/^dim kv_heads .*/dim kv_heads = 1/' \

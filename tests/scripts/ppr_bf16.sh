@@ -11,11 +11,7 @@ set -u
 build=${1:?usage: ppr_bf16.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP ppr_bf16: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 ppr_bf16
 
 # loss LOG: the first step's loss of a --log file
 loss() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' "$1"; }

@@ -14,11 +14,7 @@ build=${1:?usage: ppr_dropout.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 . tests/scripts/lib/compare.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP ppr_dropout: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 ppr_dropout
 fx=tests/fixtures/tiny_minimind fd=tests/fixtures/tiny_minimind_dropout model=tests/models/tiny_dropout.pdl
 args="--init $fx/weights.safetensors --data $fx/tokens.bin --dropout-seed 7"
 

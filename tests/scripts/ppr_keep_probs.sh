@@ -14,11 +14,7 @@ build=${1:?usage: ppr_keep_probs.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 . tests/scripts/lib/compare.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP ppr_keep_probs: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 ppr_keep_probs
 fx=tests/fixtures/tiny_minimind model=examples/tiny.pdl
 args="--init $fx/weights.safetensors --data $fx/tokens.bin --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --wd 0.1"
 

@@ -18,11 +18,7 @@ build=${1:?usage: ppr_masked.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 . tests/scripts/lib/compare.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP ppr_masked: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 ppr_masked
 fx=tests/fixtures/tiny_minimind fm=tests/fixtures/tiny_minimind_masked
 init="--init $fx/weights.safetensors"
 args="--data $fm/masked.bin" # run5's (lib/compare.sh): every run on the masked data

@@ -9,11 +9,7 @@ set -u
 build=${1:?usage: ppr_train.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP ppr_train: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 ppr_train
 
 "$build/ppc" examples/tiny.pdl -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 &&
   "$build/ppc" examples/tiny.pdl --pp 2 --microbatches 4 -o "$tmp/pp2" >>"$tmp/ppc.txt" 2>&1 &&

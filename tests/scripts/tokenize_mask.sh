@@ -11,11 +11,7 @@ set -u
 build=${1:?usage: tokenize_mask.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 export PPC_CACHE="$tmp/cache"
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP tokenize_mask: no python3"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+needs_python3 tokenize_mask
 mkdir -p "$tmp/stub/tokenizers"
 cat >"$tmp/stub/tokenizers/__init__.py" <<'PY'
 import json

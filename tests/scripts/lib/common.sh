@@ -12,6 +12,14 @@ MPIRUN="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENB
 ppc=$build/ppc
 ppr=$build/ppr
 
+# needs_python3 NAME: a script that reads its results with Python 3 ends here, skipped, where
+# there is none
+needs_python3() {
+  command -v python3 >/dev/null 2>&1 && return 0
+  echo "SKIP $1: no python3"
+  echo "0 passed, 0 failed"
+  exit 0
+}
 # expect WHAT CMD...: CMD succeeds
 expect() {
   what=$1
