@@ -517,6 +517,34 @@ static void column_sum_c(Rend *r, int s) {
   EMIT("  }\n}\n");
 }
 
+/* One pass of a thread's kir_flat_rows rows, a block apart; checked: the last pass, which stops at
+ * the first row past the end. */
+static void flat_pass(Rend *r, int rows, bool checked) {
+  const Kernel *k = r->k;
+  EMIT("      for (int ppk_e = 0; ppk_e < %d; ppk_e++) {\n", rows);
+  EMIT("        const int64_t r = ppk_b + ppk_e * %d + ppk_tid;\n", k->block);
+  if (checked) EMIT("        if (r >= %lld%s) break;\n", (long long)k->rows, r->t->int_suffix);
+  stmts(r, k->body, 4, CTX_THREAD);
+  EMIT("      }\n");
+}
+
+/* A GPU's flat kernel of kir_flat_rows > 1 rows a thread: the loop over its passes and the
+ * kernel's closing brace. A whole pass is unrolled with no bound to check (its loads may all be
+ * issued at once); the last, partial one goes row by row. */
+static void flat_passes(Rend *r) {
+  const Kernel *k = r->k;
+  const LangTable *t = r->t;
+  int rows = kir_flat_rows(k), per = k->block * rows;
+  EMIT("  for (int64_t ppk_b = %s * %d; ppk_b < %lld%s; ppk_b += %s * %d) {\n", t->bid, per, (long long)k->rows,
+       t->int_suffix, t->nblocks, per);
+  EMIT("    if (ppk_b + %d <= %lld%s) {\n", per, (long long)k->rows, t->int_suffix);
+  if (t->unroll) EMIT("      %s\n", t->unroll);
+  flat_pass(r, rows, false);
+  EMIT("    } else {\n");
+  flat_pass(r, rows, true);
+  EMIT("    }\n  }\n}\n");
+}
+
 void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_t *cap) {
   Rend rr = {k, tables[lang], out, len, cap}, *r = &rr;
   const LangTable *t = r->t;
@@ -552,6 +580,8 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
   int cs = t->threads_as_loops ? column_sum(k) : -1;
   if (cs >= 0) {
     column_sum_c(r, cs); /* C: the column sums with their loops swapped */
+  } else if (!t->threads_as_loops && kir_flat_rows(k) > 1) {
+    flat_passes(r);
   } else {
     EMIT("  ");
     if (t->threads_as_loops) {
@@ -559,27 +589,9 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
       if ((double)k->rows * (double)k->work >= 32768.0 && k->rows > 1)
         EMIT("#pragma omp parallel for schedule(static)\n  ");
       EMIT("for (int64_t r = 0; r < %lld%s; r++)", (long long)k->rows, t->int_suffix);
-    } else if (k->mode == KM_FLAT && kir_flat_rows(k) == 1) {
+    } else if (k->mode == KM_FLAT) {
       EMIT("for (int64_t r = %s * %d + ppk_tid; r < %lld%s; r += %s * %d)", t->bid, k->block, (long long)k->rows,
            t->int_suffix, t->nblocks, k->block);
-    } else if (k->mode == KM_FLAT) { /* kir_flat_rows rows a thread a pass, a block apart */
-      int rows = kir_flat_rows(k), per = k->block * rows;
-      EMIT("for (int64_t ppk_b = %s * %d; ppk_b < %lld%s; ppk_b += %s * %d) {\n", t->bid, per, (long long)k->rows,
-           t->int_suffix, t->nblocks, per);
-      /* a whole pass unrolled with no bound to check (its loads may all be issued at once); the
-       * last, partial one row by row */
-      EMIT("    if (ppk_b + %d <= %lld%s) {\n", per, (long long)k->rows, t->int_suffix);
-      if (t->unroll) EMIT("      %s\n", t->unroll);
-      EMIT("      for (int ppk_e = 0; ppk_e < %d; ppk_e++) {\n", rows);
-      EMIT("        const int64_t r = ppk_b + ppk_e * %d + ppk_tid;\n", k->block);
-      stmts(r, k->body, 4, CTX_THREAD);
-      EMIT("      }\n    } else {\n");
-      EMIT("      for (int ppk_e = 0; ppk_e < %d; ppk_e++) {\n", rows);
-      EMIT("        const int64_t r = ppk_b + ppk_e * %d + ppk_tid;\n", k->block);
-      EMIT("        if (r >= %lld%s) break;\n", (long long)k->rows, t->int_suffix);
-      stmts(r, k->body, 4, CTX_THREAD);
-      EMIT("      }\n    }\n  }\n}\n");
-      goto done;
     } else {
       EMIT("for (int64_t r = %s; r < %lld%s; r += %s)", t->bid, (long long)k->rows, t->int_suffix, t->nblocks);
     }
@@ -587,7 +599,6 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
     stmts(r, k->body, 2, k->mode == KM_BLOCK ? CTX_UNIFORM : CTX_THREAD);
     EMIT("  }\n}\n");
   }
-done:
   if (lang == LANG_C) { /* NAME__call(void **args): the arguments by address, as cuLaunchKernel takes them */
     EMIT("void %s__call(void **a) { %s(", k->name, k->name);
     for (int i = 0; i < k->nbufs; i++)
