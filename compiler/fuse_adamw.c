@@ -66,6 +66,7 @@ static Part part(FuseCtx *c, int which) {
 void fuse_adamw(FuseCtx *c) {
   Program *p = c->p;
   c->blk = &p->opt;
+  Part parts[2] = {part(c, 0), part(c, 1)};
   /* a parameter with a copy on another stage (the tied embedding and head): sum the gradients */
   for (int i = 0; i < c->g->nparams; i++) {
     if (!c->g->params[i].shared) continue;
@@ -86,12 +87,7 @@ void fuse_adamw(FuseCtx *c) {
   /* data and context parallelism: every replica's gradients summed (each already carries
    * 1/microbatches; a cp rank's, its share of the micro-batch's tokens) */
   if (c->g->cfg.dp * c->g->cfg.cp > 1) {
-    int first = -1; /* the gradient mem_plan.c places first: the first of the lowest part */
-    for (int b = 0; b < p->nvb; b++) {
-      const VBuf *v = &p->vb[b];
-      if (v->cls != BC_GRAD || v->view >= 0) continue;
-      if (first < 0 || mem_param_part(p, v->param) < mem_param_part(p, p->vb[first].param)) first = b;
-    }
+    int first = parts[0].n ? parts[0].vb[1] : parts[1].vb[1]; /* the grads region's start */
     if (first >= 0)
       fuse_prog_allreduce(c, -1, first, -1, "dp", "sum",
                           c->g->cfg.cp > 1
@@ -100,7 +96,7 @@ void fuse_adamw(FuseCtx *c) {
   }
   grad_norm(c);
   for (int which = 0; which < 2; which++) {
-    Part a = part(c, which);
+    Part a = parts[which];
     if (!a.n) continue;
     KCall kc = fuse_kc_flat("adamw", a.n, -1);
     Kernel *k = kc.k;
