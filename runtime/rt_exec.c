@@ -11,13 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A run of gradients: n floats at the grads region's offset off (params region offsets). */
+typedef struct {
+  int64_t off, n;
+} RtRun;
+
 struct RtExec {
   const RtProg *p;
   RtDev *dev;
-  RtComm *comm;               /* NULL: one rank */
-  RtProf *prof;               /* PPR_PROFILE, --trace */
-  int32_t *batch;             /* host copy of a micro-batch: tokens, then labels */
-  float *partials;            /* host copy of the grad_norm partial sums */
+  RtComm *comm;    /* NULL: one rank */
+  RtProf *prof;    /* PPR_PROFILE, --trace */
+  int32_t *batch;  /* host copy of a micro-batch: tokens, then labels */
+  float *partials; /* host copy of the grad_norm partial sums */
+  RtRun *runs;     /* grad_norm's: the owned params' gradients, adjacent ones joined */
+  int nruns;
   double wall_ms, compute_ms; /* the last step's, while tracing */
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
   int stale;                  /* the working copies (refresh block) are older than the values */
@@ -124,6 +131,29 @@ static int plan_early(RtExec *x) {
   return 0;
 }
 
+/* By offset (then size: a zero-size param before the one at its offset). */
+static int run_cmp(const void *a, const void *b) {
+  const RtRun *x = a, *y = b;
+  return x->off != y->off ? (x->off < y->off ? -1 : 1) : (x->n > y->n) - (x->n < y->n);
+}
+
+/* grad_norm's runs: the owned params' gradients (not the copies and replicas) in memory order,
+ * one run where each starts at the last one's end (no padding, no other param between): so a
+ * layout whose parameters lie back to back is summed in a launch or two, not one a parameter.
+ * Returns their number (params never overlap: rt_prog_layout rejects it). */
+static int grad_runs(const RtProg *p, RtRun *runs) {
+  int n = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i].owned) runs[n++] = (RtRun){p->params[i].off, p->params[i].numel};
+  qsort(runs, (size_t)n, sizeof *runs, run_cmp);
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (m && runs[i].off == runs[m - 1].off + 4 * runs[m - 1].n) runs[m - 1].n += runs[i].n;
+    else runs[m++] = runs[i];
+  }
+  return m;
+}
+
 int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, char *err, size_t errlen) {
   *out = NULL;
   RtExec *x = calloc(1, sizeof *x);
@@ -141,10 +171,12 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
   for (int i = 0; i < o->n; i++)
     if (o->ins[i].kind == RT_I_GRAD_NORM) np = o->ins[i].geom.grid * (p->nparams ? p->nparams : 1);
   x->partials = malloc((size_t)(np ? np : 1) * sizeof *x->partials);
-  if (!x->prof || !x->batch || !x->partials) {
+  x->runs = malloc((size_t)(p->nparams ? p->nparams : 1) * sizeof *x->runs);
+  if (!x->prof || !x->batch || !x->partials || !x->runs) {
     rt_exec_close(x);
     return RT_FAIL("out of memory");
   }
+  x->nruns = grad_runs(p, x->runs);
   if (plan_early(x)) {
     rt_exec_close(x);
     return RT_FAIL("out of memory");
@@ -166,6 +198,7 @@ void rt_exec_close(RtExec *x) {
   free(x->order);
   free(x->batch);
   free(x->partials);
+  free(x->runs);
   free(x);
 }
 
@@ -211,29 +244,23 @@ static int64_t at(const RtProg *g, const RtPtr *p, int slot) {
   return off;
 }
 
-/* grad_norm: the sum of squares of the gradients of the params this rank owns (not the copies
- * and replicas), by the listing's kernel into GRID partial sums each, added in double in param
- * order; then summed over the world. */
+/* grad_norm: the sum of squares of the gradients of the params this rank owns, by the listing's
+ * kernel over each run (grad_runs) into GRID partial sums a run, added in double in memory order;
+ * then summed over the world. */
 static int grad_norm(Step *s, const RtInstr *in) {
   RtExec *x = s->x;
   const RtProg *p = x->p;
   int64_t grid = in->geom.grid, base = at(p, &in->p[0], -1);
-  int any = 0;
-  for (int i = 0; i < p->nparams; i++) {
-    const RtParam *q = &p->params[i];
-    if (!q->owned) continue;
-    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = q->off + region_shift(p, RT_REG_GRADS)},
+  for (int i = 0; i < x->nruns; i++) {
+    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = x->runs[i].off + region_shift(p, RT_REG_GRADS)},
                    {.kind = RT_KA_PTR, .off = base + 4 * grid * i},
-                   {.kind = RT_KA_I64, .i = q->numel}};
+                   {.kind = RT_KA_I64, .i = x->runs[i].n}};
     if (rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a)) return -1;
-    any = 1;
   }
-  if (any && (rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * grid * p->nparams)))
+  if (x->nruns && (rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * grid * x->nruns)))
     return -1;
   double local = 0;
-  for (int i = 0; i < p->nparams; i++)
-    if (p->params[i].owned)
-      for (int64_t b = 0; b < grid; b++) local += (double)x->partials[i * grid + b];
+  for (int64_t i = 0; i < grid * x->nruns; i++) local += (double)x->partials[i];
   double c0 = s->tr ? rt_now_ms() : 0;
   s->grad_norm = sqrt(rt_comm_sum(x->comm, local));
   if (s->tr && rt_comm_size(x->comm) > 1) {

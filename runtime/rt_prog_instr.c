@@ -229,7 +229,8 @@ static int parse_kernel(RtParser *s, RtInstr *in) {
 }
 
 /* grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES: KERNEL(grad, partials, n) writes GRID
- * partial sums of squares; param i's go to partials + 4*GRID*i. */
+ * partial sums of squares; ppr launches it over each run of owned gradients (rt_exec.c), run r's
+ * into partials + 4*GRID*r, and there are at most as many runs as params. */
 static int parse_grad_norm(RtParser *s, RtInstr *in) {
   static const char *const form = "grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES";
   if (rt_prog_want_nf(s, 4, form)) return -1;
