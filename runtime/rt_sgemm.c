@@ -5,9 +5,9 @@
  * 24 registers; A is broadcast element by element, op(B) read a row of 32 at a time from panels
  * (rows copied; a transposed B's by 16 x 16 transposes in registers, its last K mod 16 gathered),
  * made a group of columns and a pass over K at a time. An untransposed A whose rows lie apart (a
- * head's slice of [S, B, H]) is first copied contiguous, a transposed one packed 12 wide (read where
- * it lies instead, 12 floats from each of A's rows, kilobytes apart, it ran faster alone but slower
- * in place, its lines cold). Each element of C is one chain of fused multiply-adds over
+ * head's slice of [S, B, H]) is first copied contiguous; a transposed one is packed 12 wide when
+ * op(B) is wider than 3 panels, else read where it lies, 12 floats from each of A's rows (packs_a).
+ * Each element of C is one chain of fused multiply-adds over
  * k = 0 .. K-1 in order (a pass over K goes on from the last one's partial sums), times alpha,
  * plus beta times C by one more (C not read when beta is 0): its value depends neither on the
  * blocking nor on threads. A triangle (causal attention) skips whole blocks of C, or runs each
@@ -212,14 +212,21 @@ static Cut cut(int m, int n, int k, bool copy) {
   return c;
 }
 
+/* Whether a transposed A is packed first (K x 12 a block), or read where it lies, 12 floats from
+ * each of its rows: packing pays when a block of rows runs over more than 3 panels of op(B)
+ * (measured: attention's dK and dV, N a head's 64 or 96, run 5-15% faster where A lies, in place and
+ * alone; N 128 and more run faster packed, the block's rows re-read from the first-level cache). */
+#define TA_PACK_MIN_N (3 * NR + 1)
+static bool packs_a(bool ta, int n) { return ta && n >= TA_PACK_MIN_N; }
+
 /* A is copied or packed first: transposed (packed K x 12 a block), or its rows apart (contiguous) */
-static bool copies_a(bool ta, int k, int64_t lda) { return ta || lda > k; }
+static bool copies_a(bool ta, int n, int k, int64_t lda) { return ta ? packs_a(ta, n) : lda > k; }
 
 /* op(B) in groups of panels of 32 columns, each group over K in passes of kc (the panels read from
  * the second-level cache, each once per block of 12 rows), C a block of 12 rows at a time over the
  * group's panels, the block's A over the pass in the first-level cache: a transposed A packed
- * K x 12, an untransposed one read where it lies (copied contiguous first when its rows lie apart:
- * a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart share a first-level
+ * K x 12 (or read where it lies: packs_a), an untransposed one read where it lies (copied contiguous first when its
+ * rows lie apart: a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart share a first-level
  * cache set and evict each other). A chain longer than a pass goes on from its partial sum, so
  * each element's chain is the same fused multiply-adds in the same order as in one pass. */
 static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
@@ -227,18 +234,19 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
                          float *work) {
   int np = (n + NR - 1) / NR;
   if (tri == PP_TRI_OUT) np = out_panels(np, (int64_t)row0 + m - 1 - col0); /* the last row's */
-  Cut cu = cut(m, n, k, copies_a(ta, k, lda));
+  Cut cu = cut(m, n, k, copies_a(ta, n, k, lda));
+  bool packed = packs_a(ta, n);
   float *bp = work, *part = work + cu.part, *acont = work + cu.acont;
   int64_t pld = (int64_t)cu.gp * NR; /* the partial sums' row */
   if (!ta && lda > k) {
     for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
     A = acont, lda = k;
-  } else if (ta) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
-                    * acont + (i * k + p * 12); A read 16 rows at a time (first-level cache), each
-                    * block's 16 columns then written whole lines at once, the next 16 rows' same
-                    * columns prefetched meanwhile (A comes from memory, and lines taken across
-                    * rows are no stream to the hardware's prefetchers); a triangle's blocks only
-                    * over the p they run over (below) */
+  } else if (packed) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
+                        * acont + (i * k + p * 12); A read 16 rows at a time (first-level cache), each
+                        * block's 16 columns then written whole lines at once, the next 16 rows' same
+                        * columns prefetched meanwhile (A comes from memory, and lines taken across
+                        * rows are no stream to the hardware's prefetchers); a triangle's blocks only
+                        * over the p they run over (below) */
     for (int p0 = 0; p0 < k; p0 += 16) {
       int p1 = k - p0 < 16 ? k : p0 + 16;
       for (int i = 0; i < m; i += MR) {
@@ -255,7 +263,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
       }
     }
   }
-  int64_t ars = ta ? 1 : lda, acs = ta ? MR : 1;
+  int64_t ars = ta ? 1 : lda, acs = packed ? MR : ta ? lda : 1; /* op(A)[r][p] at a[r * ars + p * acs] */
   for (int q0 = 0; q0 < np; q0 += cu.gp) {
     int q1 = np - q0 < cu.gp ? np : q0 + cu.gp;
     for (int pc = 0; pc < k; pc += cu.kc) {
@@ -273,7 +281,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
           lo = hi = pc;
         } else if (lo >= hi) continue;                                        /* none in this pass */
         int qe = tri == PP_TRI_OUT ? out_panels(np, ai + mr - 1 - col0) : np; /* the block's last row's */
-        const float *a = (ta ? acont + (int64_t)i * k : A + i * lda) + lo * acs;
+        const float *a = (packed ? acont + (int64_t)i * k : ta ? A + i : A + i * lda) + lo * acs;
         for (int q = q0; q < q1 && q < qe; q++) {
           int w = n - q * NR;
           float *pq = part + i * pld + (q - q0) * NR;
@@ -286,7 +294,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   }
 }
 
-int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) { return cut(m, n, k, copies_a(ta, k, lda)).total; }
+int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) { return cut(m, n, k, copies_a(ta, n, k, lda)).total; }
 
 bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda) {
   static int avx512 = -1;
