@@ -230,10 +230,10 @@ static bool copies_a(bool ta, int n, int k, int64_t lda) { return ta ? packs_a(t
 /* op(B) in groups of panels of 32 columns, each group over K in passes of kc (the panels read from
  * the second-level cache, each once per block of 12 rows), C a block of 12 rows at a time over the
  * group's panels, the block's A over the pass in the first-level cache: a transposed A packed
- * K x 12 (or read where it lies: packs_a), an untransposed one read where it lies (copied contiguous first when its
- * rows lie apart: a head's slice of [S, B, H] has rows B H floats apart, and rows a page apart share a first-level
- * cache set and evict each other). A chain longer than a pass goes on from its partial sum, so
- * each element's chain is the same fused multiply-adds in the same order as in one pass. */
+ * K x 12 (or read where it lies: packs_a), an untransposed one read where it lies (copied
+ * contiguous first when its rows lie apart: a head's slice of [S, B, H] has rows B H floats apart,
+ * and rows a page apart share a first-level cache set and evict each other). A chain longer than a pass goes on from
+ * its partial sum, so each element's chain is the same fused multiply-adds in the same order as in one pass. */
 static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0,
                          float *work) {
