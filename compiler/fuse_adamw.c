@@ -30,20 +30,11 @@ static void grad_norm(FuseCtx *c) {
   in->op[in->nop++] = fuse_prog_ob(partials, 0);
 }
 
-/* Part `which` of the parameters' regions (mem_param_part): views of it in the params, grads,
- * adam_m, adam_v and copies regions (vb[4] = -1 without working copies), n elements each, the
- * padding between its parameters included (AdamW keeps padding zero: its gradient, moments and
- * value are zero); decays: whether its parameters take weight decay (all alike). */
-typedef struct Part {
-  int64_t n;
-  int vb[5];
-  bool decays;
-} Part;
-
-static Part part(FuseCtx *c, int which) {
+/* Part `which` of the parameters' regions (AdamPart, ppc.h). */
+static AdamPart part(FuseCtx *c, int which) {
   static const BufClass cls[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
   Program *p = c->p;
-  Part a = {.n = 0, .vb = {-1, -1, -1, -1, -1}, .decays = false};
+  AdamPart a = {.n = 0, .vb = {-1, -1, -1, -1, -1}, .decays = false};
   int first[5] = {-1, -1, -1, -1, -1};
   for (int b = 0; b < p->nvb; b++) {
     const VBuf *v = &p->vb[b];
@@ -62,11 +53,14 @@ static Part part(FuseCtx *c, int which) {
   return a;
 }
 
+void fuse_adamw_parts(FuseCtx *c, AdamPart parts[2]) {
+  for (int which = 0; which < 2; which++) parts[which] = part(c, which);
+}
+
 /* The optimizer block: the sums of partial gradients, the gradient norm, then AdamW. */
-void fuse_adamw(FuseCtx *c) {
+void fuse_adamw(FuseCtx *c, const AdamPart parts[2]) {
   Program *p = c->p;
   c->blk = &p->opt;
-  Part parts[2] = {part(c, 0), part(c, 1)};
   /* a parameter with a copy on another stage (the tied embedding and head): sum the gradients */
   for (int i = 0; i < c->g->nparams; i++) {
     if (!c->g->params[i].shared) continue;
@@ -96,7 +90,7 @@ void fuse_adamw(FuseCtx *c) {
   }
   grad_norm(c);
   for (int which = 0; which < 2; which++) {
-    Part a = parts[which];
+    AdamPart a = parts[which];
     if (!a.n) continue;
     KCall kc = fuse_kc_flat("adamw", a.n, -1);
     Kernel *k = kc.k;
@@ -137,11 +131,11 @@ void fuse_adamw(FuseCtx *c) {
 /* The refresh block: each parameter's working copy (--precision bf16) from its f32 value, rounded
  * to nearest even. AdamW writes the copies as it updates the values; ppr runs this block whenever
  * the values were set from outside (initial weights, a checkpoint). Empty in fp32. */
-void fuse_adamw_refresh(FuseCtx *c) {
+void fuse_adamw_refresh(FuseCtx *c, const AdamPart parts[2]) {
   Program *p = c->p;
   c->blk = &p->refresh;
   for (int which = 0; which < 2; which++) {
-    Part a = part(c, which);
+    AdamPart a = parts[which];
     if (!a.n || a.vb[4] < 0) continue;
     KCall kc = fuse_kc_flat("refresh_copy", a.n, -1);
     int r = kir_row(kc.k);

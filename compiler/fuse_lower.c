@@ -553,7 +553,12 @@ Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
   c.g = rank; /* the optimizer: over the rank's parameters */
   c.chunk = 0;
   c.grad_vb = rank_grad;
-  if (!rank->infer) fuse_adamw(&c), fuse_adamw_refresh(&c);
+  if (!rank->infer) {
+    AdamPart parts[2];
+    fuse_adamw_parts(&c, parts);
+    fuse_adamw(&c, parts);
+    fuse_adamw_refresh(&c, parts);
+  }
   for (int i = 0; i < p->nk; i++) free(c.bodies[i]);
   free(c.bodies);
   free(rank_grad);

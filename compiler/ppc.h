@@ -789,10 +789,20 @@ int fuse_rows_ce_fused(const FuseCtx *c, int ce); /* its CE_DX when one kernel d
 double fuse_rows_seed(const FuseCtx *c);          /* the gradient seed: 1 / micro-batches */
 void fuse_rows_param_grad(FuseCtx *c, int id);
 void fuse_rows_add_bias(FuseCtx *c, int id);
-void fuse_adamw(FuseCtx *c);
+/* A part of the parameters' regions (mem_param_part): views of it in the params, grads, adam_m,
+ * adam_v and copies regions (vb[4] = -1 without working copies), n elements each, the padding
+ * between its parameters included (AdamW keeps padding zero: its gradient, moments and value are
+ * zero); decays: whether its parameters take weight decay (all alike); n = 0: an empty part. */
+typedef struct AdamPart {
+  int64_t n;
+  int vb[5];
+  bool decays;
+} AdamPart;
+void fuse_adamw_parts(FuseCtx *c, AdamPart parts[2]); /* the two parts' views, made once */
+void fuse_adamw(FuseCtx *c, const AdamPart parts[2]);
 /* A training program below fp32 keeps working copies of its parameters in the activations' type. */
 bool fuse_keeps_copies(const Graph *g);
-void fuse_adamw_refresh(FuseCtx *c); /* the refresh block: the working copies from the values */
+void fuse_adamw_refresh(FuseCtx *c, const AdamPart parts[2]); /* the working copies from the values */
 
 /* ============================================================================================
  * sched.c — the pipeline schedule of every rank, and its compile-time deadlock proof
