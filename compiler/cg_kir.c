@@ -26,6 +26,7 @@ typedef struct LangTable {
   const char *barrier;
   const char *neg_inf;
   const char *unroll;                /* the line before a loop of a constant count to unroll; NULL: none */
+  const char *fetch;                 /* a cache line's prefetch, called with an element's address; NULL: none */
   const char *types[PP_DTYPE_COUNT]; /* a buffer's element type; bf16 is its 16 bits as an integer */
 } LangTable;
 
@@ -37,6 +38,7 @@ static const LangTable lang_c = {
     .int_suffix = "LL",
     .threads_as_loops = true,
     .neg_inf = "(-INFINITY)",
+    .fetch = "__builtin_prefetch",
     .types = {"float", "int32_t", "uint16_t"},
 };
 
@@ -259,6 +261,14 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
     EMIT(";\n");
     indent(r, d), EMIT("for (int64_t ppk_j = 0; ppk_j < ppk_n; ppk_j += %d) {\n", T);
     indent(r, d + 1), EMIT("const int ppk_m = ppk_n - ppk_j < %d ? (int)(ppk_n - ppk_j) : %d;\n", T, T);
+    if (st->fetch_ld > 0 && t->fetch) { /* the next row's lines over this part of the row */
+      const KBuf *fb = &r->k->bufs[st->fetch_buf];
+      int line = 64 / pp_dtype_bytes(fb->dtype);
+      indent(r, d + 1), EMIT("if (r + 1 < %lld%s)\n", (long long)r->k->rows, t->int_suffix);
+      indent(r, d + 2),
+          EMIT("for (int ppk_q = 0; ppk_q < ppk_m; ppk_q += %d) %s(&%s[(r + 1) * %lld%s + ppk_j + ppk_q]);\n", line,
+               t->fetch, fb->name, (long long)st->fetch_ld, t->int_suffix);
+    }
     indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_m; ppk_t++) {\n");
     indent(r, d + 2), EMIT("const int64_t v%d = ppk_j + ppk_t;\n", st->lv);
     stmts(r, st->body, d + 2, CTX_THREAD);

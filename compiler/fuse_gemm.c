@@ -229,7 +229,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
     int j = kir_reduce(k, nk);
     int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, SK, j)));
-    j = kir_reduce(k, nk); /* exp(s - max) kept in place of s: one exponential a score */
+    j = kir_reduce(k, nk);      /* exp(s - max) kept in place of s: one exponential a score */
+    kir_reduce_fetch(k, P, SK); /* the next row's scores meanwhile */
     int ex = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), m, 0), 0, 0));
     kir_store(k, P, idx2(k, r, SK, j), '=', ex);
     int l = kir_reduce_end(k, '+', ex);

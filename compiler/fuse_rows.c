@@ -514,6 +514,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
     if (!fused) {
       j = kir_reduce(k, kir_i(k, V));
+      kir_reduce_fetch(k, lg, V); /* the next row's logits from memory while this one's exponentials run */
       int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
       int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
       kir_store(k, st, r, '=', lse);
@@ -523,6 +524,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
        * would round it, which the unfused gradient does not: it is computed again below) */
       bool keep = c->p->vb[fuse_prog_buf(c, n->in[0])].dtype == PP_F32;
       j = kir_reduce(k, kir_i(k, V));
+      kir_reduce_fetch(k, lg, V); /* the next row's logits from memory while this one's exponentials run */
       int at = idx2(k, r, V, j);
       int e = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0));
       if (keep) kir_store(k, lg, at, '=', e);
@@ -573,6 +575,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     r = kir_row(k);
     int mr = kir_let(k, kir_ld(k, m, r));
     j = kir_reduce(k, kir_i(k, VL));
+    kir_reduce_fetch(k, lg, VL);
     real = kir_e(k, K_ILT, kir_e(k, K_IADD, v0, j, 0), kir_i(k, n->a.vtotal), 0);
     int se = kir_reduce_end(k, '+',
                             kir_e(k, K_SEL, real,

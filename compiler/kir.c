@@ -322,6 +322,19 @@ int kir_reduce_end(Kernel *k, char op, int value) {
   return kir_e(k, K_V, var, 0, 0);
 }
 
+/* The open reduction, running over row r, fetches row r + 1 of buf (rows ld elements apart) into
+ * the cache meanwhile: for a row whose reduction computes (an exponential an element), the next
+ * row's reads from memory overlap that work instead of following it. A hint the C renderer writes
+ * and the GPU languages do not (a block's threads read a row together, many rows at once). */
+void kir_reduce_fetch(Kernel *k, int buf, int64_t ld) {
+  if (k->nopen <= 1 || k->s[k->open[k->nopen - 1]].kind != KS_REDUCE)
+    diag_fatal("internal: kir_reduce_fetch in %s without an open reduction", k->name);
+  if (buf < 0 || buf >= k->nbufs || ld < 1)
+    diag_fatal("internal: kir_reduce_fetch in %s: buffer %d, ld %lld", k->name, buf, (long long)ld);
+  k->s[k->open[k->nopen - 1]].fetch_buf = buf;
+  k->s[k->open[k->nopen - 1]].fetch_ld = ld;
+}
+
 void kir_if(Kernel *k, int cond) {
   int s = stmt(k, KS_IF);
   k->s[s].a = cond;

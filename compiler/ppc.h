@@ -487,6 +487,10 @@ typedef struct KStmt {
   char op;  /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum; KS_REDUCE: '+' or 'M' */
   int body; /* loops, KS_IF, KS_REDUCE: first statement inside, -1 if none */
   int next; /* the next statement in the same list, -1 at the end */
+  /* KS_REDUCE: while it runs over row r, the next row of buffer fetch_buf (rows fetch_ld elements
+   * apart) is fetched into the cache: a hint, no value depends on it; fetch_ld 0: none */
+  int fetch_buf;
+  int64_t fetch_ld;
 } KStmt;
 
 typedef struct KBuf {
@@ -554,12 +558,13 @@ int kir_iarg(Kernel *k, int n);    /* int64 scalar argument n */
 int kir_let(Kernel *k, int value); /* a new temporary = value; returns its read expr */
 void kir_set(Kernel *k, int var_expr, char op, int value);
 void kir_store(Kernel *k, int buf, int idx, char op, int value);
-int kir_for(Kernel *k, int extent);                /* opens a loop; returns the loop variable's expr */
-int kir_tfor(Kernel *k, int extent);               /* opens a loop shared by the block's threads */
-int kir_reduce(Kernel *k, int extent);             /* opens a reduction's body; returns its loop variable */
-int kir_reduce_end(Kernel *k, char op, int value); /* closes it; returns the result (a temporary) */
-void kir_if(Kernel *k, int cond);                  /* opens a conditional */
-void kir_end(Kernel *k);                           /* closes the innermost loop or conditional */
+int kir_for(Kernel *k, int extent);                    /* opens a loop; returns the loop variable's expr */
+int kir_tfor(Kernel *k, int extent);                   /* opens a loop shared by the block's threads */
+int kir_reduce(Kernel *k, int extent);                 /* opens a reduction's body; returns its loop variable */
+int kir_reduce_end(Kernel *k, char op, int value);     /* closes it; returns the result (a temporary) */
+void kir_reduce_fetch(Kernel *k, int buf, int64_t ld); /* the open reduction fetches buf's next row */
+void kir_if(Kernel *k, int cond);                      /* opens a conditional */
+void kir_end(Kernel *k);                               /* closes the innermost loop or conditional */
 
 /* ORDER Lang: the language tables of cg_kir.c */
 typedef enum Lang { LANG_C, LANG_OPENCL, LANG_CUDA } Lang;

@@ -133,10 +133,39 @@ static void test_flat_rows(void) {
   kir_free(k);
 }
 
+/* A reduction that fetches the next row (kir_reduce_fetch): the C source fetches a line of that row
+ * per 64 bytes of each part of the row the reduction reads (16 floats, 32 bf16), never past the
+ * last row; the GPU languages have no fetch. */
+static void test_reduce_fetch(void) {
+  for (int bf = 0; bf < 2; bf++) {
+    Kernel *k = kir_new("rowexp", KM_BLOCK, 100, 32);
+    int x = kir_buf(k, "p0", bf ? PP_BF16 : PP_F32, false), y = kir_buf(k, "p1", PP_F32, true);
+    int r = kir_row(k);
+    int j = kir_reduce(k, kir_i(k, 70));
+    kir_reduce_fetch(k, x, 70);
+    int s = kir_reduce_end(
+        k, '+', kir_e(k, K_EXP, kir_ld(k, x, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 70), 0), j, 0)), 0, 0));
+    kir_store(k, y, r, '=', s);
+    char *c = render(k), *cl = render_in(k, LANG_OPENCL), *cu = render_in(k, LANG_CUDA);
+    char want[160];
+    snprintf(want, sizeof want,
+             "for (int ppk_q = 0; ppk_q < ppk_m; ppk_q += %d) __builtin_prefetch(&p0[(r + 1) * 70LL + ppk_j + ppk_q]);",
+             bf ? 32 : 16);
+    check(strstr(c, "if (r + 1 < 100LL)") && count(c, want) == 1, "C (%s): the next row fetched, in:\n%s",
+          bf ? "bf16" : "f32", c);
+    check(!strstr(cl, "prefetch") && !strstr(cu, "prefetch"), "no fetch in OpenCL or CUDA:\n%s\n%s", cl, cu);
+    free(c);
+    free(cl);
+    free(cu);
+    kir_free(k);
+  }
+}
+
 int main(void) {
   test_shared_load();
   test_store_between();
   test_set_and_scope();
   test_flat_rows();
+  test_reduce_fetch();
   return check_done();
 }
