@@ -49,31 +49,42 @@ void fuse_rows_embedding(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
+#define EMB_DW_COLS 64 /* columns of dW a row of embedding_dw's kernel owns */
+
 void fuse_rows_embedding_dw(FuseCtx *c, int id) {
-  /* column-parallel scatter: row j of the kernel owns column j of dW, so no two rows collide */
+  /* a scatter by columns: row q of the kernel owns dW's columns [64q, 64q + 64), so no two rows
+   * collide; within a row, each position's dy in order, its 64 columns shared by the block's
+   * threads (the C kernel: contiguous, a vector loop; each element's sum in position order as
+   * before) */
   const IrNode *n = N(c, id);
   const Shape *dy = &N(c, n->in[1])->shape;
   int64_t S = dy->d[0], B = dy->d[1], H = dy->d[2];
-  KCall kc = fuse_kc_flat("embedding_dw", H, id);
+  KCall kc = fuse_kc_block("embedding_dw", (H + EMB_DW_COLS - 1) / EMB_DW_COLS, EMB_DW_COLS, id);
   Kernel *k = kc.k;
   int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true), ids = fuse_kc_node(c, &kc, n->in[0], false),
       d = fuse_kc_node(c, &kc, n->in[1], false);
-  int r = kir_row(k);
+  int c0 = kir_let(k, kir_e(k, K_IMUL, kir_row(k), kir_i(k, EMB_DW_COLS), 0));
+  int left = kir_e(k, K_ISUB, kir_i(k, H), c0, 0);
+  int cols =
+      H % EMB_DW_COLS
+          ? kir_let(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, kir_i(k, EMB_DW_COLS), 0), left, kir_i(k, EMB_DW_COLS)))
+          : kir_i(k, EMB_DW_COLS);
   int p = kir_for(k, kir_i(k, S * B));
   int s = kir_e(k, K_IDIV, p, kir_i(k, B), 0), b = kir_e(k, K_IMOD, p, kir_i(k, B), 0);
   int tok = kir_let(k, kir_ld(k, ids, kir_e(k, K_IADD, kir_e(k, K_IMUL, b, kir_i(k, S), 0), s, 0)));
   if (n->a.vlocal) { /* vocab-parallel: only my rows */
     int v0 = fuse_kc_iscalar(&kc, fuse_prog_vstart(n->a.vlocal));
-    int loc = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
+    tok = kir_let(k, kir_e(k, K_ISUB, tok, v0, 0));
     kir_if(k,
-           kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), loc, 0), kir_e(k, K_ILT, loc, kir_i(k, n->a.vlocal), 0), 0));
-    kir_store(k, g, idx2(k, loc, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
-    kir_end(k);
-  } else {
-    kir_store(k, g, idx2(k, tok, H, r), '+', kir_ld(k, d, idx2(k, p, H, r)));
+           kir_e(k, K_IAND, kir_e(k, K_ILT, kir_i(k, -1), tok, 0), kir_e(k, K_ILT, tok, kir_i(k, n->a.vlocal), 0), 0));
   }
+  int j = kir_tfor(k, cols);
+  int col = kir_e(k, K_IADD, c0, j, 0);
+  kir_store(k, g, idx2(k, tok, H, col), '+', kir_ld(k, d, idx2(k, p, H, col)));
   kir_end(k);
-  k->work = S * B;
+  if (n->a.vlocal) kir_end(k);
+  kir_end(k);
+  k->work = S * B * EMB_DW_COLS;
   fuse_kc_emit(c, &kc);
 }
 
