@@ -487,8 +487,8 @@ typedef struct KStmt {
   char op;  /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum; KS_REDUCE: '+' or 'M' */
   int body; /* loops, KS_IF, KS_REDUCE: first statement inside, -1 if none */
   int next; /* the next statement in the same list, -1 at the end */
-  /* KS_REDUCE: while it runs over row r, the next row of buffer fetch_buf (rows fetch_ld elements
-   * apart) is fetched into the cache: a hint, no value depends on it; fetch_ld 0: none */
+  /* KS_REDUCE: while it runs over row r, row r + 1 of buffer fetch_buf (row i from element
+   * i * fetch_ld on) is fetched into the cache: a hint, no value depends on it; fetch_ld 0: none */
   int fetch_buf;
   int64_t fetch_ld;
 } KStmt;
