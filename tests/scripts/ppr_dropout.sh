@@ -4,8 +4,8 @@
 # index), drawn again by the gradient. tests/models/tiny_dropout.pdl on the tiny_minimind fixture:
 # one rank against PyTorch fed the same masks (tests/fixtures/tiny_minimind_dropout, written by
 # tests/reference/dropout.py: five clipped AdamW steps at M = 4, --dropout-seed 7; losses 1e-5,
-# first-step gradients and final weights 1e-4); every mesh against the one rank (losses 1e-6,
-# gradients and weights 1e-5): tp 2 × pp 2, tp 2 × pp 2 × dp 2, pp 2 zb-h1, pp 2 interleaved; the
+# first-step gradients and final weights 1e-4); every mesh against the one rank, both at --eps 1e-6
+# (losses 1e-6, gradients and weights 1e-5): tp 2 × pp 2, tp 2 × pp 2 × dp 2, pp 2 zb-h1, pp 2 interleaved; the
 # opencl device draws the cpu's masks; another seed other masks; the validation pass and the
 # generation programs run without dropout; dropout with a masked loss and --sp on tp 2 x pp 2 x dp 2;
 # bf16 within 1e-2. Last line: "N passed, M failed".
@@ -26,14 +26,21 @@ if run5 1 one one && same_losses "$tmp/one.losses" "$tmp/torch.losses" 1e-5 &&
 then ok "one rank equals PyTorch fed the same masks: 5 losses 1e-5, gradients and weights 1e-4 ($(tr '\n' ' ' <"$tmp/one.losses"))"
 else bad "one rank against PyTorch with ppr's masks"; fi
 
+# every mesh against the one rank at --eps 1e-6 (as test_pipeline.c): at AdamW's usual 1e-8 an
+# element whose gradient nearly cancels sits where g / (|g| + eps) is steepest, and a mesh's other
+# summation order (first-step gradients within 1e-6) moves such weights by 1e-5 of their tensor in 5
+# steps by chance: tp 2 x pp 2 at --dropout-seed 1 to 8 failed 3 of 8 (up to 2.0e-5) with the same
+# code; at 1e-6 all 8 within 2.5e-6 (docs/perf.md, seventeenth part)
+run5 1 one one6 --eps 1e-6 || bad "the one rank at --eps 1e-6"
 for mesh in "4 --tp 2 --pp 2" "8 --tp 2 --pp 2 --dp 2" "2 --pp 2 --schedule zb-h1" "2 --pp 2 --schedule interleaved --vpp 2"; do
   set -- $mesh
   np=$1
   shift
   "$ppc" "$model" --microbatches 4 "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-  if run5 "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
-    tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 && tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" 1e-5
-  then ok "$*: the one rank's masks (losses 1e-6, gradients and weights 1e-5: $(tr '\n' ' ' <"$tmp/mesh.losses"))"
+  if run5 "$np" mesh mesh --eps 1e-6 && same_losses "$tmp/mesh.losses" "$tmp/one6.losses" 1e-6 &&
+    tensors "$tmp/mesh.g.safetensors" "$tmp/one6.g.safetensors" 1e-5 &&
+    tensors "$tmp/mesh.w.safetensors" "$tmp/one6.w.safetensors" 1e-5
+  then ok "$*: the one rank's masks (eps 1e-6; losses 1e-6, gradients and weights 1e-5: $(tr '\n' ' ' <"$tmp/mesh.losses"))"
   else bad "$*: dropout against one rank"; fi
 done
 
