@@ -27,6 +27,7 @@ typedef struct LangTable {
   const char *neg_inf;
   const char *unroll;                /* the line before a loop of a constant count to unroll; NULL: none */
   const char *fetch;                 /* a cache line's prefetch, called with an element's address; NULL: none */
+  const char *fma;                   /* the fused multiply-add a product added is written as; NULL: the compiler's */
   const char *types[PP_DTYPE_COUNT]; /* a buffer's element type; bf16 is its 16 bits as an integer */
 } LangTable;
 
@@ -39,6 +40,7 @@ static const LangTable lang_c = {
     .threads_as_loops = true,
     .neg_inf = "(-INFINITY)",
     .fetch = "__builtin_prefetch",
+    .fma = "fmaf",
     .types = {"float", "int32_t", "uint16_t"},
 };
 
@@ -105,6 +107,29 @@ typedef struct Rend {
 } Rend;
 
 #define EMIT(...) cg_append(r->out, r->len, r->cap, __VA_ARGS__)
+
+static void expr(Rend *r, int id);
+
+/* A sum or difference with a product as a term, where the language table names a fused
+ * multiply-add: written as one, so that which product is fused, and so the bits, is the renderer's
+ * choice and not the compiler's (the C kernels are compiled with -ffp-contract=off). When both
+ * terms are products the left one is fused (a*b + c*d = fma(a, b, c*d)): the first product in
+ * evaluation order, as GCC's contraction takes it in a plain expression. */
+static bool fused(Rend *r, const KExpr *e) {
+  const KExpr *a = &r->k->e[e->a], *b = &r->k->e[e->b];
+  if (!r->t->fma || (a->op != K_MUL && b->op != K_MUL)) return false;
+  bool right = a->op != K_MUL; /* the product is the right term */
+  const KExpr *m = right ? b : a;
+  int other = right ? e->a : e->b;
+  EMIT("%s(%s", r->t->fma, right && e->op == K_SUB ? "-(" : ""); /* x - a*b = fma(-a, b, x) */
+  expr(r, m->a);
+  EMIT("%s, ", right && e->op == K_SUB ? ")" : "");
+  expr(r, m->b);
+  EMIT(", %s", !right && e->op == K_SUB ? "-(" : ""); /* a*b - x = fma(a, b, -x) */
+  expr(r, other);
+  EMIT("%s)", !right && e->op == K_SUB ? ")" : "");
+  return true;
+}
 
 static void expr(Rend *r, int id) {
   const KExpr *e = &r->k->e[id];
@@ -196,6 +221,8 @@ static void expr(Rend *r, int id) {
     break;
   case K_ADD:
   case K_SUB:
+    if (fused(r, e)) break;
+    /* fallthrough */
   case K_MUL:
   case K_DIV:
   case K_IADD:
@@ -254,7 +281,7 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
   indent(r, d), EMIT("{\n");
   d++;
   if (t->threads_as_loops) {
-    indent(r, d), EMIT("float ppk_part[%d];\n", T);
+    indent(r, d), EMIT("_Alignas(64) float ppk_part[%d];\n", T);
     indent(r, d), EMIT("for (int ppk_t = 0; ppk_t < %d; ppk_t++) ppk_part[ppk_t] = %s;\n", T, init);
     indent(r, d), EMIT("const int64_t ppk_n = ");
     expr(r, st->a);
@@ -272,20 +299,27 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
     indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_m; ppk_t++) {\n");
     indent(r, d + 2), EMIT("const int64_t v%d = ppk_j + ppk_t;\n", st->lv);
     stmts(r, st->body, d + 2, CTX_THREAD);
-    indent(r, d + 2), EMIT("const float ppk_x = ");
-    expr(r, st->b);
-    EMIT(";\n");
-    indent(r, d + 2), EMIT("ppk_part[ppk_t] = ");
-    EMIT(fold, "ppk_part[ppk_t]", "ppk_x");
-    EMIT(";\n");
+    const KExpr *x = &r->k->e[st->b];
+    if (st->op == '+' && t->fma && x->op == K_MUL) { /* a sum of products: each fused into its partial */
+      indent(r, d + 2), EMIT("ppk_part[ppk_t] = %s(", t->fma);
+      expr(r, x->a);
+      EMIT(", ");
+      expr(r, x->b);
+      EMIT(", ppk_part[ppk_t]);\n");
+    } else {
+      indent(r, d + 2), EMIT("const float ppk_x = ");
+      expr(r, st->b);
+      EMIT(";\n");
+      indent(r, d + 2), EMIT("ppk_part[ppk_t] = ");
+      EMIT(fold, "ppk_part[ppk_t]", "ppk_x");
+      EMIT(";\n");
+    }
     indent(r, d + 1), EMIT("}\n");
     indent(r, d), EMIT("}\n");
     if (st->op == 'M') {
       /* a max's tree a stage a loop, each of a constant count (one loop over the stages, its count a
        * variable, compiles to vector and scalar remainders and branches: a short row's softmax
-       * spends much of its time there); the same pairs, and a max has no rounding for a compiler
-       * to fuse. A sum's stays one loop: with constant counts GCC contracts a fold's product into
-       * the first stage's add (other bits; docs/perf.md, tenth part) */
+       * spends much of its time there); the same pairs, and a max has no rounding */
       for (int s = T / 2; s > 0; s >>= 1) {
         char hi[48];
         snprintf(hi, sizeof hi, "ppk_part[ppk_t + %d]", s);
@@ -293,13 +327,11 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
         EMIT(fold, "ppk_part[ppk_t]", hi);
         EMIT(";\n");
       }
-    } else {
-      indent(r, d), EMIT("for (int ppk_s = %d; ppk_s > 0; ppk_s >>= 1)\n", T / 2);
-      indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_s; ppk_t++) ppk_part[ppk_t] = ");
-      EMIT(fold, "ppk_part[ppk_t]", "ppk_part[ppk_t + ppk_s]");
-      EMIT(";\n");
+      indent(r, d), EMIT("v%d = ppk_part[0];\n", st->var);
+    } else { /* a sum's: the prelude's ppk_tree_sum, the same pairs on vectors (the kernels are
+              * compiled without contraction, so no fold's product reaches its first sums) */
+      indent(r, d), EMIT("v%d = ppk_tree_sum(ppk_part, %d);\n", st->var, T);
     }
-    indent(r, d), EMIT("v%d = ppk_part[0];\n", st->var);
   } else {
     indent(r, d), EMIT("float ppk_acc = %s;\n", init);
     indent(r, d), EMIT("const int64_t ppk_n = ");

@@ -24,14 +24,19 @@
  * a CPU without AVX-512 ignores it); -fprefetch-loop-arrays has GCC prefetch ahead of a loop's
  * streams, which the hardware prefetcher does not do far enough when each element costs an
  * exponential (minimind's attention_probs, reading 16 MB from memory: 68 -> 27 ms a step; no value
- * changes) */
+ * changes); -ffp-contract=off has every multiply and add round as the kernel IR writes them (the
+ * renderer writes fmaf where it wants a fused one: cg_kir.c): with contraction GCC picks which product of an
+ * expression to fuse by the code around it, so an unrelated change to a kernel (or a program split
+ * otherwise, a norm's gradient stored with += on one mesh and added by an add kernel on another)
+ * moved the bits (docs/perf.md, seventeenth part) */
 #if defined(__x86_64__)
 #define PPC_KERNEL_VECTOR_FLAGS " -mprefer-vector-width=512"
 #else
 #define PPC_KERNEL_VECTOR_FLAGS ""
 #endif
 #define PPC_KERNEL_CFLAGS                                                                                              \
-  "-O3 -march=native -fno-trapping-math -fno-math-errno -fprefetch-loop-arrays -fopenmp" PPC_KERNEL_VECTOR_FLAGS
+  "-O3 -march=native -ffp-contract=off -fno-trapping-math -fno-math-errno -fprefetch-loop-arrays "                     \
+  "-fopenmp" PPC_KERNEL_VECTOR_FLAGS
 
 /* ============================================================================================
  * src.c, diag.c, xalloc.c — source files, locations and diagnostics; the allocators

@@ -7,6 +7,27 @@
  * that compilers turn into a vector maximum. */
 static inline float ppk_max(float a, float b) { return a > b ? a : b; }
 
+/* A block reduction's sum tree over its n partials (n a power of two): stage s adds p[t + s] into
+ * p[t] for t < s, s = n/2 down to 1, the pairs and the order of the GPU's tree. The stages of 16
+ * or more run on 16-float vectors (GNU C vector extension; a CPU with narrower registers gets them
+ * split), the rest on floats. Each sum rounds as written: the kernels are compiled without
+ * contraction (-ffp-contract=off), so no product before the tree is fused into its sums. */
+typedef float ppk_v16 __attribute__((vector_size(64), aligned(4)));
+static inline __attribute__((always_inline)) float ppk_tree_sum(float *p, int n) {
+  int s = n / 2;
+  for (; s >= 16; s >>= 1)
+    for (int t = 0; t < s; t += 16) {
+      ppk_v16 a, b;
+      memcpy(&a, p + t, sizeof a);
+      memcpy(&b, p + t + s, sizeof b);
+      a += b;
+      memcpy(p + t, &a, sizeof a);
+    }
+  for (; s > 0; s >>= 1)
+    for (int t = 0; t < s; t++) p[t] = p[t] + p[t + s];
+  return p[0];
+}
+
 /* e^x in float, in a form compilers vectorise (no call, no branch, no libm rounding function):
  * x = n·ln2 + r with n = x·log2(e) rounded to nearest (by a fused multiply-add onto 1.5·2^23, whose
  * ulp is 1: n is in the sum's low bits and comes out of them exact) and r from ln2 in two parts

@@ -161,11 +161,69 @@ static void test_reduce_fetch(void) {
   }
 }
 
+/* Fused multiply-adds are the renderer's (the table's fma), and the C kernels are compiled without
+ * contraction (PPC_KERNEL_CFLAGS): a product added in one expression is written as fmaf, the left
+ * term's when both are products, a sum of products reduced into its partials too; a product kept in
+ * a temporary and added later rounds first. Checked on values where the two differ: a = 1 + 2^-12,
+ * a·a = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11 (a tie, to even), so a·a - (1 + 2^-11) is 2^-24 fused
+ * and 0 otherwise. The kernel is compiled with ppc's flags and run. */
+static void test_fused_multiply_add(void) {
+  Kernel *k = kir_new("madd", KM_FLAT, 1, 32);
+  int y = kir_buf(k, "p0", PP_F32, true), x = kir_buf(k, "p1", PP_F32, false);
+  int r = kir_row(k);
+  int a = kir_ld(k, x, r), b = kir_ld(k, x, kir_e(k, K_IADD, r, kir_i(k, 1), 0)),
+      c = kir_ld(k, x, kir_e(k, K_IADD, r, kir_i(k, 2), 0)), aa = kir_e(k, K_MUL, a, a, 0);
+  kir_store(k, y, r, '=', kir_e(k, K_ADD, aa, b, 0));                                   /* a*a + b */
+  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 1), 0), '=', kir_e(k, K_SUB, aa, c, 0)); /* a*a - c */
+  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 2), 0), '=', kir_e(k, K_SUB, c, aa, 0)); /* c - a*a */
+  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 4), 0), '=', kir_e(k, K_ADD, aa, kir_e(k, K_MUL, c, c, 0), 0));
+  int v = kir_let(k, aa);
+  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 3), 0), '=', kir_e(k, K_ADD, v, b, 0)); /* t = a*a; t + b */
+  char *src = render(k), *cl = render_in(k, LANG_OPENCL);
+  check(strstr(src, "p0[r] = fmaf(p1[r], p1[r], p1[(r + 1LL)]);") &&
+            strstr(src, "= fmaf(p1[r], p1[r], -(p1[(r + 2LL)]));") &&
+            strstr(src, "= fmaf(-(p1[r]), p1[r], p1[(r + 2LL)]);") &&
+            strstr(src, "= fmaf(p1[r], p1[r], (p1[(r + 2LL)] * p1[(r + 2LL)]));") && count(src, "fmaf") == 4,
+        "C: four fmaf (the left product when both terms are), none for the temporary, in:\n%s", src);
+  check(!strstr(cl, "fma"), "OpenCL: its compiler's contraction, in:\n%s", cl);
+  char dir[] = "/tmp/test_kir.XXXXXX", path[64], cmd[512];
+  if (!mkdtemp(dir)) {
+    check(0, "mkdtemp");
+    return;
+  }
+  char *pre = NULL;
+  size_t len = 0, cap = 0;
+  cg_render_prelude(LANG_C, &pre, &len, &cap);
+  snprintf(path, sizeof path, "%s/k.c", dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f, "%s\n%s\n#include <stdio.h>\n", pre, src);
+  fprintf(f, "int main(void) {\n  float x[3] = {1.0f + 0x1p-12f, -(1.0f + 0x1p-11f), 1.0f + 0x1p-11f}, y[5];\n"
+             "  madd(y, x);\n  printf(\"%%a %%a %%a %%a\\n\", y[0], y[1], y[2], y[3]);\n  return 0;\n}\n");
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "cc %s -o %s/k %s/k.c -lm && %s/k > %s/out.txt", PPC_KERNEL_CFLAGS, dir, dir, dir, dir);
+  char out[128] = "";
+  if (system(cmd) == 0) {
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    f = fopen(path, "r");
+    if (f && !fgets(out, sizeof out, f)) out[0] = 0;
+    if (f) fclose(f);
+  }
+  check(!strcmp(out, "0x1p-24 0x1p-24 -0x1p-24 0x0p+0\n"),
+        "fused: a*a + b, a*a - c = 2^-24, c - a*a = -2^-24; the temporary's sum 0 (no contraction): got %s", out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) check(0, "%s", cmd);
+  free(pre);
+  free(src);
+  free(cl);
+  kir_free(k);
+}
+
 int main(void) {
   test_shared_load();
   test_store_between();
   test_set_and_scope();
   test_flat_rows();
   test_reduce_fetch();
+  test_fused_multiply_add();
   return check_done();
 }
