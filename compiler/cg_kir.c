@@ -271,12 +271,35 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx);
 
 static void indent(Rend *r, int depth) { EMIT("%*s", 2 * depth, ""); }
 
+/* How a reduction folds two values: a max or a sum. */
+static const char *fold_fmt(int op) { return op == 'M' ? "ppk_max(%s, %s)" : "%s + %s"; }
+
+/* A reduction's element folded into acc (a partial): a sum of products fused into it where the
+ * language table names a fused multiply-add, else the element computed and then folded. */
+static void fold_into(Rend *r, const KStmt *st, int depth, const char *acc) {
+  const KExpr *x = &r->k->e[st->b];
+  if (st->op == '+' && r->t->fma && x->op == K_MUL) {
+    indent(r, depth), EMIT("%s = %s(", acc, r->t->fma);
+    expr(r, x->a);
+    EMIT(", ");
+    expr(r, x->b);
+    EMIT(", %s);\n", acc);
+    return;
+  }
+  indent(r, depth), EMIT("const float ppk_x = ");
+  expr(r, st->b);
+  EMIT(";\n");
+  indent(r, depth), EMIT("%s = ", acc);
+  EMIT(fold_fmt(st->op), acc, "ppk_x");
+  EMIT(";\n");
+}
+
 /* A reduction: T partials folded in j order, then the tree; the result in every thread. */
 static void reduction(Rend *r, const KStmt *st, int depth) {
   const LangTable *t = r->t;
   int T = r->k->block, d = depth;
   const char *init = st->op == 'M' ? t->neg_inf : "0.0f";
-  const char *fold = st->op == 'M' ? "ppk_max(%s, %s)" : "%s + %s";
+  const char *fold = fold_fmt(st->op);
   indent(r, d), EMIT("float v%d;\n", st->var);
   indent(r, d), EMIT("{\n");
   d++;
@@ -299,21 +322,7 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
     indent(r, d + 1), EMIT("for (int ppk_t = 0; ppk_t < ppk_m; ppk_t++) {\n");
     indent(r, d + 2), EMIT("const int64_t v%d = ppk_j + ppk_t;\n", st->lv);
     stmts(r, st->body, d + 2, CTX_THREAD);
-    const KExpr *x = &r->k->e[st->b];
-    if (st->op == '+' && t->fma && x->op == K_MUL) { /* a sum of products: each fused into its partial */
-      indent(r, d + 2), EMIT("ppk_part[ppk_t] = %s(", t->fma);
-      expr(r, x->a);
-      EMIT(", ");
-      expr(r, x->b);
-      EMIT(", ppk_part[ppk_t]);\n");
-    } else {
-      indent(r, d + 2), EMIT("const float ppk_x = ");
-      expr(r, st->b);
-      EMIT(";\n");
-      indent(r, d + 2), EMIT("ppk_part[ppk_t] = ");
-      EMIT(fold, "ppk_part[ppk_t]", "ppk_x");
-      EMIT(";\n");
-    }
+    fold_into(r, st, d + 2, "ppk_part[ppk_t]");
     indent(r, d + 1), EMIT("}\n");
     indent(r, d), EMIT("}\n");
     if (st->op == 'M') {
@@ -339,12 +348,7 @@ static void reduction(Rend *r, const KStmt *st, int depth) {
     EMIT(";\n");
     indent(r, d), EMIT("for (int64_t v%d = ppk_tid; v%d < ppk_n; v%d += %d) {\n", st->lv, st->lv, st->lv, T);
     stmts(r, st->body, d + 1, CTX_THREAD);
-    indent(r, d + 1), EMIT("const float ppk_x = ");
-    expr(r, st->b);
-    EMIT(";\n");
-    indent(r, d + 1), EMIT("ppk_acc = ");
-    EMIT(fold, "ppk_acc", "ppk_x");
-    EMIT(";\n");
+    fold_into(r, st, d + 1, "ppk_acc");
     indent(r, d), EMIT("}\n");
     indent(r, d), EMIT("ppk_red[ppk_tid] = ppk_acc;\n");
     indent(r, d), EMIT("%s\n", t->barrier);
