@@ -161,58 +161,86 @@ static void test_reduce_fetch(void) {
   }
 }
 
-/* Fused multiply-adds are the renderer's (the table's fma), and the C kernels are compiled without
- * contraction (PPC_KERNEL_CFLAGS): a product added in one expression is written as fmaf, the left
- * term's when both are products, a sum of products reduced into its partials too; a product kept in
- * a temporary and added later rounds first. Checked on values where the two differ: a = 1 + 2^-12,
- * a·a = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11 (a tie, to even), so a·a - (1 + 2^-11) is 2^-24 fused
- * and 0 otherwise. The kernel is compiled with ppc's flags and run. */
-static void test_fused_multiply_add(void) {
-  Kernel *k = kir_new("madd", KM_FLAT, 1, 32);
-  int y = kir_buf(k, "p0", PP_F32, true), x = kir_buf(k, "p1", PP_F32, false);
-  int r = kir_row(k);
-  int a = kir_ld(k, x, r), b = kir_ld(k, x, kir_e(k, K_IADD, r, kir_i(k, 1), 0)),
-      c = kir_ld(k, x, kir_e(k, K_IADD, r, kir_i(k, 2), 0)), aa = kir_e(k, K_MUL, a, a, 0);
-  kir_store(k, y, r, '=', kir_e(k, K_ADD, aa, b, 0));                                   /* a*a + b */
-  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 1), 0), '=', kir_e(k, K_SUB, aa, c, 0)); /* a*a - c */
-  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 2), 0), '=', kir_e(k, K_SUB, c, aa, 0)); /* c - a*a */
-  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 4), 0), '=', kir_e(k, K_ADD, aa, kir_e(k, K_MUL, c, c, 0), 0));
-  int v = kir_let(k, aa);
-  kir_store(k, y, kir_e(k, K_IADD, r, kir_i(k, 3), 0), '=', kir_e(k, K_ADD, v, b, 0)); /* t = a*a; t + b */
-  char *src = render(k), *cl = render_in(k, LANG_OPENCL);
-  check(strstr(src, "p0[r] = fmaf(p1[r], p1[r], p1[(r + 1LL)]);") &&
-            strstr(src, "= fmaf(p1[r], p1[r], -(p1[(r + 2LL)]));") &&
-            strstr(src, "= fmaf(-(p1[r]), p1[r], p1[(r + 2LL)]);") &&
-            strstr(src, "= fmaf(p1[r], p1[r], (p1[(r + 2LL)] * p1[(r + 2LL)]));") && count(src, "fmaf") == 4,
-        "C: four fmaf (the left product when both terms are), none for the temporary, in:\n%s", src);
-  check(!strstr(cl, "fma"), "OpenCL: its compiler's contraction, in:\n%s", cl);
+/* Row r + n of a flat kernel. */
+static int row_at(Kernel *k, int r, int n) { return n ? kir_e(k, K_IADD, r, kir_i(k, n), 0) : r; }
+
+/* The rendered C kernel compiled with ppc's flags (PPC_KERNEL_CFLAGS) and the prelude, and run with
+ * main_body as its main: what it prints, into out ("" if it did not build or run). */
+static void compile_and_run(const char *src, const char *main_body, char *out, size_t outlen) {
   char dir[] = "/tmp/test_kir.XXXXXX", path[64], cmd[512];
-  if (!mkdtemp(dir)) {
-    check(0, "mkdtemp");
-    return;
-  }
+  out[0] = 0;
+  if (!mkdtemp(dir)) return;
   char *pre = NULL;
   size_t len = 0, cap = 0;
   cg_render_prelude(LANG_C, &pre, &len, &cap);
   snprintf(path, sizeof path, "%s/k.c", dir);
   FILE *f = fopen(path, "w");
-  fprintf(f, "%s\n%s\n#include <stdio.h>\n", pre, src);
-  fprintf(f, "int main(void) {\n  float x[3] = {1.0f + 0x1p-12f, -(1.0f + 0x1p-11f), 1.0f + 0x1p-11f}, y[5];\n"
-             "  madd(y, x);\n  printf(\"%%a %%a %%a %%a\\n\", y[0], y[1], y[2], y[3]);\n  return 0;\n}\n");
-  fclose(f);
-  snprintf(cmd, sizeof cmd, "cc %s -o %s/k %s/k.c -lm && %s/k > %s/out.txt", PPC_KERNEL_CFLAGS, dir, dir, dir, dir);
-  char out[128] = "";
-  if (system(cmd) == 0) {
-    snprintf(path, sizeof path, "%s/out.txt", dir);
-    f = fopen(path, "r");
-    if (f && !fgets(out, sizeof out, f)) out[0] = 0;
-    if (f) fclose(f);
+  if (f) {
+    fprintf(f, "%s\n%s\n#include <stdio.h>\nint main(void) {\n%s\n  return 0;\n}\n", pre, src, main_body);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cc %s -o %s/k %s/k.c -lm && %s/k > %s/out.txt", PPC_KERNEL_CFLAGS, dir, dir, dir, dir);
+    if (system(cmd) == 0) {
+      snprintf(path, sizeof path, "%s/out.txt", dir);
+      if ((f = fopen(path, "r"))) {
+        if (!fgets(out, (int)outlen, f)) out[0] = 0;
+        fclose(f);
+      }
+    }
   }
-  check(!strcmp(out, "0x1p-24 0x1p-24 -0x1p-24 0x0p+0\n"),
-        "fused: a*a + b, a*a - c = 2^-24, c - a*a = -2^-24; the temporary's sum 0 (no contraction): got %s", out);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) check(0, "%s", cmd);
   free(pre);
+}
+
+/* Fused multiply-adds are the renderer's (the table's fma), and the C kernels are compiled without
+ * contraction (PPC_KERNEL_CFLAGS): a product added in one expression is written as fmaf, the left
+ * term's when both are products, a sum of products reduced into its partials too; a product kept in
+ * a temporary and added later rounds first; OpenCL and CUDA keep their compilers' contraction.
+ * Checked on values where the two differ: a = 1 + 2^-12, a·a = 1 + 2^-11 + 2^-24 rounds to
+ * 1 + 2^-11 (a tie, to even), so a·a - (1 + 2^-11) is 2^-24 fused and 0 otherwise. */
+static void test_fused_multiply_add(void) {
+  Kernel *k = kir_new("madd", KM_FLAT, 1, 32);
+  int y = kir_buf(k, "p0", PP_F32, true), x = kir_buf(k, "p1", PP_F32, false);
+  int r = kir_row(k);
+  int a = kir_ld(k, x, r), b = kir_ld(k, x, row_at(k, r, 1)), c = kir_ld(k, x, row_at(k, r, 2)),
+      aa = kir_e(k, K_MUL, a, a, 0);
+  kir_store(k, y, r, '=', kir_e(k, K_ADD, aa, b, 0));                                      /* a*a + b */
+  kir_store(k, y, row_at(k, r, 1), '=', kir_e(k, K_SUB, aa, c, 0));                        /* a*a - c */
+  kir_store(k, y, row_at(k, r, 2), '=', kir_e(k, K_SUB, c, aa, 0));                        /* c - a*a */
+  kir_store(k, y, row_at(k, r, 4), '=', kir_e(k, K_ADD, aa, kir_e(k, K_MUL, c, c, 0), 0)); /* a*a + c*c */
+  int v = kir_let(k, aa);
+  kir_store(k, y, row_at(k, r, 3), '=', kir_e(k, K_ADD, v, b, 0)); /* t = a*a; t + b */
+  char *src = render(k), *cl = render_in(k, LANG_OPENCL), *cu = render_in(k, LANG_CUDA);
+  check(strstr(src, "p0[r] = fmaf(p1[r], p1[r], p1[(r + 1LL)]);") &&
+            strstr(src, "= fmaf(p1[r], p1[r], -(p1[(r + 2LL)]));") &&
+            strstr(src, "= fmaf(-(p1[r]), p1[r], p1[(r + 2LL)]);") &&
+            strstr(src, "= fmaf(p1[r], p1[r], (p1[(r + 2LL)] * p1[(r + 2LL)]));") && count(src, "fmaf") == 4,
+        "C: four fmaf (the left product when both terms are), none for the temporary, in:\n%s", src);
+  check(!strstr(cl, "fma(") && !strstr(cu, "fmaf("), "OpenCL and CUDA: their compilers' contraction, in:\n%s\n%s", cl,
+        cu);
+  char out[128];
+  compile_and_run(src,
+                  "  float x[3] = {1.0f + 0x1p-12f, -(1.0f + 0x1p-11f), 1.0f + 0x1p-11f}, y[5];\n"
+                  "  madd(y, x);\n  printf(\"%a %a %a %a\\n\", y[0], y[1], y[2], y[3]);",
+                  out, sizeof out);
+  check(!strcmp(out, "0x1p-24 0x1p-24 -0x1p-24 0x0p+0\n"),
+        "fused: a*a + b, a*a - c = 2^-24, c - a*a = -2^-24; the temporary's sum 0 (no contraction): got %s", out);
+  free(src);
+  free(cl);
+  free(cu);
+  kir_free(k);
+
+  /* a reduction's sum of products: each product fused into its partial in C, folded after in OpenCL */
+  k = kir_new("dot", KM_BLOCK, 4, 32);
+  x = kir_buf(k, "p0", PP_F32, false), y = kir_buf(k, "p1", PP_F32, true);
+  r = kir_row(k);
+  int j = kir_reduce(k, kir_i(k, 70));
+  int e = kir_ld(k, x, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 70), 0), j, 0));
+  kir_store(k, y, r, '=', kir_reduce_end(k, '+', kir_e(k, K_MUL, e, e, 0)));
+  src = render(k), cl = render_in(k, LANG_OPENCL);
+  check(count(src, "ppk_part[ppk_t] = fmaf(") == 1 && !strstr(src, "ppk_x"),
+        "C: the product fused into its partial:\n%s", src);
+  check(strstr(cl, "ppk_acc = ppk_acc + ppk_x;") && !strstr(cl, "fma("), "OpenCL: the element, then the fold:\n%s", cl);
   free(src);
   free(cl);
   kir_free(k);
