@@ -40,9 +40,12 @@ static bool sum_add(const FuseCtx *c, int i) {
   return n->op == OP_ADD && n->bwd && !c->saved[i];
 }
 
-/* A sum's top add: not itself a term of an add in the same block. */
+/* A sum's top add: not itself a term of an add in the same block. It may be saved (a split
+ * backward's W reads it): its value is then kept in the buffer it is accumulated into. */
 static bool sum_root(const FuseCtx *c, int i) {
-  return sum_add(c, i) && !(c->nusers[i] == 1 && sum_add(c, c->user[i]) && N(c, c->user[i])->wgt == N(c, i)->wgt);
+  const IrNode *n = N(c, i);
+  return n->op == OP_ADD && n->bwd &&
+         !(!c->saved[i] && c->nusers[i] == 1 && sum_add(c, c->user[i]) && N(c, c->user[i])->wgt == n->wgt);
 }
 
 /* An add of the sum whose top add is `top`: read by nothing else, in its block. */
@@ -128,6 +131,9 @@ static void accumulate(FuseCtx *c, int root) {
   for (int a = 0; a < na; a++) c->acc[adds[a]] = base;
   for (int k = 0; k < nt; k++)
     if (terms[k] != base) c->acc[terms[k]] = base;
+  /* a saved sum (split backward: B's, read by W) is kept where it is accumulated, so that it adds
+   * its terms in the order of the program that does not split (the same bits) */
+  if (c->saved[root]) c->saved[base] = true;
 }
 
 static void analyse(FuseCtx *c) {
