@@ -65,6 +65,7 @@ static const char *chunk_sfx(const Program *p, int chunk, char *buf, size_t n) {
 /* g: the graph whose nodes the block's instructions implement (its chunk's; the rank's) */
 static void comment(Buf *b, const Graph *g, const Instr *in) {
   if (in->node < 0) {
+    if (in->why) OUT(b, "    # %s", in->why);
     OUT(b, "\n");
     return;
   }
@@ -140,7 +141,8 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, const Co
     case I_ALLREDUCE:
       OUT(b, "allreduce %s %s", in->group, in->redop);
       operand(b, p, w, &in->op[0]);
-      OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_GRAD]));
+      /* bytes -1: the gradients, the params' layout (the tied heads' gradients after it are zero then) */
+      OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_PARAM]));
       if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       if (in->why) OUT(b, "    # %s\n", in->why);
       else comment(b, gr, in);

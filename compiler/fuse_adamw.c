@@ -1,5 +1,6 @@
 /* fuse_adamw.c — the optimizer block: the gradients summed where they are partial (a tied
- * parameter's copies, tensor-parallel partial sums, data-parallel replicas), the gradient norm,
+ * parameter's halves: its copies', or its embedding's and head's on this rank; tensor-parallel
+ * partial sums, data-parallel replicas), the gradient norm,
  * and AdamW, one kernel over each part of the parameters' regions (mem_param_part: the decayed
  * parameters, the rest), each gradient left zero for the next step (the block is declared
  * PP_OPT_CLEARS_GRADS, and ppr skips that step's zero_grads). */
@@ -38,7 +39,7 @@ static AdamPart part(FuseCtx *c, int which) {
   int first[5] = {-1, -1, -1, -1, -1};
   for (int b = 0; b < p->nvb; b++) {
     const VBuf *v = &p->vb[b];
-    if (v->view >= 0 || v->param < 0 || mem_param_part(p, v->param) != which) continue;
+    if (v->view >= 0 || v->tail || v->param < 0 || mem_param_part(p, v->param) != which) continue;
     for (int k = 0; k < 5; k++)
       if (v->cls == cls[k] && first[k] < 0) first[k] = b;
     if (v->cls == BC_PARAM) a.n += mem_param_elems(p, ir_shape_numel(&v->shape));
@@ -61,12 +62,25 @@ void fuse_adamw_parts(FuseCtx *c, AdamPart parts[2]) {
 void fuse_adamw(FuseCtx *c, const AdamPart parts[2]) {
   Program *p = c->p;
   c->blk = &p->opt;
-  /* a parameter with a copy on another stage (the tied embedding and head): sum the gradients */
+  /* a tied parameter: the embedding's gradient plus the head's, each summed over the micro-batches
+   * alone: from the stage holding the other half (a copy there), or from the head's own buffer here,
+   * left zero for the next step (fuse_lower.c, param_buffers) */
   for (int i = 0; i < c->g->nparams; i++) {
-    if (!c->g->params[i].shared) continue;
-    Instr *in = fuse_prog_instr(c, I_ALLREDUCE_TIED, -1);
-    in->op[in->nop++] = fuse_prog_ob(fuse_prog_grad(c, i), 0);
-    in->bytes = ir_shape_numel(&c->g->params[i].shape) * 4;
+    if (c->g->params[i].shared) {
+      Instr *in = fuse_prog_instr(c, I_ALLREDUCE_TIED, -1);
+      in->op[in->nop++] = fuse_prog_ob(fuse_prog_grad(c, i), 0);
+      in->bytes = ir_shape_numel(&c->g->params[i].shape) * 4;
+    }
+    if (c->p->head_vb[i] < 0) continue;
+    KCall kc = fuse_kc_flat("tied_grad", ir_shape_numel(&c->g->params[i].shape), -1);
+    Kernel *k = kc.k;
+    int G = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, i), true), H = fuse_kc_vbuf(c, &kc, c->p->head_vb[i], true);
+    int r = kir_row(k);
+    kir_store(k, G, r, '=', kir_e(k, K_ADD, kir_ld(k, G, r), kir_ld(k, H, r), 0));
+    kir_store(k, H, r, '=', kir_f(k, 0));
+    k->work = 4;
+    fuse_kc_emit(c, &kc);
+    c->blk->ins[c->blk->n - 1].why = "the tied gradient: the embedding's half plus the head's";
   }
   /* gradients that are partial sums over tensor-parallel ranks */
   for (int i = 0; i < c->g->nparams; i++) {

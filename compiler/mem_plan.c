@@ -195,10 +195,18 @@ void mem_plan(Program *p) {
   for (int part = 0; part < 2; part++)
     for (int i = 0; i < p->nvb; i++) {
       VBuf *v = &p->vb[i];
-      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 || mem_param_part(p, v->param) != part) continue;
+      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 || v->tail || mem_param_part(p, v->param) != part)
+        continue;
       v->off = size[v->cls];
       size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
     }
+  /* the tied heads' gradients after the parts: the grads region is the params' layout, then these */
+  for (int i = 0; i < p->nvb; i++) {
+    VBuf *v = &p->vb[i];
+    if (!v->tail) continue;
+    v->off = size[v->cls];
+    size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
+  }
   for (int i = 0; i < p->nvb; i++)
     if (p->vb[i].view >= 0) p->vb[i].off = p->vb[p->vb[i].view].off;
   size[BC_SCRATCH] = place_scratch(scratch, ns);
