@@ -23,7 +23,7 @@ struct RtExec {
   RtProf *prof;    /* PPR_PROFILE, --trace */
   int32_t *batch;  /* host copy of a micro-batch: tokens, then labels */
   float *partials; /* host copy of the grad_norm partial sums */
-  RtRun *runs;     /* grad_norm's: the owned params' gradients, adjacent ones joined */
+  RtRun *runs;     /* grad_norm's: the owned params' gradients, a launch each */
   int nruns;
   double wall_ms, compute_ms; /* the last step's, while tracing */
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
@@ -138,20 +138,14 @@ static int run_cmp(const void *a, const void *b) {
 }
 
 /* grad_norm's runs: the owned params' gradients (not the copies and replicas) in memory order,
- * one run where each starts at the last one's end (no padding, no other param between): so a
- * layout whose parameters lie back to back is summed in a launch or two, not one a parameter.
- * Returns their number (params never overlap: rt_prog_layout rejects it). */
+ * a launch each, so that each parameter's partial sums are the same floats on every mesh that
+ * holds it whole (a pipeline's stages), whatever else the rank holds. Returns their number. */
 static int grad_runs(const RtProg *p, RtRun *runs) {
   int n = 0;
   for (int i = 0; i < p->nparams; i++)
     if (p->params[i].owned) runs[n++] = (RtRun){p->params[i].off, p->params[i].numel};
   qsort(runs, (size_t)n, sizeof *runs, run_cmp);
-  int m = 0;
-  for (int i = 0; i < n; i++) {
-    if (m && runs[i].off == runs[m - 1].off + 4 * runs[m - 1].n) runs[m - 1].n += runs[i].n;
-    else runs[m++] = runs[i];
-  }
-  return m;
+  return n;
 }
 
 int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, char *err, size_t errlen) {
