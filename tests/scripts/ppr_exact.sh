@@ -1,56 +1,62 @@
 #!/bin/sh
-# ppr_exact.sh BUILD_DIR - a pipeline changes no sum: every pipeline-only mesh of a model without a
-# tied parameter reproduces the one-rank run bit for bit. tests/models/tiny_untied.pdl at M = 4 (8
-# with pp 4), three unclipped AdamW steps on seeded weights, against one rank: each
-# schedule's losses, first-step gradients and final weights equal, element for element (compare.py
-# at tolerance 0). That holds because every stage adds each sum in the one-rank program's order,
-# the split backward's too (zb-h1, zbv: q, k and v's input gradients, which W reads, are
-# accumulated where they are kept, as one rank accumulates them; fuse_lower.c). Not covered, and
-# why: a tied embedding and head (one rank adds the head's and the embedding's gradient micro-batch
-# by micro-batch, a pipeline sums each half over the micro-batches and then the two); --clip (the
-# gradient norm sums each rank's gradients in blocks of its own, so the norm, and the clip factor
-# with it, may differ in the last bit); tensor, data and context parallelism (partial sums over
-# ranks). Those meshes are held to limits by test_pipeline.c and ppr_masked.sh. Last line:
-# "N passed, M failed".
+# ppr_exact.sh BUILD_DIR - a pipeline changes no sum: every pipeline-only mesh reproduces the
+# one-rank run bit for bit. tests/models/tiny_untied.pdl and examples/tiny.pdl (a tied embedding
+# and head) at M = 4 (8 with pp 4), three clipped AdamW steps (--clip 1; the norm is 2.5-3.3, so
+# the clip acts) on seeded weights, against one rank: each schedule's losses, first-step gradients
+# and final weights equal, element for element (compare.py at tolerance 0). It holds because
+# every stage adds each sum in the one-rank program's order: the split backward (zb-h1, zbv)
+# accumulates q, k and v's input gradients, which W reads, where they are kept, as one rank does
+# (fuse_lower.c); a tied parameter's head gradient is summed over the micro-batches apart from the
+# embedding's on every mesh and the two added once (fuse_lower.c, fuse_adamw.c); the gradient norm
+# sums each parameter's squares in blocks of its own (rt_exec.c), so the clip factor is the same
+# float (the ranks' double sums associate by rank: their last bit could reach it only at a float
+# rounding boundary). Tensor, data and context parallelism split sums over ranks and are held to
+# limits instead (test_pipeline.c, ppr_masked.sh). Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_exact.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 . tests/scripts/lib/compare.sh
 export PPC_CACHE="$tmp/cache"
 needs_python3 ppr_exact
-model=tests/models/tiny_untied.pdl
 args="--seed 7"
 
 # run3 NP DIR: three unclipped steps of $tmp/DIR on NP ranks: DIR.losses, DIR.g/w.safetensors
 run3() {
   if [ "$1" -gt 1 ]; then launch="$MPIRUN -np $1"; else launch=; fi
   # shellcheck disable=SC2086
-  $launch "$ppr" "$tmp/$2" $args --steps 3 --quiet --log "$tmp/$2.jsonl" --save-grads "$tmp/$2.g.safetensors" \
+  $launch "$ppr" "$tmp/$2" $args --steps 3 --clip 1 --quiet --log "$tmp/$2.jsonl" --save-grads "$tmp/$2.g.safetensors" \
     --save "$tmp/$2.w.safetensors" >"$tmp/out.txt" 2>&1 || { tail -n 5 "$tmp/out.txt"; return 1; }
   losses "$tmp/$2.jsonl" >"$tmp/$2.losses"
 }
 
-for M in 4 8; do
-  "$ppc" $model --microbatches $M -o "$tmp/one$M" >"$tmp/ppc.txt" 2>&1 && run3 1 one$M ||
-    { bad "one rank, M = $M, did not run"; cat "$tmp/ppc.txt"; }
-done
-
-# MESH: pp, schedule, chunks per rank, micro-batches
-for mesh in "2 1f1b 1 4" "2 gpipe 1 4" "2 zb-h1 1 4" "2 interleaved 2 4" "2 zbv 2 4" "4 1f1b 1 8" "4 zb-h1 1 8" \
-  "4 gpipe 1 8"; do
-  set -- $mesh
+# exact_mesh PP SCHEDULE VPP M: $model on that pipeline against $model on one rank at M
+exact_mesh() {
   pp=$1 sched=$2 vpp=$3 M=$4 dir=pp$1_$2
-  what="pp $pp $sched (vpp $vpp), M = $M, bit for bit as one rank"
+  what="$name: pp $pp $sched (vpp $vpp), M = $M, bit for bit as one rank"
   if ! "$ppc" $model --pp "$pp" --schedule "$sched" --vpp "$vpp" --microbatches "$M" -o "$tmp/$dir" >"$tmp/ppc.txt" 2>&1; then
     bad "$what: ppc failed"
     cat "$tmp/ppc.txt"
-    continue
+    return
   fi
   if run3 "$pp" "$dir" && same_losses "$tmp/$dir.losses" "$tmp/one$M.losses" 0 &&
     tensors "$tmp/$dir.g.safetensors" "$tmp/one$M.g.safetensors" 0 &&
     tensors "$tmp/$dir.w.safetensors" "$tmp/one$M.w.safetensors" 0; then
     ok "$what: losses, first-step gradients and weights after 3 steps"
   else bad "$what"; fi
+}
+
+for model in tests/models/tiny_untied.pdl examples/tiny.pdl; do
+  name=$(basename $model .pdl)
+  for M in 4 8; do
+    "$ppc" $model --microbatches $M -o "$tmp/one$M" >"$tmp/ppc.txt" 2>&1 && run3 1 one$M ||
+      { bad "$name on one rank, M = $M, did not run"; cat "$tmp/ppc.txt"; }
+  done
+  # pp, schedule, chunks per rank, micro-batches
+  for mesh in "2 1f1b 1 4" "2 gpipe 1 4" "2 zb-h1 1 4" "2 interleaved 2 4" "2 zbv 2 4" "4 1f1b 1 8" "4 zb-h1 1 8" \
+    "4 gpipe 1 8"; do
+    # shellcheck disable=SC2086
+    exact_mesh $mesh
+  done
 done
 
 echo "$pass passed, $fail failed"

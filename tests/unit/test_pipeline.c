@@ -158,8 +158,11 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
    * one-rank run adds its query heads' parts into bf16, rounding after each (tiny: 8e-3) */
   double lim_l1 = bf && cp > 1 ? 1e-5 : 1e-6, lim_g = bf && cp > 1 ? 2e-2 : 1e-5;
   int ok = na == 5 && nb == 5 && l1 < lim_l1 && lw < lim_l && gw >= 0 && gw < lim_g && ww >= 0 && ww < lim_w;
-  printf("%s %s: losses %.2g (step 1: %.2g), gradients %.2g (%s), weights after 5 steps %.2g (%s)\n",
-         ok ? "PASS" : "FAIL", name, lw, l1, gw, w1, ww, w2);
+  /* a pipeline alone, fp32 on the cpu: no sum changes order (docs/schedules.md), so bit for bit */
+  bool exact = !bf && tp == 1 && dp == 1 && cp == 1 && !strcmp(device, "cpu");
+  if (exact) ok = ok && lw == 0 && gw == 0 && ww == 0;
+  printf("%s %s: losses %.2g (step 1: %.2g), gradients %.2g (%s), weights after 5 steps %.2g (%s)%s\n",
+         ok ? "PASS" : "FAIL", name, lw, l1, gw, w1, ww, w2, exact ? ", bit for bit required" : "");
   ok ? pass++ : fail++;
 }
 
