@@ -31,6 +31,32 @@ static void grad_norm(FuseCtx *c) {
   in->op[in->nop++] = fuse_prog_ob(partials, 0);
 }
 
+/* A tied parameter's gradient g (the head's products, summed over the micro-batches) plus its
+ * embedding's, e (likewise, in a buffer of its own), a row of the table per block; e left zero. The
+ * embedding's gradient has rows only where the step's tokens are: a row of e that is all zero is
+ * skipped (g + 0 is g: g is never -0, having been accumulated into +0), so the kernel reads e and
+ * touches g in the step's tokens' rows alone. A row with a NaN or an infinity is added. */
+static void tied_grad(FuseCtx *c, const IrParam *q, int g, int e) {
+  int64_t D = q->shape.d[q->shape.nd - 1], R = ir_shape_numel(&q->shape) / D;
+  KCall kc = fuse_kc_block("tied_grad", R, D, -1);
+  Kernel *k = kc.k;
+  int G = fuse_kc_vbuf(c, &kc, g, true), E = fuse_kc_vbuf(c, &kc, e, true);
+  int r = kir_row(k);
+  int j = kir_reduce(k, kir_i(k, D));
+  int x = kir_let(k, kir_ld(k, E, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, D), 0), j, 0)));
+  int mass = kir_reduce_end(k, '+', kir_e(k, K_MAX, x, kir_e(k, K_NEG, x, 0, 0), 0));       /* NaN stays NaN */
+  kir_if(k, kir_e(k, K_IEQ, kir_e(k, K_FLT, mass, kir_f(k, 0x1p-149), 0), kir_i(k, 0), 0)); /* not all zero */
+  j = kir_tfor(k, kir_i(k, D));
+  int at = kir_let(k, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, D), 0), j, 0));
+  kir_store(k, G, at, '=', kir_e(k, K_ADD, kir_ld(k, G, at), kir_ld(k, E, at), 0));
+  kir_store(k, E, at, '=', kir_f(k, 0));
+  kir_end(k);
+  kir_end(k);
+  k->work = 2 * D;
+  fuse_kc_emit(c, &kc);
+  c->blk->ins[c->blk->n - 1].why = "the tied gradient: the head's half plus the embedding's";
+}
+
 /* Part `which` of the parameters' regions (AdamPart, ppc.h). */
 static AdamPart part(FuseCtx *c, int which) {
   static const BufClass cls[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
@@ -62,25 +88,18 @@ void fuse_adamw_parts(FuseCtx *c, AdamPart parts[2]) {
 void fuse_adamw(FuseCtx *c, const AdamPart parts[2]) {
   Program *p = c->p;
   c->blk = &p->opt;
-  /* a tied parameter: the embedding's gradient plus the head's, each summed over the micro-batches
-   * alone: from the stage holding the other half (a copy there), or from the head's own buffer here,
-   * left zero for the next step (fuse_lower.c, param_buffers) */
+  /* a tied parameter: the head's gradient plus the embedding's, each summed over the micro-batches
+   * alone: from the stage holding the other half (a copy there), or from the embedding's own buffer
+   * here (fuse_lower.c, param_buffers), left zero for the next step */
   for (int i = 0; i < c->g->nparams; i++) {
-    if (c->g->params[i].shared) {
+    const IrParam *q = &c->g->params[i];
+    if (q->shared) {
       Instr *in = fuse_prog_instr(c, I_ALLREDUCE_TIED, -1);
       in->op[in->nop++] = fuse_prog_ob(fuse_prog_grad(c, i), 0);
-      in->bytes = ir_shape_numel(&c->g->params[i].shape) * 4;
+      in->bytes = ir_shape_numel(&q->shape) * 4;
     }
-    if (c->p->head_vb[i] < 0) continue;
-    KCall kc = fuse_kc_flat("tied_grad", ir_shape_numel(&c->g->params[i].shape), -1);
-    Kernel *k = kc.k;
-    int G = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, i), true), H = fuse_kc_vbuf(c, &kc, c->p->head_vb[i], true);
-    int r = kir_row(k);
-    kir_store(k, G, r, '=', kir_e(k, K_ADD, kir_ld(k, G, r), kir_ld(k, H, r), 0));
-    kir_store(k, H, r, '=', kir_f(k, 0));
-    k->work = 4;
-    fuse_kc_emit(c, &kc);
-    c->blk->ins[c->blk->n - 1].why = "the tied gradient: the embedding's half plus the head's";
+    if (c->p->emb_vb[i] < 0) continue;
+    tied_grad(c, q, fuse_prog_grad(c, i), c->p->emb_vb[i]);
   }
   /* gradients that are partial sums over tensor-parallel ranks */
   for (int i = 0; i < c->g->nparams; i++) {

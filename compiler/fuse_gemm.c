@@ -123,10 +123,9 @@ void fuse_gemm_linear_dw(FuseCtx *c, int id) {
   int64_t Nn = r.F_in, K = N(c, x)->shape.d[N(c, x)->shape.nd - 1];
   View DY = act_view(c, n->in[0], r.any_flip, r.d0, r.d1, Nn);
   View X = act_view(c, x, r.any_flip, r.d0, r.d1, K);
-  int g = fuse_prog_head_grad(c, n->gparam);
+  int g = fuse_prog_grad(c, n->gparam);
   if (r.lin) gemm(c, id, 'T', 'N', Nn, K, r.M, DY, X, param_view(g, K), 1, r.batch);
   else gemm(c, id, 'T', 'N', K, Nn, r.M, X, DY, param_view(g, Nn), 1, r.batch);
-  if (g != fuse_prog_grad(c, n->gparam)) c->blk->ins[c->blk->n - 1].why = "the head's half, added in the optimizer";
 }
 
 /* ============================================================================================

@@ -237,11 +237,11 @@ bool fuse_keeps_copies(const Graph *g) { return !g->infer && g->cfg.precision !=
 
 /* The rank's parameters, each once: its value, gradient and AdamW moments (every chunk reading one
  * uses these); rank_grad[i]: parameter i's gradient buffer. A tied parameter whose embedding and head
- * are both this rank's has a second gradient buffer, the head's (Program.head_vb): its products'
- * weight gradients accumulate there over the micro-batches, the embedding's in the gradient, and
- * the optimizer adds the two once (fuse_adamw.c), as a pipeline whose first and last stages hold
- * the halves adds them (allreduce_tied). So each half sums its micro-batches alone on every mesh,
- * and the tied gradient is the same bits on one rank as on a pipeline. */
+ * are both this rank's has a second gradient buffer, the embedding's (Program.emb_vb): the
+ * embedding's gradient accumulates there over the micro-batches, the head's products' in the
+ * gradient, and the optimizer adds the two once (fuse_adamw.c), as a pipeline whose first and last
+ * stages hold the halves adds them (allreduce_tied). So each half sums its micro-batches alone on
+ * every mesh, and the tied gradient is the same bits on one rank as on a pipeline. */
 static void param_buffers(FuseCtx *c, int *rank_grad) {
   static const BufClass pc[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
   const Graph *g = c->g;
@@ -256,14 +256,14 @@ static void param_buffers(FuseCtx *c, int *rank_grad) {
       if (pc[cls] == BC_GRAD) rank_grad[i] = vb;
       if (pc[cls] == BC_COPY) c->p->copy_vb[i] = vb;
     }
-  c->p->head_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
+  c->p->emb_vb = xmalloc((size_t)(g->nparams ? g->nparams : 1) * sizeof(int));
   for (int i = 0; i < g->nparams; i++) {
     const IrParam *q = &g->params[i];
-    c->p->head_vb[i] = -1;
+    c->p->emb_vb[i] = -1;
     if (g->infer || !q->tied || q->shared) continue;
     char name[40];
-    snprintf(name, sizeof name, "head_grad%d", i);
-    int vb = c->p->head_vb[i] = fuse_prog_vbuf(c, name, BC_GRAD, q->shape, PP_F32);
+    snprintf(name, sizeof name, "emb_grad%d", i);
+    int vb = c->p->emb_vb[i] = fuse_prog_vbuf(c, name, BC_GRAD, q->shape, PP_F32);
     c->p->vb[vb].param = i;
     c->p->vb[vb].tail = true;
   }

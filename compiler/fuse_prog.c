@@ -90,11 +90,11 @@ int fuse_prog_grad(FuseCtx *c, int param) {
   return c->grad_vb[param];
 }
 
-/* The buffer a product's weight gradient accumulates into: a tied parameter's head gradient when
- * it has one (both halves on this rank, fuse_lower.c), else the parameter's gradient. */
-int fuse_prog_head_grad(FuseCtx *c, int param) {
+/* The buffer an embedding's gradient accumulates into: a tied parameter's own when it has one
+ * (both halves on this rank, fuse_lower.c), else the parameter's gradient. */
+int fuse_prog_emb_grad(FuseCtx *c, int param) {
   int g = fuse_prog_grad(c, param), r = c->pmap ? c->pmap[param] : param;
-  return c->p->head_vb[r] >= 0 ? c->p->head_vb[r] : g;
+  return c->p->emb_vb[r] >= 0 ? c->p->emb_vb[r] : g;
 }
 
 void fuse_prog_free(Program *p) {
@@ -110,7 +110,7 @@ void fuse_prog_free(Program *p) {
   free(p->opt.ins);
   free(p->refresh.ins);
   free(p->copy_vb);
-  free(p->head_vb);
+  free(p->emb_vb);
   free(p->node_vb);
   free(p->node_aux);
   free(p->node_probs);

@@ -61,7 +61,8 @@ void fuse_rows_embedding_dw(FuseCtx *c, int id) {
   int64_t S = dy->d[0], B = dy->d[1], H = dy->d[2];
   KCall kc = fuse_kc_block("embedding_dw", (H + EMB_DW_COLS - 1) / EMB_DW_COLS, EMB_DW_COLS, id);
   Kernel *k = kc.k;
-  int g = fuse_kc_vbuf(c, &kc, fuse_prog_grad(c, n->gparam), true), ids = fuse_kc_node(c, &kc, n->in[0], false),
+  int eg = fuse_prog_emb_grad(c, n->gparam); /* a tied one's own, when the head's is on this rank too */
+  int g = fuse_kc_vbuf(c, &kc, eg, true), ids = fuse_kc_node(c, &kc, n->in[0], false),
       d = fuse_kc_node(c, &kc, n->in[1], false);
   int c0 = kir_let(k, kir_e(k, K_IMUL, kir_row(k), kir_i(k, EMB_DW_COLS), 0));
   int left = kir_e(k, K_ISUB, kir_i(k, H), c0, 0);
@@ -86,6 +87,8 @@ void fuse_rows_embedding_dw(FuseCtx *c, int id) {
   kir_end(k);
   k->work = S * B * EMB_DW_COLS;
   fuse_kc_emit(c, &kc);
+  if (eg != fuse_prog_grad(c, n->gparam))
+    c->blk->ins[c->blk->n - 1].why = "the embedding's half, added in the optimizer";
 }
 
 void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad) {

@@ -613,7 +613,7 @@ typedef struct VBuf {
   bool pin_end;    /* live to the end of the block it is last used in (a value sent after it) */
   int view;        /* -1, or a parameter-class buffer: this one is a view that starts where that one is
                     * placed and runs over the buffers after it in its region (mem_plan.c) */
-  bool tail;       /* BC_GRAD: a tied parameter's head gradient, placed after every part (mem_plan.c) */
+  bool tail;       /* BC_GRAD: a tied parameter's embedding gradient, placed after every part (mem_plan.c) */
 } VBuf;
 
 typedef enum InstrKind {
@@ -687,7 +687,7 @@ typedef struct Program {
   bool opt_clears_grads; /* opt leaves the whole grads region zero (PP_OPT_CLEARS_GRADS) */
   Block refresh;         /* the working copies from the values (bf16): run by ppr whenever the values were set */
   int *copy_vb;          /* per rank parameter: its working copy's buffer (BC_COPY), or -1 (fp32) */
-  int *head_vb;          /* per rank parameter: a tied one's head-gradient buffer (fuse_lower.c), or -1 */
+  int *emb_vb;           /* per rank parameter: a tied one's embedding-gradient buffer (fuse_lower.c), or -1 */
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
   int64_t arena;
@@ -749,9 +749,9 @@ void fuse_prog_allreduce(FuseCtx *c, int node, int vb, int64_t bytes, const char
  * sums), dst the whole (the part: node round's buffer, rounded into from f32 when it is bf16) */
 void fuse_prog_seq_coll(FuseCtx *c, int node, bool gather, const char *group, int src, int dst, int round,
                         const char *why);
-int fuse_prog_buf(FuseCtx *c, int id);          /* the buffer of node id's value (or its parameter's) */
-int fuse_prog_grad(FuseCtx *c, int param);      /* a parameter's gradient buffer */
-int fuse_prog_head_grad(FuseCtx *c, int param); /* a product's weight gradient: the tied head's own, or the grad */
+int fuse_prog_buf(FuseCtx *c, int id);         /* the buffer of node id's value (or its parameter's) */
+int fuse_prog_grad(FuseCtx *c, int param);     /* a parameter's gradient buffer */
+int fuse_prog_emb_grad(FuseCtx *c, int param); /* an embedding's gradient: a tied one's own buffer, or the grad */
 
 /* fuse_kc.c: a kernel call, a kernel under construction and the operands of its call */
 typedef struct KCall {

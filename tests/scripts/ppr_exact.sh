@@ -6,8 +6,8 @@
 # and final weights equal, element for element (compare.py at tolerance 0). It holds because
 # every stage adds each sum in the one-rank program's order: the split backward (zb-h1, zbv)
 # accumulates q, k and v's input gradients, which W reads, where they are kept, as one rank does
-# (fuse_lower.c); a tied parameter's head gradient is summed over the micro-batches apart from the
-# embedding's on every mesh and the two added once (fuse_lower.c, fuse_adamw.c); the gradient norm
+# (fuse_lower.c); a tied parameter's embedding gradient is summed over the micro-batches apart from
+# the head's on every mesh and the two added once (fuse_lower.c, fuse_adamw.c); the gradient norm
 # sums each parameter's squares in blocks of its own (rt_exec.c), so the clip factor is the same
 # float (the ranks' double sums associate by rank: their last bit could reach it only at a float
 # rounding boundary). Tensor, data and context parallelism split sums over ranks and are held to
