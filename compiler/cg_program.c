@@ -141,7 +141,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, const Co
     case I_ALLREDUCE:
       OUT(b, "allreduce %s %s", in->group, in->redop);
       operand(b, p, w, &in->op[0]);
-      /* bytes -1: the gradients, the params' layout (the tied heads' gradients after it are zero then) */
+      /* bytes -1: the gradients, the params' layout (a tied embedding's gradient after it is zero then) */
       OUT(b, " %lld", (long long)(in->bytes >= 0 ? in->bytes : p->region_bytes[BC_PARAM]));
       if (p->vb[in->op[0].vb].dtype != PP_F32) OUT(b, " %s", pp_dtype_name(p->vb[in->op[0].vb].dtype));
       if (in->why) OUT(b, "    # %s\n", in->why);

@@ -200,7 +200,7 @@ void mem_plan(Program *p) {
       v->off = size[v->cls];
       size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
     }
-  /* the tied heads' gradients after the parts: the grads region is the params' layout, then these */
+  /* a tied embedding's gradient after the parts: the grads region is the params' layout, then it */
   for (int i = 0; i < p->nvb; i++) {
     VBuf *v = &p->vb[i];
     if (!v->tail) continue;

@@ -97,7 +97,7 @@ int rt_prog_region_line(RtParser *s) {
         return rt_prog_err(s, "region %s (line %d) has %lld bytes, region params %lld: they share one layout%s",
                            rt_region_name(r), s->reg_line[r], (long long)g->reg[r].bytes,
                            (long long)g->reg[RT_REG_PARAMS].bytes,
-                           r == RT_REG_GRADS ? " (grads may hold more after it: a tied head's gradient)" : "");
+                           r == RT_REG_GRADS ? " (grads may hold more after it: a tied embedding's gradient)" : "");
     for (int a = 0; a < RT_NREG; a++)
       for (int b = a + 1; b < RT_NREG; b++) {
         if (end[a] == g->reg[a].base || end[b] == g->reg[b].base) continue; /* empty */

@@ -1969,6 +1969,9 @@ static void test_parser(void) {
                      "region scratch (line 19) ends at byte 7616, past the arena (7600 bytes)");
   expect_parse_error("grads size differs", "region grads   832  832", "region grads   832  768",
                      "region grads (line 15) has 768 bytes, region params 832: they share one layout");
+  /* grads may be longer (a tied embedding's gradient after the layout); the moments may not */
+  expect_parse_error("adam_m size differs", "region adam_m  1664 832", "region adam_m  1664 768",
+                     "region adam_m (line 16) has 768 bytes, region params 832: they share one layout");
   expect_parse_error("missing region", "region adam_v  2496 832\n", "",
                      "region adam_v is missing (every region is given before 'arena')");
   expect_parse_error("unaligned slot size", "region slots   3328 1472 2", "region slots   3328 1480 2",
