@@ -144,6 +144,7 @@ static void analyse(FuseCtx *c) {
   c->saved = xcalloc((size_t)nn, sizeof(bool));
   c->inlined = xcalloc((size_t)nn, sizeof(bool));
   c->merged = xcalloc((size_t)nn, sizeof(bool));
+  c->normed = xcalloc((size_t)nn, sizeof(bool));
   c->acc = xcalloc((size_t)nn, sizeof(int));
   c->phys = xcalloc((size_t)nn, sizeof(Layout));
   c->att_done = xcalloc((size_t)nn, sizeof(bool));
@@ -219,6 +220,21 @@ static void analyse(FuseCtx *c) {
         u->in[0] != i)
       ok = false;
     c->inlined[i] = ok;
+  }
+  /* a residual add that a norm reads first (the next add and the backward read it later): the
+   * norm's kernel computes it in its first pass over each row and stores it there, so the sum is
+   * not written by a kernel of its own and read back by the next. fp32: a bf16 sum is rounded as
+   * it is stored, and the norm reads the rounded value. */
+  for (int i = 0; i < nn && fuse_act_dtype(c) == PP_F32; i++) {
+    const IrNode *n = N(c, i);
+    int a = n->nin ? n->in[0] : -1;
+    if ((n->op != OP_RMSNORM && n->op != OP_LAYERNORM) || n->bwd || a < 0) continue;
+    const IrNode *x = N(c, a);
+    if (x->op != OP_ADD || x->bwd || x->wgt != n->wgt || c->inlined[a] || c->merged[a] || c->acc[a] >= 0) continue;
+    bool first = true;
+    for (int j = a + 1; j < i && first; j++)
+      for (int k = 0; k < N(c, j)->nin; k++) first &= N(c, j)->in[k] != a;
+    if (first) c->normed[a] = c->merged[a] = true;
   }
 }
 
@@ -539,6 +555,7 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   free(c->saved);
   free(c->inlined);
   free(c->merged);
+  free(c->normed);
   free(c->acc);
   free(c->phys);
   free(c->att_done);

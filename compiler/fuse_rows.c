@@ -132,13 +132,24 @@ void fuse_rows_norm(FuseCtx *c, int id) {
   int bb = rms ? -1 : fuse_kc_node(c, &kc, n->in[2], false);
   int r = kir_row(k);
   int mean = kir_f(k, 0);
+  /* x an add this kernel computes (c->normed): its first pass over the row stores it, each thread
+   * the elements it reads again in the later passes */
+  int x0 = n->in[0], xs = c->normed[x0] ? fuse_kc_node(c, &kc, x0, true) : -1;
   if (!rms) {
     int j = kir_reduce(k, kir_i(k, D));
-    int sum = kir_reduce_end(k, '+', fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)));
+    int v = xs >= 0 ? kir_let(k, fuse_elem_expr(c, &kc, x0, idx2(k, r, D, j)))
+                    : fuse_elem_val(c, &kc, x0, idx2(k, r, D, j));
+    if (xs >= 0) kir_store(k, xs, idx2(k, r, D, j), '=', v);
+    int sum = kir_reduce_end(k, '+', v);
     mean = kir_let(k, kir_e(k, K_DIV, sum, kir_f(k, (double)D), 0));
   }
   int j = kir_reduce(k, kir_i(k, D));
-  int xv = kir_let(k, kir_e(k, K_SUB, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0));
+  int x1 = fuse_elem_val(c, &kc, x0, idx2(k, r, D, j));
+  if (xs >= 0 && rms) {
+    x1 = kir_let(k, fuse_elem_expr(c, &kc, x0, idx2(k, r, D, j)));
+    kir_store(k, xs, idx2(k, r, D, j), '=', x1);
+  }
+  int xv = kir_let(k, kir_e(k, K_SUB, x1, mean, 0));
   int ss = kir_reduce_end(k, '+', kir_e(k, K_MUL, xv, xv, 0));
   int rstd = kir_let(
       k, kir_e(k, K_RSQRT, kir_e(k, K_ADD, kir_e(k, K_DIV, ss, kir_f(k, (double)D), 0), kir_f(k, n->a.eps), 0), 0, 0));

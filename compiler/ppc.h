@@ -724,6 +724,7 @@ typedef struct FuseCtx {
   bool *saved;                 /* per forward node: read by the backward */
   bool *inlined;               /* per node: computed inside its consumer's kernel, no buffer */
   bool *merged;                /* per elementwise node: written by an earlier one's kernel (fuse_elem_lower) */
+  bool *normed;                /* per add: computed and stored by the norm that reads it first (fuse_rows_norm) */
   int *acc;                    /* per dx GEMM and add: the earlier value whose buffer the GEMM adds into, or -1 */
   Layout *phys;                /* per node: the physical order of its buffer's two leading axes */
   bool *att_done;              /* per attention node: its backward is lowered */
