@@ -144,11 +144,11 @@ void fuse_rows_norm(FuseCtx *c, int id) {
     mean = kir_let(k, kir_e(k, K_DIV, sum, kir_f(k, (double)D), 0));
   }
   int j = kir_reduce(k, kir_i(k, D));
-  int x1 = fuse_elem_val(c, &kc, x0, idx2(k, r, D, j));
+  int x1; /* rmsnorm's one reduction computes x and stores it; layernorm's second reads it back */
   if (xs >= 0 && rms) {
     x1 = kir_let(k, fuse_elem_expr(c, &kc, x0, idx2(k, r, D, j)));
     kir_store(k, xs, idx2(k, r, D, j), '=', x1);
-  }
+  } else x1 = fuse_elem_val(c, &kc, x0, idx2(k, r, D, j));
   int xv = kir_let(k, kir_e(k, K_SUB, x1, mean, 0));
   int ss = kir_reduce_end(k, '+', kir_e(k, K_MUL, xv, xv, 0));
   int rstd = kir_let(
