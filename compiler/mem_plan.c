@@ -191,22 +191,17 @@ void mem_plan(Program *p) {
     }
   }
   /* the parameters' regions, alike: their parts in order (mem_param_part), each part's
-   * parameters in order, so that AdamW updates a part with one kernel (fuse_adamw.c) */
-  for (int part = 0; part < 2; part++)
+   * parameters in order, so that AdamW updates a part with one kernel (fuse_adamw.c); then, as a
+   * third part, a tied embedding's gradient (grads only: the params' layout, then it) */
+  for (int part = 0; part < 3; part++)
     for (int i = 0; i < p->nvb; i++) {
       VBuf *v = &p->vb[i];
-      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 || v->tail || mem_param_part(p, v->param) != part)
+      if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 ||
+          (v->tail ? 2 : mem_param_part(p, v->param)) != part)
         continue;
       v->off = size[v->cls];
       size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
     }
-  /* a tied embedding's gradient after the parts: the grads region is the params' layout, then it */
-  for (int i = 0; i < p->nvb; i++) {
-    VBuf *v = &p->vb[i];
-    if (!v->tail) continue;
-    v->off = size[v->cls];
-    size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
-  }
   for (int i = 0; i < p->nvb; i++)
     if (p->vb[i].view >= 0) p->vb[i].off = p->vb[p->vb[i].view].off;
   size[BC_SCRATCH] = place_scratch(scratch, ns);
