@@ -10,11 +10,21 @@ static inline float ppk_max(float a, float b) { return a > b ? a : b; }
 /* A block reduction's sum tree over its n partials (n a power of two): stage s adds p[t + s] into
  * p[t] for t < s, s = n/2 down to 1, the pairs and the order of the GPU's tree. The stages of 16
  * or more run on 16-float vectors (GNU C vector extension; a CPU with narrower registers gets them
- * split), the rest on floats. Each sum rounds as written: the kernels are compiled without
- * contraction (-ffp-contract=off), so no product before the tree is fused into its sums. */
+ * split); the last four (8, 4, 2, 1) on the halves of the last vector, in registers: run through
+ * memory, each of those stages stored a vector and loaded its halves back, and a row's reduction
+ * waited on it (a 256-wide rmsnorm 15-25% of its time, the attention's dscores a third). Each sum
+ * rounds as written: the kernels are compiled without contraction (-ffp-contract=off), so no
+ * product before the tree is fused into its sums. */
 typedef float ppk_v16 __attribute__((vector_size(64), aligned(4)));
+typedef float ppk_v8 __attribute__((vector_size(32), aligned(4)));
+typedef float ppk_v4 __attribute__((vector_size(16), aligned(4)));
 static inline __attribute__((always_inline)) float ppk_tree_sum(float *p, int n) {
   int s = n / 2;
+  if (n < 16) {
+    for (; s > 0; s >>= 1)
+      for (int t = 0; t < s; t++) p[t] = p[t] + p[t + s];
+    return p[0];
+  }
   for (; s >= 16; s >>= 1)
     for (int t = 0; t < s; t += 16) {
       ppk_v16 a, b;
@@ -23,9 +33,18 @@ static inline __attribute__((always_inline)) float ppk_tree_sum(float *p, int n)
       a += b;
       memcpy(p + t, &a, sizeof a);
     }
-  for (; s > 0; s >>= 1)
-    for (int t = 0; t < s; t++) p[t] = p[t] + p[t + s];
-  return p[0];
+  ppk_v16 a;
+  ppk_v8 l8, h8;
+  ppk_v4 l4, h4;
+  memcpy(&a, p, sizeof a);
+  memcpy(&l8, &a, sizeof l8);
+  memcpy(&h8, (char *)&a + sizeof l8, sizeof h8);
+  l8 += h8; /* stage 8 */
+  memcpy(&l4, &l8, sizeof l4);
+  memcpy(&h4, (char *)&l8 + sizeof l4, sizeof h4);
+  l4 += h4;                                     /* stage 4 */
+  float x0 = l4[0] + l4[2], x1 = l4[1] + l4[3]; /* stage 2 */
+  return x0 + x1;                               /* stage 1 */
 }
 
 /* e^x in float, in a form compilers vectorise (no call, no branch, no libm rounding function):
