@@ -78,9 +78,9 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
   switch (n->op) {
   case OP_ADD: return kir_e(k, K_ADD, a, b, 0);
   case OP_MUL: return kir_e(k, K_MUL, a, b, 0);
-  case OP_SILU: {
+  case OP_SILU: { /* the sigmoid a temporary, which SILU_DX's finds in a kernel holding both (SwiGLU's backward) */
     int x = kir_let(k, a);
-    return kir_e(k, K_MUL, x, sigmoid(k, x), 0);
+    return kir_e(k, K_MUL, x, kir_let(k, sigmoid(k, x)), 0);
   }
   case OP_GELU: {
     /* 0.5 x (1 + tanh(c (x + 0.044715 x^3))) */

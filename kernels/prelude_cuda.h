@@ -13,10 +13,9 @@ static __device__ __forceinline__ float ppk_max(float a, float b) { return a > b
  * operation, so that every device gives the same bits. */
 static __device__ __forceinline__ float ppk_exp(float x) {
   float xc = x > -104.0f ? x : -104.0f;
-  xc = xc < 89.0f ? xc : 89.0f;
   float t = __fmaf_rn(xc, 1.44269504088896341f, 12582912.0f);
   float fn = __fsub_rn(t, 12582912.0f);
-  int nb = __float_as_int(t) - (0x4B400000 - 256);
+  unsigned nb = __float_as_uint(t) - (0x4B400000u - 256u);
   float r = __fmaf_rn(fn, -0.693359375f, xc);
   r = __fmaf_rn(fn, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -26,9 +25,9 @@ static __device__ __forceinline__ float ppk_exp(float x) {
   p = __fmaf_rn(p, r, 1.6666665459e-1f);
   p = __fmaf_rn(p, r, 5.0000001201e-1f);
   float y = __fmaf_rn(p, __fmul_rn(r, r), __fadd_rn(r, 1.0f));
-  int h = nb >> 1;
-  y = __fmul_rn(__fmul_rn(y, __int_as_float((h - 1) << 23)), __int_as_float((nb - h - 1) << 23));
-  return x != x ? x : y;
+  unsigned h = nb >> 1;
+  y = __fmul_rn(__fmul_rn(y, __uint_as_float((h - 1u) << 23)), __uint_as_float((nb - h - 1u) << 23));
+  return x < 89.0f ? y : __fadd_rn(x, __int_as_float(0x7f800000));
 }
 
 /* bf16 <-> float as the C prelude's ppk_bf16_ld/ppk_bf16_st (there: the rounding), bit for bit

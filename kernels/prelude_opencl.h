@@ -18,10 +18,9 @@ static inline float ppk_max(float a, float b) { return a > b ? a : b; }
  * operation, so that every device gives the same bits. */
 static inline float ppk_exp(float x) {
   float xc = x > -104.0f ? x : -104.0f;
-  xc = xc < 89.0f ? xc : 89.0f;
   float t = fma(xc, 1.44269504088896341f, 12582912.0f);
   float fn = t - 12582912.0f;
-  int nb = as_int(t) - (0x4B400000 - 256);
+  uint nb = as_uint(t) - (0x4B400000u - 256u);
   float r = fma(fn, -0.693359375f, xc);
   r = fma(fn, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -31,9 +30,9 @@ static inline float ppk_exp(float x) {
   p = fma(p, r, 1.6666665459e-1f);
   p = fma(p, r, 5.0000001201e-1f);
   float y = fma(p, r * r, r + 1.0f);
-  int h = nb >> 1;
-  y = y * as_float((h - 1) << 23) * as_float((nb - h - 1) << 23);
-  return x != x ? x : y;
+  uint h = nb >> 1;
+  y = y * as_float((h - 1u) << 23) * as_float((nb - h - 1u) << 23);
+  return x < 89.0f ? y : x + INFINITY;
 }
 
 /* bf16 <-> float as the C prelude's ppk_bf16_ld/ppk_bf16_st (there: the rounding), bit for bit. */
