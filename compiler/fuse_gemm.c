@@ -216,16 +216,17 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
                 : att_kv(fuse_prog_buf(c, f->in[1]), B, HK, D),
         v = cp ? att_gather(c, id, fuse_prog_buf(c, f->in[2]), "v_all", SK, B, HK, D)
                : att_kv(fuse_prog_buf(c, f->in[2]), B, HK, D);
-  int lse = c->p->node_aux[fwd];    /* [B,HQ,SQ]: the log-sum-exp of each query's scores */
+  int lse = c->p->node_aux[fwd];    /* [B,HQ,SQ]: the log-sum-exp of each query's scores; -1 when kept */
   int kept = c->p->node_probs[fwd]; /* attention_probs = keep: the probabilities' saved buffer; -1 */
   Shape ss = {3, {B * HQ, SQ, SK}};
   if (n->op == OP_ATTENTION) {
     AttOp p = att_s(kept >= 0 ? kept : fuse_prog_vbuf(c, "scores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);
     att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, f->a.scale, q, kk, p, false, t_out, "scores = scale Q K^T");
-    /* the causal softmax of each row, in place; its log-sum-exp saved for the backward */
+    /* the causal softmax of each row, in place; its log-sum-exp saved for a backward that
+     * recomputes the probabilities (kept ones need none: a logarithm a row, 13% of the kernel) */
     KCall kc = fuse_kc_block("attention_softmax", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
-    int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, true);
+    int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = lse >= 0 ? fuse_kc_vbuf(c, &kc, lse, true) : -1;
     int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
     int j = kir_reduce(k, nk);
     int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, SK, j)));
@@ -234,7 +235,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     int ex = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), m, 0), 0, 0));
     kir_store(k, P, idx2(k, r, SK, j), '=', ex);
     int l = kir_reduce_end(k, '+', ex);
-    kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
+    if (L >= 0) kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
     int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), l, 0));
     j = kir_tfor(k, nk);
     kir_store(k, P, idx2(k, r, SK, j), '=', kir_e(k, K_MUL, kir_ld(k, P, idx2(k, r, SK, j)), inv, 0));

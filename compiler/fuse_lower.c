@@ -392,14 +392,16 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       const Shape *ls = &N(c, n->in[0])->shape;
       aux = (Shape){1, {ls->d[0] * ls->d[1]}};
     }
-    if (n->op == OP_ATTENTION) aux = (Shape){1, {n->shape.d[0] * n->shape.d[1] * n->shape.d[2]}}; /* lse [B,HQ,S] */
+    /* attention_probs = keep: the softmax's probabilities [B x HQ, S, S] saved for the backward
+     * (under context parallelism they stay recomputed, after K and V are gathered again) */
+    bool keep = n->op == OP_ATTENTION && g->cfg.keep_probs && g->cfg.cp == 1 && c->saved[i];
+    /* attention's log-sum-exp [B,HQ,S], which only recomputed probabilities read */
+    if (n->op == OP_ATTENTION && !keep) aux = (Shape){1, {n->shape.d[0] * n->shape.d[1] * n->shape.d[2]}};
     if (aux.nd) {
       snprintf(name, sizeof name, "stats%d", i);
       p->node_aux[i] = fuse_prog_vbuf(c, name, c->saved[i] ? BC_SLOT : BC_SCRATCH, aux, PP_F32);
     }
-    /* attention_probs = keep: the softmax's probabilities [B x HQ, S, S] saved for the backward
-     * (under context parallelism they stay recomputed, after K and V are gathered again) */
-    if (n->op == OP_ATTENTION && g->cfg.keep_probs && g->cfg.cp == 1 && c->saved[i]) {
+    if (keep) {
       snprintf(name, sizeof name, "probs%d", i);
       Shape ps = {3, {n->shape.d[1] * n->shape.d[2], n->shape.d[0], n->shape.d[0]}};
       p->node_probs[i] = fuse_prog_vbuf(c, name, BC_SLOT, ps, fuse_act_dtype(c));
