@@ -6,7 +6,8 @@
  * and the host's pp_bf16_from_f32) against round-to-nearest-even worked out in double, for every
  * bf16 value with the 16 dropped bits at the tie, on either side of it, zero, all ones and random
  * (every sign, exponent, subnormals, the overflow to infinity), and NaN; bf16 -> float exact. The
- * last line is "N passed, M failed". */
+ * sum tree ppk_tree_sum against the tree written out, bit for bit. The last line is "N passed, M
+ * failed". */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -111,9 +112,37 @@ static void test_rand(void) {
         sum / 1e6);
 }
 
+/* ppk_tree_sum against the tree written out (stage s adds p[t + s] into p[t], s = n/2 .. 1), bit
+ * for bit, for every power of two n to 1024 (the last stages run on the halves of a vector in
+ * registers from 16 on): floats of many magnitudes and both signs, so that another order of the
+ * same sums rounds differently (checked: the left-to-right sum differs somewhere) */
+static void test_tree_sum(void) {
+  float p[1024], q[1024];
+  uint32_t st = 12345u;
+  int same = 1, seq_differs = 0;
+  for (int n = 1; n <= 1024; n *= 2)
+    for (int round = 0; round < 50; round++) {
+      for (int i = 0; i < n; i++) {
+        st = st * 1664525u + 1013904223u;
+        float m = (float)(st >> 8) * 0x1p-24f, e = (float)((st >> 3) % 24) - 12.0f;
+        p[i] = q[i] = (st & 1 ? -1.0f : 1.0f) * m * exp2f(e);
+      }
+      float seq = 0.0f;
+      for (int i = 0; i < n; i++) seq += p[i];
+      for (int s = n / 2; s > 0; s /= 2)
+        for (int t = 0; t < s; t++) q[t] = q[t] + q[t + s];
+      float got = ppk_tree_sum(p, n);
+      same &= memcmp(&got, &q[0], sizeof got) == 0;
+      seq_differs |= seq != q[0];
+    }
+  check(same, "ppk_tree_sum: the written-out tree's bits for n = 1 .. 1024, 50 draws each");
+  check(seq_differs, "ppk_tree_sum: the draws are ones where the order of the sums matters");
+}
+
 int main(void) {
   test_bf16();
   test_rand();
+  test_tree_sum();
   double worst = 0, worst_sub = 0;
   float wx = 0, wsx = 0, wbig = 0;
   long n = 0, nbig = 0, bad_big = 0;
