@@ -1,5 +1,6 @@
 /* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs
  * through OpenBLAS (attention's short products through rt_sgemm). */
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE */
 #include "rt_dev.h"
 #include "rt_sgemm.h"
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #ifdef PPR_DNNL
 #include <dnnl.h>
@@ -259,9 +261,17 @@ static void cpu_close(RtDev *d) {
 
 static int cpu_alloc(RtDev *d, int64_t bytes) {
   Cpu *c = (Cpu *)d;
-  size_t n = (size_t)((bytes + 63) / 64 * 64);
-  c->arena = aligned_alloc(64, n ? n : 64);
+  /* whole 2 MiB pages, asked for as huge pages where the kernel offers them on request (advice
+   * only: failure changes nothing): a step streams the arena's activations, gradients and AdamW's
+   * moments, and with 4 KiB pages its memory-bound kernels waited on the TLB (minimind256 at one
+   * thread: the step 1-3% faster, the norms 10%, the gradient norm 15%; docs/perf.md) */
+  const size_t huge = (size_t)2 << 20;
+  size_t n = ((size_t)bytes + huge - 1) / huge * huge;
+  c->arena = aligned_alloc(huge, n ? n : huge);
   if (!c->arena) return RT_DEV_FAIL(d, "cannot allocate the arena (%lld bytes)", (long long)bytes);
+#ifdef MADV_HUGEPAGE
+  if (n) madvise(c->arena, n, MADV_HUGEPAGE);
+#endif
   memset(c->arena, 0, n);
   d->arena = bytes;
   return 0;
