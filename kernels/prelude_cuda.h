@@ -10,7 +10,7 @@ typedef int int32_t;
 static __device__ __forceinline__ float ppk_max(float a, float b) { return a > b ? a : b; }
 
 /* e^x as the C prelude's ppk_exp computes it (there: the method and its accuracy), operation for
- * operation, so that every device gives the same bits. */
+ * operation, so that every device gives the same bits (a NaN's payload aside). */
 static __device__ __forceinline__ float ppk_exp(float x) {
   float xc = x > -104.0f ? x : -104.0f;
   float t = __fmaf_rn(xc, 1.44269504088896341f, 12582912.0f);

@@ -15,7 +15,7 @@ typedef int int32_t;
 static inline float ppk_max(float a, float b) { return a > b ? a : b; }
 
 /* e^x as the C prelude's ppk_exp computes it (there: the method and its accuracy), operation for
- * operation, so that every device gives the same bits. */
+ * operation, so that every device gives the same bits (a NaN's payload aside). */
 static inline float ppk_exp(float x) {
   float xc = x > -104.0f ? x : -104.0f;
   float t = fma(xc, 1.44269504088896341f, 12582912.0f);
