@@ -120,6 +120,15 @@ void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad) {
   fuse_kc_emit(c, &kc);
 }
 
+/* A norm's input x0 at `at`: in the kernel's first pass over the row, when the kernel computes x0
+ * (xs its buffer, c->normed), computed and stored; otherwise its value (read back once stored). */
+static int norm_x(FuseCtx *c, KCall *kc, int x0, int xs, int at, bool first) {
+  if (xs < 0 || !first) return fuse_elem_val(c, kc, x0, at);
+  int v = kir_let(kc->k, fuse_elem_expr(c, kc, x0, at));
+  kir_store(kc->k, xs, at, '=', v);
+  return v;
+}
+
 /* rmsnorm / layernorm forward: a row of D per block; saves rstd (and the mean) per row. */
 void fuse_rows_norm(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
@@ -133,23 +142,15 @@ void fuse_rows_norm(FuseCtx *c, int id) {
   int r = kir_row(k);
   int mean = kir_f(k, 0);
   /* x an add this kernel computes (c->normed): its first pass over the row stores it, each thread
-   * the elements it reads again in the later passes */
+   * the elements it reads again in the later passes (norm_x) */
   int x0 = n->in[0], xs = c->normed[x0] ? fuse_kc_node(c, &kc, x0, true) : -1;
   if (!rms) {
     int j = kir_reduce(k, kir_i(k, D));
-    int v = xs >= 0 ? kir_let(k, fuse_elem_expr(c, &kc, x0, idx2(k, r, D, j)))
-                    : fuse_elem_val(c, &kc, x0, idx2(k, r, D, j));
-    if (xs >= 0) kir_store(k, xs, idx2(k, r, D, j), '=', v);
-    int sum = kir_reduce_end(k, '+', v);
+    int sum = kir_reduce_end(k, '+', norm_x(c, &kc, x0, xs, idx2(k, r, D, j), true));
     mean = kir_let(k, kir_e(k, K_DIV, sum, kir_f(k, (double)D), 0));
   }
-  int j = kir_reduce(k, kir_i(k, D));
-  int x1; /* rmsnorm's one reduction computes x and stores it; layernorm's second reads it back */
-  if (xs >= 0 && rms) {
-    x1 = kir_let(k, fuse_elem_expr(c, &kc, x0, idx2(k, r, D, j)));
-    kir_store(k, xs, idx2(k, r, D, j), '=', x1);
-  } else x1 = fuse_elem_val(c, &kc, x0, idx2(k, r, D, j));
-  int xv = kir_let(k, kir_e(k, K_SUB, x1, mean, 0));
+  int j = kir_reduce(k, kir_i(k, D)); /* rmsnorm's first pass, layernorm's second */
+  int xv = kir_let(k, kir_e(k, K_SUB, norm_x(c, &kc, x0, xs, idx2(k, r, D, j), rms), mean, 0));
   int ss = kir_reduce_end(k, '+', kir_e(k, K_MUL, xv, xv, 0));
   int rstd = kir_let(
       k, kir_e(k, K_RSQRT, kir_e(k, K_ADD, kir_e(k, K_DIV, ss, kir_f(k, (double)D), 0), kir_f(k, n->a.eps), 0), 0, 0));
