@@ -10,8 +10,9 @@
  * Each element of C is one chain of fused multiply-adds over
  * k = 0 .. K-1 in order (a pass over K goes on from the last one's partial sums), times alpha,
  * plus beta times C by one more (C not read when beta is 0): its value depends neither on the
- * blocking nor on threads. A triangle (causal attention) skips whole blocks of C, or runs each
- * block of rows over a shorter range of k; the products it leaves out of a kept element's chain are
+ * blocking nor on threads. A triangle (causal attention) skips whole blocks of C (and on tri:out's
+ * diagonal the last 16 columns of a block when all lie above it), or runs each block of rows over a
+ * shorter range of k; the products it leaves out of a kept element's chain are
  * with op(A)'s zeros, so the value is the whole chain's but for the sign of a zero. AVX-512 only,
  * checked at run time; rt_sgemm_fits says which products are taken here. */
 #include "rt_sgemm.h"
@@ -42,10 +43,10 @@ typedef struct {
  * 64-byte aligned, zero past the masks' columns). A where it lies is read through four row pointers,
  * rows 3j + i at row 3j's plus i * ars (an addressing mode's scale), so that the loop needs seven
  * general registers, not one per row. */
-static inline __attribute__((always_inline)) AVX512 void block(const int mr, const bool packed, int k, const float *a,
-                                                               int64_t ars, int64_t acs, const float *b, int64_t bs,
-                                                               __mmask16 m0, __mmask16 m1, float alpha, float beta,
-                                                               float *c, int64_t ldc, const Ends *e) {
+static inline __attribute__((always_inline)) AVX512 void block(const int mr, const bool packed, const bool wide, int k,
+                                                               const float *a, int64_t ars, int64_t acs, const float *b,
+                                                               int64_t bs, __mmask16 m0, __mmask16 m1, float alpha,
+                                                               float beta, float *c, int64_t ldc, const Ends *e) {
   __m512 c0[MR], c1[MR];
   if (e->pin) {
 #pragma GCC unroll 12
@@ -66,7 +67,7 @@ static inline __attribute__((always_inline)) AVX512 void block(const int mr, con
           _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_T0);
   const float *a3 = mr > 3 ? a + 3 * ars : a, *a6 = mr > 6 ? a + 6 * ars : a, *a9 = mr > 9 ? a + 9 * ars : a;
   for (int p = 0; p < k; p++, a += acs, a3 += acs, a6 += acs, a9 += acs, b += bs) {
-    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    __m512 b0 = _mm512_load_ps(b), b1 = wide ? _mm512_load_ps(b + 16) : b0;
     if (!packed && ars == 1) /* a transposed A where it lies: its row 8 steps on (an address, maybe past A) */
       _mm_prefetch((const char *)((uintptr_t)a + (uintptr_t)(8 * acs) * sizeof *a), _MM_HINT_T0);
 #pragma GCC unroll 12
@@ -74,7 +75,7 @@ static inline __attribute__((always_inline)) AVX512 void block(const int mr, con
       const float *ar = r < 3 ? a : r < 6 ? a3 : r < 9 ? a6 : a9;
       __m512 av = _mm512_set1_ps(packed ? a[r] : ar[(r % 3) * ars]);
       c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+      if (wide) c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
   }
   if (e->pout) {
@@ -104,15 +105,24 @@ static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_
                               const Ends *e) {
   static const Ends whole = {NULL, NULL, 0}; /* one pass: a body without the partial sums' tests */
   bool one = !e->pin && !e->pout;
-#define ROWS(n)                                                                                                        \
+#define ROWS(n, w)                                                                                                     \
   case n:                                                                                                              \
     if (ars == 1 && acs == MR) {                                                                                       \
-      if (one) block(n, true, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc, &whole);                                \
-      else block(n, true, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc, e);                                         \
-    } else if (one) block(n, false, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc, &whole);                       \
-    else block(n, false, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc, e);                                       \
+      if (one) block(n, true, w, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc, &whole);                             \
+      else block(n, true, w, k, a, 1, MR, b, bs, m0, m1, alpha, beta, c, ldc, e);                                      \
+    } else if (one) block(n, false, w, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc, &whole);                    \
+    else block(n, false, w, k, a, ars, acs, b, bs, m0, m1, alpha, beta, c, ldc, e);                                    \
     break;
-  switch (mr) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10) ROWS(11) ROWS(12) }
+#define ROWS12(w)                                                                                                      \
+  ROWS(1, w)                                                                                                           \
+  ROWS(2, w) ROWS(3, w) ROWS(4, w) ROWS(5, w) ROWS(6, w) ROWS(7, w) ROWS(8, w) ROWS(9, w) ROWS(10, w) ROWS(11, w)      \
+      ROWS(12, w)
+  if (m1) {
+    switch (mr) { ROWS12(true) }
+  } else { /* the panel's first 16 columns alone (a narrow op(B), or a triangle's diagonal): half the products */
+    switch (mr) { ROWS12(false) }
+  }
+#undef ROWS12
 #undef ROWS
 }
 
@@ -293,6 +303,8 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
         const float *a = (packed ? acont + (int64_t)i * k : ta ? A + i : A + i * lda) + lo * acs;
         for (int q = q0; q < q1 && q < qe; q++) {
           int w = n - q * NR;
+          if (tri == PP_TRI_OUT && ai + mr - 1 - col0 < (int64_t)q * NR + 16)
+            w = w < 16 ? w : 16; /* above the diagonal */
           float *pq = part + i * pld + (q - q0) * NR;
           Ends e = {!none && lo > kb ? pq : NULL, !none && hi < ke ? pq : NULL, pld};
           block_rows(mr, hi - lo, a, ars, acs, bp + (int64_t)(q - q0) * NR * kn + (int64_t)(lo - pc) * NR, NR, lanes(w),
