@@ -480,27 +480,47 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
  * threads: a batch of products into distinct Cs a product per thread, otherwise C's rows (or
  * columns, when wider) in blocks of 16, or on rt_sgemm with op(A) = A its columns in blocks of 32
  * (when there is one a thread), each thread computing its block of every product in batch
- * order (a batch adding into one C adds in the same order). The products rt_sgemm_fits takes
- * (attention's and the linear layers'; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to
- * OpenBLAS. Each element of C is computed as one thread of either computes it, so the values do not
- * depend on the threads. */
+ * order (a batch adding into one C adds in the same order); on rt_sgemm with op(A) = A^T (a weight's
+ * gradient) the threads as a team, sharing the packing and op(B)'s panels (rt_sgemm_team). The products rt_sgemm_fits
+ * takes (attention's and the linear layers'; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to OpenBLAS. Each
+ * element of C is computed as one thread of either computes it, so the values do not depend on the threads. */
+static void team_sync(void *arg) {
+  (void)arg;
+#pragma omp barrier
+}
+
 static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, float *C) {
   int nt = c->nt;
+  bool split = nt > 1 && (int64_t)g->m * g->n * g->k * g->batch >= GEMM_SPLIT_MIN;
+  bool by_batch = g->sc != 0 && g->batch >= nt;
   bool own = c->own && rt_sgemm_fits(g->ta, g->m, g->n, g->k, g->lda);
+  bool team = split && !by_batch && own && g->ta && g->tri == PP_TRI_NONE;
   int64_t work = own ? (rt_sgemm_work(g->ta, g->m, g->n, g->k, g->lda) + 15) / 16 * 16 : 0; /* 64-byte slices */
-  if (own && work * nt > c->work_cap) {
+  int slices = team ? 1 : nt;                                                               /* a team shares one */
+  if (own && work * slices > c->work_cap) {
     free(c->work);
-    c->work = aligned_alloc(64, (size_t)(work * nt) * sizeof(float));
-    c->work_cap = c->work ? work * nt : 0;
-    if (!c->work) return RT_DEV_FAIL(&c->d, "out of memory for a GEMM's work (%lld floats)", (long long)(work * nt));
+    c->work = aligned_alloc(64, (size_t)(work * slices) * sizeof(float));
+    c->work_cap = c->work ? work * slices : 0;
+    if (!c->work)
+      return RT_DEV_FAIL(&c->d, "out of memory for a GEMM's work (%lld floats)", (long long)(work * slices));
   }
-  if (nt < 2 || (int64_t)g->m * g->n * g->k * g->batch < GEMM_SPLIT_MIN) {
+  if (!split) {
     gemm_part(g, A, B, C, 0, g->batch, 0, g->m, 0, g->n, own, c->work);
+    return 0;
+  }
+  if (team) { /* every thread on every product, in batch order */
+#pragma omp parallel num_threads(nt)
+    {
+      RtSgemmTeam tm = {omp_get_thread_num(), omp_get_num_threads(), team_sync, NULL};
+      for (int i = 0; i < g->batch; i++)
+        rt_sgemm_team(g->ta, g->tb, g->m, g->n, g->k, g->alpha, A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta,
+                      C + i * g->sc, g->ldc, c->work, &tm);
+    }
     return 0;
   }
   /* rt_sgemm reads an untransposed A where it lies and makes op(B)'s panels: columns of 32 a thread
    * share nothing (by rows, each thread would make every panel) */
-  bool panels = own && !g->ta, by_batch = g->sc != 0 && g->batch >= nt;
+  bool panels = own && !g->ta;
   bool by_rows = panels ? (g->n + 31) / 32 < nt : g->m >= g->n;
   int size = !by_rows && panels ? 32 : 16; /* rows or columns a unit */
   int units = by_batch ? g->batch : ((by_rows ? g->m : g->n) + size - 1) / size;

@@ -115,8 +115,8 @@ static AVX512 void block_rows(int mr, int k, const float *a, int64_t ars, int64_
     break;
 #define ROWS12(w)                                                                                                      \
   ROWS(1, w)                                                                                                           \
-  ROWS(2, w) ROWS(3, w) ROWS(4, w) ROWS(5, w) ROWS(6, w) ROWS(7, w) ROWS(8, w) ROWS(9, w) ROWS(10, w) ROWS(11, w)      \
-      ROWS(12, w)
+  ROWS(2, w)                                                                                                           \
+  ROWS(3, w) ROWS(4, w) ROWS(5, w) ROWS(6, w) ROWS(7, w) ROWS(8, w) ROWS(9, w) ROWS(10, w) ROWS(11, w) ROWS(12, w)
   if (m1) {
     switch (mr) { ROWS12(true) }
   } else { /* the panel's first 16 columns alone (a narrow op(B), or a triangle's diagonal): half the products */
@@ -250,15 +250,20 @@ static bool copies_a(bool ta, int n, int k, int64_t lda) { return ta ? packs_a(t
  * its partial sum, so each element's chain is the same fused multiply-adds in the same order as in one pass. */
 static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda,
                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0,
-                         float *work) {
+                         float *work, const RtSgemmTeam *tm) {
   int np = (n + NR - 1) / NR;
   if (tri == PP_TRI_OUT) np = out_panels(np, (int64_t)row0 + m - 1 - col0); /* the last row's */
   Cut cu = cut(m, n, k, copies_a(ta, n, k, lda));
   bool packed = packs_a(ta, n);
   float *bp = work, *part = work + cu.part, *acont = work + cu.acont;
   int64_t pld = (int64_t)cu.gp * NR; /* the partial sums' row */
+  /* a team's member: its blocks of rows [m0, m1) (12 rows a block, evenly), and its panels of each
+   * group (below) */
+  int t = tm ? tm->t : 0, nt = tm ? tm->nt : 1, mb = (m + MR - 1) / MR;
+  int m0 = (int)((int64_t)mb * t / nt) * MR, m1 = (int)((int64_t)mb * (t + 1) / nt) * MR;
+  if (m1 > m) m1 = m;
   if (!ta && lda > k) {
-    for (int r = 0; r < m; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
+    for (int r = m0; r < m1; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
     A = acont, lda = k;
   } else if (packed) { /* op(A)[i + r][p] = A[p * lda + i + r]: block i / 12's column p, 12 floats at
                         * acont + (i * k + p * 12); A read 16 rows at a time (first-level cache), each
@@ -268,7 +273,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
                         * over the p they run over (below) */
     for (int p0 = 0; p0 < k; p0 += 16) {
       int p1 = k - p0 < 16 ? k : p0 + 16;
-      for (int i = 0; i < m; i += MR) {
+      for (int i = m0; i < m1; i += MR) {
         int64_t ai = (int64_t)row0 + i;
         if (tri == PP_TRI_UPPER && ai >= p1) break; /* this block and the next start past p1 */
         int pb = tri == PP_TRI_UPPER && ai > p0 ? (int)ai : p0;
@@ -287,9 +292,11 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     int q1 = np - q0 < cu.gp ? np : q0 + cu.gp;
     for (int pc = 0; pc < k; pc += cu.kc) {
       int pe = k - pc < cu.kc ? k : pc + cu.kc, kn = pe - pc;
-      for (int q = q0; q < q1; q++)
+      if (tm && (q0 || pc)) tm->sync(tm->arg); /* every member done with the last group's panels */
+      for (int q = q0 + (int)((int64_t)(q1 - q0) * t / nt); q < q0 + (int)((int64_t)(q1 - q0) * (t + 1) / nt); q++)
         panel(tb, kn, tb ? B + pc : B + (int64_t)pc * ldb, ldb, q * NR, n - q * NR, bp + (int64_t)(q - q0) * NR * kn);
-      for (int i = 0; i < m; i += MR) {
+      if (tm) tm->sync(tm->arg); /* every panel of the group made */
+      for (int i = m0; i < m1; i += MR) {
         int mr = m - i < MR ? m - i : MR;
         int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
         int kb = a_first(tri, ai, k), ke = a_end(tri, ai, mr, k);
@@ -313,21 +320,31 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
       }
     }
   }
+  if (tm) tm->sync(tm->arg); /* the work free for the next product */
 }
 
 int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) { return cut(m, n, k, copies_a(ta, n, k, lda)).total; }
 
-bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda) {
+static bool has_avx512(void) {
   static int avx512 = -1;
   if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-  if (!avx512 || m < 1 || n < 1 || k < 1) return false;
-  if (ta) return k <= RT_SGEMM_MAX_T && m <= RT_SGEMM_MAX_T && n <= RT_SGEMM_MAX_T;
+  return avx512;
+}
+
+bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda) {
+  if (!has_avx512() || m < 1 || n < 1 || k < 1) return false;
+  if (ta && m > RT_SGEMM_MAX_TM && (k > RT_SGEMM_MAX_T || m > RT_SGEMM_MAX_T || n > RT_SGEMM_MAX_T)) return false;
   return rt_sgemm_work(ta, m, n, k, lda) <= RT_SGEMM_MAX_WORK;
 }
 
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
               int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0, float *work) {
-  sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, tri, row0, col0, work);
+  sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, tri, row0, col0, work, NULL);
+}
+
+void rt_sgemm_team(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
+                   int64_t ldb, float beta, float *C, int64_t ldc, float *work, const RtSgemmTeam *tm) {
+  sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, PP_TRI_NONE, 0, 0, work, tm->nt > 1 ? tm : NULL);
 }
 
 #else /* no AVX-512 path on this compiler or architecture: every product goes to the library */
@@ -348,6 +365,12 @@ void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A
   (void)work, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
       (void)beta;
   (void)C, (void)ldc;
+}
+
+void rt_sgemm_team(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
+                   int64_t ldb, float beta, float *C, int64_t ldc, float *work, const RtSgemmTeam *tm) {
+  rt_sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, PP_TRI_NONE, 0, 0, work);
+  (void)tm;
 }
 
 #endif

@@ -12,10 +12,16 @@
  * thread's 64 MiB (the work grows with M x K only when A's rows lie apart and are copied together):
  * attention's short products, which OpenBLAS runs at 70-120 GFLOP/s, and the linear layers' and the
  * head's, of any K and N (in passes over K and groups of columns), up to a tenth faster than
- * OpenBLAS's. With op(A) = A^T only short ones, M, N and K up to a sequence of 512: a weight's
- * gradient (K the step's tokens) packs its whole A transposed, and OpenBLAS runs those faster. */
+ * OpenBLAS's. With op(A) = A^T short ones, M, N and K up to a sequence of 512, and any with M up to
+ * RT_SGEMM_MAX_TM: a weight's gradient (K the step's tokens) packs its whole A transposed, and
+ * OpenBLAS runs those faster where M is wider; where it is 256 or less, two threads computing it as
+ * a team (rt_sgemm_team) make each of op(B)'s panels once, where split by rows each would make all of
+ * them and OpenBLAS would run each half at its short-M rate (minimind256 at two threads: its 256 x
+ * 256 x 1024 products 2.65-3.0 -> 2.44-2.47 ms a step, 128 x 256 x 1024 1.36-1.41 -> 1.33-1.36; at
+ * one thread within 0.1 ms either way; M 704 or 6400: slower, docs/perf.md). */
 #define RT_SGEMM_MAX_WORK ((int64_t)1 << 24)
 #define RT_SGEMM_MAX_T    512
+#define RT_SGEMM_MAX_TM   256
 
 /* Whether rt_sgemm takes an m x n x k product on this CPU (ta: op(A) = A^T; lda: A's rows apart). */
 bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda);
@@ -28,6 +34,21 @@ bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda);
  * or `upper` keeps for any of its rows (the others' products are with op(A)'s zeros). */
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
               int64_t ldb, float beta, float *C, int64_t ldc, PpTri tri, int row0, int col0, float *work);
+
+/* A member of a team of threads computing one product together: member t of nt, and a barrier
+ * over all of them (sync(arg) returns when every member has called it). */
+typedef struct {
+  int t, nt;
+  void (*sync)(void *arg);
+  void *arg;
+} RtSgemmTeam;
+
+/* rt_sgemm's product (no triangle) computed by a team, each member calling this with the same
+ * arguments and one work of rt_sgemm_work's floats: the members share the work (A's packing or
+ * copy, op(B)'s panels) and C's blocks of 12 rows, evenly; each element of C is the same chain it
+ * is on one thread, so the values do not depend on the team. */
+void rt_sgemm_team(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
+                   int64_t ldb, float beta, float *C, int64_t ldc, float *work, const RtSgemmTeam *tm);
 
 /* The floats of work an m x n x k product needs (64-byte aligned): a group of op(B)'s panels, the
  * partial sums of a K longer than a pass, A packed or copied contiguous (ta, or lda past K). */

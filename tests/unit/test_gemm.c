@@ -6,11 +6,13 @@
  * on those listings' GEMMs it takes and on a grid of shapes, transposes, leading dimensions, alpha
  * and beta, it must write exactly what a scalar chain of fused multiply-adds in k order writes, and
  * nothing outside C; with a triangle (tri:out, lower, upper) the same over the elements the triangle
- * wants, whole or split into parts as threads take them. Last, the cpu device's triangles through
+ * wants, whole or split into parts as threads take them; and the same of a team of 2 or 3 threads
+ * computing one product together (rt_sgemm_team). Last, the cpu device's triangles through
  * OpenBLAS (products longer than rt_sgemm's), against the whole product. The last line is "N passed,
  * M failed". */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -215,6 +217,58 @@ static RtGemm one_product(int ta, int tb, int m, int n, int k, const float ab[2]
                   0,
                   {PP_F32, PP_F32, PP_F32},
                   tri};
+}
+
+/* A team of nt threads on one product (rt_sgemm_team, a pthread barrier for its sync). */
+typedef struct {
+  const RtGemm *g;
+  const float *A, *B;
+  float *C, *W;
+  int t, nt;
+  pthread_barrier_t *bar;
+} Member;
+
+static void member_sync(void *arg) { pthread_barrier_wait(arg); }
+
+static void *member_run(void *arg) {
+  Member *mb = arg;
+  const RtGemm *g = mb->g;
+  RtSgemmTeam tm = {mb->t, mb->nt, member_sync, mb->bar};
+  rt_sgemm_team(g->ta, g->tb, g->m, g->n, g->k, g->alpha, mb->A, g->lda, mb->B, g->ldb, g->beta, mb->C, g->ldc, mb->W,
+                &tm);
+  return NULL;
+}
+
+/* rt_sgemm_team with nt threads against chain, bit for bit, over C's whole span (as
+ * own_differs_in). 0 when equal, else prints. */
+static int team_differs(const RtGemm *g, int nt) {
+  float *A, *B, *C0, *C1,
+      *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->ta, g->m, g->n, g->k, g->lda) + 16) / 16 * 64);
+  int64_t nc = operands(g, &A, &B, &C0, &C1, g->beta == 0.0f);
+  chain(g, A, B, C0);
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, (unsigned)nt);
+  pthread_t th[8];
+  Member mb[8];
+  for (int t = 0; t < nt; t++) {
+    mb[t] = (Member){g, A, B, C1, W, t, nt, &bar};
+    if (pthread_create(&th[t], NULL, member_run, &mb[t])) {
+      fprintf(stderr, "test_gemm: pthread_create failed\n");
+      exit(2);
+    }
+  }
+  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  pthread_barrier_destroy(&bar);
+  int64_t at = -1;
+  for (int64_t i = 0; i < nc && at < 0; i++)
+    if (differs(C0[i], C1[i])) at = i;
+  if (at >= 0)
+    printf("  rt_sgemm_team of %d: %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d: C[%lld] is %.9g, the chain's "
+           "%.9g\n",
+           nt, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->alpha, g->beta, (int)g->lda, (int)g->ldb,
+           (int)g->ldc, (long long)at, C1[at], C0[at]);
+  free(A), free(B), free(C0), free(C1), free(W);
+  return at >= 0;
 }
 
 /* The cpu device's triangles of 600 and 613 rows (split over threads as the device splits), op(A)
@@ -429,14 +483,35 @@ int main(int argc, char **argv) {
         if (!rt_sgemm_fits(false, m, nn, k, g.lda)) continue;
         n++, wrong += own_differs_in(&g, tb);
       }
-    check(n == 12 && wrong == 0 && !rt_sgemm_fits(true, 600, 64, 64, 600) && !rt_sgemm_fits(true, 64, 64, 600, 64) &&
+    check(n == 12 && wrong == 0 && !rt_sgemm_fits(true, 600, 64, 64, 600) && !rt_sgemm_fits(true, 300, 64, 600, 300) &&
+              rt_sgemm_fits(true, RT_SGEMM_MAX_TM, 704, 6400, RT_SGEMM_MAX_TM) &&
               rt_sgemm_fits(false, 1024, 151936, 896, 896) && rt_sgemm_fits(false, 1024, 896, 151936, 151936) &&
               !rt_sgemm_fits(false, 20000, 64, 1000, 1001),
           "rt_sgemm: %d products past 512 (op(A) = A; M to 1100, N to 1100 in groups of columns, K to 6400 in passes; "
           "lower and upper triangles, rows past K; whole and in four parts): %d differ from the fma chain; a "
-          "151936-word vocabulary as N or K is its, op(A) = A^T past 512 and work past %lld floats (20000 rows "
-          "copied contiguous) OpenBLAS's",
-          n, wrong, (long long)RT_SGEMM_MAX_WORK);
+          "151936-word vocabulary as N or K is its, op(A) = A^T past 512 with M past %d and work past %lld floats "
+          "(20000 rows copied contiguous) OpenBLAS's",
+          n, wrong, RT_SGEMM_MAX_TM, (long long)RT_SGEMM_MAX_WORK);
+    /* a team of threads on one product: op(A) = A^T (weights' gradients: M up to RT_SGEMM_MAX_TM, K
+     * the tokens) and the others, groups of panels (N 704 at K 1024: three), passes over K (1500:
+     * two), A packed (N past 96) or read where it lies, rows apart; teams of 2 and 3 */
+    static const int tms[] = {1, 13, 37, RT_SGEMM_MAX_TM}, tns[] = {1, 33, 100, 704}, tks[] = {7, 1024, 1500};
+    n = 0, wrong = 0;
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (size_t mi = 0; mi < sizeof tms / sizeof *tms; mi++)
+          for (size_t ni = 0; ni < sizeof tns / sizeof *tns; ni++)
+            for (size_t ki = 0; ki < sizeof tks / sizeof *tks; ki++) {
+              int m = tms[mi], nn = tns[ni], k = tks[ki], v = (int)(mi + ni + ki) + ta + tb;
+              RtGemm g =
+                  one_product(ta, tb, m, nn, k, ab[v % 3], v % 3 == 2 ? 1024 : v % 3, nn + (v % 2) * 5, PP_TRI_NONE);
+              if (!rt_sgemm_fits(ta, m, nn, k, g.lda)) continue;
+              n++, wrong += team_differs(&g, 2 + v % 2);
+            }
+    check(n == 4 * (int)(sizeof tms / sizeof *tms * sizeof tns / sizeof *tns * sizeof tks / sizeof *tks) && wrong == 0,
+          "rt_sgemm_team: %d products (all four transposes; M 1..%d, N 1..704 in up to 3 groups of panels, K 7..1500 "
+          "in up to 2 passes; teams of 2 and 3 threads): %d differ from one thread's fma chain",
+          n, RT_SGEMM_MAX_TM, wrong);
     /* triangles: S x S scores (out) or an S x S op(A) (lower, upper), square and not, every
      * transpose, the block edges, whole and in the parts threads take */
     static const int ss[] = {1, 12, 13, 40, 100, 257, 512}, dd[] = {1, 33, 96};
