@@ -58,6 +58,7 @@ static const LangTable lang_opencl = {
     .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
     .neg_inf = "(-INFINITY)",
     .unroll = "#pragma unroll",
+    .fma = "fma",
     .types = {"float", "int32_t", "ushort"},
 };
 
@@ -74,6 +75,7 @@ static const LangTable lang_cuda = {
     .barrier = "__syncthreads();",
     .neg_inf = "(-__int_as_float(0x7f800000))",
     .unroll = "#pragma unroll",
+    .fma = "fmaf",
     .types = {"float", "int32_t", "unsigned short"},
 };
 

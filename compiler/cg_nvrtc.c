@@ -103,10 +103,12 @@ int cg_nvrtc_files(const char *dir, const char *base, const char *src, size_t le
   char opt_arch[64], name[128];
   snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s", arch);
   snprintf(name, sizeof name, "%s.cu", base);
-  const char *opts[] = {opt_arch, "--std=c++17"};
+  /* --fmad=false: no product contracted into a sum; the renderer writes the fused multiply-adds
+   * itself (fmaf), the ones the C kernels have, so the devices round alike (compiler/cg_kir.c) */
+  const char *opts[] = {opt_arch, "--std=c++17", "--fmad=false"};
   /* the cache key: NVRTC's version, the options and the source */
   char *key = xmalloc(len + 256);
-  int kl = snprintf(key, 256, "nvrtc %d.%d|%s|%s|", major, minor, opts[0], opts[1]);
+  int kl = snprintf(key, 256, "nvrtc %d.%d|%s|%s|%s|", major, minor, opts[0], opts[1], opts[2]);
   memcpy(key + kl, src, len);
   uint64_t h = cg_fnv1a(key, (size_t)kl + len);
   free(key);

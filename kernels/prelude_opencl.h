@@ -1,4 +1,9 @@
 /* prelude_opencl.h - pasted before the generated OpenCL C kernels (kernels_sN.cl): maps the C names the kernel IR's renderer uses onto OpenCL C 1.2. */
+/* Rounding as the kernels are written: no product contracted into a sum by the compiler (OpenCL C
+ * contracts by default); the renderer writes the fused multiply-adds itself, as fma, the same ones
+ * the C kernels' fmaf are (compiler/cg_kir.c), so the devices round alike. */
+#pragma OPENCL FP_CONTRACT OFF
+
 typedef long int64_t;
 typedef int int32_t;
 

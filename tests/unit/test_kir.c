@@ -195,7 +195,8 @@ static void compile_and_run(const char *src, const char *main_body, char *out, s
 /* Fused multiply-adds are the renderer's (the table's fma), and the C kernels are compiled without
  * contraction (PPC_KERNEL_CFLAGS): a product added in one expression is written as fmaf, the left
  * term's when both are products, a sum of products reduced into its partials too; a product kept in
- * a temporary and added later rounds first; OpenCL and CUDA keep their compilers' contraction.
+ * a temporary and added later rounds first; OpenCL C and CUDA C write the same ones (fma, fmaf), their
+ * compilers' contraction off (the OpenCL prelude's FP_CONTRACT OFF, NVRTC's --fmad=false).
  * Checked on values where the two differ: a = 1 + 2^-12, a·a = 1 + 2^-11 + 2^-24 rounds to
  * 1 + 2^-11 (a tie, to even), so a·a - (1 + 2^-11) is 2^-24 fused and 0 otherwise. */
 static void test_fused_multiply_add(void) {
@@ -210,14 +211,22 @@ static void test_fused_multiply_add(void) {
   kir_store(k, y, row_at(k, r, 4), '=', kir_e(k, K_ADD, aa, kir_e(k, K_MUL, c, c, 0), 0)); /* a*a + c*c */
   int v = kir_let(k, aa);
   kir_store(k, y, row_at(k, r, 3), '=', kir_e(k, K_ADD, v, b, 0)); /* t = a*a; t + b */
-  char *src = render(k), *cl = render_in(k, LANG_OPENCL), *cu = render_in(k, LANG_CUDA);
+  char *src = render(k), *cl = render_in(k, LANG_OPENCL), *cu = render_in(k, LANG_CUDA), *pre_cl = NULL;
+  size_t pre_len = 0, pre_cap = 0;
+  cg_render_prelude(LANG_OPENCL, &pre_cl, &pre_len, &pre_cap);
   check(strstr(src, "p0[r] = fmaf(p1[r], p1[r], p1[(r + 1LL)]);") &&
             strstr(src, "= fmaf(p1[r], p1[r], -(p1[(r + 2LL)]));") &&
             strstr(src, "= fmaf(-(p1[r]), p1[r], p1[(r + 2LL)]);") &&
             strstr(src, "= fmaf(p1[r], p1[r], (p1[(r + 2LL)] * p1[(r + 2LL)]));") && count(src, "fmaf") == 4,
         "C: four fmaf (the left product when both terms are), none for the temporary, in:\n%s", src);
-  check(!strstr(cl, "fma(") && !strstr(cu, "fmaf("), "OpenCL and CUDA: their compilers' contraction, in:\n%s\n%s", cl,
-        cu);
+  check(strstr(cl, "p0[r] = fma(p1[r], p1[r], p1[(r + 1L)]);") &&
+            strstr(cl, "= fma(p1[r], p1[r], (p1[(r + 2L)] * p1[(r + 2L)]));") && count(cl, "fma(") == 8 &&
+            strstr(cu, "p0[r] = fmaf(p1[r], p1[r], p1[(r + 1LL)]);") && count(cu, "fmaf(") == 8 && pre_cl &&
+            strstr(pre_cl, "#pragma OPENCL FP_CONTRACT OFF"),
+        "OpenCL and CUDA: the same four fused multiply-adds in each of their two loops, none for the temporary, "
+        "OpenCL's contraction off, "
+        "in:\n%s\n%s",
+        cl, cu);
   char out[128];
   compile_and_run(src,
                   "  float x[3] = {1.0f + 0x1p-12f, -(1.0f + 0x1p-11f), 1.0f + 0x1p-11f}, y[5];\n"
@@ -228,9 +237,10 @@ static void test_fused_multiply_add(void) {
   free(src);
   free(cl);
   free(cu);
+  free(pre_cl);
   kir_free(k);
 
-  /* a reduction's sum of products: each product fused into its partial in C, folded after in OpenCL */
+  /* a reduction's sum of products: each product fused into its partial, in C and OpenCL alike */
   k = kir_new("dot", KM_BLOCK, 4, 32);
   x = kir_buf(k, "p0", PP_F32, false), y = kir_buf(k, "p1", PP_F32, true);
   r = kir_row(k);
@@ -240,7 +250,8 @@ static void test_fused_multiply_add(void) {
   src = render(k), cl = render_in(k, LANG_OPENCL);
   check(count(src, "ppk_part[ppk_t] = fmaf(") == 1 && !strstr(src, "ppk_x"),
         "C: the product fused into its partial:\n%s", src);
-  check(strstr(cl, "ppk_acc = ppk_acc + ppk_x;") && !strstr(cl, "fma("), "OpenCL: the element, then the fold:\n%s", cl);
+  check(strstr(cl, "ppk_acc = fma(p0[((r * 70L) + v0)], p0[((r * 70L) + v0)], ppk_acc);") && !strstr(cl, "ppk_x"),
+        "OpenCL: the product fused into its partial:\n%s", cl);
   free(src);
   free(cl);
   kir_free(k);

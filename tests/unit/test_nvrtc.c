@@ -4,8 +4,8 @@
  * every stage's files are checked against the listing; a second compile, from a cold cache, gives
  * the same bytes; a damaged cache entry is compiled again, never copied; every --arch compiles; and
  * an NVRTC failure (cg_nvrtc on a broken source) is an error that prints NVRTC's log and the
- * generated line it names. Without a CUDA toolkit ppc writes `cuda ARCH - - - -` and this test
- * says so. */
+ * generated line it names; the PTX leaves no product to the compiler's contraction (--fmad=false). Without a CUDA
+ * toolkit ppc writes `cuda ARCH - - - -` and this test says so. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,6 +162,29 @@ int main(int argc, char **argv) {
       continue;
     }
     check_dir(dir, what, "sm_90");
+  }
+  /* no contraction (--fmad=false): every f32 product and sum of the PTX rounds on its own (.rn), so
+   * ptxas fuses none; the fused multiply-adds are the renderer's fmaf (fma.rn) */
+  {
+    int plain = 0, rn = 0, fma = 0;
+    for (int i = 0; i < NCASES; i++) {
+      char path[800];
+      snprintf(path, sizeof path, "%s/nvrtc/case%d/kernels_s0.ptx", bin, i);
+      char *t = slurp(path);
+      for (const char *q = t; q && (q = strstr(q, ".f32")); q++) {
+        int mul = q >= t + 3 && !strncmp(q - 3, "mul", 3),
+            add = q >= t + 3 && (!strncmp(q - 3, "add", 3) || !strncmp(q - 3, "sub", 3));
+        plain += mul || add;
+      }
+      for (const char *q = t; q && (q = strstr(q, "mul.rn.f32")); q++) rn++;
+      for (const char *q = t; q && (q = strstr(q, "fma.rn.f32")); q++) fma++;
+      free(t);
+    }
+    check(
+        plain == 0 && rn > 0 && fma > 0,
+        "the cases' PTX: %d f32 products and sums left to ptxas's contraction (mul.f32, add.f32, sub.f32), %d rounded "
+        "apart (mul.rn.f32), %d fused by the renderer (fma.rn.f32)",
+        plain, rn, fma);
   }
   /* reproducible: a second compile with an empty cache gives the same bytes */
   {
