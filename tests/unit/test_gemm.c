@@ -474,7 +474,8 @@ int main(int argc, char **argv) {
     /* past a sequence's sizes, op(A) = A only: the linear layers' and the head's products */
     static const int big[][4] = {{1037, 97, 1500, PP_TRI_NONE},  {600, 700, 64, PP_TRI_NONE},
                                  {97, 1100, 704, PP_TRI_NONE},   {1030, 45, 6400, PP_TRI_NONE},
-                                 {1100, 45, 1030, PP_TRI_UPPER}, {1030, 45, 1100, PP_TRI_LOWER}};
+                                 {1100, 45, 1030, PP_TRI_UPPER}, {1030, 45, 1100, PP_TRI_LOWER},
+                                 {300, 310, 1500, PP_TRI_OUT}};
     n = 0, wrong = 0;
     for (int tb = 0; tb < 2; tb++)
       for (size_t i = 0; i < sizeof big / sizeof *big; i++) {
@@ -483,12 +484,12 @@ int main(int argc, char **argv) {
         if (!rt_sgemm_fits(false, m, nn, k, g.lda)) continue;
         n++, wrong += own_differs_in(&g, tb);
       }
-    check(n == 12 && wrong == 0 && !rt_sgemm_fits(true, 600, 64, 64, 600) && !rt_sgemm_fits(true, 300, 64, 600, 300) &&
+    check(n == 14 && wrong == 0 && !rt_sgemm_fits(true, 600, 64, 64, 600) && !rt_sgemm_fits(true, 300, 64, 600, 300) &&
               rt_sgemm_fits(true, RT_SGEMM_MAX_TM, 704, 6400, RT_SGEMM_MAX_TM) &&
               rt_sgemm_fits(false, 1024, 151936, 896, 896) && rt_sgemm_fits(false, 1024, 896, 151936, 151936) &&
               !rt_sgemm_fits(false, 20000, 64, 1000, 1001),
           "rt_sgemm: %d products past 512 (op(A) = A; M to 1100, N to 1100 in groups of columns, K to 6400 in passes; "
-          "lower and upper triangles, rows past K; whole and in four parts): %d differ from the fma chain; a "
+          "lower, upper and out triangles, rows past K; whole and in four parts): %d differ from the fma chain; a "
           "151936-word vocabulary as N or K is its, op(A) = A^T past 512 with M past %d and work past %lld floats "
           "(20000 rows copied contiguous) OpenBLAS's",
           n, wrong, RT_SGEMM_MAX_TM, (long long)RT_SGEMM_MAX_WORK);
