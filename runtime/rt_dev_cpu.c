@@ -480,10 +480,13 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
  * threads: a batch of products into distinct Cs a product per thread, otherwise C's rows (or
  * columns, when wider) in blocks of 16, or on rt_sgemm with op(A) = A its columns in blocks of 32
  * (when there is one a thread), each thread computing its block of every product in batch
- * order (a batch adding into one C adds in the same order); on rt_sgemm with op(A) = A^T (a weight's
- * gradient) the threads as a team, sharing the packing and op(B)'s panels (rt_sgemm_team). The products rt_sgemm_fits
- * takes (attention's and the linear layers'; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to OpenBLAS. Each
- * element of C is computed as one thread of either computes it, so the values do not depend on the threads. */
+ * order (a batch adding into one C adds in the same order); on rt_sgemm with op(A) = A^T (a
+ * weight's gradient) the threads as a team, sharing the packing and op(B)'s panels
+ * (rt_sgemm_team). The products rt_sgemm_fits takes (attention's, the linear layers' and the
+ * narrow weights' gradients; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to OpenBLAS.
+ * Each element of C is computed as one thread of either computes it, so the values do not depend
+ * on the threads (OpenBLAS's AVX-512 kernels; its AVX2 ones round a part of C otherwise,
+ * docs/devices.md). */
 static void team_sync(void *arg) {
   (void)arg;
 #pragma omp barrier

@@ -14,11 +14,12 @@
  * head's, of any K and N (in passes over K and groups of columns), up to a tenth faster than
  * OpenBLAS's. With op(A) = A^T short ones, M, N and K up to a sequence of 512, and any with M up to
  * RT_SGEMM_MAX_TM: a weight's gradient (K the step's tokens) packs its whole A transposed, and
- * OpenBLAS runs those faster where M is wider; where it is 256 or less, two threads computing it as
- * a team (rt_sgemm_team) make each of op(B)'s panels once, where split by rows each would make all of
- * them and OpenBLAS would run each half at its short-M rate (minimind256 at two threads: its 256 x
- * 256 x 1024 products 2.65-3.0 -> 2.44-2.47 ms a step, 128 x 256 x 1024 1.36-1.41 -> 1.33-1.36; at
- * one thread within 0.1 ms either way; M 704 or 6400: slower, docs/perf.md). */
+ * OpenBLAS runs those faster where M is wider; where it is 256 or less, two or more threads
+ * computing it as a team (rt_sgemm_team) make each of op(B)'s panels once, where split by rows each
+ * would make all of them and OpenBLAS would run each half at its short-M rate (minimind256 at two
+ * threads: its 256 x 256 x 1024 products 2.67-3.01 -> 2.44-2.50 ms a step, 128 x 256 x 1024
+ * 1.36-1.42 -> 1.33-1.36; at one thread within 0.2 ms either way; M 704 or 6400: slower,
+ * docs/perf.md). */
 #define RT_SGEMM_MAX_WORK ((int64_t)1 << 24)
 #define RT_SGEMM_MAX_T    512
 #define RT_SGEMM_MAX_TM   256
