@@ -137,18 +137,55 @@ static bool unwanted(const RtGemm *g, int64_t e) {
   return false;
 }
 
+/* A team of nt threads on one product (rt_sgemm_team, a pthread barrier for its sync). */
+typedef struct {
+  const RtGemm *g;
+  const float *A, *B;
+  float *C, *W;
+  int t, nt;
+  pthread_barrier_t *bar;
+} Member;
+
+static void member_sync(void *arg) { pthread_barrier_wait(arg); }
+
+static void *member_run(void *arg) {
+  Member *mb = arg;
+  const RtGemm *g = mb->g;
+  RtSgemmTeam tm = {mb->t, mb->nt, member_sync, mb->bar};
+  rt_sgemm_team(g->ta, g->tb, g->m, g->n, g->k, g->alpha, mb->A, g->lda, mb->B, g->ldb, g->beta, mb->C, g->ldc, mb->W,
+                &tm);
+  return NULL;
+}
+
 /* rt_sgemm on g's batch against chain, bit for bit, over C's whole span (elements between rows must
  * keep their values; a BETA 0 C starts as NaN, which must not leak in), but for the elements g's
  * triangle does not want and the sign of a zero (a triangle's chain leaves out products with op(A)'s
- * zeros). split: each product in four parts, as threads take one (rows and columns halved). 0 when
- * equal, else prints. */
-static int own_differs_in(const RtGemm *g, bool split) {
+ * zeros). split: each product in four parts, as threads take one (rows and columns halved); team
+ * (2 or more, no triangle): each product by rt_sgemm_team with that many threads. 0 when equal,
+ * else prints. */
+static int own_differs_in(const RtGemm *g, bool split, int team) {
   float *A, *B, *C0, *C1,
       *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->ta, g->m, g->n, g->k, g->lda) + 16) / 16 * 64);
   int64_t nc = operands(g, &A, &B, &C0, &C1, g->beta == 0.0f);
   int rs[3] = {0, split ? g->m / 2 : g->m, g->m}, cs[3] = {0, split ? g->n / 2 : g->n, g->n};
   for (int i = 0; i < g->batch; i++) {
     chain(g, A + i * g->sa, B + i * g->sb, C0 + i * g->sc);
+    if (team > 1) {
+      pthread_barrier_t bar;
+      pthread_barrier_init(&bar, NULL, (unsigned)team);
+      pthread_t th[8];
+      Member mb[8];
+      for (int t = 0; t < team; t++) {
+        mb[t] = (Member){g, A + i * g->sa, B + i * g->sb, C1 + i * g->sc, W, t, team, &bar};
+        if (pthread_create(&th[t], NULL, member_run, &mb[t])) {
+          fprintf(stderr, "test_gemm: pthread_create failed\n");
+          exit(2);
+        }
+      }
+      for (int t = 0; t < team; t++) pthread_join(th[t], NULL);
+      pthread_barrier_destroy(&bar);
+      continue;
+    }
     for (int r = 0; r < 2; r++)
       for (int c = 0; c < 2; c++) {
         int r0 = rs[r], r1 = rs[r + 1], c0 = cs[c], c1 = cs[c + 1];
@@ -161,16 +198,19 @@ static int own_differs_in(const RtGemm *g, bool split) {
   int64_t at = -1;
   for (int64_t i = 0; i < nc && at < 0; i++)
     if (differs(C0[i], C1[i]) && !unwanted(g, i)) at = i;
+  char how[32] = "";
+  if (team > 1) snprintf(how, sizeof how, " (a team of %d)", team);
+  else if (split) snprintf(how, sizeof how, " (in parts)");
   if (at >= 0)
     printf("  rt_sgemm %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d batch %d tri %s%s: C[%lld] is %.9g, the "
            "fma chain %.9g\n",
            g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->alpha, g->beta, g->lda, g->ldb, g->ldc, g->batch,
-           pp_tri_name(g->tri), split ? " (in parts)" : "", (long long)at, C1[at], C0[at]);
+           pp_tri_name(g->tri), how, (long long)at, C1[at], C0[at]);
   free(A), free(B), free(C0), free(C1), free(W);
   return at >= 0;
 }
 
-static int own_differs(const RtGemm *g) { return own_differs_in(g, false); }
+static int own_differs(const RtGemm *g) { return own_differs_in(g, false, 0); }
 
 static int same(const RtGemm *a, const RtGemm *b) {
   return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda &&
@@ -217,58 +257,6 @@ static RtGemm one_product(int ta, int tb, int m, int n, int k, const float ab[2]
                   0,
                   {PP_F32, PP_F32, PP_F32},
                   tri};
-}
-
-/* A team of nt threads on one product (rt_sgemm_team, a pthread barrier for its sync). */
-typedef struct {
-  const RtGemm *g;
-  const float *A, *B;
-  float *C, *W;
-  int t, nt;
-  pthread_barrier_t *bar;
-} Member;
-
-static void member_sync(void *arg) { pthread_barrier_wait(arg); }
-
-static void *member_run(void *arg) {
-  Member *mb = arg;
-  const RtGemm *g = mb->g;
-  RtSgemmTeam tm = {mb->t, mb->nt, member_sync, mb->bar};
-  rt_sgemm_team(g->ta, g->tb, g->m, g->n, g->k, g->alpha, mb->A, g->lda, mb->B, g->ldb, g->beta, mb->C, g->ldc, mb->W,
-                &tm);
-  return NULL;
-}
-
-/* rt_sgemm_team with nt threads against chain, bit for bit, over C's whole span (as
- * own_differs_in). 0 when equal, else prints. */
-static int team_differs(const RtGemm *g, int nt) {
-  float *A, *B, *C0, *C1,
-      *W = aligned_alloc(64, (size_t)(rt_sgemm_work(g->ta, g->m, g->n, g->k, g->lda) + 16) / 16 * 64);
-  int64_t nc = operands(g, &A, &B, &C0, &C1, g->beta == 0.0f);
-  chain(g, A, B, C0);
-  pthread_barrier_t bar;
-  pthread_barrier_init(&bar, NULL, (unsigned)nt);
-  pthread_t th[8];
-  Member mb[8];
-  for (int t = 0; t < nt; t++) {
-    mb[t] = (Member){g, A, B, C1, W, t, nt, &bar};
-    if (pthread_create(&th[t], NULL, member_run, &mb[t])) {
-      fprintf(stderr, "test_gemm: pthread_create failed\n");
-      exit(2);
-    }
-  }
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
-  pthread_barrier_destroy(&bar);
-  int64_t at = -1;
-  for (int64_t i = 0; i < nc && at < 0; i++)
-    if (differs(C0[i], C1[i])) at = i;
-  if (at >= 0)
-    printf("  rt_sgemm_team of %d: %c %c %d %d %d alpha %g beta %g lda %d ldb %d ldc %d: C[%lld] is %.9g, the chain's "
-           "%.9g\n",
-           nt, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->alpha, g->beta, (int)g->lda, (int)g->ldb,
-           (int)g->ldc, (long long)at, C1[at], C0[at]);
-  free(A), free(B), free(C0), free(C1), free(W);
-  return at >= 0;
 }
 
 /* The cpu device's triangles of 600 and 613 rows (split over threads as the device splits), op(A)
@@ -482,7 +470,7 @@ int main(int argc, char **argv) {
         int m = big[i][0], nn = big[i][1], k = big[i][2], v = (int)i + tb;
         RtGemm g = one_product(0, tb, m, nn, k, ab[v % 3], v % 2 ? 3 : 0, nn + (v % 2) * 5, (PpTri)big[i][3]);
         if (!rt_sgemm_fits(false, m, nn, k, g.lda)) continue;
-        n++, wrong += own_differs_in(&g, tb);
+        n++, wrong += own_differs_in(&g, tb, 0);
       }
     check(n == 14 && wrong == 0 && !rt_sgemm_fits(true, 600, 64, 64, 600) && !rt_sgemm_fits(true, 300, 64, 600, 300) &&
               rt_sgemm_fits(true, RT_SGEMM_MAX_TM, 704, 6400, RT_SGEMM_MAX_TM) &&
@@ -507,7 +495,7 @@ int main(int argc, char **argv) {
               RtGemm g =
                   one_product(ta, tb, m, nn, k, ab[v % 3], v % 3 == 2 ? 1024 : v % 3, nn + (v % 2) * 5, PP_TRI_NONE);
               if (!rt_sgemm_fits(ta, m, nn, k, g.lda)) continue;
-              n++, wrong += team_differs(&g, 2 + v % 2);
+              n++, wrong += own_differs_in(&g, false, 2 + v % 2);
             }
     check(n == 4 * (int)(sizeof tms / sizeof *tms * sizeof tns / sizeof *tns * sizeof tks / sizeof *tks) && wrong == 0,
           "rt_sgemm_team: %d products (all four transposes; M 1..%d, N 1..704 in up to 3 groups of panels, K 7..1500 "
@@ -527,7 +515,7 @@ int main(int argc, char **argv) {
               int pad = v % 3 == 1 ? 3 : 0;
               RtGemm g = one_product(ta, tb, m, nn, k, ab[v % 3], pad, nn + (v % 2) * 5, (PpTri)tri);
               if (!rt_sgemm_fits(ta, m, nn, k, g.lda)) continue;
-              n++, wrong += own_differs_in(&g, false) + own_differs_in(&g, true);
+              n++, wrong += own_differs_in(&g, false, 0) + own_differs_in(&g, true, 0);
             }
     check(n == 3 * 4 * (int)(sizeof ss / sizeof *ss * sizeof dd / sizeof *dd) && wrong == 0,
           "rt_sgemm: %d triangles (tri:out, lower and upper; all four transposes; S 1..512, square and not; "
