@@ -144,7 +144,7 @@ $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.
 $(BUILD)/test_partition: tests/unit/test_partition.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # the kernel IR's builder, as the C renderer prints what it builds
-$(BUILD)/test_kir: tests/unit/test_kir.c tests/unit/check.h $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
+$(BUILD)/test_kir: tests/unit/test_kir.c tests/unit/check.h tests/unit/test_util.h $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $< $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ)) $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 $(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "ppc.h"
+#include "test_util.h"
 
 /* The kernel's C source (the caller frees it). */
 static char *render(const Kernel *k) {
@@ -16,12 +17,6 @@ static char *render(const Kernel *k) {
   size_t len = 0, cap = 0;
   cg_render_kernel(k, LANG_C, &out, &len, &cap);
   return out;
-}
-
-static int count(const char *s, const char *what) {
-  int n = 0;
-  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
-  return n;
 }
 
 static int sigmoid(Kernel *k, int x) {

@@ -171,13 +171,10 @@ int main(int argc, char **argv) {
       char path[800];
       snprintf(path, sizeof path, "%s/nvrtc/case%d/kernels_s0.ptx", bin, i);
       char *t = slurp(path);
-      for (const char *q = t; q && (q = strstr(q, ".f32")); q++) {
-        int mul = q >= t + 3 && !strncmp(q - 3, "mul", 3),
-            add = q >= t + 3 && (!strncmp(q - 3, "add", 3) || !strncmp(q - 3, "sub", 3));
-        plain += mul || add;
-      }
-      for (const char *q = t; q && (q = strstr(q, "mul.rn.f32")); q++) rn++;
-      for (const char *q = t; q && (q = strstr(q, "fma.rn.f32")); q++) fma++;
+      if (!t) continue; /* no PTX: the counts fail below */
+      plain += count(t, "mul.f32") + count(t, "add.f32") + count(t, "sub.f32");
+      rn += count(t, "mul.rn.f32");
+      fma += count(t, "fma.rn.f32");
       free(t);
     }
     check(

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The whole file as a NUL-terminated string, or NULL. */
 static inline char *slurp(const char *path) {
@@ -17,6 +18,13 @@ static inline char *slurp(const char *path) {
   s[n] = 0;
   fclose(f);
   return s;
+}
+
+/* How many times what occurs in s (overlaps counted). */
+static inline int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+  return n;
 }
 
 #endif
