@@ -90,6 +90,25 @@ static void settle(int rc) {
   exit_all(1);
 }
 
+/* rt_exec_open on every rank, settled. An OpenCL driver's kernel cache is shared by a host's
+ * processes, and PoCL's fails a program that two of them build at once (CL_BUILD_PROGRAM_FAILURE
+ * with an empty log; pocl/pocl#1480, #430): on opencl a host's ranks load one after another,
+ * local rank 0 first, each later one finding what the earlier built in the cache. */
+static RtExec *exec_open(const RtProg *p, const char *dir, RtDev *dev, RtDevKind kind) {
+  RtExec *x = NULL;
+  if (kind != RT_DEV_OPENCL) {
+    settle(rt_exec_open(p, dir, dev, &x, err, sizeof err));
+    return x;
+  }
+  int rc = 0, local = rt_comm_local_rank(comm);
+  for (int turn = 0;; turn++) {
+    if (local == turn) rc = rt_exec_open(p, dir, dev, &x, err, sizeof err);
+    if (rt_comm_all_ok(comm, local <= turn)) break; /* every rank of every host has had its turn */
+  }
+  settle(rc);
+  return x;
+}
+
 #define CHECK_IO(cond, ...)                                                                                            \
   do {                                                                                                                 \
     if (!(cond)) {                                                                                                     \
@@ -1114,8 +1133,7 @@ int main(int argc, char **argv) {
   dev->tf32 = c.tf32;
   dev->onednn = c.onednn;
   rt_comm_use_device(comm, dev, p); /* cuda: NCCL where it can */
-  RtExec *x = NULL;
-  settle(rt_exec_open(p, c.dir, dev, &x, err, sizeof err));
+  RtExec *x = exec_open(p, c.dir, dev, kind);
   rt_exec_set_comm(x, comm);
 
   /* --resume: the state checked against this run, then the weights and the moments, before any step */
@@ -1191,7 +1209,7 @@ int main(int argc, char **argv) {
     settle(rt_dev_open(c.device, rt_comm_local_rank(comm), &gen.dev, err, sizeof err));
     gen.dev->tf32 = c.tf32;
     gen.dev->onednn = c.onednn;
-    settle(rt_exec_open(gen.p, c.dir, gen.dev, &gen.x, err, sizeof err));
+    gen.x = exec_open(gen.p, c.dir, gen.dev, kind);
     rt_exec_set_comm(gen.x, comm);
   }
   if (gen_only) {
