@@ -110,7 +110,10 @@ int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t
  *   this CPU's SGEMM).
  * - OPENBLAS_THREAD_TIMEOUT=4, when unset: OpenBLAS's worker threads sleep at once after a GEMM
  *   instead of spinning for 2^28 cycles in sched_yield, which took the cores from the kernels'
- *   OpenMP threads (docs/perf.md, "Threads"). */
+ *   OpenMP threads (docs/perf.md, "Threads").
+ * Before executing it, the first thread gets back the CPUs of all of libgomp's places: under
+ * OMP_PROC_BIND libgomp has bound it to the first, and the program run again would take that one
+ * CPU for all it may use. */
 void rt_dev_cpu_blas_core(char **argv);
 /* The threads of each of the local_ranks ranks on this machine (the kernels' OpenMP threads, which
  * also share the GEMMs) when neither OMP_NUM_THREADS nor OPENBLAS_NUM_THREADS is set: the machine's

@@ -1,12 +1,13 @@
 /* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs
  * through OpenBLAS (attention's short products through rt_sgemm). */
-#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE */
+#define _GNU_SOURCE /* madvise's MADV_HUGEPAGE; sched_setaffinity */
 #include "rt_dev.h"
 #include "rt_sgemm.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ typedef struct {
   void *so;
   KernelFn *fn; /* per kernel */
   int nfn;
-  int nt;         /* threads for a GEMM: OpenBLAS's count at open; OpenBLAS itself then runs one */
+  int nt;         /* threads for a GEMM: the count OpenBLAS would take (gemm_threads); OpenBLAS then runs one */
   float *wide[3]; /* a bf16 GEMM's A, B, C widened to f32 (cpu_gemm); grown as needed */
   int64_t wide_cap[3];
   float *work; /* rt_sgemm's work, a slice per thread; grown as needed */
@@ -176,6 +177,25 @@ static int core_in(const char *core, const char *const *set) {
   return 0;
 }
 
+/* Under OMP_PROC_BIND libgomp has bound this thread to its first place when it started, and a
+ * program it runs inherits that place as the whole of the CPUs it may use: libgomp there makes its
+ * places of that, and every thread runs on one CPU (minimind256 at two threads as slow as at one).
+ * So the CPUs of all the places (those the process was started with, or the user's OMP_PLACES)
+ * are this thread's again first; unbound (OMP_PROC_BIND false or unset, no OMP_PLACES), nothing. */
+static void unbind_first_thread(void) {
+  if (omp_get_proc_bind() == omp_proc_bind_false) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i < omp_get_num_places(); i++) {
+    int n = omp_get_place_num_procs(i), ids[CPU_SETSIZE];
+    if (n < 1 || n > CPU_SETSIZE) continue;
+    omp_get_place_proc_ids(i, ids);
+    for (int j = 0; j < n; j++)
+      if (ids[j] >= 0 && ids[j] < CPU_SETSIZE) CPU_SET(ids[j], &set);
+  }
+  if (CPU_COUNT(&set) > 0) sched_setaffinity(0, sizeof set, &set); /* on failure: as libgomp left it */
+}
+
 void rt_dev_cpu_blas_core(char **argv) {
   static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen4", NULL};
   static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen4", NULL};
@@ -184,9 +204,29 @@ void rt_dev_cpu_blas_core(char **argv) {
   int timeout = !getenv("OPENBLAS_THREAD_TIMEOUT");
   if (!core && !timeout) return;
   if ((core && setenv("OPENBLAS_CORETYPE", want, 1)) || (timeout && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1))) return;
-  execv("/proc/self/exe", argv); /* on failure: on as it is */
+  unbind_first_thread();
+  execv("/proc/self/exe", argv); /* on failure: on as it is (its threads as libgomp binds them) */
   if (core) unsetenv("OPENBLAS_CORETYPE");
   if (timeout) unsetenv("OPENBLAS_THREAD_TIMEOUT");
+}
+
+static int shared_nt; /* the threads rt_dev_cpu_share_cores gave each rank; 0: none */
+
+/* The GEMMs' threads (docs/devices.md): OpenBLAS's count as OpenBLAS takes it (OPENBLAS_NUM_THREADS,
+ * GOTO_NUM_THREADS or OMP_NUM_THREADS, the first set to a count; else the CPUs), or the rank's share,
+ * at most the CPUs this process may use. Counted here, not asked of OpenBLAS: OpenBLAS counts the
+ * CPUs its loading thread may run on, and under OMP_PROC_BIND libgomp has bound that thread to one
+ * CPU by then, so OpenBLAS took 1 (every GEMM on one thread: minimind256 at two threads as slow as
+ * at one). */
+static int gemm_threads(void) {
+  static const char *const vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"};
+  int procs = omp_get_num_procs(), n = shared_nt; /* libgomp's count of the CPUs it started with */
+  for (size_t i = 0; n < 1 && i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    n = v ? atoi(v) : 0;
+  }
+  if (n < 1 || n > procs) n = procs;
+  return n > 0 ? n : 1;
 }
 
 int rt_dev_cpu_share_cores(int local_ranks) {
@@ -199,7 +239,7 @@ int rt_dev_cpu_share_cores(int local_ranks) {
   if (n > procs) n = procs;
   if (n >= omp_get_max_threads()) return 0;
   omp_set_num_threads(n);
-  openblas_set_num_threads(n); /* what cpu_open reads as the GEMMs' threads */
+  shared_nt = n; /* the GEMMs' (gemm_threads) */
   return n;
 }
 
@@ -229,10 +269,15 @@ static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t er
   RT_CHECK_ALLOC(c);
   c->d.ops = &rt_dev_cpu_ops;
   c->own = !(gv && !strcmp(gv, "openblas"));
-  c->nt = openblas_get_num_threads();
-  if (c->nt < 1) c->nt = 1;
+  c->nt = gemm_threads();
   openblas_set_num_threads(1); /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
-  snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s)", rt_dev_cpu_blas_name());
+  int kt = omp_get_max_threads();
+  if (kt == c->nt)
+    snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s, %d thread%s)", rt_dev_cpu_blas_name(), kt,
+             kt == 1 ? "" : "s");
+  else
+    snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s, %d thread%s, GEMMs on %d)", rt_dev_cpu_blas_name(), kt,
+             kt == 1 ? "" : "s", c->nt);
   *out = &c->d;
   return 0;
 }

@@ -12,6 +12,7 @@ mpi="mpirun --oversubscribe --allow-run-as-root" # common.sh's MPIRUN without th
 np=3
 
 "$ppc" examples/tiny.pdl --pp $np -o "$tmp/pp" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+"$ppc" examples/tiny.pdl -o "$tmp/pp0" >"$tmp/ppc0.txt" 2>&1 || cat "$tmp/ppc0.txt"
 
 # run TAG ENV...: 3 steps on np ranks under env ENV..., the output in TAG.txt, the losses in TAG.losses
 run() {
@@ -58,6 +59,26 @@ for v in OMP_NUM_THREADS OPENBLAS_NUM_THREADS; do
     bad "$v=1: ppr failed"
   fi
 done
+
+# OMP_PROC_BIND: libgomp binds ppr's first thread to one CPU as it loads, and OpenBLAS, loading
+# after it, counts one CPU. ppr runs itself again to set OpenBLAS's variables (neither set here), and
+# the threads of that run must still spread over every CPU ppr may use, and its GEMMs run on as many
+# (before: all on one CPU, and the GEMMs on one thread). One process, no thread count set.
+nproc_here=$(nproc)
+if env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u OPENBLAS_CORETYPE -u OPENBLAS_THREAD_TIMEOUT -u OMP_PLACES \
+  OMP_PROC_BIND=spread OMP_DISPLAY_AFFINITY=TRUE OMP_AFFINITY_FORMAT='ppr-affinity %A' \
+  "$ppr" "$tmp/pp0" --steps 1 >"$tmp/bind.txt" 2>&1; then
+  want="$nproc_here thread$([ "$nproc_here" -eq 1 ] || echo s))"
+  if grep -q "on cpu (OpenBLAS [^,]*, $want" "$tmp/bind.txt"; then
+    ok "OMP_PROC_BIND=spread, $nproc_here CPUs: the kernels and the GEMMs on as many threads"
+  else bad "OMP_PROC_BIND=spread, $nproc_here CPUs: expected 'on cpu (OpenBLAS ..., $want' in: $(head -n 1 "$tmp/bind.txt")"; fi
+  cpus=$(sed -n 's/^ppr-affinity //p' "$tmp/bind.txt" | sort -u | tr '\n' ' ')
+  if [ "$(sed -n 's/^ppr-affinity //p' "$tmp/bind.txt" | sort -u | wc -l)" -eq "$nproc_here" ]; then
+    ok "OMP_PROC_BIND=spread: the threads on $nproc_here CPUs of their own ($cpus)"
+  else bad "OMP_PROC_BIND=spread: the threads on CPUs '$cpus', expected $nproc_here different ones"; fi
+else
+  bad "OMP_PROC_BIND=spread: ppr failed: $(tail -n 3 "$tmp/bind.txt")"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
