@@ -270,14 +270,12 @@ static int cpu_open(RtDev **out, int index, int local_rank, char *err, size_t er
   c->d.ops = &rt_dev_cpu_ops;
   c->own = !(gv && !strcmp(gv, "openblas"));
   c->nt = gemm_threads();
-  openblas_set_num_threads(1); /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
-  int kt = omp_get_max_threads();
-  if (kt == c->nt)
-    snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s, %d thread%s)", rt_dev_cpu_blas_name(), kt,
-             kt == 1 ? "" : "s");
-  else
-    snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s, %d thread%s, GEMMs on %d)", rt_dev_cpu_blas_name(), kt,
-             kt == 1 ? "" : "s", c->nt);
+  openblas_set_num_threads(1);    /* the GEMMs' threads are the kernels' OpenMP ones (cpu_gemm) */
+  int kt = omp_get_max_threads(); /* the kernels' */
+  char gemms[32] = "";
+  if (kt != c->nt) snprintf(gemms, sizeof gemms, ", GEMMs on %d", c->nt);
+  snprintf(c->d.desc, sizeof c->d.desc, "cpu (OpenBLAS %s, %d thread%s%s)", rt_dev_cpu_blas_name(), kt,
+           kt == 1 ? "" : "s", gemms);
   *out = &c->d;
   return 0;
 }
