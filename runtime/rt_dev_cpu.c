@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* madvise's MADV_HUGEPAGE; sched_setaffinity */
 #include "rt_dev.h"
 #include "rt_sgemm.h"
+#include "rt_util.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -574,7 +575,7 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
 #pragma omp parallel num_threads(nt)
   {
     int t = omp_get_thread_num(), w = omp_get_num_threads();
-    int u0 = (int)((int64_t)units * t / w), u1 = (int)((int64_t)units * (t + 1) / w);
+    int u0 = rt_util_share(units, t, w), u1 = rt_util_share(units, t + 1, w);
     float *ws = own ? c->work + t * work : NULL;
     if (by_batch) gemm_part(g, A, B, C, u0, u1, 0, g->m, 0, g->n, own, ws);
     else if (by_rows)

@@ -16,6 +16,7 @@
  * with op(A)'s zeros, so the value is the whole chain's but for the sign of a zero. AVX-512 only,
  * checked at run time; rt_sgemm_fits says which products are taken here. */
 #include "rt_sgemm.h"
+#include "rt_util.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -260,7 +261,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   /* a team's member: its blocks of rows [m0, m1) (12 rows a block, evenly), and its panels of each
    * group (below) */
   int t = tm ? tm->t : 0, nt = tm ? tm->nt : 1, mb = (m + MR - 1) / MR;
-  int m0 = (int)((int64_t)mb * t / nt) * MR, m1 = (int)((int64_t)mb * (t + 1) / nt) * MR;
+  int m0 = rt_util_share(mb, t, nt) * MR, m1 = rt_util_share(mb, t + 1, nt) * MR;
   if (m1 > m) m1 = m;
   if (!ta && lda > k) {
     for (int r = m0; r < m1; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
@@ -293,7 +294,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     for (int pc = 0; pc < k; pc += cu.kc) {
       int pe = k - pc < cu.kc ? k : pc + cu.kc, kn = pe - pc;
       if (tm && (q0 || pc)) tm->sync(tm->arg); /* every member done with the last group's panels */
-      for (int q = q0 + (int)((int64_t)(q1 - q0) * t / nt); q < q0 + (int)((int64_t)(q1 - q0) * (t + 1) / nt); q++)
+      for (int q = q0 + rt_util_share(q1 - q0, t, nt); q < q0 + rt_util_share(q1 - q0, t + 1, nt); q++)
         panel(tb, kn, tb ? B + pc : B + (int64_t)pc * ldb, ldb, q * NR, n - q * NR, bp + (int64_t)(q - q0) * NR * kn);
       if (tm) tm->sync(tm->arg); /* every panel of the group made */
       for (int i = m0; i < m1; i += MR) {

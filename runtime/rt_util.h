@@ -3,6 +3,7 @@
 #define RT_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__)
 #define RT_UTIL_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -13,6 +14,11 @@
 /* Formats a message into err[0..errlen) (truncated if needed); nothing when err is NULL or
  * errlen 0. */
 void rt_util_set_err(char *err, size_t errlen, const char *fmt, ...) RT_UTIL_PRINTF(3, 4);
+
+/* Where member t of nt starts in n units shared evenly (member t takes [rt_util_share(n, t, nt),
+ * rt_util_share(n, t + 1, nt)); the shares differ by at most one unit): the threads' parts of a
+ * GEMM, and a team's rows and panels in rt_sgemm. */
+static inline int rt_util_share(int64_t n, int t, int nt) { return (int)(n * t / nt); }
 
 /* CLOCK_MONOTONIC in seconds. */
 double rt_util_now_s(void);
