@@ -21,6 +21,7 @@ typedef struct {
   int64_t kind_n[PROF_KINDS];
   double *kern_ms; /* per RtProg.kernels */
   int64_t *kern_n;
+  double *kern_bytes; /* per RtProg.kernels: the bytes its launches' buffer arguments span */
   ProfGemm *gemm;
   int ngemm, capgemm;
 } Prof;
@@ -50,7 +51,8 @@ RtProf *rt_prof_new(const RtProg *p, const char *device) {
     if (p->nkernels) {
       f->prof.kern_ms = calloc((size_t)p->nkernels, sizeof *f->prof.kern_ms);
       f->prof.kern_n = calloc((size_t)p->nkernels, sizeof *f->prof.kern_n);
-      if (!f->prof.kern_ms || !f->prof.kern_n) {
+      f->prof.kern_bytes = calloc((size_t)p->nkernels, sizeof *f->prof.kern_bytes);
+      if (!f->prof.kern_ms || !f->prof.kern_n || !f->prof.kern_bytes) {
         rt_prof_free(f);
         return NULL;
       }
@@ -69,6 +71,8 @@ static void prof_instr(Prof *pr, int chunk, int b, const RtInstr *in, double ms)
   if (in->kind == RT_I_KERNEL && pr->kern_ms) {
     pr->kern_ms[in->kernel] += ms;
     pr->kern_n[in->kernel]++;
+    for (int a = 0; a < in->nargs; a++)
+      if (in->args[a].kind == RT_A_PTR) pr->kern_bytes[in->kernel] += (double)in->args[a].bytes;
   } else if (in->kind == RT_I_GEMM) {
     ProfGemm *g = NULL;
     for (int i = 0; i < pr->ngemm && !g; i++) {
@@ -134,8 +138,11 @@ typedef struct {
   const char *op;
   int kernels;
   int64_t calls;
-  double ms;
+  double ms, bytes;
 } ProfOp;
+
+/* bytes moved in ms, as GB/s; 0 for no time */
+static double prof_gbs(double bytes, double ms) { return ms > 0 ? bytes / (ms * 1e6) : 0; }
 
 static int prof_op_cmp(const void *a, const void *b) {
   double x = ((const ProfOp *)a)->ms, y = ((const ProfOp *)b)->ms;
@@ -198,28 +205,36 @@ static void prof_report(const RtProf *f) {
       const char *op = prof_op(p->kernels[k]);
       int i = 0;
       while (i < nops && strcmp(ops[i].op, op)) i++;
-      if (i == nops) ops[nops++] = (ProfOp){op, 0, 0, 0};
+      if (i == nops) ops[nops++] = (ProfOp){op, 0, 0, 0, 0};
       ops[i].kernels++;
       ops[i].calls += pr->kern_n[k];
       ops[i].ms += pr->kern_ms[k];
+      ops[i].bytes += pr->kern_bytes[k];
     }
     qsort(ops, (size_t)nops, sizeof *ops, prof_op_cmp);
-    fprintf(o, "  kernels by op (all kernels kN_OP of one OP together):\n");
-    fprintf(o, "    %-22s %7s %10s %9s %6s\n", "op", "kernels", "calls/step", "ms/step", "%");
+    double kb = 0, kms = 0;
+    for (int i = 0; i < nops; i++) kb += ops[i].bytes, kms += ops[i].ms;
+    fprintf(o,
+            "  kernels: %.1f MB per step spanned by their buffer arguments (read or written, each once a launch), "
+            "%.1f GB/s over their time; by op (all kernels kN_OP of one OP together):\n",
+            kb / n * 1e-6, prof_gbs(kb, kms));
+    fprintf(o, "    %-22s %7s %10s %9s %6s %8s\n", "op", "kernels", "calls/step", "ms/step", "%", "GB/s");
     for (int i = 0; i < nops; i++)
-      fprintf(o, "    %-22s %7d %10.1f %9.3f %6.1f\n", ops[i].op, ops[i].kernels, ops[i].calls / n, ops[i].ms / n,
-              100 * ops[i].ms / pr->step_ms);
+      fprintf(o, "    %-22s %7d %10.1f %9.3f %6.1f %8.1f\n", ops[i].op, ops[i].kernels, ops[i].calls / n, ops[i].ms / n,
+              100 * ops[i].ms / pr->step_ms, prof_gbs(ops[i].bytes, ops[i].ms));
     /* the slowest kernels one by one: an op's kernels (a sum's parts and their total, say) apart */
     int nk = 0;
     for (int k = 0; k < p->nkernels; k++)
-      if (pr->kern_n[k]) ops[nk++] = (ProfOp){p->kernels[k], 1, pr->kern_n[k], pr->kern_ms[k]};
+      if (pr->kern_n[k]) ops[nk++] = (ProfOp){p->kernels[k], 1, pr->kern_n[k], pr->kern_ms[k], pr->kern_bytes[k]};
     qsort(ops, (size_t)nk, sizeof *ops, prof_op_cmp);
     if (nk > PROF_TOP_KERNELS) nk = PROF_TOP_KERNELS;
     fprintf(o, "  the %d slowest kernels:\n", nk);
-    fprintf(o, "    %-26s %10s %9s %6s %9s\n", "kernel", "calls/step", "ms/step", "%", "us/call");
+    fprintf(o, "    %-26s %10s %9s %6s %9s %9s %8s\n", "kernel", "calls/step", "ms/step", "%", "us/call", "MB/call",
+            "GB/s");
     for (int i = 0; i < nk; i++)
-      fprintf(o, "    %-26s %10.1f %9.3f %6.1f %9.2f\n", ops[i].op, ops[i].calls / n, ops[i].ms / n,
-              100 * ops[i].ms / pr->step_ms, 1e3 * ops[i].ms / (double)ops[i].calls);
+      fprintf(o, "    %-26s %10.1f %9.3f %6.1f %9.2f %9.3f %8.1f\n", ops[i].op, ops[i].calls / n, ops[i].ms / n,
+              100 * ops[i].ms / pr->step_ms, 1e3 * ops[i].ms / (double)ops[i].calls,
+              ops[i].bytes / (double)ops[i].calls * 1e-6, prof_gbs(ops[i].bytes, ops[i].ms));
   }
   free(ops);
 }
@@ -239,6 +254,7 @@ void rt_prof_free(RtProf *f) {
   if (f->prof.on) prof_report(f);
   free(f->prof.kern_ms);
   free(f->prof.kern_n);
+  free(f->prof.kern_bytes);
   free(f->prof.gemm);
   free(f->tr.ev);
   free(f);
