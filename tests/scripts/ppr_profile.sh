@@ -12,15 +12,17 @@ build=${1:?usage: ppr_profile.sh BUILD_DIR}
 PPR_PROFILE=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ppr" "$tmp/p" --steps 3 --quiet >"$tmp/run.txt" 2>&1 ||
   { tail -n 5 "$tmp/run.txt"; bad "ppr with PPR_PROFILE=1"; }
 
-# the listing's bytes: per block, the sum of the kernel lines' extents ($OFF:BYTES, @OFF:BYTES)
-mb=$(sed -n 's/^step micro_batch [0-9]* seq [0-9]* microbatches \([0-9]*\) .*/\1/p' "$tmp/p/rank0.prog")
-want=$(awk -v mb="$mb" '
-  /^block / { blk = $2 }
-  /^end/ { blk = "" }
+# the listing's kernel lines as "BLOCK KERNEL BYTES", BYTES the sum of the line's extents
+# ($OFF:BYTES, @OFF:BYTES)
+awk '/^block / { blk = $2 } /^end/ { blk = "" }
   blk != "" && $1 == "kernel" {
-    for (i = 3; i <= NF; i++) if ($i ~ /^[$@][0-9]+:[0-9]+$/) { split($i, x, ":"); b[blk] += x[2] }
-  }
-  END { printf "%.6f", ((b["forward"] + b["backward"]) * mb + b["optimizer"]) / 1e6 }' "$tmp/p/rank0.prog")
+    s = 0
+    for (i = 3; i <= NF; i++) if ($i ~ /^[$@][0-9]+:[0-9]+$/) { split($i, x, ":"); s += x[2] }
+    print blk, $2, s
+  }' "$tmp/p/rank0.prog" >"$tmp/lines.txt"
+mb=$(sed -n 's/^step micro_batch [0-9]* seq [0-9]* microbatches \([0-9]*\) .*/\1/p' "$tmp/p/rank0.prog")
+want=$(awk -v mb="$mb" '{ b[$1] += $3 } END { printf "%.6f", ((b["forward"] + b["backward"]) * mb + b["optimizer"]) / 1e6 }' \
+  "$tmp/lines.txt")
 got=$(sed -n 's/^  kernels: \([0-9.]*\) MB per step spanned.*/\1/p' "$tmp/run.txt")
 if [ -n "$got" ] && awk -v g="$got" -v w="$want" 'BEGIN { exit !(g - w < 0.05001 && w - g < 0.05001) }'; then
   ok "the kernels' MB a step: $got printed, $want from the listing ($mb micro-batches)"
@@ -39,10 +41,8 @@ bad_rate=$(awk '$2 >= 0.5 && $3 >= 0.5 { r = $3 / $2 * 1e3; if (r - $4 > 0.01 * 
 if [ -z "$bad_rate" ]; then ok "GB/s = MB a call / µs a call on every row of at least 0.5 µs and 0.5 MB"; else
   bad "GB/s against MB a call / µs a call: $bad_rate"
 fi
-adam=$(awk '/^block optimizer/ { on = 1 } on && $1 == "kernel" && $2 ~ /_adamw$/ { print $2; exit }' "$tmp/p/rank0.prog")
-line_mb=$(awk -v k="$adam" '$1 == "kernel" && $2 == k {
-    for (i = 3; i <= NF; i++) if ($i ~ /^[$@][0-9]+:[0-9]+$/) { split($i, x, ":"); s += x[2] } }
-  END { printf "%.3f", s / 1e6 }' "$tmp/p/rank0.prog")
+adam=$(awk '$1 == "optimizer" && $2 ~ /_adamw$/ { print $2; exit }' "$tmp/lines.txt")
+line_mb=$(awk -v k="$adam" '$2 == k { printf "%.3f", $3 / 1e6; exit }' "$tmp/lines.txt")
 prof_mb=$(awk -v k="$adam" '$1 == k { print $3 }' "$tmp/slow.txt")
 if [ -z "$prof_mb" ]; then
   echo "SKIP $adam is not among the slowest kernels"
