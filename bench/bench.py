@@ -13,7 +13,8 @@ For each model:
   2. ppc MODEL.pdl -o DIR/<model>/prog, then ppr --init weights --data tokens --steps W+N --clip 1
      --log ppr.jsonl; ppr's own per-step "ms" of steps W+1..W+N; one core's SGEMM peak measured
      right before, and a PPR_PROFILE=1 run of as many steps right after (the step's GEMM FLOPs and
-     its GEMMs' share of the time);
+     its GEMMs' share of the time, the MB its kernels' buffer arguments span and their time),
+     beside the memory rate of the threads (torch add_ over 64 MB) measured right before too;
   3. PyTorch eager on the same weights and batches, in a child process (libgomp reads its
      environment when it loads): per step, time.perf_counter around zero_grad, forward + loss +
      backward per micro-batch, clip_grad_norm_(1.0), AdamW.step. Twice: with the environment as
@@ -212,6 +213,27 @@ def peak_child(sizes=(1024, 2048, 3072), reps=3):
     print("%.3f" % best)
 
 
+def stream_child(n=1 << 24, reps=5):
+    """--stream-child: the memory rate of OMP_NUM_THREADS threads: a.add_(b) over two arrays of
+    64 MB (a read, b read, a written: three times 64 MB moved), the best of reps; prints GB/s."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    a, b = torch.rand(n), torch.rand(n)
+    a.add_(b, alpha=1e-3)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a.add_(b, alpha=1e-3)
+        best = max(best, 3.0 * 4 * n / (time.perf_counter() - t0) / 1e9)
+    print("%.3f" % best)
+
+
+def measure_stream(threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--stream-child"], env=env,
+                       stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    return float(r.stdout.strip().splitlines()[-1])
+
+
 def measure_peak(threads=1):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--peak-child"], env=env,
@@ -221,13 +243,16 @@ def measure_peak(threads=1):
 
 def profile_of(out):
     """ppr's PPR_PROFILE summary (steps 2.. of its run): (GFLOP of GEMMs a step, ms a step, of
-    which GEMMs ms)."""
+    which GEMMs ms, MB a step its kernels' buffer arguments span, of which kernels ms)."""
     step = re.search(r"per step: ([0-9.]+) ms", out)
     gemm = re.search(r" gemm ([0-9.]+) ms \(", out)
     flops = re.search(r"gemm: ([0-9.]+) GFLOP per step", out)
-    if not (step and gemm and flops):
+    kern = re.search(r" kernel ([0-9.]+) ms \(", out)
+    span = re.search(r"kernels: ([0-9.]+) MB per step spanned", out)
+    if not (step and gemm and flops and kern and span):
         sys.exit("bench: no PPR_PROFILE summary from ppr:\n" + out)
-    return float(flops.group(1)), float(step.group(1)), float(gemm.group(1))
+    return (float(flops.group(1)), float(step.group(1)), float(gemm.group(1)), float(span.group(1)),
+            float(kern.group(1)))
 
 
 def run_torch_child(name, nsteps, work, extra_env, autocast=False):
@@ -273,6 +298,7 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--torch-child", metavar="MODEL", help=argparse.SUPPRESS)
     ap.add_argument("--peak-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs (ppr --precision bf16, torch.autocast)")
     ap.add_argument("--attention-probs", choices=("keep", "recompute"), default="keep",
@@ -283,6 +309,9 @@ def main():
         return 0
     if a.peak_child:
         peak_child()
+        return 0
+    if a.stream_child:
+        stream_child()
         return 0
     steps_given = "--steps" in sys.argv or any(x.startswith("--steps=") for x in sys.argv)
     warmup_given = "--warmup" in sys.argv or any(x.startswith("--warmup=") for x in sys.argv)
@@ -349,11 +378,12 @@ def main():
         nparams = sum(P0[n].numel() for n in names)
         print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
-        pm, tm, peaks, ratios, profs, tpeaks, tratios = [], [[] for _ in variants], [], [], [], [], []
+        pm, tm, peaks, ratios, profs, tpeaks, tratios, streams = [], [[] for _ in variants], [], [], [], [], [], []
         for r in range(a.rounds):
             peaks.append(measure_peak())  # this host's speed drifts within minutes: the peak beside ppr's run
             # and what the threads together reach now (the bound assumes threads x one core's peak)
             tpeaks.append(measure_peak(nthreads) if nthreads > 1 else peaks[-1])
+            streams.append(measure_stream(nthreads))  # and the memory rate the kernels' bytes meet
             pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
             pm += ms[warmup:]
             # where the time goes: a PPR_PROFILE run of as many steps right after (a clock read an
@@ -390,6 +420,13 @@ def main():
               "beside them: GEMMs %.2f of %.2f ms a step, the rest %.1f%%"
               % (gflop, bound, nthreads, mpeak, ", ".join("%.1f" % x for x in peaks), ratio,
                  ", ".join("%.2f" % x for x in ratios), pgemm / len(profs), pstep / len(profs), rest))
+        kspan, kms = sum(p[3] for p in profs) / len(profs), sum(p[4] for p in profs) / len(profs)
+        mstream = statistics.median(streams)
+        print("  memory: ppr's kernels span %.1f MB a step (their buffer arguments, PPR_PROFILE), %.1f GB/s over "
+              "their %.2f ms; the memory rate beside ppr's runs (torch add_ over 64 MB, %d thread%s: 3 x 64 MB "
+              "moved): %s GB/s, at whose median the spans alone take %.2f ms"
+              % (kspan, kspan / kms if kms > 0 else 0, kms, nthreads, "" if nthreads == 1 else "s",
+                 ", ".join("%.1f" % x for x in streams), kspan / mstream))
         if nthreads > 1:
             print("  the %d threads' own SGEMM peak beside ppr's runs (the same products): %s GFLOP/s, %.2fx one "
                   "core's; ppr's step %.2fx the bound at it (per round: %s)"
