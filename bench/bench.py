@@ -227,16 +227,11 @@ def stream_child(n=1 << 24, reps=5):
     print("%.3f" % best)
 
 
-def measure_stream(threads):
+def measure(child, threads):
+    """This script's --CHILD-child (peak: the SGEMM peak, stream: the memory rate) on `threads`
+    threads: the number it prints."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--stream-child"], env=env,
-                       stdout=subprocess.PIPE, universal_newlines=True, check=True)
-    return float(r.stdout.strip().splitlines()[-1])
-
-
-def measure_peak(threads=1):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--peak-child"], env=env,
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--%s-child" % child], env=env,
                        stdout=subprocess.PIPE, universal_newlines=True, check=True)
     return float(r.stdout.strip().splitlines()[-1])
 
@@ -352,7 +347,7 @@ def main():
         variants = [("OMP_WAIT_POLICY unset", {}), (" ".join("%s=%s" % kv for kv in mine.items()), mine)]
     # the roofline's peak: one core's SGEMM on large squares, measured now and again before each of
     # ppr's runs (a model's bound takes the median of its own)
-    peak = measure_peak()
+    peak = measure("peak", 1)
     print("single-core SGEMM peak: %.1f GFLOP/s at the start (torch.mm of 1024, 2048 and 3072 square, the best of 3 "
           "each; measured again before each of ppr's runs, and a model's GEMM lower bound is its GEMM FLOPs / (threads "
           "x the median of those))" % peak)
@@ -380,10 +375,10 @@ def main():
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
         pm, tm, peaks, ratios, profs, tpeaks, tratios, streams = [], [[] for _ in variants], [], [], [], [], [], []
         for r in range(a.rounds):
-            peaks.append(measure_peak())  # this host's speed drifts within minutes: the peak beside ppr's run
+            peaks.append(measure("peak", 1))  # this host's speed drifts within minutes: the peak beside ppr's run
             # and what the threads together reach now (the bound assumes threads x one core's peak)
-            tpeaks.append(measure_peak(nthreads) if nthreads > 1 else peaks[-1])
-            streams.append(measure_stream(nthreads))  # and the memory rate the kernels' bytes meet
+            tpeaks.append(measure("peak", nthreads) if nthreads > 1 else peaks[-1])
+            streams.append(measure("stream", nthreads))  # and the memory rate the kernels' bytes meet
             pl, ms = run_ppr(a.build, work, spec, weights, tokens, nsteps)
             pm += ms[warmup:]
             # where the time goes: a PPR_PROFILE run of as many steps right after (a clock read an
