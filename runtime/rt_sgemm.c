@@ -258,8 +258,11 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   bool packed = packs_a(ta, n);
   float *bp = work, *part = work + cu.part, *acont = work + cu.acont;
   int64_t pld = (int64_t)cu.gp * NR; /* the partial sums' row */
-  /* a team's member: its blocks of rows [m0, m1) (12 rows a block, evenly), and its panels of each
-   * group (below) */
+  /* a team's member: its blocks of rows [m0, m1) of A to copy or pack (12 rows a block, evenly),
+   * and its panels of each group, which it makes and then computes over every row: it reads the
+   * panels it made, from its own second-level cache, and A's blocks, each once a group (C's rows
+   * shared instead, each member read every panel once a block of rows, half from the other's
+   * cache: minimind256's weight gradients at two threads 7.17 -> 6.90 ms a step) */
   int t = tm ? tm->t : 0, nt = tm ? tm->nt : 1, mb = (m + MR - 1) / MR;
   int m0 = rt_util_share(mb, t, nt) * MR, m1 = rt_util_share(mb, t + 1, nt) * MR;
   if (m1 > m) m1 = m;
@@ -293,11 +296,12 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
     int q1 = np - q0 < cu.gp ? np : q0 + cu.gp;
     for (int pc = 0; pc < k; pc += cu.kc) {
       int pe = k - pc < cu.kc ? k : pc + cu.kc, kn = pe - pc;
+      int qa = q0 + rt_util_share(q1 - q0, t, nt), qb = q0 + rt_util_share(q1 - q0, t + 1, nt); /* the member's */
       if (tm && (q0 || pc)) tm->sync(tm->arg); /* every member done with the last group's panels */
-      for (int q = q0 + rt_util_share(q1 - q0, t, nt); q < q0 + rt_util_share(q1 - q0, t + 1, nt); q++)
+      for (int q = qa; q < qb; q++)
         panel(tb, kn, tb ? B + pc : B + (int64_t)pc * ldb, ldb, q * NR, n - q * NR, bp + (int64_t)(q - q0) * NR * kn);
-      if (tm) tm->sync(tm->arg); /* every panel of the group made */
-      for (int i = m0; i < m1; i += MR) {
+      if (tm) tm->sync(tm->arg); /* A packed, and every panel of the group made */
+      for (int i = 0; i < m; i += MR) {
         int mr = m - i < MR ? m - i : MR;
         int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
         int kb = a_first(tri, ai, k), ke = a_end(tri, ai, mr, k);
@@ -309,7 +313,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
         } else if (lo >= hi) continue;                                        /* none in this pass */
         int qe = tri == PP_TRI_OUT ? out_panels(np, ai + mr - 1 - col0) : np; /* the block's last row's */
         const float *a = (packed ? acont + (int64_t)i * k : ta ? A + i : A + i * lda) + lo * acs;
-        for (int q = q0; q < q1 && q < qe; q++) {
+        for (int q = qa; q < qb && q < qe; q++) {
           int w = n - q * NR;
           if (tri == PP_TRI_OUT && ai + mr - 1 - col0 < (int64_t)q * NR + 16)
             w = w < 16 ? w : 16; /* above the diagonal */

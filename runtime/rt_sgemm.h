@@ -46,7 +46,8 @@ typedef struct {
 
 /* rt_sgemm's product (no triangle) computed by a team, each member calling this with the same
  * arguments and one work of rt_sgemm_work's floats: the members share the work (A's packing or
- * copy, op(B)'s panels) and C's blocks of 12 rows, evenly; each element of C is the same chain it
+ * copy, op(B)'s panels) evenly, and each computes C's columns of the panels it made; each element
+ * of C is the same chain it
  * is on one thread, so the values do not depend on the team. */
 void rt_sgemm_team(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
                    int64_t ldb, float beta, float *C, int64_t ldc, float *work, const RtSgemmTeam *tm);
