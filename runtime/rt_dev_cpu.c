@@ -524,9 +524,14 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
  * threads: a batch of products into distinct Cs a product per thread, otherwise C's rows (or
  * columns, when wider) in blocks of 16, or on rt_sgemm with op(A) = A its columns in blocks of 32
  * (when there is one a thread), each thread computing its block of every product in batch
- * order (a batch adding into one C adds in the same order); on rt_sgemm with op(A) = A^T (a
- * weight's gradient) the threads as a team, sharing the packing and op(B)'s panels
- * (rt_sgemm_team). The products rt_sgemm_fits takes (attention's, the linear layers' and the
+ * order (a batch adding into one C adds in the same order); on rt_sgemm the threads as a team
+ * sharing the packing and op(B)'s panels (rt_sgemm_team) where op(A) = A^T (a weight's gradient),
+ * or where op(A) = A and op(B) is made in one group of panels: each thread then computes the
+ * rows of C (the tokens) that the kernels give it, the rows it wrote or will read (split by
+ * columns, the kernel after read half its rows from the other core's cache, 2-3 times slower:
+ * minimind256 at two threads 76.9 -> 75.0 ms a step, its kernels 8.3 -> 7.7 ms; a wider op(B) is
+ * still split by columns, each thread's panels its own: minimind's products ran 20 ms a step
+ * slower by rows). The products rt_sgemm_fits takes (attention's, the linear layers' and the
  * narrow weights' gradients; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to OpenBLAS.
  * Each element of C is computed as one thread of either computes it, so the values do not depend
  * on the threads (OpenBLAS's AVX-512 kernels; its AVX2 ones round a part of C otherwise,
@@ -541,7 +546,7 @@ static int gemm_f32(Cpu *c, const RtGemm *g, const float *A, const float *B, flo
   bool split = nt > 1 && (int64_t)g->m * g->n * g->k * g->batch >= GEMM_SPLIT_MIN;
   bool by_batch = g->sc != 0 && g->batch >= nt;
   bool own = c->own && rt_sgemm_fits(g->ta, g->m, g->n, g->k, g->lda);
-  bool team = split && !by_batch && own && g->ta && g->tri == PP_TRI_NONE;
+  bool team = split && !by_batch && own && g->tri == PP_TRI_NONE && (g->ta || rt_sgemm_one_group(g->n, g->k));
   int64_t work = own ? (rt_sgemm_work(g->ta, g->m, g->n, g->k, g->lda) + 15) / 16 * 16 : 0; /* 64-byte slices */
   int slices = team ? 1 : nt;                                                               /* a team shares one */
   if (own && work * slices > c->work_cap) {

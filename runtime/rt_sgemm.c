@@ -258,14 +258,21 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   bool packed = packs_a(ta, n);
   float *bp = work, *part = work + cu.part, *acont = work + cu.acont;
   int64_t pld = (int64_t)cu.gp * NR; /* the partial sums' row */
-  /* a team's member: its blocks of rows [m0, m1) of A to copy or pack (12 rows a block, evenly),
-   * and its panels of each group, which it makes and then computes over every row: it reads the
-   * panels it made, from its own second-level cache, and A's blocks, each once a group (C's rows
-   * shared instead, each member read every panel once a block of rows, half from the other's
-   * cache: minimind256's weight gradients at two threads 7.17 -> 6.90 ms a step) */
+  /* a team's member: its rows [m0, m1) of A to copy or pack, and its panels of each group to make.
+   * It computes C over the rows it copied and every panel where op(A) = A: A's rows and C's are
+   * the step's tokens, which the kernels before and after share out the same way (rows that a
+   * thread reads right after another core wrote them come from that core's cache, two to three
+   * times slower). Where op(A) = A^T (a weight's gradient: A packed by blocks of 12 rows), it
+   * computes every row over the panels it made: it reads those from its own second-level cache,
+   * and A's blocks once a group (its rows instead, it read every panel once a block of rows, half
+   * from the other core's cache: minimind256's weight gradients at two threads 7.17 -> 6.90 ms a
+   * step). */
   int t = tm ? tm->t : 0, nt = tm ? tm->nt : 1, mb = (m + MR - 1) / MR;
-  int m0 = rt_util_share(mb, t, nt) * MR, m1 = rt_util_share(mb, t + 1, nt) * MR;
+  int m0 = ta ? rt_util_share(mb, t, nt) * MR : rt_util_share(m, t, nt);
+  int m1 = ta ? rt_util_share(mb, t + 1, nt) * MR : rt_util_share(m, t + 1, nt);
   if (m1 > m) m1 = m;
+  bool by_panels = tm && ta;
+  int ra = by_panels ? 0 : m0, rb = by_panels ? m : m1; /* the rows it computes */
   if (!ta && lda > k) {
     for (int r = m0; r < m1; r++) memcpy(acont + (int64_t)r * k, A + r * lda, (size_t)k * sizeof *acont);
     A = acont, lda = k;
@@ -300,9 +307,10 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
       if (tm && (q0 || pc)) tm->sync(tm->arg); /* every member done with the last group's panels */
       for (int q = qa; q < qb; q++)
         panel(tb, kn, tb ? B + pc : B + (int64_t)pc * ldb, ldb, q * NR, n - q * NR, bp + (int64_t)(q - q0) * NR * kn);
-      if (tm) tm->sync(tm->arg); /* A packed, and every panel of the group made */
-      for (int i = 0; i < m; i += MR) {
-        int mr = m - i < MR ? m - i : MR;
+      if (tm) tm->sync(tm->arg);                              /* A packed, and every panel of the group made */
+      int ca = by_panels ? qa : q0, cb = by_panels ? qb : q1; /* the panels it computes */
+      for (int i = ra; i < rb; i += MR) {
+        int mr = rb - i < MR ? rb - i : MR;
         int64_t ai = (int64_t)row0 + i; /* the block's first row in the whole product */
         int kb = a_first(tri, ai, k), ke = a_end(tri, ai, mr, k);
         int lo = kb > pc ? kb : pc, hi = ke < pe ? ke : pe;
@@ -313,7 +321,7 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
         } else if (lo >= hi) continue;                                        /* none in this pass */
         int qe = tri == PP_TRI_OUT ? out_panels(np, ai + mr - 1 - col0) : np; /* the block's last row's */
         const float *a = (packed ? acont + (int64_t)i * k : ta ? A + i : A + i * lda) + lo * acs;
-        for (int q = qa; q < qb && q < qe; q++) {
+        for (int q = ca; q < cb && q < qe; q++) {
           int w = n - q * NR;
           if (tri == PP_TRI_OUT && ai + mr - 1 - col0 < (int64_t)q * NR + 16)
             w = w < 16 ? w : 16; /* above the diagonal */
@@ -329,6 +337,11 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
 }
 
 int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) { return cut(m, n, k, copies_a(ta, n, k, lda)).total; }
+
+bool rt_sgemm_one_group(int n, int k) {
+  Cut c = cut(1, n, k, false);
+  return c.nkb == 1 && c.gp >= (n + NR - 1) / NR;
+}
 
 static bool has_avx512(void) {
   static int avx512 = -1;
@@ -362,6 +375,11 @@ bool rt_sgemm_fits(bool ta, int m, int n, int k, int64_t lda) {
 int64_t rt_sgemm_work(bool ta, int m, int n, int k, int64_t lda) {
   (void)ta, (void)m, (void)n, (void)k, (void)lda;
   return 0;
+}
+
+bool rt_sgemm_one_group(int n, int k) {
+  (void)n, (void)k;
+  return false;
 }
 
 void rt_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,

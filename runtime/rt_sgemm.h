@@ -46,11 +46,16 @@ typedef struct {
 
 /* rt_sgemm's product (no triangle) computed by a team, each member calling this with the same
  * arguments and one work of rt_sgemm_work's floats: the members share the work (A's packing or
- * copy, op(B)'s panels) evenly, and each computes C's columns of the panels it made; each element
- * of C is the same chain it
- * is on one thread, so the values do not depend on the team. */
+ * copy, op(B)'s panels) evenly, and each computes C's rows it copied A's for (op(A) = A: the
+ * step's tokens), or C's columns of the panels it made (op(A) = A^T: a weight's gradient); each
+ * element of C is the same chain it is on one thread, so the values do not depend on the team. */
 void rt_sgemm_team(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int64_t lda, const float *B,
                    int64_t ldb, float beta, float *C, int64_t ldc, float *work, const RtSgemmTeam *tm);
+
+/* Whether an n-wide op(B) over k inner indices is made into panels in one group and one pass
+ * (k up to a pass, and op(B) small enough for the second-level cache): a team sharing C's rows
+ * then makes each panel once and waits once. */
+bool rt_sgemm_one_group(int n, int k);
 
 /* The floats of work an m x n x k product needs (64-byte aligned): a group of op(B)'s panels, the
  * partial sums of a K longer than a pass, A packed or copied contiguous (ta, or lda past K). */
