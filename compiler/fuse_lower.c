@@ -145,6 +145,8 @@ static void analyse(FuseCtx *c) {
   c->inlined = xcalloc((size_t)nn, sizeof(bool));
   c->merged = xcalloc((size_t)nn, sizeof(bool));
   c->normed = xcalloc((size_t)nn, sizeof(bool));
+  c->norm_rope = xmalloc((size_t)(nn ? nn : 1) * sizeof(int));
+  for (int i = 0; i < nn; i++) c->norm_rope[i] = -1;
   c->acc = xcalloc((size_t)nn, sizeof(int));
   c->phys = xcalloc((size_t)nn, sizeof(Layout));
   c->att_done = xcalloc((size_t)nn, sizeof(bool));
@@ -235,6 +237,20 @@ static void analyse(FuseCtx *c) {
     for (int j = a + 1; j < i && first; j++)
       for (int k = 0; k < N(c, j)->nin; k++) first &= N(c, j)->in[k] != a;
     if (first) c->normed[a] = c->merged[a] = true;
+  }
+  /* RoPE over a per-head norm (q_norm, k_norm): the norm's kernel turns each row's pairs as it
+   * stores them, into the rope's buffer, so the normed heads are not written and read back (the
+   * norm's gradient reads its input and statistics, not its output) */
+  for (int i = 0; i < nn; i++) {
+    const IrNode *n = N(c, i);
+    int x = n->nin ? n->in[0] : -1;
+    if (n->op != OP_ROPE || n->bwd || x < 0) continue;
+    const IrNode *xn = N(c, x);
+    if ((xn->op != OP_RMSNORM && xn->op != OP_LAYERNORM) || xn->bwd || xn->wgt != n->wgt || c->nusers[x] != 1 ||
+        last_dim(&xn->shape) != n->shape.d[3])
+      continue;
+    c->norm_rope[x] = i;
+    c->merged[i] = true;
   }
 }
 
@@ -382,7 +398,8 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
       continue;
     }
     bool slot = c->saved[i] && !n->wgt; /* a forward value the backward reads, a B value W reads */
-    p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, fuse_value_dtype(c, i));
+    if (c->norm_rope[i] < 0)            /* a norm whose kernel stores its rope's value has none of its own */
+      p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, fuse_value_dtype(c, i));
     /* saved statistics */
     int64_t R = n->shape.nd ? ir_shape_numel(&n->shape) / last_dim(&n->shape) : 1;
     Shape aux = {0};
@@ -558,6 +575,7 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   free(c->inlined);
   free(c->merged);
   free(c->normed);
+  free(c->norm_rope);
   free(c->acc);
   free(c->phys);
   free(c->att_done);

@@ -129,14 +129,30 @@ static int norm_x(FuseCtx *c, KCall *kc, int x0, int xs, int at, bool first) {
   return v;
 }
 
+static int rope_table(FuseCtx *c, int id);
+static void rope_angle(Kernel *k, int t, int s, int64_t half, int j, int *co, int *si);
+static void rope_turn(Kernel *k, bool inv, int a, int b, int co, int si, int *lo, int *hi);
+
+/* The norm's output at column j of row r: (x - mean) rstd w (+ b) */
+static int norm_out(FuseCtx *c, KCall *kc, int r, int64_t D, int j, int mean, int rstd, int w, int bb) {
+  Kernel *k = kc->k;
+  int id = kc->node;
+  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, fuse_elem_val(c, kc, N(c, id)->in[0], idx2(k, r, D, j)), mean, 0), rstd, 0);
+  int out = kir_e(k, K_MUL, xh, kir_ld(k, w, j), 0);
+  return bb >= 0 ? kir_e(k, K_ADD, out, kir_ld(k, bb, j), 0) : out;
+}
+
 /* rmsnorm / layernorm forward: a row of D per block; saves rstd (and the mean) per row. */
 void fuse_rows_norm(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   bool rms = n->op == OP_RMSNORM;
   int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D;
+  int rope = c->norm_rope[id];                       /* the rope this kernel turns the row by as it stores it, or -1 */
+  int tab_vb = rope >= 0 ? rope_table(c, rope) : -1; /* made first: a kernel of its own */
   KCall kc = fuse_kc_block(rms ? "rmsnorm" : "layernorm", R, D, id);
   Kernel *k = kc.k;
-  int y = fuse_kc_node(c, &kc, id, true), w = fuse_kc_node(c, &kc, n->in[1], false);
+  int y = fuse_kc_node(c, &kc, rope >= 0 ? rope : id, true), w = fuse_kc_node(c, &kc, n->in[1], false);
+  int tab = rope >= 0 ? fuse_kc_vbuf(c, &kc, tab_vb, false) : -1;
   int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[id], true);
   int bb = rms ? -1 : fuse_kc_node(c, &kc, n->in[2], false);
   int r = kir_row(k);
@@ -159,11 +175,24 @@ void fuse_rows_norm(FuseCtx *c, int id) {
     kir_store(k, st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), '=', mean);
     kir_store(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0), '=', rstd);
   }
-  j = kir_tfor(k, kir_i(k, D));
-  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), mean, 0), rstd, 0);
-  int out = kir_e(k, K_MUL, xh, kir_ld(k, w, j), 0);
-  if (!rms) out = kir_e(k, K_ADD, out, kir_ld(k, bb, j), 0);
-  kir_store(k, y, idx2(k, r, D, j), '=', out);
+  if (rope < 0) {
+    j = kir_tfor(k, kir_i(k, D));
+    kir_store(k, y, idx2(k, r, D, j), '=', norm_out(c, &kc, r, D, j, mean, rstd, w, bb));
+  } else { /* the rope's pairs (j, j + D/2) of the row, turned by its position's angles */
+    int64_t half = D / 2, BH = N(c, rope)->shape.d[1] * N(c, rope)->shape.d[2];
+    j = kir_tfor(k, kir_i(k, half));
+    int co, si, lo, hi;
+    rope_angle(k, tab, kir_e(k, K_IDIV, r, kir_i(k, BH), 0), half, j, &co, &si);
+    /* the pair as the norm would store it: a bf16 value rounded, as the rope read it back */
+    bool bf = fuse_value_dtype(c, id) == PP_BF16;
+    int a = norm_out(c, &kc, r, D, j, mean, rstd, w, bb);
+    int b = norm_out(c, &kc, r, D, kir_e(k, K_IADD, j, kir_i(k, half), 0), mean, rstd, w, bb);
+    a = kir_let(k, bf ? kir_e(k, K_RND, a, 0, 0) : a);
+    b = kir_let(k, bf ? kir_e(k, K_RND, b, 0, 0) : b);
+    rope_turn(k, false, a, b, co, si, &lo, &hi);
+    kir_store(k, y, idx2(k, r, D, j), '=', lo);
+    kir_store(k, y, idx2(k, r, D, kir_e(k, K_IADD, j, kir_i(k, half), 0)), '=', hi);
+  }
   kir_end(k);
   k->work = 3 * D;
   fuse_kc_emit(c, &kc);
@@ -371,6 +400,22 @@ static int rope_table(FuseCtx *c, int id) {
   return vb;
 }
 
+/* Position s's angle for frequency j from table t ([S, D/2, 2]: the cosine, then the sine). */
+static void rope_angle(Kernel *k, int t, int s, int64_t half, int j, int *co, int *si) {
+  int at = kir_e(k, K_IMUL, idx2(k, s, half, j), kir_i(k, 2), 0);
+  *co = kir_let(k, kir_ld(k, t, at));
+  *si = kir_let(k, kir_ld(k, t, kir_e(k, K_IADD, at, kir_i(k, 1), 0)));
+}
+
+/* Rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle (co, si), or its inverse
+ * (the gradient): the turned pair in *lo (element j) and *hi (element j + D/2). */
+static void rope_turn(Kernel *k, bool inv, int a, int b, int co, int si, int *lo, int *hi) {
+  int ac = kir_e(k, K_MUL, a, co, 0), bs = kir_e(k, K_MUL, b, si, 0);
+  int bc = kir_e(k, K_MUL, b, co, 0), as = kir_e(k, K_MUL, a, si, 0);
+  *lo = kir_e(k, inv ? K_ADD : K_SUB, ac, bs, 0);
+  *hi = kir_e(k, inv ? K_SUB : K_ADD, bc, as, 0);
+}
+
 /* rotate-half RoPE at position s, or its inverse (the gradient), from the table */
 void fuse_rows_rope(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
@@ -385,19 +430,16 @@ void fuse_rows_rope(FuseCtx *c, int id) {
   int y = fuse_kc_node(c, &kc, id, true), t = fuse_kc_vbuf(c, &kc, tab, false);
   int s = kir_row(k);
   int j = kir_tfor(k, kir_i(k, half));
-  int at = kir_e(k, K_IMUL, idx2(k, s, half, j), kir_i(k, 2), 0);
-  int co = kir_let(k, kir_ld(k, t, at)), si = kir_let(k, kir_ld(k, t, kir_e(k, K_IADD, at, kir_i(k, 1), 0)));
+  int co, si;
+  rope_angle(k, t, s, half, j, &co, &si);
   int bh = kir_for(k, kir_i(k, B * H));
   int row = kir_e(k, K_IADD, kir_e(k, K_IMUL, s, kir_i(k, B * H), 0), bh, 0);
   int i0 = kir_let(k, idx2(k, row, D, j)), i1 = kir_let(k, kir_e(k, K_IADD, i0, kir_i(k, half), 0));
   int a = kir_let(k, fuse_elem_val(c, &kc, n->in[0], i0)), b = kir_let(k, fuse_elem_val(c, &kc, n->in[0], i1));
-  if (!inv) {
-    kir_store(k, y, i0, '=', kir_e(k, K_SUB, kir_e(k, K_MUL, a, co, 0), kir_e(k, K_MUL, b, si, 0), 0));
-    kir_store(k, y, i1, '=', kir_e(k, K_ADD, kir_e(k, K_MUL, b, co, 0), kir_e(k, K_MUL, a, si, 0), 0));
-  } else {
-    kir_store(k, y, i0, '=', kir_e(k, K_ADD, kir_e(k, K_MUL, a, co, 0), kir_e(k, K_MUL, b, si, 0), 0));
-    kir_store(k, y, i1, '=', kir_e(k, K_SUB, kir_e(k, K_MUL, b, co, 0), kir_e(k, K_MUL, a, si, 0), 0));
-  }
+  int lo, hi;
+  rope_turn(k, inv, a, b, co, si, &lo, &hi);
+  kir_store(k, y, i0, '=', lo);
+  kir_store(k, y, i1, '=', hi);
   kir_end(k);
   kir_end(k);
   k->work = half * (2 + 6 * B * H);

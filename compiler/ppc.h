@@ -725,6 +725,7 @@ typedef struct FuseCtx {
   bool *inlined;               /* per node: computed inside its consumer's kernel, no buffer */
   bool *merged;                /* per elementwise node: written by an earlier one's kernel (fuse_elem_lower) */
   bool *normed;                /* per add: computed and stored by the norm that reads it first (fuse_rows_norm) */
+  int *norm_rope;              /* per norm: the rope its kernel turns its output by before storing it, or -1 */
   int *acc;                    /* per dx GEMM and add: the earlier value whose buffer the GEMM adds into, or -1 */
   Layout *phys;                /* per node: the physical order of its buffer's two leading axes */
   bool *att_done;              /* per attention node: its backward is lowered */
