@@ -24,6 +24,7 @@ typedef struct LangTable {
   const char *tid, *bid, *nblocks; /* the thread's index in its block, the block's, the block count */
   const char *local_decl;          /* local memory of a reduction's partials: with %d for T */
   const char *barrier;
+  const char *gbarrier; /* a barrier that orders global memory too (KS_SYNC) */
   const char *neg_inf;
   const char *unroll;                /* the line before a loop of a constant count to unroll; NULL: none */
   const char *fetch;                 /* a cache line's prefetch, called with an element's address; NULL: none */
@@ -56,6 +57,7 @@ static const LangTable lang_opencl = {
     .nblocks = "(int64_t)get_num_groups(0)",
     .local_decl = "__local float ppk_red[%d];",
     .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
+    .gbarrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     .neg_inf = "(-INFINITY)",
     .unroll = "#pragma unroll",
     .fma = "fma",
@@ -73,6 +75,7 @@ static const LangTable lang_cuda = {
     .nblocks = "(int64_t)gridDim.x",
     .local_decl = "__shared__ float ppk_red[%d];",
     .barrier = "__syncthreads();",
+    .gbarrier = "__syncthreads();",
     .neg_inf = "(-__int_as_float(0x7f800000))",
     .unroll = "#pragma unroll",
     .fma = "fmaf",
@@ -521,6 +524,9 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
       else if (st->op == '+') EMIT("v%d + ", st->var);
       expr(r, st->a);
       EMIT(st->op == 'M' ? ");\n" : ";\n");
+      break;
+    case KS_SYNC:
+      if (!t->threads_as_loops) indent(r, depth), EMIT("%s\n", t->gbarrier);
       break;
     case KS_STORE:
       indent(r, depth);

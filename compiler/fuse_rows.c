@@ -610,10 +610,10 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       int ex = keep ? kir_ld(k, lg, at) : kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0);
       kir_store(k, lg, at, '=', counted(k, n, t, kir_e(k, K_MUL, kir_e(k, K_MUL, ex, inv, 0), scale, 0)));
       kir_end(k);
-      /* the target's element, e / sum - 1, written again after the loop rather than a compare and
-       * a select in it (a tenth of the kernel's time on a CPU): the thread that wrote it in the
-       * loop writes it again after, and every other thread writes the same value; its e is the
-       * loop's, the same exponential of the same logit */
+      /* the target's element, e / sum - 1, written again after the loop (and a barrier: on a GPU
+       * after every thread's stores) rather than a compare and a select in it (a tenth of the
+       * kernel's time on a CPU); its e is the loop's, the same exponential of the same logit */
+      kir_sync(k);
       int et = kir_e(k, K_EXP, kir_e(k, K_SUB, tl, m, 0), 0, 0);
       kir_store(
           k, lg, idx2(k, r, V, label_col(k, n, t)), '=',

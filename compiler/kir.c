@@ -42,7 +42,8 @@ static bool has_loop(const Kernel *k, int s) {
       break;
     case KS_LET:
     case KS_SET:
-    case KS_STORE: break;
+    case KS_STORE:
+    case KS_SYNC: break;
     }
   }
   return false;
@@ -333,6 +334,11 @@ void kir_reduce_fetch(Kernel *k, int buf, int64_t ld) {
     diag_fatal("internal: kir_reduce_fetch in %s: buffer %d, ld %lld", k->name, buf, (long long)ld);
   k->s[k->open[k->nopen - 1]].fetch_buf = buf;
   k->s[k->open[k->nopen - 1]].fetch_ld = ld;
+}
+
+void kir_sync(Kernel *k) {
+  check_block_level(k, "a barrier");
+  stmt(k, KS_SYNC);
 }
 
 void kir_if(Kernel *k, int cond) {

@@ -480,7 +480,9 @@ typedef struct KExpr {
  * maximum over j in [0, extent) of a value, computed as the GPU does it: thread t folds
  * j = t, t+T, ... in order, then a tree over the T partials (t += t + s for s = T/2 .. 1); every
  * thread gets the result. The order is fixed by T alone, so the result is deterministic. */
-typedef enum KStmtKind { KS_FOR, KS_TFOR, KS_REDUCE, KS_LET, KS_SET, KS_STORE, KS_IF } KStmtKind;
+/* KS_SYNC: a barrier over the block's threads, after which each sees the others' stores to global
+ * memory before it (nothing in C, whose block is one thread's loop). */
+typedef enum KStmtKind { KS_FOR, KS_TFOR, KS_REDUCE, KS_LET, KS_SET, KS_STORE, KS_IF, KS_SYNC } KStmtKind;
 
 typedef struct KStmt {
   KStmtKind kind;
@@ -569,7 +571,8 @@ int kir_reduce(Kernel *k, int extent);                 /* opens a reduction's bo
 int kir_reduce_end(Kernel *k, char op, int value);     /* closes it; returns the result (a temporary) */
 void kir_reduce_fetch(Kernel *k, int buf, int64_t ld); /* the open reduction fetches buf's next row */
 void kir_if(Kernel *k, int cond);                      /* opens a conditional */
-void kir_end(Kernel *k);                               /* closes the innermost loop or conditional */
+void kir_sync(Kernel *k); /* a barrier: the block's stores so far before what follows (KS_SYNC) */
+void kir_end(Kernel *k);  /* closes the innermost loop or conditional */
 
 /* ORDER Lang: the language tables of cg_kir.c */
 typedef enum Lang { LANG_C, LANG_OPENCL, LANG_CUDA } Lang;
