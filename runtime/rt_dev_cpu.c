@@ -528,8 +528,9 @@ static int cpu_gemm(RtDev *d, const RtGemm *g) {
  * sharing the packing and op(B)'s panels (rt_sgemm_team) where op(A) = A^T (a weight's gradient),
  * or where op(A) = A and op(B) is made in one group of panels: each thread then computes the
  * rows of C (the tokens) that the kernels give it, the rows it wrote or will read (split by
- * columns, the kernel after read half its rows from the other core's cache, 2-3 times slower:
- * minimind256 at two threads 76.9 -> 75.0 ms a step, its kernels 8.3 -> 7.7 ms; a wider op(B) is
+ * columns, the kernel after read half its rows from the other core's cache, 2-3 times slower
+ * where the host placed the two CPUs apart: minimind256 at two threads 76.9 -> 75.0 ms a step,
+ * its kernels 8.3 -> 7.7 ms; in a spell without that cost, the GEMMs still 1 ms faster); a wider op(B) is
  * still split by columns, each thread's panels its own: minimind's products ran 20 ms a step
  * slower by rows). The products rt_sgemm_fits takes (attention's, the linear layers' and the
  * narrow weights' gradients; PPR_CPU_GEMM=openblas: none) go to rt_sgemm, the rest to OpenBLAS.

@@ -261,8 +261,8 @@ static AVX512 void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, con
   /* a team's member: its rows [m0, m1) of A to copy or pack, and its panels of each group to make.
    * It computes C over the rows it copied and every panel where op(A) = A: A's rows and C's are
    * the step's tokens, which the kernels before and after share out the same way (rows that a
-   * thread reads right after another core wrote them come from that core's cache, two to three
-   * times slower). Where op(A) = A^T (a weight's gradient: A packed by blocks of 12 rows), it
+   * thread reads right after another core wrote them come from that core's cache, up to two to
+   * three times slower). Where op(A) = A^T (a weight's gradient: A packed by blocks of 12 rows), it
    * computes every row over the panels it made: it reads those from its own second-level cache,
    * and A's blocks once a group (its rows instead, it read every panel once a block of rows, half
    * from the other core's cache: minimind256's weight gradients at two threads 7.17 -> 6.90 ms a
