@@ -152,6 +152,10 @@ $(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.
 $(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(BUILD)/runtime/ppr_gen.o $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(BUILD)/runtime/ppr_gen.o $(LDFLAGS) $(PPR_LIBS)
 
+# bench/kbench.sh's harness: each kernel of a listing alone (tests/scripts/kbench.sh runs it)
+$(BUILD)/kbench: bench/kbench.c $(RT_OBJ) $(RT_HDR)
+	$(CC) $(CFLAGS) -fopenmp -o $@ bench/kbench.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+
 # golden numerics against the PyTorch reference's fixtures
 $(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
@@ -168,7 +172,7 @@ $(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) $(RUNTIME_HDR)
 $(BUILD)/test_tp: tests/unit/test_tp.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -o $@ tests/unit/test_tp.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 
-test: $(PPC) $(PPR) $(UNIT)
+test: $(PPC) $(PPR) $(UNIT) $(BUILD)/kbench
 	@sh tests/run.sh $(BUILD) $(if $(UPDATE),--update)
 
 # the PyTorch reference, live: regenerate the fixtures with torch and compare ppr against them

@@ -4,7 +4,7 @@
 #
 #   sh bench/kbench.sh DIR [RANK] [REPS]   # DIR: ppc -o DIR; RANK's listing (0); best of REPS (10)
 #   THREADS=2 sh bench/kbench.sh DIR       # OMP_NUM_THREADS for the kernels (default: nproc)
-#   BUILD=DIR2 sh bench/kbench.sh DIR      # kbench built into DIR2 (default build/)
+#   BUILD=DIR2 sh bench/kbench.sh DIR      # DIR2/kbench (default build/; made when missing)
 #
 # Set beside PPR_PROFILE's per-kernel times of the same stage: a kernel in place near "own" is at
 # its floor; near "other", its inputs came from the other core's cache (docs/perf.md). Not a test.
@@ -13,13 +13,9 @@ dir=${1:?usage: sh bench/kbench.sh DIR [RANK] [REPS]}
 rank=${2:-0}
 reps=${3:-10}
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${BUILD:-$root/build}
+build=${BUILD:-build}
 prog=$dir/rank$rank.prog
 [ -f "$prog" ] || { echo "kbench.sh: no listing $prog (ppc MODEL.pdl -o $dir first)" >&2; exit 2; }
-kern=$(sed -n 's/^kernels \([^ ]*\) .*/\1/p' "$prog" | head -n 1)
-[ -f "$dir/$kern.so" ] || { echo "kbench.sh: no $dir/$kern.so beside $prog" >&2; exit 2; }
-mkdir -p "$build"
-if [ ! -x "$build/kbench" ] || [ "$root/bench/kbench.c" -nt "$build/kbench" ]; then
-  cc -std=c11 -O2 -Wall -Wextra -Werror -fopenmp -o "$build/kbench" "$root/bench/kbench.c" -ldl
-fi
-OMP_NUM_THREADS=${THREADS:-$(nproc)} exec "$build/kbench" "$prog" "$dir/$kern.so" "$reps"
+case $build in /*) bin=$build/kbench ;; *) bin=$root/$build/kbench ;; esac
+[ -x "$bin" ] || make -s -C "$root" BUILD="$build" "$bin" >/dev/null # make test builds it with its flags
+OMP_NUM_THREADS=${THREADS:-$(nproc)} exec "$bin" "$prog" "$reps"

@@ -8,7 +8,7 @@ build=${1:?usage: kbench.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 
 "$ppc" examples/tiny.pdl -o "$tmp/p" >"$tmp/ppc.txt" 2>&1 || { cat "$tmp/ppc.txt"; bad "ppc examples/tiny.pdl"; }
-THREADS=2 BUILD="$tmp/b" sh bench/kbench.sh "$tmp/p" 0 2 >"$tmp/k.txt" 2>&1 || { cat "$tmp/k.txt"; bad "kbench.sh ran"; }
+THREADS=2 BUILD="$build" sh bench/kbench.sh "$tmp/p" 0 2 >"$tmp/k.txt" 2>&1 || { cat "$tmp/k.txt"; bad "kbench.sh ran"; }
 
 # the listing's kernels, each once, in order, with the MB of its first line's extents
 awk '$1 == "kernel" && !seen[$2]++ {
@@ -35,7 +35,7 @@ sums=$(awk '$1 ~ /^k[0-9]+_/ { for (i = 3; i <= 6; i++) s[i] += $i } $1 == "sum"
 if grep -q "^sum " "$tmp/k.txt" && [ -z "$sums" ]; then ok "the sum row adds the rows"; else bad "the sum row"; fi
 
 mkdir -p "$tmp/empty"
-if BUILD="$tmp/b" sh bench/kbench.sh "$tmp/empty" >"$tmp/e.txt" 2>&1; then bad "kbench.sh on a directory without a listing succeeded"
+if BUILD="$build" sh bench/kbench.sh "$tmp/empty" >"$tmp/e.txt" 2>&1; then bad "kbench.sh on a directory without a listing succeeded"
 elif grep -q "no listing $tmp/empty/rank0.prog" "$tmp/e.txt"; then ok "a directory without a listing: $(head -n 1 "$tmp/e.txt")"
 else bad "a directory without a listing: $(head -n 1 "$tmp/e.txt")"; fi
 
