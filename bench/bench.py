@@ -14,7 +14,8 @@ For each model:
      --log ppr.jsonl; ppr's own per-step "ms" of steps W+1..W+N; one core's SGEMM peak measured
      right before, and a PPR_PROFILE=1 run of as many steps right after (the step's GEMM FLOPs and
      its GEMMs' share of the time, the MB its kernels' buffer arguments span and their time),
-     beside the memory rate of the threads (torch add_ over 64 MB) measured right before too;
+     beside the memory rate of the threads (torch add_ over 64 MB) measured right before too, and
+     torch.mm on the step's own GEMM shapes (from that profile) on as many threads right after;
   3. PyTorch eager on the same weights and batches, in a child process (libgomp reads its
      environment when it loads): per step, time.perf_counter around zero_grad, forward + loss +
      backward per micro-batch, clip_grad_norm_(1.0), AdamW.step. Twice: with the environment as
@@ -227,6 +228,46 @@ def stream_child(n=1 << 24, reps=5):
     print("%.3f" % best)
 
 
+def shapes_of(out):
+    """The GEMM shapes of ppr's PPR_PROFILE summary: (ta, tb, M, N, K, batch, calls a step, ms a
+    step, GFLOP a step as ppr counts them: a triangle's products alone)."""
+    rows = []
+    for m in re.finditer(r"^ +(?:forward|backward|optimizer|zero_grads) +([NT]) +([NT]) +(\d+) +(\d+) +(\d+) +(\d+) +"
+                         r"([0-9.]+) +([0-9.]+) +[0-9.]+ +([0-9.]+) +\S+$", out, re.M):
+        ta, tb, M, N, K, batch, calls, ms, rate = m.groups()
+        rows.append((ta == "T", tb == "T", int(M), int(N), int(K), int(batch), float(calls), float(ms),
+                     float(ms) * float(rate) / 1e3))
+    return rows
+
+
+def shapes_child(path, reps=5, iters=10):
+    """--shapes-child FILE: torch.mm (torch.bmm for a batch) on OMP_NUM_THREADS threads on each of
+    FILE's GEMM shapes (shapes_of, JSON), operands laid out as ppr's (op(X) = X^T a transposed
+    view), each product repeated on the same operands (its caches warm: a rate no step reaches in
+    place), the best of reps; prints JSON: ms a step each, a triangle's prorated to the products
+    ppr counts (as if torch skipped the masked ones at its full product's rate)."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    with open(path) as f:
+        shapes = json.load(f)
+    out = []
+    for ta, tb, M, N, K, batch, calls, _, gflop in shapes:
+        lead = (batch,) if batch > 1 else ()
+        a = torch.rand(lead + ((K, M) if ta else (M, K))).transpose(-1, -2) if ta else torch.rand(lead + (M, K))
+        b = torch.rand(lead + ((N, K) if tb else (K, N))).transpose(-1, -2) if tb else torch.rand(lead + (K, N))
+        c = torch.empty(lead + (M, N))
+        mm = torch.bmm if batch > 1 else torch.mm
+        mm(a, b, out=c)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                mm(a, b, out=c)
+            best = min(best, (time.perf_counter() - t0) / iters)
+        full = 2.0 * M * N * K * batch * calls / 1e9  # GFLOP a step of the whole products
+        out.append(best * 1e3 * calls * (gflop / full if full > 0 else 1.0))
+    print(json.dumps(out))
+
+
 def measure(child, threads):
     """This script's --CHILD-child (peak: the SGEMM peak, stream: the memory rate) on `threads`
     threads: the number it prints."""
@@ -236,9 +277,21 @@ def measure(child, threads):
     return float(r.stdout.strip().splitlines()[-1])
 
 
+def torch_shapes(shapes, threads, work):
+    """shapes_child's ms a step for each of shapes, on `threads` threads."""
+    path = os.path.join(work, "shapes.json")
+    with open(path, "w") as f:
+        json.dump(shapes, f)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--shapes-child", path], env=env,
+                       stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def profile_of(out):
     """ppr's PPR_PROFILE summary (steps 2.. of its run): (GFLOP of GEMMs a step, ms a step, of
-    which GEMMs ms, MB a step its kernels' buffer arguments span, of which kernels ms)."""
+    which GEMMs ms, MB a step its kernels' buffer arguments span, of which kernels ms, its GEMM
+    shapes: shapes_of)."""
     step = re.search(r"per step: ([0-9.]+) ms", out)
     gemm = re.search(r" gemm ([0-9.]+) ms \(", out)
     flops = re.search(r"gemm: ([0-9.]+) GFLOP per step", out)
@@ -247,7 +300,7 @@ def profile_of(out):
     if not (step and gemm and flops and kern and span):
         sys.exit("bench: no PPR_PROFILE summary from ppr:\n" + out)
     return (float(flops.group(1)), float(step.group(1)), float(gemm.group(1)), float(span.group(1)),
-            float(kern.group(1)))
+            float(kern.group(1)), shapes_of(out))
 
 
 def run_torch_child(name, nsteps, work, extra_env, autocast=False):
@@ -294,6 +347,7 @@ def main():
     ap.add_argument("--torch-child", metavar="MODEL", help=argparse.SUPPRESS)
     ap.add_argument("--peak-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--stream-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--shapes-child", metavar="FILE", help=argparse.SUPPRESS)
     ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs (ppr --precision bf16, torch.autocast)")
     ap.add_argument("--attention-probs", choices=("keep", "recompute"), default="keep",
@@ -307,6 +361,9 @@ def main():
         return 0
     if a.stream_child:
         stream_child()
+        return 0
+    if a.shapes_child:
+        shapes_child(a.shapes_child)
         return 0
     steps_given = "--steps" in sys.argv or any(x.startswith("--steps=") for x in sys.argv)
     warmup_given = "--warmup" in sys.argv or any(x.startswith("--warmup=") for x in sys.argv)
@@ -374,6 +431,7 @@ def main():
         print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
         pm, tm, peaks, ratios, profs, tpeaks, tratios, streams = [], [[] for _ in variants], [], [], [], [], [], []
+        tshapes = []
         for r in range(a.rounds):
             peaks.append(measure("peak", 1))  # this host's speed drifts within minutes: the peak beside ppr's run
             # and what the threads together reach now (the bound assumes threads x one core's peak)
@@ -384,6 +442,10 @@ def main():
             # where the time goes: a PPR_PROFILE run of as many steps right after (a clock read an
             # instruction: 6% of tiny's step, so not in the timed run)
             profs.append(run_ppr(a.build, work, spec, weights, tokens, nsteps, profile=True)[2])
+            # the same shapes through torch.mm on as many threads, right after: how near the
+            # threads' rate on the step's own products ppr's GEMMs are (the bound's peak is one
+            # core's on large squares, times the threads)
+            tshapes.append(sum(torch_shapes(profs[-1][5], nthreads, work)))
             # this round's step against the bound at the peak measured just before it
             ratios.append(statistics.median(ms[warmup:]) * nthreads * peaks[-1] / (profs[-1][0] * 1e3))
             tratios.append(statistics.median(ms[warmup:]) * tpeaks[-1] / (profs[-1][0] * 1e3))
@@ -427,7 +489,14 @@ def main():
                   "core's; ppr's step %.2fx the bound at it (per round: %s)"
                   % (nthreads, ", ".join("%.1f" % x for x in tpeaks), statistics.median(tpeaks) / mpeak, tratio,
                      ", ".join("%.2f" % x for x in tratios)))
-        rows.append((name, pmed, meds, bound, ratio, tratio, rest))
+        shape_ms = statistics.median(tshapes)
+        gratio = statistics.median(p[2] / t for p, t in zip(profs, tshapes))
+        print("  the step's GEMM shapes through torch.mm (torch.bmm a batch) on %d thread%s, each repeated on its "
+              "operands (caches warm), a triangle's prorated to its products: %s ms a step (per round), %.2fx the "
+              "bound; ppr's GEMMs in place %.2fx that (the median over rounds)"
+              % (nthreads, "" if nthreads == 1 else "s", ", ".join("%.2f" % x for x in tshapes), shape_ms / bound,
+                 gratio))
+        rows.append((name, pmed, meds, bound, ratio, tratio, rest, gratio))
         if not a.no_bf16:
             # bf16: ppr's --precision bf16 and torch.autocast, the second wait-policy variant for
             # torch (ppr's own settings) when there are two
@@ -461,21 +530,23 @@ def main():
     head = "| model | threads | ppr ms/step |"
     for label, _ in variants:
         head += " torch ms/step (%s) | torch/ppr |" % label
-    head += " GEMM bound ms | ppr/bound | ppr/bound at the threads' peak | non-GEMM % |"
+    head += " GEMM bound ms | ppr/bound | ppr/bound at the threads' peak | non-GEMM % | ppr GEMMs / torch.mm's |"
     print(head)
-    print("|---|---|---|" + "---|---|" * len(variants) + "---|---|---|---|")
-    for name, pmed, meds, bound, ratio, tratio, rest in rows:
+    print("|---|---|---|" + "---|---|" * len(variants) + "---|---|---|---|---|")
+    for name, pmed, meds, bound, ratio, tratio, rest, gratio in rows:
         line = "| %s | %d | %.2f |" % (name, nthreads, pmed)
         for tmed in meds:
             line += " %.2f | %.2f |" % (tmed, tmed / pmed)
-        line += " %.2f | %.2f | %.2f | %.1f |" % (bound, ratio, tratio, rest)
+        line += " %.2f | %.2f | %.2f | %.1f | %.2f |" % (bound, ratio, tratio, rest, gratio)
         print(line)
     print("(torch/ppr > 1: ppr is faster; medians of %d round(s) of timed steps, each run after its warm-up "
           "steps; the bound: the step's GEMM FLOPs at the single-core peak (the median of those beside ppr's runs) "
           "times the threads; ppr/bound: the median over rounds of each round's median step / the bound at the peak "
           "measured just before it; at the threads' peak: the same with the bound at the SGEMM peak of all the "
           "threads together, measured beside it (one thread: the same); non-GEMM: the share of ppr's step outside "
-          "GEMMs, from a PPR_PROFILE run of as many steps after each timed run)" % a.rounds)
+          "GEMMs, from a PPR_PROFILE run of as many steps after each timed run; ppr GEMMs / torch.mm's: the "
+          "GEMMs' time in that run over torch.mm's on the same shapes and threads, each product repeated with its "
+          "caches warm)" % a.rounds)
     if brows:
         print()
         print("| model | threads | ppr fp32 ms/step | ppr bf16 ms/step | ppr bf16 --onednn ms/step | "
