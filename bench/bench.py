@@ -299,8 +299,11 @@ def profile_of(out):
     span = re.search(r"kernels: ([0-9.]+) MB per step spanned", out)
     if not (step and gemm and flops and kern and span):
         sys.exit("bench: no PPR_PROFILE summary from ppr:\n" + out)
+    shapes = shapes_of(out)
+    if not shapes:
+        sys.exit("bench: no GEMM shapes in ppr's PPR_PROFILE summary:\n" + out)
     return (float(flops.group(1)), float(step.group(1)), float(gemm.group(1)), float(span.group(1)),
-            float(kern.group(1)), shapes_of(out))
+            float(kern.group(1)), shapes)
 
 
 def run_torch_child(name, nsteps, work, extra_env, autocast=False):
