@@ -434,7 +434,7 @@ def main():
         print("%s: %d params, %d tokens/step; %d warm-up + %d timed steps a run"
               % (name, nparams, B * S * M, warmup, nsteps - warmup))
         pm, tm, peaks, ratios, profs, tpeaks, tratios, streams = [], [[] for _ in variants], [], [], [], [], [], []
-        tshapes = []
+        tshapes, sratios = [], []
         for r in range(a.rounds):
             peaks.append(measure("peak", 1))  # this host's speed drifts within minutes: the peak beside ppr's run
             # and what the threads together reach now (the bound assumes threads x one core's peak)
@@ -449,6 +449,7 @@ def main():
             # threads' rate on the step's own products ppr's GEMMs are (the bound's peak is one
             # core's on large squares, times the threads)
             tshapes.append(sum(torch_shapes(profs[-1][5], nthreads, work)))
+            sratios.append(tshapes[-1] * nthreads * peaks[-1] / (profs[-1][0] * 1e3))
             # this round's step against the bound at the peak measured just before it
             ratios.append(statistics.median(ms[warmup:]) * nthreads * peaks[-1] / (profs[-1][0] * 1e3))
             tratios.append(statistics.median(ms[warmup:]) * tpeaks[-1] / (profs[-1][0] * 1e3))
@@ -492,13 +493,12 @@ def main():
                   "core's; ppr's step %.2fx the bound at it (per round: %s)"
                   % (nthreads, ", ".join("%.1f" % x for x in tpeaks), statistics.median(tpeaks) / mpeak, tratio,
                      ", ".join("%.2f" % x for x in tratios)))
-        shape_ms = statistics.median(tshapes)
         gratio = statistics.median(p[2] / t for p, t in zip(profs, tshapes))
         print("  the step's GEMM shapes through torch.mm (torch.bmm a batch) on %d thread%s, each repeated on its "
-              "operands (caches warm), a triangle's prorated to its products: %s ms a step (per round), %.2fx the "
-              "bound; ppr's GEMMs in place %.2fx that (the median over rounds)"
-              % (nthreads, "" if nthreads == 1 else "s", ", ".join("%.2f" % x for x in tshapes), shape_ms / bound,
-                 gratio))
+              "operands (caches warm), a triangle's prorated to its products: %s ms a step, %s x the bound at the "
+              "round's peak (per round); ppr's GEMMs in place %.2fx that (the median over rounds)"
+              % (nthreads, "" if nthreads == 1 else "s", ", ".join("%.2f" % x for x in tshapes),
+                 ", ".join("%.2f" % x for x in sratios), gratio))
         rows.append((name, pmed, meds, bound, ratio, tratio, rest, gratio))
         if not a.no_bf16:
             # bf16: ppr's --precision bf16 and torch.autocast, the second wait-policy variant for
