@@ -45,6 +45,7 @@ static int read_losses(const char *path, double *loss, int n) {
 static double worst_rel(const char *got_path, const char *ref_path, char *worst, size_t wn) {
   char err[512];
   RtStFile *got = NULL, *ref = NULL;
+  snprintf(worst, wn, "%s", ""); /* every tensor equal: no name */
   if (rt_st_open(got_path, &got, err, sizeof err) || rt_st_open(ref_path, &ref, err, sizeof err)) {
     snprintf(worst, wn, "%.63s", err);
     rt_st_close(got);
@@ -64,8 +65,14 @@ static double worst_rel(const char *got_path, const char *ref_path, char *worst,
       break;
     }
     float *a = malloc((size_t)n * 4 + 4), *b = malloc((size_t)n * 4 + 4);
-    rt_st_read_f32(got, j, a, (size_t)n, err, sizeof err);
-    rt_st_read_f32(ref, i, b, (size_t)n, err, sizeof err);
+    if (!a || !b || rt_st_read_f32(got, j, a, (size_t)n, err, sizeof err) ||
+        rt_st_read_f32(ref, i, b, (size_t)n, err, sizeof err)) {
+      snprintf(worst, wn, "%.63s", a && b ? err : "out of memory");
+      free(a);
+      free(b);
+      w = -1;
+      break;
+    }
     double num = 0, den = 0;
     for (int64_t k = 0; k < n; k++) num += ((double)a[k] - b[k]) * ((double)a[k] - b[k]), den += (double)b[k] * b[k];
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
