@@ -14,6 +14,7 @@
  * wrote: their times, not their values, are the point. */
 #define _POSIX_C_SOURCE 200809L
 #include "rt_prog.h"
+#include "rt_util.h"
 
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -22,15 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define FLUSH (64 << 20) /* bytes a cold run is preceded by a read of */
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void die(const char *msg, const char *what) {
   fprintf(stderr, "kbench: %s%s%s\n", msg, what ? ": " : "", what ? what : "");
@@ -95,9 +89,9 @@ static void time_launch(void (*fn)(void **), const RtInstr *in, int reps, const 
         for (size_t j = 0; j < FLUSH; j += 64) sum += flush[j];
       }
       if (st >= 2) write_shares(bufs, bytes, in->nargs, st == 3);
-      double t0 = now();
+      double t0 = rt_util_now_s();
       fn(args);
-      double dt = now() - t0;
+      double dt = rt_util_now_s() - t0;
       if ((st || r) && dt < best[st]) best[st] = dt;
     }
   }
@@ -111,11 +105,13 @@ int main(int argc, char **argv) {
   RtProg *p = NULL;
   char err[512];
   if (rt_prog_load(argv[1], &p, err, sizeof err)) die(err, NULL);
-  /* the kernels' .so beside the listing */
-  char so_path[4096];
+  /* the kernels' .so beside the listing, its size and hash checked against the listing as ppr does */
+  char dir[4096], so_path[4096];
   const char *slash = strrchr(argv[1], '/');
-  snprintf(so_path, sizeof so_path, "%.*s%s.%s", slash ? (int)(slash - argv[1] + 1) : 0, argv[1], p->kernels_base,
-           rt_kernel_file_ext(RT_KF_SO));
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - argv[1]) + (slash == argv[1]) : 1, slash ? argv[1] : ".");
+  char *so_bytes = rt_kernel_file_read(p, dir, RT_KF_SO, NULL, so_path, sizeof so_path, err, sizeof err);
+  if (!so_bytes) die(err, NULL);
+  free(so_bytes);
   void *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
   if (!so) die("cannot load the kernels", dlerror());
   unsigned char *flush = malloc(FLUSH);
