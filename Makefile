@@ -123,7 +123,7 @@ $(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_s
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
 # ---- tests ------------------------------------------------------------------------------------
-UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
+UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_attention $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) $(RUNTIME_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
@@ -136,6 +136,9 @@ $(BUILD)/test_kmath: tests/unit/test_kmath.c tests/unit/check.h kernels/prelude_
 	$(CC) $(CFLAGS) -Ikernels -o $@ tests/unit/test_kmath.c $(LDFLAGS) -lm
 $(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+# the fused attention's kernels against attention in double, on the cpu and the opencl device
+$(BUILD)/test_attention: tests/unit/test_attention.c tests/unit/check.h tests/unit/test_util.h $(RT_OBJ) $(RT_HDR)
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_attention.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
 # ppc's cubins: every stage of the examples, reproducible, every --arch, NVRTC's failures (it calls
 # cg_nvrtc itself, so it links ppc's objects)
 $(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))

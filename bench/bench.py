@@ -86,8 +86,10 @@ HP = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": 0.1, "clip": 1
 WEIGHT_SEED = 1234
 TOKEN_SEED = 5678
 LOSS_RTOL = 1e-4
-# ppc --attention-probs for ppr's programs (--attention-probs here): keep by default, as PyTorch's
-# eager attention keeps its softmax's output for the backward
+# ppc --attention for ppr's programs (--attention here): fused by default, ppc's default; with gemm,
+# ppc --attention-probs (--attention-probs here): keep by default, as PyTorch's eager attention keeps
+# its softmax's output for the backward
+ATTENTION = "fused"
 ATTENTION_PROBS = "keep"
 
 
@@ -108,7 +110,8 @@ def how(rc):
 def compile_prog(build, spec, precision, prog):
     """ppc SPEC's model at PRECISION into PROG (the bench's ppc flags)."""
     r = subprocess.run([os.path.join(build, "ppc"), os.path.join(ROOT, spec["pdl"])] + spec.get("ppc", []) +
-                       ["--precision", precision, "--attention-probs", ATTENTION_PROBS, "-o", prog],
+                       ["--precision", precision, "--attention", ATTENTION] +
+                       (["--attention-probs", ATTENTION_PROBS] if ATTENTION == "gemm" else []) + ["-o", prog],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if r.returncode != 0:
         sys.exit("bench: ppc %s -o %s failed (%s):\n%s" % (spec["pdl"], prog, how(r.returncode), r.stdout))
@@ -339,7 +342,7 @@ def loadavg():
 
 
 def main():
-    global ATTENTION_PROBS
+    global ATTENTION, ATTENTION_PROBS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
@@ -353,8 +356,10 @@ def main():
     ap.add_argument("--shapes-child", metavar="FILE", help=argparse.SUPPRESS)
     ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs (ppr --precision bf16, torch.autocast)")
+    ap.add_argument("--attention", choices=("fused", "gemm"), default="fused",
+                    help="ppc --attention for ppr (fused: ppc's default)")
     ap.add_argument("--attention-probs", choices=("keep", "recompute"), default="keep",
-                    help="ppc --attention-probs for ppr (keep: as PyTorch's eager attention)")
+                    help="with --attention gemm: ppc --attention-probs for ppr (keep: as PyTorch's eager attention)")
     a = ap.parse_args()
     if a.torch_child:
         torch_child(a.torch_child, a.steps, a.work, a.autocast)
@@ -389,10 +394,13 @@ def main():
         print("%s: %s" % (v, os.environ[v] if v in os.environ else "not set"))
     print("steps: %d warm-up + %d timed per run, %d round(s), medians of the timed; load average before: %s"
           % (a.warmup, a.steps, a.rounds, loadavg()))
-    ATTENTION_PROBS = a.attention_probs
-    print("ppr's attention probabilities: ppc --attention-probs %s%s" % (a.attention_probs,
-          " (saved for the backward, as PyTorch's eager attention saves its softmax's output)"
-          if a.attention_probs == "keep" else " (recomputed in the backward: ppc's default)"))
+    ATTENTION, ATTENTION_PROBS = a.attention, a.attention_probs
+    if ATTENTION == "fused":
+        print("ppr's attention: ppc --attention fused (no S x S scores; ppc's default)")
+    else:
+        print("ppr's attention: ppc --attention gemm --attention-probs %s%s" % (a.attention_probs,
+              " (saved for the backward, as PyTorch's eager attention saves its softmax's output)"
+              if a.attention_probs == "keep" else " (recomputed in the backward)"))
 
     # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is (the same policy as
     # ppr's), and with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4, so that its OpenMP

@@ -26,9 +26,12 @@ typedef struct LangTable {
   const char *barrier;
   const char *gbarrier; /* a barrier that orders global memory too (KS_SYNC) */
   const char *neg_inf;
-  const char *unroll;                /* the line before a loop of a constant count to unroll; NULL: none */
-  const char *fetch;                 /* a cache line's prefetch, called with an element's address; NULL: none */
-  const char *fma;                   /* the fused multiply-add a product added is written as; NULL: the compiler's */
+  const char *unroll; /* the line before a loop of a constant count to unroll; NULL: none */
+  const char *fetch;  /* a cache line's prefetch, called with an element's address; NULL: none */
+  const char *fma;    /* the fused multiply-add a product added is written as; NULL: the compiler's */
+  /* a private array (kir_array): its storage with %d its number and %lld its floats, then the
+   * declaration of ppk_aN, what the kernel's code reads and writes, with %d its number (twice) */
+  const char *array_decl, *array_name;
   const char *types[PP_DTYPE_COUNT]; /* a buffer's element type; bf16 is its 16 bits as an integer */
 } LangTable;
 
@@ -42,6 +45,10 @@ static const LangTable lang_c = {
     .neg_inf = "(-INFINITY)",
     .fetch = "__builtin_prefetch",
     .fma = "fmaf",
+    /* through a restrict pointer: GCC 12 vectorises a loop around an inner sum (outer-loop
+     * vectorisation, fuse_attn.c's scores) over a pointer's elements, not over an array's */
+    .array_decl = "_Alignas(64) float ppk_s%d[%lld];",
+    .array_name = " float *restrict ppk_a%d = ppk_s%d;",
     .types = {"float", "int32_t", "uint16_t"},
 };
 
@@ -61,6 +68,8 @@ static const LangTable lang_opencl = {
     .neg_inf = "(-INFINITY)",
     .unroll = "#pragma unroll",
     .fma = "fma",
+    .array_decl = "float ppk_a%d[%lld];",
+    .array_name = "",
     .types = {"float", "int32_t", "ushort"},
 };
 
@@ -79,6 +88,8 @@ static const LangTable lang_cuda = {
     .neg_inf = "(-__int_as_float(0x7f800000))",
     .unroll = "#pragma unroll",
     .fma = "fmaf",
+    .array_decl = "float ppk_a%d[%lld];",
+    .array_name = "",
     .types = {"float", "int32_t", "unsigned short"},
 };
 
@@ -163,6 +174,11 @@ static void expr(Rend *r, int id) {
   }
   case K_ARG:
   case K_IARG: EMIT("s%d", e->a); break;
+  case K_ALD:
+    EMIT("ppk_a%d[", e->a);
+    expr(r, e->b);
+    EMIT("]");
+    break;
   case K_V:
   case K_IV: EMIT("v%d", e->a); break;
   case K_TOF:
@@ -528,6 +544,13 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
     case KS_SYNC:
       if (!t->threads_as_loops) indent(r, depth), EMIT("%s\n", t->gbarrier);
       break;
+    case KS_ASTORE:
+      indent(r, depth), EMIT("ppk_a%d[", st->buf);
+      expr(r, st->a);
+      EMIT("] %s ", st->op == '+' ? "+=" : "=");
+      expr(r, st->b);
+      EMIT(";\n");
+      break;
     case KS_STORE:
       indent(r, depth);
       /* a block's threads all compute a uniform value: one of them stores it */
@@ -650,6 +673,10 @@ void cg_render_kernel(const Kernel *k, Lang lang, char **out, size_t *len, size_
       EMIT("for (int64_t r = %s; r < %lld%s; r += %s)", t->bid, (long long)k->rows, t->int_suffix, t->nblocks);
     }
     EMIT(" {\n");
+    for (int a = 0; a < k->narrays; a++) { /* the row's private arrays */
+      EMIT("    "), EMIT(t->array_decl, a, (long long)k->arrays[a]);
+      EMIT(t->array_name, a, a), EMIT("\n");
+    }
     stmts(r, k->body, 2, k->mode == KM_BLOCK ? CTX_UNIFORM : CTX_THREAD);
     EMIT("  }\n}\n");
   }

@@ -411,8 +411,8 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     }
     /* attention_probs = keep: the softmax's probabilities [B x HQ, S, S] saved for the backward
      * (under context parallelism they stay recomputed, after K and V are gathered again) */
-    bool keep = n->op == OP_ATTENTION && g->cfg.keep_probs && g->cfg.cp == 1 && c->saved[i];
-    /* attention's log-sum-exp [B,HQ,S], which only recomputed probabilities read */
+    bool keep = n->op == OP_ATTENTION && g->cfg.att_gemm && g->cfg.keep_probs && g->cfg.cp == 1 && c->saved[i];
+    /* attention's log-sum-exp [B,HQ,S], which recomputed probabilities read (every fused backward) */
     if (n->op == OP_ATTENTION && !keep) aux = (Shape){1, {n->shape.d[0] * n->shape.d[1] * n->shape.d[2]}};
     if (aux.nd) {
       snprintf(name, sizeof name, "stats%d", i);
@@ -467,7 +467,8 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_ATTENTION_DQ:
   case OP_ATTENTION_DK:
   case OP_ATTENTION_DV:
-    fuse_gemm_attention(c, id);
+    if (c->g->cfg.att_gemm) fuse_gemm_attention(c, id);
+    else fuse_attn_lower(c, id);
     break;
   OP_CASES_FWD_ELEM:
   OP_CASES_BWD_ELEM:

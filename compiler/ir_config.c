@@ -35,7 +35,8 @@ static const char *word(const Expr *v) {
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
   static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp"};
-  static const char *train_keys[] = {"micro_batch", "seq", "microbatches", "schedule", "precision", "attention_probs"};
+  static const char *train_keys[] = {"micro_batch",     "seq",      "microbatches", "schedule", "precision",
+                                     "attention_probs", "attention"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
   int nkeys = mesh ? (int)(sizeof mesh_keys / sizeof *mesh_keys) : (int)(sizeof train_keys / sizeof *train_keys);
@@ -50,8 +51,8 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     if (k == nkeys) {
       ir_build_err(b, t->key_loc,
                    mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp or cp)"
-                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule, precision "
-                          "or attention_probs)",
+                        : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule, precision, "
+                          "attention_probs or attention)",
                    t->key);
       continue;
     }
@@ -100,6 +101,19 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
         continue;
       }
       c->keep_probs = keep;
+      c->probs_loc = v->loc;
+      continue;
+    }
+    if (!mesh && k == 6) {
+      const Expr *v = t->val;
+      int gemm = word(v) ? ir_config_att_gemm(word(v)) : -1;
+      if (gemm < 0) {
+        ir_build_err(b, v->loc,
+                     "attention is fused or gemm (one kernel a pass with no S x S scores, or GEMMs around "
+                     "softmax kernels)");
+        continue;
+      }
+      c->att_gemm = gemm;
       continue;
     }
     int64_t v;
@@ -196,6 +210,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
                 .dp_loc = NOLOC,
                 .cp_loc = NOLOC,
                 .sched_loc = NOLOC,
+                .probs_loc = NOLOC,
                 .sp_loc = NOLOC,
                 .prefix_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
@@ -223,8 +238,11 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->schedule) snprintf(c->schedule, sizeof c->schedule, "%s", o->schedule), c->sched_loc = NOLOC;
   if (o->precision >= 0) c->precision = (PpPrecision)o->precision;
   if (o->sp >= 0) c->sp = o->sp, c->sp_loc = NOLOC;
-  if (o->keep_probs >= 0) c->keep_probs = o->keep_probs;
+  if (o->keep_probs >= 0) c->keep_probs = o->keep_probs, c->probs_loc = NOLOC;
+  if (o->att_gemm >= 0) c->att_gemm = o->att_gemm;
 }
+
+int ir_config_att_gemm(const char *name) { return !strcmp(name, "gemm") ? 1 : !strcmp(name, "fused") ? 0 : -1; }
 
 int ir_config_keep_probs(const char *name) { return !strcmp(name, "keep") ? 1 : !strcmp(name, "recompute") ? 0 : -1; }
 
@@ -317,6 +335,10 @@ void ir_config_check(Builder *b, Loc end) {
         "data-parallel degree %lld does not divide the %lld micro-batches of a step: each replica runs an equal share",
         (long long)g->cfg.dp, (long long)g->cfg.microbatches);
   const Config *c = &g->cfg;
+  if (c->keep_probs && !c->att_gemm)
+    ir_build_err(b, c->probs_loc.first >= 0 ? c->probs_loc : end,
+                 "attention_probs = keep applies to attention = gemm: the fused attention (the default) keeps "
+                 "no probabilities");
   if (c->sp) { /* sequence parallelism: S split over the TP ranks */
     Loc at = c->sp_loc.first >= 0 ? c->sp_loc : end;
     if (c->tp < 2)

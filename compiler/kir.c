@@ -43,13 +43,16 @@ static bool has_loop(const Kernel *k, int s) {
     case KS_LET:
     case KS_SET:
     case KS_STORE:
+    case KS_ASTORE:
     case KS_SYNC: break;
     }
   }
   return false;
 }
 
-int kir_flat_rows(const Kernel *k) { return k->mode == KM_FLAT && !has_loop(k, k->body) ? KIR_FLAT_ROWS : 1; }
+int kir_flat_rows(const Kernel *k) {
+  return k->mode == KM_FLAT && !has_loop(k, k->body) && !k->narrays ? KIR_FLAT_ROWS : 1;
+}
 
 KGeom kir_geom(const Kernel *k) {
   int64_t per = (int64_t)k->block * kir_flat_rows(k); /* a flat kernel's rows a block a pass */
@@ -135,7 +138,7 @@ static int stmt(Kernel *k, KStmtKind kind) {
 }
 
 static int new_var(Kernel *k, bool is_int) {
-  if (k->nvars == 64) diag_fatal("internal: kernel %s has too many temporaries", k->name);
+  if (k->nvars == KIR_MAX_VARS) diag_fatal("internal: kernel %s has too many temporaries", k->name);
   k->var_int[k->nvars] = is_int;
   return k->nvars++;
 }
@@ -152,7 +155,8 @@ static int operands(KOp op) {
   case K_V:
   case K_IV: return 0;
   case K_LD:
-  case K_LDI: return 2;
+  case K_LDI:
+  case K_ALD: return 2;
   case K_TOF:
   case K_NEG:
   case K_EXP:
@@ -201,6 +205,7 @@ static bool changes(const Kernel *k, const KStmt *s, int x) {
   const KExpr *e = &k->e[x];
   if ((e->op == K_V || e->op == K_IV) && s->kind == KS_SET && s->var == e->a) return true;
   if ((e->op == K_LD || e->op == K_LDI) && s->kind == KS_STORE && s->buf == e->a) return true;
+  if (e->op == K_ALD && s->kind == KS_ASTORE && s->buf == e->a) return true;
   int m = operands(e->op);
   return ((m & 1) && changes(k, s, e->a)) || ((m & 2) && changes(k, s, e->b)) || ((m & 4) && changes(k, s, e->c));
 }
@@ -214,24 +219,35 @@ static int earlier_let(const Kernel *k, int value) {
   int lvl = k->nopen - 1;
   for (int s = lvl == 0 ? k->body : k->s[k->open[lvl]].body; s >= 0; s = k->s[s].next) {
     const KStmt *t = &k->s[s];
-    if (t->kind != KS_LET || !same(k, t->a, value)) continue;
+    if (t->kind != KS_LET || t->op == 'v' || !same(k, t->a, value)) continue; /* 'v': kir_var's */
     bool kept = true;
     for (int u = s + 1; u < k->ns && kept; u++)
-      if (k->s[u].kind == KS_SET || k->s[u].kind == KS_STORE) kept = !changes(k, &k->s[u], value);
+      if (k->s[u].kind == KS_SET || k->s[u].kind == KS_STORE || k->s[u].kind == KS_ASTORE)
+        kept = !changes(k, &k->s[u], value);
     if (kept) return t->var;
   }
   return -1;
 }
 
-int kir_let(Kernel *k, int value) {
+static int let_new(Kernel *k, int value) {
   bool in = is_int_expr(k, value);
-  int old = earlier_let(k, value);
-  if (old >= 0) return kir_e(k, in ? K_IV : K_V, old, 0, 0);
   int v = new_var(k, in);
   int s = stmt(k, KS_LET);
   k->s[s].var = v;
   k->s[s].a = value;
   return kir_e(k, in ? K_IV : K_V, v, 0, 0);
+}
+
+int kir_let(Kernel *k, int value) {
+  int old = earlier_let(k, value);
+  if (old >= 0) return kir_e(k, is_int_expr(k, value) ? K_IV : K_V, old, 0, 0);
+  return let_new(k, value);
+}
+
+int kir_var(Kernel *k, int value) {
+  int e = let_new(k, value);
+  k->s[k->ns - 1].op = 'v';
+  return e;
 }
 
 void kir_set(Kernel *k, int var_expr, char op, int value) {
@@ -264,6 +280,29 @@ void kir_store(Kernel *k, int buf, int idx, char op, int value) {
   }
   int s = stmt(k, KS_STORE);
   k->s[s].buf = buf;
+  k->s[s].a = idx;
+  k->s[s].b = value;
+  k->s[s].op = op;
+}
+
+int kir_array(Kernel *k, int64_t n) {
+  if (k->mode != KM_FLAT) diag_fatal("internal: kernel %s: a private array in a block kernel", k->name);
+  if (k->narrays == KIR_MAX_ARRAYS || n < 1)
+    diag_fatal("internal: kernel %s: private array %d of %lld", k->name, k->narrays, (long long)n);
+  k->arrays[k->narrays] = n;
+  return k->narrays++;
+}
+
+int kir_ald(Kernel *k, int arr, int idx) {
+  if (arr < 0 || arr >= k->narrays) diag_fatal("internal: kernel %s: no private array %d", k->name, arr);
+  return kir_e(k, K_ALD, arr, idx, 0);
+}
+
+void kir_astore(Kernel *k, int arr, int idx, char op, int value) {
+  if (arr < 0 || arr >= k->narrays || (op != '=' && op != '+'))
+    diag_fatal("internal: kernel %s: a store to private array %d with '%c'", k->name, arr, op);
+  int s = stmt(k, KS_ASTORE);
+  k->s[s].buf = arr;
   k->s[s].a = idx;
   k->s[s].b = value;
   k->s[s].op = op;

@@ -32,11 +32,15 @@ static const char usage[] =
     "  --sp               sequence parallelism (with --tp): norms, residuals and dropout on S/tp\n"
     "                     positions per rank; all-gather and reduce-scatter in place of the TP\n"
     "                     all-reduces; stage messages tp times smaller\n"
+    "  --attention fused|gemm\n"
+    "                     attention as fused kernels that keep no S x S scores (the default: the\n"
+    "                     forward, a pass of rowsum(dO*O), the keys' and the queries' gradients), or\n"
+    "                     as GEMMs around softmax kernels over B x heads x S x S scores\n"
     "  --attention-probs keep|recompute\n"
-    "                     attention's softmax probabilities saved for the backward (B x heads x S x S\n"
-    "                     of the activations' type a layer and micro-batch in flight), or recomputed\n"
-    "                     there from the saved log-sum-exp (the default: the scores' product again\n"
-    "                     and an exponential a score)\n"
+    "                     with --attention gemm: attention's softmax probabilities saved for the\n"
+    "                     backward (B x heads x S x S of the activations' type a layer and\n"
+    "                     micro-batch in flight), or recomputed there from the saved log-sum-exp\n"
+    "                     (the default: the scores' product again and an exponential a score)\n"
     "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
     "                     GiB)\n"
     "\n"
@@ -146,6 +150,7 @@ static Cli parse_args(int argc, char **argv) {
     O_PRECISION,
     O_SP,
     O_ATT_PROBS,
+    O_ATTENTION,
     O_PARTITION,
     O_ARCH,
     O_EMIT,
@@ -168,6 +173,7 @@ static Cli parse_args(int argc, char **argv) {
       {"precision", required_argument, NULL, O_PRECISION},
       {"sp", no_argument, NULL, O_SP},
       {"attention-probs", required_argument, NULL, O_ATT_PROBS},
+      {"attention", required_argument, NULL, O_ATTENTION},
       {"partition", required_argument, NULL, O_PARTITION},
       {"arch", required_argument, NULL, O_ARCH},
       {"emit", required_argument, NULL, O_EMIT},
@@ -189,7 +195,8 @@ static Cli parse_args(int argc, char **argv) {
                    .cp = -1,
                    .precision = -1,
                    .sp = -1,
-                   .keep_probs = -1},
+                   .keep_probs = -1,
+                   .att_gemm = -1},
            .arch = "sm_90",
            .vpp = 1};
   opterr = 0;                /* the messages below name the option as it was written */
@@ -217,6 +224,10 @@ static Cli parse_args(int argc, char **argv) {
     case O_ATT_PROBS:
       c.opt.keep_probs = ir_config_keep_probs(optarg);
       if (c.opt.keep_probs < 0) bad_usage("--attention-probs expects keep or recompute, got '%s'", optarg);
+      break;
+    case O_ATTENTION:
+      c.opt.att_gemm = ir_config_att_gemm(optarg);
+      if (c.opt.att_gemm < 0) bad_usage("--attention expects fused or gemm, got '%s'", optarg);
       break;
     case O_PRECISION:
       c.opt.precision = pp_precision_parse(optarg);

@@ -313,10 +313,12 @@ typedef struct Config {
   PpPrecision precision; /* the activations' type (pp_dtype.h) */
   bool sp;               /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
   bool keep_probs; /* attention_probs = keep: the softmax's probabilities saved for the backward, not recomputed */
+  bool att_gemm;   /* attention = gemm: GEMMs around softmax kernels (S x S scores); else fused (fuse_attn.c) */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
   Loc cp_loc;
   Loc sp_loc;
   Loc sched_loc;
+  Loc probs_loc;                        /* attention_probs in the train block; NOLOC for the flag or the default */
   char ckpt_prefix[PPC_MAX_PREFIX + 1]; /* checkpoint { optional_prefix }: "" for none */
   Loc prefix_loc;
 } Config;
@@ -374,6 +376,7 @@ typedef struct Options {
   int precision;                                      /* PpPrecision; -1: not given */
   int sp;                                             /* --sp: 1; -1: not given */
   int keep_probs;                                     /* --attention-probs keep: 1, recompute: 0; -1: not given */
+  int att_gemm;                                       /* --attention gemm: 1, fused: 0; -1: not given */
 } Options;
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
@@ -390,6 +393,8 @@ int ir_build_eval_float(Builder *b, const Expr *e, double *out);
 void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c);
 /* attention_probs' value: keep 1, recompute 0, anything else -1 (the train setting and ppc's flag) */
 int ir_config_keep_probs(const char *name);
+/* attention's value: gemm 1, fused 0, anything else -1 (the train setting and ppc's flag) */
+int ir_config_att_gemm(const char *name);
 void ir_config_check(Builder *b, Loc end);
 /* The .pdl's `# hf-config: JSON` comment (ppc --from-hf's), re-serialised for the listing's
  * `hf_config` line: compact, ASCII, spaces and '#' as \u escapes (*out malloc'd; NULL without the
@@ -450,6 +455,7 @@ typedef enum KOp {
   K_SEL,  /* a ? b : c, a an int condition */
   K_RND,  /* a rounded to bf16 and widened back: a bf16 value computed inside another kernel */
   K_RAND, /* a uniform float in [0, 1), a multiple of 2^-24: Philox4x32-10 of counter a, key b, stream c (ints) */
+  K_ALD,  /* element b of the thread's private array a (kir_array) */
   /* int-valued (int64) */
   K_I,
   K_ROW,
@@ -481,16 +487,17 @@ typedef struct KExpr {
  * j = t, t+T, ... in order, then a tree over the T partials (t += t + s for s = T/2 .. 1); every
  * thread gets the result. The order is fixed by T alone, so the result is deterministic. */
 /* KS_SYNC: a barrier over the block's threads, after which each sees the others' stores to global
- * memory before it (nothing in C, whose block is one thread's loop). */
-typedef enum KStmtKind { KS_FOR, KS_TFOR, KS_REDUCE, KS_LET, KS_SET, KS_STORE, KS_IF, KS_SYNC } KStmtKind;
+ * memory before it (nothing in C, whose block is one thread's loop). KS_ASTORE: a store to an
+ * element of the thread's private array (kir_array), as KS_STORE to a buffer. */
+typedef enum KStmtKind { KS_FOR, KS_TFOR, KS_REDUCE, KS_LET, KS_SET, KS_STORE, KS_IF, KS_SYNC, KS_ASTORE } KStmtKind;
 
 typedef struct KStmt {
   KStmtKind kind;
   int var;  /* KS_FOR/KS_TFOR: the loop variable; KS_LET/KS_SET: the temporary; KS_REDUCE: the result */
   int lv;   /* KS_REDUCE: the loop variable */
-  int a, b; /* loops: extent a; KS_LET/KS_SET: value a; KS_STORE: index a, value b; KS_IF: cond a;
+  int a, b; /* loops: extent a; KS_LET/KS_SET: value a; KS_STORE, KS_ASTORE: index a, value b; KS_IF: cond a;
              * KS_REDUCE: extent a, the folded value b (read after the body) */
-  int buf;  /* KS_STORE: the buffer */
+  int buf;  /* KS_STORE: the buffer; KS_ASTORE: the private array */
   char op;  /* KS_SET, KS_STORE: '=' assign, '+' accumulate, 'M' maximum; KS_REDUCE: '+' or 'M' */
   int body; /* loops, KS_IF, KS_REDUCE: first statement inside, -1 if none */
   int next; /* the next statement in the same list, -1 at the end */
@@ -511,9 +518,11 @@ typedef enum KMode {
   KM_BLOCK, /* one row per block: its threads share the row's KS_TFOR loops and KS_REDUCEs */
 } KMode;
 
-#define KIR_MAX_BUFS  12
-#define KIR_MAX_BLOCK 1024  /* threads per block: a power of two up to this */
-#define KIR_MAX_GRID  65536 /* blocks launched at most; grid-stride loops cover any more rows */
+#define KIR_MAX_BUFS   12
+#define KIR_MAX_ARRAYS 8     /* private arrays of a kernel (kir_array) */
+#define KIR_MAX_VARS   128   /* temporaries and loop variables of a kernel */
+#define KIR_MAX_BLOCK  1024  /* threads per block: a power of two up to this */
+#define KIR_MAX_GRID   65536 /* blocks launched at most; grid-stride loops cover any more rows */
 /* a loop-free flat kernel's thread takes this many rows a pass, a block apart (each warp's accesses
  * stay contiguous): kir_flat_rows */
 #define KIR_FLAT_ROWS 4
@@ -533,10 +542,12 @@ typedef struct Kernel {
   int ns, scap;
   int body;  /* first statement of the row body */
   int nvars; /* temporaries and loop variables */
-  bool var_int[64];
+  bool var_int[KIR_MAX_VARS];
   int open[8], nopen; /* statement lists being appended to (builder state) */
   int tail[8];
-  bool reduces; /* has a KS_REDUCE: needs T floats of local (shared) memory */
+  bool reduces;                   /* has a KS_REDUCE: needs T floats of local (shared) memory */
+  int64_t arrays[KIR_MAX_ARRAYS]; /* the floats of each private array: per thread, per row */
+  int narrays;
 } Kernel;
 
 /* The launch geometry of a kernel: blocks, threads per block, local (shared) memory bytes. */
@@ -562,9 +573,16 @@ int kir_row(Kernel *k);
 int kir_ld(Kernel *k, int buf, int idx);
 int kir_arg(Kernel *k, int n);     /* float scalar argument n */
 int kir_iarg(Kernel *k, int n);    /* int64 scalar argument n */
-int kir_let(Kernel *k, int value); /* a new temporary = value; returns its read expr */
+int kir_let(Kernel *k, int value); /* a new temporary = value (or an earlier one holding it); its read expr */
+int kir_var(Kernel *k, int value); /* a new temporary = value, never shared: one that kir_set changes */
 void kir_set(Kernel *k, int var_expr, char op, int value);
 void kir_store(Kernel *k, int buf, int idx, char op, int value);
+/* A private array of n floats, a flat kernel's: each thread's own, declared anew for each row it
+ * computes (a tile of a fused attention's operands and accumulators). Its elements are read with
+ * kir_ald and written with kir_astore ('=' or '+'); their contents do not outlive the row. */
+int kir_array(Kernel *k, int64_t n);
+int kir_ald(Kernel *k, int arr, int idx);
+void kir_astore(Kernel *k, int arr, int idx, char op, int value);
 int kir_for(Kernel *k, int extent);                    /* opens a loop; returns the loop variable's expr */
 int kir_tfor(Kernel *k, int extent);                   /* opens a loop shared by the block's threads */
 int kir_reduce(Kernel *k, int extent);                 /* opens a reduction's body; returns its loop variable */
@@ -787,7 +805,8 @@ void fuse_elem_lower(FuseCtx *c, int id);                     /* a kernel of its
 void fuse_gemm_linear(FuseCtx *c, int id); /* linear, matmul */
 void fuse_gemm_linear_dx(FuseCtx *c, int id);
 void fuse_gemm_linear_dw(FuseCtx *c, int id);
-void fuse_gemm_attention(FuseCtx *c, int id); /* attention and its three gradients */
+void fuse_gemm_attention(FuseCtx *c, int id); /* attention and its three gradients, as GEMMs (attention = gemm) */
+void fuse_attn_lower(FuseCtx *c, int id);     /* attention and its three gradients, fused (fuse_attn.c) */
 void fuse_rows_embedding(FuseCtx *c, int id);
 void fuse_rows_embedding_dw(FuseCtx *c, int id);
 void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad);

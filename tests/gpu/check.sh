@@ -6,7 +6,8 @@
 # Prints one table (Markdown): the PyTorch fixtures on --device cuda (the limits of the cpu run),
 # tiny on two ranks sharing the GPU (pp 2, tp 2 and cp 2) against the one-rank cpu run, and GPT-2 124M
 # (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32, with --tf32 and in
-# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); tiny in bf16 on cuda against bf16 on cpu.
+# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); tiny in bf16 on cuda against bf16 on cpu; the fused
+# attention's forward and backward per layer at GPT-2's shapes against the GEMM path's.
 # Without a GPU it says what is missing and exits 1. Not part of make test.
 set -u
 build=${1:-build}
@@ -99,6 +100,31 @@ if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o 
   done
 else
   status=1; row "GPT-2 124M" "FAIL" "ppc: $(tail -n 1 "$work/gpt2.log")"
+fi
+
+# ---- attention: fused kernels against GEMMs around softmax kernels, GPT-2 124M shapes ---------------
+# PPR_PROFILE's per-step times: the fused path's attention_* kernels; the GEMM path's batched
+# products (attention's alone are batched) and its attention_* softmax kernels; per layer
+if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 --precision bf16 --attention gemm \
+    -o "$work/gpt2_bf16_gemm" >>"$work/gpt2.log" 2>&1; then
+  for path in fused gemm; do
+    dir=$work/gpt2_bf16; [ $path = gemm ] && dir=$work/gpt2_bf16_gemm
+    timeout 300 env PPR_PROFILE=1 "$build/ppr" "$dir" --device cuda --steps 6 >"$work/att_$path.out" 2>"$work/att_$path.prof"
+  done
+  ms() { # the profile's attention milliseconds a step: attention_* kernels, and batched GEMMs
+    awk '/^  gemm:/ {g = 1; next} /^  kernels:/ {g = 0; k = 1; next} /^  the [0-9]+ slowest/ {k = 0}
+      g && $1 ~ /^(forward|backward|weights)$/ && $7 > 1 {t += $9}
+      k && $1 ~ /^attention_/ {t += $4} END {printf "%.3f", t}' "$1"; }
+  f=$(ms "$work/att_fused.prof"); g=$(ms "$work/att_gemm.prof")
+  if grep -q 'attention_fwd' "$work/att_fused.prof" && [ "$f" != "0.000" ] && [ "$g" != "0.000" ]; then
+    row "attention fwd+bwd per layer, GPT-2 124M bf16 B $B S $S: fused kernels against the GEMM path" \
+      "$(awk -v f="$f" -v l=$L 'BEGIN {printf "%.3f ms", f / l}')" \
+      "GEMM path $(awk -v g="$g" -v l=$L 'BEGIN {printf "%.3f ms", g / l}') (batched GEMMs + softmax kernels); fused/GEMM $(awk -v f="$f" -v g="$g" 'BEGIN {printf "%.2f", f / g}')"
+  else
+    status=1; row "attention fused against GEMM (GPT-2 bf16)" "FAIL" "$(tail -n 2 "$work/att_fused.out" "$work/att_gemm.out" | tr '\n' ' ')"
+  fi
+else
+  status=1; row "attention fused against GEMM" "FAIL" "ppc: $(tail -n 1 "$work/gpt2.log")"
 fi
 
 echo "gpu-check on $gpu ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?))"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# ppr_keep_probs.sh BUILD_DIR - attention_probs = keep: the forward's softmax probabilities saved for
+# ppr_keep_probs.sh BUILD_DIR - attention = gemm with attention_probs = keep: the forward's softmax probabilities saved for
 # the backward instead of recomputed there (the scores' product again and an exponential a score).
 # examples/tiny.pdl on the tiny_minimind fixture: the listing saves a probs buffer per layer and has
 # neither the recomputed scores nor the attention_probs kernel; one rank against PyTorch (five
@@ -7,7 +7,8 @@
 # program (the probabilities differ in their last bits: exp(s - max) / sum against exp(s - lse)),
 # tp 2 x pp 2, pp 2 zb-h1 and the opencl device against the one rank (losses 1e-6, first-step
 # gradients 1e-5, weights after five AdamW steps 1e-4: the recomputing program's own meshes differ
-# from its one rank by 2e-5 there); the train block's setting as the flag; a bad value gets an error.
+# from its one rank by 2e-5 there); the train block's setting as the flag; a bad value gets an error,
+# and so does keep with the fused attention.
 # Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_keep_probs.sh BUILD_DIR}
@@ -21,8 +22,8 @@ args="--init $fx/weights.safetensors --data $fx/tokens.bin --lr 1e-3 --beta1 0.9
 python3 -c 'import json,sys; [print(x) for x in json.load(open(sys.argv[1]))["losses5"]]' "$fx/expected.json" \
   >"$tmp/torch.losses"
 
-"$ppc" "$model" --attention-probs keep -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-"$ppc" "$model" -o "$tmp/re" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+"$ppc" "$model" --attention gemm --attention-probs keep -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+"$ppc" "$model" --attention gemm -o "$tmp/re" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
 layers=$(grep -c '^buffer probs[0-9]* f32 \[8,16,16\] .* saved$' "$tmp/one/rank0.prog")
 if [ "$layers" = 4 ] && ! grep -q 'attention_probs\|the scores again' "$tmp/one/rank0.prog" &&
   grep -q 'attention_probs' "$tmp/re/rank0.prog" && grep -q 'the scores again' "$tmp/re/rank0.prog"; then
@@ -43,7 +44,7 @@ for mesh in "4 --tp 2 --pp 2" "2 --pp 2 --schedule zb-h1"; do
   set -- $mesh
   np=$1
   shift
-  "$ppc" "$model" --attention-probs keep "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
+  "$ppc" "$model" --attention gemm --attention-probs keep "$@" -o "$tmp/mesh" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
   if run5 "$np" mesh mesh && same_losses "$tmp/mesh.losses" "$tmp/one.losses" 1e-6 &&
     tensors "$tmp/mesh.g.safetensors" "$tmp/one.g.safetensors" 1e-5 &&
     tensors "$tmp/mesh.w.safetensors" "$tmp/one.w.safetensors" 1e-4; then
@@ -57,10 +58,10 @@ if run5 1 one cl --device opencl && same_losses "$tmp/cl.losses" "$tmp/one.losse
 else bad "keep on opencl: $(tr '\n' ' ' <"$tmp/cl.losses") against $(tr '\n' ' ' <"$tmp/one.losses")"; fi
 
 # the train block's setting is the flag; the flag overrides it; a bad value is an error at its place
-sed 's/^train {/train { attention_probs = keep,/' "$model" >"$tmp/keep.pdl"
+sed 's/^train {/train { attention = gemm, attention_probs = keep,/' "$model" >"$tmp/keep.pdl"
 "$ppc" "$tmp/keep.pdl" -o "$tmp/set" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
 "$ppc" "$tmp/keep.pdl" --attention-probs recompute -o "$tmp/back" >"$tmp/ppc.txt" 2>&1 || cat "$tmp/ppc.txt"
-if grep -q '^train { attention_probs = keep,' "$tmp/keep.pdl" && grep -q '^buffer probs[0-9]* .* saved$' "$tmp/set/rank0.prog" &&
+if grep -q '^train { attention = gemm, attention_probs = keep,' "$tmp/keep.pdl" && grep -q '^buffer probs[0-9]* .* saved$' "$tmp/set/rank0.prog" &&
   ! grep -q '^buffer probs[0-9]* .* saved$' "$tmp/back/rank0.prog"; then
   ok "train { attention_probs = keep } keeps them; --attention-probs recompute overrides it"
 else bad "the attention_probs setting"; fi
@@ -70,6 +71,15 @@ if ! "$ppc" "$tmp/bad.pdl" >"$tmp/err.txt" 2>&1 && grep -q 'bad.pdl:[0-9]*:[0-9]
   grep -q "attention-probs expects keep or recompute, got 'sometimes'" "$tmp/err2.txt"; then
   ok "a bad value: $(head -n 1 "$tmp/err.txt" | sed "s|$tmp/||")"
 else bad "a bad attention_probs: $(cat "$tmp/err.txt" "$tmp/err2.txt")"; fi
+sed 's/^train {/train { attention_probs = keep,/' "$model" >"$tmp/fusedkeep.pdl"
+if ! "$ppc" "$tmp/fusedkeep.pdl" >"$tmp/err.txt" 2>&1 &&
+  grep -q 'fusedkeep.pdl:[0-9]*:[0-9]*: error: attention_probs = keep applies to attention = gemm' "$tmp/err.txt" &&
+  ! "$ppc" "$model" --attention-probs keep >"$tmp/err2.txt" 2>&1 &&
+  grep -q "error: attention_probs = keep applies to attention = gemm" "$tmp/err2.txt" &&
+  ! "$ppc" "$model" --attention flash >"$tmp/err3.txt" 2>&1 &&
+  grep -q "attention expects fused or gemm, got 'flash'" "$tmp/err3.txt"; then
+  ok "keep with the fused attention: $(head -n 1 "$tmp/err.txt" | sed "s|$tmp/||")"
+else bad "keep with the fused attention: $(cat "$tmp/err.txt" "$tmp/err2.txt" "$tmp/err3.txt")"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -105,6 +105,14 @@ static void compare(const char *what, const char *got_path, const char *ref_path
   rt_st_close(ref);
 }
 
+/* Gradients: observed up to 1.4e-6 (tiny_minimind's q_norm), any order of the sums. Weights after
+ * AdamW: its first step moves a weight by lr g/(|g| + eps), so where |g| is near eps (1e-8) the
+ * gradient's rounding (1e-7 absolute at most here, against elements up to 0.19) moves the update
+ * by a large part of lr: tiny_minimind's embedding has an element with g = 5.7e-9, whose update
+ * alone makes the tensor's error 0.8-1.2e-4 (4-6e-5 with the GEMM path's other order). */
+#define GRAD_TOL   1e-5
+#define WEIGHT_TOL 3e-4
+
 static void fixture(const char *name, const char *model, const char *device) {
   char dir[256], cmd[8192], path[1400], tmp[1024];
   const char *root = getenv("PPC_FIXTURES") ? getenv("PPC_FIXTURES") : "tests/fixtures";
@@ -155,16 +163,16 @@ static void fixture(const char *name, const char *model, const char *device) {
       check(fabs(got - want) / fabs(want) < 1e-5, "%s: rel %.3g < 1e-5", what, fabs(got - want) / fabs(want));
       double gn = json_num(log, "grad_norm"), gw = json_num(exp, "grad_norm");
       snprintf(what, sizeof what, "%s grad_norm %.6f vs %.6f", label, gn, gw);
-      check(fabs(gn - gw) / gw < 1e-4, "%s: rel %.3g < 1e-4", what, fabs(gn - gw) / gw);
+      check(fabs(gn - gw) / gw < 1e-6, "%s: rel %.3g < 1e-6", what, fabs(gn - gw) / gw); /* observed 1.1e-7 */
       snprintf(path, sizeof path, "%s/grads.safetensors", tmp);
       char ref[1400];
       snprintf(ref, sizeof ref, "%s/grads.safetensors", dir);
       snprintf(what, sizeof what, "%s gradients", label);
-      compare(what, path, ref, 1e-4);
+      compare(what, path, ref, GRAD_TOL);
       snprintf(path, sizeof path, "%s/w1.safetensors", tmp);
       snprintf(ref, sizeof ref, "%s/updated.safetensors", dir);
       snprintf(what, sizeof what, "%s weights after 1 AdamW step", label);
-      compare(what, path, ref, 1e-4);
+      compare(what, path, ref, WEIGHT_TOL);
     } else {
       /* the fifth line's loss against losses5[4] */
       const char *line = log;
@@ -176,7 +184,7 @@ static void fixture(const char *name, const char *model, const char *device) {
       char ref[1400];
       snprintf(ref, sizeof ref, "%s/updated5.safetensors", dir);
       snprintf(what, sizeof what, "%s weights after 5 AdamW steps", label);
-      compare(what, path, ref, 1e-4);
+      compare(what, path, ref, WEIGHT_TOL);
     }
     free(log);
   }

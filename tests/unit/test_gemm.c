@@ -27,11 +27,11 @@ static int pass, fail;
 static char bin[512] = "build";
 
 static const char *const cases[][2] = {
-    {"examples/tiny.pdl", ""},
+    {"examples/tiny.pdl", "--attention gemm"}, /* attention's GEMMs and their triangles */
     {"tests/models/tiny_gpt2.pdl", ""},
     {"tests/models/tiny_untied.pdl", "--tp 2 --pp 2"},
     {"examples/tiny.pdl", "--tp 4"},
-    {"examples/minimind.pdl", "--micro-batch 2 --seq 64"},
+    {"examples/minimind.pdl", "--micro-batch 2 --seq 64 --attention gemm"},
     {"examples/minimind.pdl", "--micro-batch 2 --seq 64 --tp 2 --pp 2"},
     {"examples/gpt2.pdl", "--micro-batch 2 --seq 64"},
     {"examples/gpt2.pdl", "--micro-batch 2 --seq 64 --tp 2"},

@@ -1,0 +1,541 @@
+/* fuse_attn.c — attention fused (FlashAttention-2's algorithm), the default lowering of
+ * `attention`: no S x S scores anywhere. Four flat kernels, each thread a tile of one (batch, head):
+ *
+ *   attention_fwd    BQ query rows: over the key tiles in order, the scores of the tile, an online
+ *                    softmax (running maximum and sum) and O accumulated in the thread's private
+ *                    arrays; O and each row's log-sum-exp (lse) written at the end.
+ *   attention_delta  a row's delta = rowsum(dO * O), which the backward's softmax gradient needs.
+ *   attention_dkv    BK keys of one kv head, owned: over the R query heads of its group and every
+ *                    query that sees the tile, in order, the probabilities recomputed from Q, K and
+ *                    the saved lse, dV += P^T dO and dK += dS^T Q in private arrays; written once.
+ *   attention_dq     BQ query rows: over the key tiles in order, P and dS again, dQ += dS K.
+ *
+ * Every sum runs in one thread in a fixed order (the tile sizes fix it), so a run gives the same
+ * bits every time; no atomics, no S x S buffer: the scratch is the lse and delta, a float a row.
+ * The tiles are in private arrays, a key tile stored transposed so that the innermost loops run
+ * along the tile's keys or the head dimension, contiguous: the C kernels vectorise there.
+ * Causal: key tiles wholly after a query tile's last row are not visited (the forward, dQ) and
+ * queries wholly before a key tile are not (dK, dV); the tile across the diagonal is masked per
+ * element. Context parallelism shifts the diagonal by the rank's first position (fuse_kc_gpos):
+ * the keys are the whole sequence's, gathered as for the GEMM path. Grouped-query heads index
+ * their kv head (h / R), never a copy. */
+#include "ppc.h"
+
+static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
+
+/* The tiles: query rows a thread (forward, dQ) and keys a tile. A key tile of 16 is one AVX-512
+ * vector of scores; 16 query rows reuse each key tile loaded 16 times. */
+#define ATT_BQ 16
+#define ATT_BK 16
+/* query rows a key tile's thread takes at a time: the chains of its sums over them */
+#define ATT_G 8
+/* score rows summed at a time (scores): ATT_RB chains, each a vector of ATT_BK keys' sums in C */
+#define ATT_RB 8
+
+/* A masked score: far below any real one, so that it never is a row's maximum and its
+ * exponential after the maximum is subtracted is 0 (ppk_exp is 0 below -104). */
+#define ATT_MASKED -1e30
+
+typedef struct Att {
+  FuseCtx *c;
+  KCall kc;
+  Kernel *k;
+  int64_t SQ, SK, B, HQ, HK, D, R;
+  bool causal;
+  double scale;
+  int off; /* context parallelism: the rank's first position (a temporary); -1 without */
+} Att;
+
+static int I(Att *a, int64_t v) { return kir_i(a->k, v); }
+static int add(Att *a, int x, int y) { return kir_e(a->k, K_IADD, x, y, 0); }
+static int sub(Att *a, int x, int y) { return kir_e(a->k, K_ISUB, x, y, 0); }
+static int mul(Att *a, int x, int y) { return kir_e(a->k, K_IMUL, x, y, 0); }
+static int lt(Att *a, int x, int y) { return kir_e(a->k, K_ILT, x, y, 0); }
+static int imin(Att *a, int x, int y) { return kir_e(a->k, K_ISEL, lt(a, x, y), x, y); }
+static int fadd(Att *a, int x, int y) { return kir_e(a->k, K_ADD, x, y, 0); }
+static int fsub(Att *a, int x, int y) { return kir_e(a->k, K_SUB, x, y, 0); }
+static int fmul(Att *a, int x, int y) { return kir_e(a->k, K_MUL, x, y, 0); }
+static int let(Att *a, int x) { return kir_let(a->k, x); }
+
+static int64_t q_tiles(const Att *a) { return (a->SQ + ATT_BQ - 1) / ATT_BQ; }
+static int64_t k_tiles(const Att *a) { return (a->SK + ATT_BK - 1) / ATT_BK; }
+/* the keys of a transposed K or V (attention_kt): whole tiles, the last padded with zeros, and one
+ * tile more, so that a tile's rows (skp floats apart) fall in different cache sets even where the
+ * sequence is a power of two */
+static int64_t skp(const Att *a) { return (k_tiles(a) + 1) * ATT_BK; }
+
+/* x*n + y, an index */
+static int mad(Att *a, int x, int64_t n, int y) { return add(a, mul(a, x, I(a, n)), y); }
+
+/* The element offset of row i (a position) of a [S,B,H,D] tensor at head offset hd = (b*H + h)*D. */
+static int row_at(Att *a, int i, int64_t H, int hd) { return let(a, mad(a, i, a->B * H * a->D, hd)); }
+
+/* The thread's (batch, head) and tile from its row r: tile = r % tiles, bh = r / tiles;
+ * *hd = (b*H + h)*D for H heads, *h the head, *b the batch. */
+static int tile_of(Att *a, int64_t tiles, int64_t H, int *b, int *h, int *bh) {
+  Kernel *k = a->k;
+  int r = kir_row(k);
+  int t = let(a, kir_e(k, K_IMOD, r, I(a, tiles), 0));
+  *bh = let(a, kir_e(k, K_IDIV, r, I(a, tiles), 0));
+  *h = let(a, kir_e(k, K_IMOD, *bh, I(a, H), 0));
+  *b = let(a, kir_e(k, K_IDIV, *bh, I(a, H), 0));
+  return t;
+}
+
+/* The keys j < seen_end are those the query at global position gi sees: in the sequence, and not
+ * after it when causal (a temporary; one compare a key, no branch in the loop over them). */
+static int seen_end(Att *a, int gi) {
+  return a->causal ? let(a, imin(a, add(a, gi, I(a, 1)), I(a, a->SK))) : I(a, a->SK);
+}
+
+/* The key tiles a tile of queries visits: every one, or when causal those up to the tile holding
+ * the key at the last query's global position (glast). */
+static int key_tiles(Att *a, int glast) {
+  int64_t all = (a->SK + ATT_BK - 1) / ATT_BK;
+  return a->causal ? let(a, add(a, kir_e(a->k, K_IDIV, glast, I(a, ATT_BK), 0), I(a, 1))) : I(a, all);
+}
+
+/* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1 and are not
+ * stored), or 0 when buf < 0 */
+static void load_rows(Att *a, int arr, int buf, int i0, int n, int hd) {
+  Kernel *k = a->k;
+  int r = kir_for(k, I(a, n));
+  int at = row_at(a, imin(a, add(a, i0, r), I(a, a->SQ - 1)), a->HQ, hd);
+  int d = kir_for(k, I(a, a->D));
+  kir_astore(k, arr, mad(a, r, a->D, d), '=', buf >= 0 ? kir_ld(k, buf, add(a, at, d)) : kir_f(k, 0));
+  kir_end(k);
+  kir_end(k);
+}
+
+/* T[d*BK + jj] = XT[xt + d*SKP + jj]: a key tile of a transposed K or V (attention_kt) */
+static void tile_t(Att *a, int tarr, int XT, int xt) {
+  Kernel *k = a->k;
+  int d = kir_for(k, I(a, a->D));
+  int at = let(a, mad(a, d, skp(a), xt));
+  int jj = kir_for(k, I(a, ATT_BK));
+  kir_astore(k, tarr, mad(a, d, ATT_BK, jj), '=', kir_ld(k, XT, add(a, at, jj)));
+  kir_end(k);
+  kir_end(k);
+}
+
+/* Y[jj*D + d] = X[key j0+jj's row, element d]: a key tile of K or V as it is stored (keys past the
+ * sequence's end read its last; their probabilities are 0) */
+static void tile_rows(Att *a, int yarr, int buf, int j0, int hd) {
+  Kernel *k = a->k;
+  int jj = kir_for(k, I(a, ATT_BK));
+  int at = row_at(a, imin(a, add(a, j0, jj), I(a, a->SK - 1)), a->HK, hd);
+  int d = kir_for(k, I(a, a->D));
+  kir_astore(k, yarr, mad(a, jj, a->D, d), '=', kir_ld(k, buf, add(a, at, d)));
+  kir_end(k);
+  kir_end(k);
+}
+
+/* S[r*BK + jj] = sum over d, in order, of X[r*D + d] T[d*BK + jj] for n rows of X (a multiple of
+ * ATT_RB) and a transposed key tile T (tile_t): ATT_RB rows' sums at a time in temporaries, one
+ * chain each; the C compiler vectorises the loop over the tile's keys around them (the sums in
+ * registers). The tiles are the thread's private arrays: the C compiler vectorises that loop only
+ * where it can tell that no store reaches what it reads. */
+static void scores(Att *a, int sarr, int xarr, int n, int tarr) {
+  Kernel *k = a->k;
+  int rb = kir_for(k, I(a, n / ATT_RB));
+  int jj = kir_for(k, I(a, ATT_BK));
+  int v[ATT_RB];
+  for (int r = 0; r < ATT_RB; r++) v[r] = kir_var(k, kir_f(k, 0));
+  int d = kir_for(k, I(a, a->D));
+  int kv = let(a, kir_ald(k, tarr, mad(a, d, ATT_BK, jj)));
+  for (int r = 0; r < ATT_RB; r++)
+    kir_set(k, v[r], '=', fadd(a, v[r], fmul(a, kir_ald(k, xarr, mad(a, mad(a, rb, ATT_RB, I(a, r)), a->D, d)), kv)));
+  kir_end(k);
+  for (int r = 0; r < ATT_RB; r++) kir_astore(k, sarr, mad(a, mad(a, rb, ATT_RB, I(a, r)), ATT_BK, jj), '=', v[r]);
+  kir_end(k);
+  kir_end(k);
+}
+
+/* Acc[r*D + d] += sum over the tile's keys jj, in order, of P[r*BK + jj] Y[jj*D + d] (a tile as
+ * stored, tile_rows), for n rows (a multiple of 2): two rows' chains at a time, the loop over the
+ * head dimension vectorised around them (O += P V, dQ += dS K) */
+static void rows_times_keys(Att *a, int acc, int parr, int n, int yarr) {
+  Kernel *k = a->k;
+  int rb = kir_for(k, I(a, n / 2));
+  int d = kir_for(k, I(a, a->D));
+  int e0 = let(a, mad(a, mad(a, rb, 2, I(a, 0)), a->D, d)), e1 = let(a, add(a, e0, I(a, a->D)));
+  int v0 = kir_var(k, kir_ald(k, acc, e0)), v1 = kir_var(k, kir_ald(k, acc, e1));
+  int jj = kir_for(k, I(a, ATT_BK));
+  int y = let(a, kir_ald(k, yarr, mad(a, jj, a->D, d)));
+  kir_set(k, v0, '=', fadd(a, v0, fmul(a, kir_ald(k, parr, mad(a, mad(a, rb, 2, I(a, 0)), ATT_BK, jj)), y)));
+  kir_set(k, v1, '=', fadd(a, v1, fmul(a, kir_ald(k, parr, mad(a, mad(a, rb, 2, I(a, 1)), ATT_BK, jj)), y)));
+  kir_end(k);
+  kir_astore(k, acc, e0, '=', v0);
+  kir_astore(k, acc, e1, '=', v1);
+  kir_end(k);
+  kir_end(k);
+}
+
+/* dV[jj*D + d] += sum over r < n, in order, of P[r*BK + jj] dO[r*D + d], and dK likewise of
+ * dS and Q: the tile's keys' sums over n query rows, two keys' chains of each at a time, the loop
+ * over the head dimension vectorised around them */
+static void keys_times_rows(Att *a, int adv, int adk, int parr, int dsarr, int n, int xg, int xq) {
+  Kernel *k = a->k;
+  int jp = kir_for(k, I(a, ATT_BK / 2));
+  int d = kir_for(k, I(a, a->D));
+  int e0 = let(a, mad(a, mad(a, jp, 2, I(a, 0)), a->D, d)), e1 = let(a, add(a, e0, I(a, a->D)));
+  int v0 = kir_var(k, kir_ald(k, adv, e0)), v1 = kir_var(k, kir_ald(k, adv, e1)), k0 = kir_var(k, kir_ald(k, adk, e0)),
+      k1 = kir_var(k, kir_ald(k, adk, e1));
+  int r = kir_for(k, I(a, n));
+  int g = let(a, kir_ald(k, xg, mad(a, r, a->D, d))), q = let(a, kir_ald(k, xq, mad(a, r, a->D, d)));
+  int p0 = mad(a, r, ATT_BK, mul(a, jp, I(a, 2))), p1 = add(a, p0, I(a, 1));
+  kir_set(k, v0, '=', fadd(a, v0, fmul(a, kir_ald(k, parr, p0), g)));
+  kir_set(k, v1, '=', fadd(a, v1, fmul(a, kir_ald(k, parr, p1), g)));
+  kir_set(k, k0, '=', fadd(a, k0, fmul(a, kir_ald(k, dsarr, p0), q)));
+  kir_set(k, k1, '=', fadd(a, k1, fmul(a, kir_ald(k, dsarr, p1), q)));
+  kir_end(k);
+  kir_astore(k, adv, e0, '=', v0);
+  kir_astore(k, adv, e1, '=', v1);
+  kir_astore(k, adk, e0, '=', k0);
+  kir_astore(k, adk, e1, '=', k1);
+  kir_end(k);
+  kir_end(k);
+}
+
+/* The shapes of attention node fwd: SQ the rank's queries; SK the keys they see, the whole
+ * sequence's under context parallelism. */
+static Att att_shape(FuseCtx *c, int fwd) {
+  const IrNode *f = N(c, fwd);
+  const Shape *qs = &N(c, f->in[0])->shape, *kvs = &N(c, f->in[1])->shape;
+  Att a = {.c = c,
+           .SQ = qs->d[0],
+           .SK = qs->d[0] * (c->g->cfg.cp > 1 ? c->g->cfg.cp : 1),
+           .B = qs->d[1],
+           .HQ = qs->d[2],
+           .HK = kvs->d[2],
+           .D = qs->d[3],
+           .causal = f->a.causal,
+           .scale = f->a.scale,
+           .off = -1};
+  a.R = a.HQ / a.HK;
+  return a;
+}
+
+/* A kernel of rows threads, 32 a block (a warp; each thread holds whole tiles), work its rough
+ * operations a thread; under context parallelism the rank's first position as an argument. */
+static void att_kernel(Att *a, const char *name, int node, int64_t rows, int64_t work) {
+  a->kc = fuse_kc_flat(name, rows, node);
+  a->k = a->kc.k;
+  a->k->block = 32;
+  a->k->work = work;
+  a->off = a->c->g->cfg.cp > 1 ? kir_let(a->k, fuse_kc_gpos(a->c, &a->kc, kir_i(a->k, 0))) : -1;
+}
+
+/* The global position of local query i: + the rank's first under context parallelism. */
+static int gpos(Att *a, int i) { return a->off >= 0 ? add(a, a->off, i) : i; }
+
+/* ---- the forward ---------------------------------------------------------------------------- */
+
+static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
+  att_kernel(a, "attention_fwd", a->kc.node, a->B * a->HQ * q_tiles(a), 4 * ATT_BQ * a->SK * a->D);
+  Kernel *k = a->k;
+  FuseCtx *c = a->c;
+  int Q = fuse_kc_vbuf(c, &a->kc, vq, false), KT = fuse_kc_vbuf(c, &a->kc, vkt, false),
+      V = fuse_kc_vbuf(c, &a->kc, vv, false), O = fuse_kc_vbuf(c, &a->kc, vo, true),
+      L = fuse_kc_vbuf(c, &a->kc, vl, true);
+  /* the rows' Q and O, the scores, each row's maximum and its sums (one a key of the tile: kept
+   * apart until the end, so that the tile's sums are a vector's) */
+  int aq = kir_array(k, ATT_BQ * a->D), ao = kir_array(k, ATT_BQ * a->D), sc = kir_array(k, ATT_BQ * ATT_BK),
+      am = kir_array(k, ATT_BQ), al = kir_array(k, ATT_BQ * ATT_BK), tm = kir_array(k, ATT_BK),
+      kt = kir_array(k, a->D * ATT_BK), vt = kir_array(k, ATT_BK * a->D);
+
+  int b, h, bh;
+  int qt = tile_of(a, q_tiles(a), a->HQ, &b, &h, &bh);
+  int g = let(a, kir_e(k, K_IDIV, h, I(a, a->R), 0));
+  int bg = let(a, mad(a, b, a->HK, g));
+  int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, bg, I(a, a->D))),
+      ktb = let(a, mul(a, hdk, I(a, skp(a))));
+  int i0 = let(a, mul(a, qt, I(a, ATT_BQ)));
+  load_rows(a, aq, Q, i0, ATT_BQ, hdq);
+  load_rows(a, ao, -1, i0, ATT_BQ, hdq);
+  int e = kir_for(k, I(a, ATT_BQ * ATT_BK));
+  kir_astore(k, al, e, '=', kir_f(k, 0));
+  kir_end(k);
+  int ii = kir_for(k, I(a, ATT_BQ));
+  kir_astore(k, am, ii, '=', kir_f(k, ATT_MASKED));
+  kir_end(k);
+  int kb = kir_for(k, key_tiles(a, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1)))));
+  int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
+  tile_t(a, kt, KT, add(a, ktb, j0));
+  tile_rows(a, vt, V, j0, hdk);
+  scores(a, sc, aq, ATT_BQ, kt);
+  /* each row: its scores scaled and masked, the new maximum, P = exp(s - max) in place, O and the
+   * sums rescaled */
+  ii = kir_for(k, I(a, ATT_BQ));
+  int srow = let(a, mul(a, ii, I(a, ATT_BK)));
+  int gi = let(a, gpos(a, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
+  int end = seen_end(a, gi);
+  int jj = kir_for(k, I(a, ATT_BK));
+  int s = let(a, kir_e(k, K_SEL, lt(a, add(a, j0, jj), end),
+                       fmul(a, kir_f(k, a->scale), kir_ald(k, sc, add(a, srow, jj))), kir_f(k, ATT_MASKED)));
+  kir_astore(k, sc, add(a, srow, jj), '=', s);
+  kir_astore(k, tm, jj, '=', s);
+  kir_end(k);
+  /* the tile's maximum by halves (elementwise steps that vectorise; a maximum is the same in any
+   * order) */
+  for (int w = ATT_BK / 2; w >= 1; w /= 2) {
+    int t = kir_for(k, I(a, w));
+    kir_astore(k, tm, t, '=', kir_e(k, K_MAX, kir_ald(k, tm, t), kir_ald(k, tm, add(a, t, I(a, w))), 0));
+    kir_end(k);
+  }
+  int mx = let(a, kir_e(k, K_MAX, kir_ald(k, am, ii), kir_ald(k, tm, I(a, 0)), 0));
+  int alpha = let(a, kir_e(k, K_EXP, fsub(a, kir_ald(k, am, ii), mx), 0, 0));
+  kir_astore(k, am, ii, '=', mx);
+  jj = kir_for(k, I(a, ATT_BK));
+  int sv = let(a, kir_ald(k, sc, add(a, srow, jj)));
+  int p = let(a, kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, ATT_MASKED / 2), sv, 0),
+                       kir_e(k, K_EXP, fsub(a, sv, mx), 0, 0), kir_f(k, 0)));
+  kir_astore(k, sc, add(a, srow, jj), '=', p);
+  kir_astore(k, al, add(a, srow, jj), '=', fadd(a, fmul(a, kir_ald(k, al, add(a, srow, jj)), alpha), p));
+  kir_end(k);
+  int d = kir_for(k, I(a, a->D));
+  int o = mad(a, ii, a->D, d);
+  kir_astore(k, ao, o, '=', fmul(a, kir_ald(k, ao, o), alpha));
+  kir_end(k);
+  kir_end(k);
+  rows_times_keys(a, ao, sc, ATT_BQ, vt); /* O += P V */
+  kir_end(k);                             /* the key tiles */
+  /* O / sum and lse = max + log(sum), for the rows in the sequence */
+  ii = kir_for(k, I(a, ATT_BQ));
+  int i = let(a, add(a, i0, ii));
+  kir_if(k, lt(a, i, I(a, a->SQ)));
+  int sum = kir_var(k, kir_f(k, 0));
+  jj = kir_for(k, I(a, ATT_BK));
+  kir_set(k, sum, '=', fadd(a, sum, kir_ald(k, al, mad(a, ii, ATT_BK, jj))));
+  kir_end(k);
+  int inv = let(a, kir_e(k, K_DIV, kir_f(k, 1), sum, 0));
+  int oat = row_at(a, i, a->HQ, hdq);
+  d = kir_for(k, I(a, a->D));
+  kir_store(k, O, add(a, oat, d), '=', fmul(a, kir_ald(k, ao, mad(a, ii, a->D, d)), inv));
+  kir_end(k);
+  kir_store(k, L, mad(a, bh, a->SQ, i), '=', fadd(a, kir_ald(k, am, ii), kir_e(k, K_LOG, sum, 0, 0)));
+  kir_end(k);
+  kir_end(k);
+  fuse_kc_emit(c, &a->kc);
+}
+
+/* ---- the backward --------------------------------------------------------------------------- */
+
+/* delta[(b*HQ + h)*SQ + i] = sum over d of dO O, a query row per thread */
+static void delta_kernel(Att *a, int vdo, int vo, int vdl) {
+  att_kernel(a, "attention_delta", a->kc.node, a->B * a->HQ * a->SQ, 2 * a->D);
+  a->k->block = 256;
+  Kernel *k = a->k;
+  FuseCtx *c = a->c;
+  int G = fuse_kc_vbuf(c, &a->kc, vdo, false), O = fuse_kc_vbuf(c, &a->kc, vo, false),
+      Dl = fuse_kc_vbuf(c, &a->kc, vdl, true);
+  int b, h, bh;
+  int i = tile_of(a, a->SQ, a->HQ, &b, &h, &bh);
+  (void)b, (void)h;
+  int at = row_at(a, i, a->HQ, let(a, mul(a, bh, I(a, a->D))));
+  int acc = kir_var(k, kir_f(k, 0));
+  int d = kir_for(k, I(a, a->D));
+  kir_set(k, acc, '=', fadd(a, acc, fmul(a, kir_ld(k, G, add(a, at, d)), kir_ld(k, O, add(a, at, d)))));
+  kir_end(k);
+  kir_store(k, Dl, kir_row(k), '=', acc);
+  fuse_kc_emit(c, &a->kc);
+}
+
+/* For n rows of a score tile (S = Q K^T unscaled in sarr, dP = dO V^T in parr), rows i0 + r and
+ * the keys j0 + jj: P = exp(scale S - lse) where the key is seen (0 else) into sarr, and
+ * dS = P (dP - delta) scale into parr. Rows past SQ read row SQ-1's statistics; with mask_rows
+ * their P and dS are 0 (a key tile's sums run over rows; a query tile's past SQ are not stored). */
+static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int L, int Dl, int bh, bool mask_rows) {
+  Kernel *k = a->k;
+  int r = kir_for(k, I(a, n));
+  int i = let(a, imin(a, add(a, i0, r), I(a, a->SQ - 1)));
+  int gi = let(a, gpos(a, i));
+  int lse = let(a, kir_ld(k, L, mad(a, bh, a->SQ, i))), dl = let(a, kir_ld(k, Dl, mad(a, bh, a->SQ, i)));
+  int end = seen_end(a, gi);
+  if (mask_rows) end = let(a, kir_e(k, K_ISEL, lt(a, add(a, i0, r), I(a, a->SQ)), end, I(a, 0)));
+  int jj = kir_for(k, I(a, ATT_BK));
+  int at = let(a, mad(a, r, ATT_BK, jj));
+  int valid = lt(a, add(a, j0, jj), end);
+  int p = let(a, kir_e(k, K_SEL, valid,
+                       kir_e(k, K_EXP, fsub(a, fmul(a, kir_f(k, a->scale), kir_ald(k, sarr, at)), lse), 0, 0),
+                       kir_f(k, 0)));
+  kir_astore(k, sarr, at, '=', p);
+  kir_astore(k, parr, at, '=', fmul(a, fmul(a, p, fsub(a, kir_ald(k, parr, at), dl)), kir_f(k, a->scale)));
+  kir_end(k);
+  kir_end(k);
+}
+
+/* dK and dV of BK keys of one kv head: over its R query heads and the queries that see a key of
+ * the tile, in order, ATT_G rows at a time */
+static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
+  att_kernel(a, "attention_dkv", a->kc.node, a->B * a->HK * k_tiles(a), 4 * ATT_BK * a->R * a->SQ * a->D);
+  Kernel *k = a->k;
+  FuseCtx *c = a->c;
+  int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), KT = fuse_kc_vbuf(c, &a->kc, vb[2], false),
+      VT = fuse_kc_vbuf(c, &a->kc, vb[3], false), G = fuse_kc_vbuf(c, &a->kc, vb[4], false),
+      L = fuse_kc_vbuf(c, &a->kc, vb[5], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false),
+      DK = fuse_kc_vbuf(c, &a->kc, vdk, true), DV = fuse_kc_vbuf(c, &a->kc, vdv, true);
+  int adk = kir_array(k, ATT_BK * a->D), adv = kir_array(k, ATT_BK * a->D), xq = kir_array(k, ATT_G * a->D),
+      xg = kir_array(k, ATT_G * a->D), sc = kir_array(k, ATT_G * ATT_BK), dp = kir_array(k, ATT_G * ATT_BK),
+      kta = kir_array(k, a->D * ATT_BK), vta = kir_array(k, a->D * ATT_BK);
+  int b, g, bg;
+  int kb = tile_of(a, k_tiles(a), a->HK, &b, &g, &bg);
+  int hdk = let(a, mul(a, bg, I(a, a->D)));
+  int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
+  int kt = let(a, mad(a, hdk, skp(a), j0));
+  tile_t(a, kta, KT, kt);
+  tile_t(a, vta, VT, kt);
+  int e = kir_for(k, I(a, ATT_BK * a->D));
+  kir_astore(k, adk, e, '=', kir_f(k, 0));
+  kir_astore(k, adv, e, '=', kir_f(k, 0));
+  kir_end(k);
+  /* the first query that sees the tile's first key: global position j0, local j0 - the rank's first */
+  int first = I(a, 0);
+  if (a->causal) {
+    int f = let(a, a->off >= 0 ? sub(a, j0, a->off) : j0);
+    first = let(a, kir_e(k, K_ISEL, lt(a, f, I(a, 0)), I(a, 0), f));
+  }
+  int ngroups = let(a, kir_e(k, K_IDIV, add(a, sub(a, I(a, a->SQ), first), I(a, ATT_G - 1)), I(a, ATT_G), 0));
+  int r = kir_for(k, I(a, a->R));
+  int bh = let(a, mad(a, b, a->HQ, mad(a, g, a->R, r)));
+  int hdq = let(a, mul(a, bh, I(a, a->D)));
+  int t = kir_for(k, ngroups);
+  int i0 = let(a, mad(a, t, ATT_G, first));
+  load_rows(a, xq, Q, i0, ATT_G, hdq);
+  load_rows(a, xg, G, i0, ATT_G, hdq);
+  scores(a, sc, xq, ATT_G, kta);
+  scores(a, dp, xg, ATT_G, vta);
+  probs_and_ds(a, sc, dp, ATT_G, i0, j0, L, Dl, bh, true);
+  keys_times_rows(a, adv, adk, sc, dp, ATT_G, xg, xq); /* dV += P^T dO, dK += dS^T Q */
+  kir_end(k);                                          /* the query rows */
+  kir_end(k);                                          /* the heads */
+  int jj = kir_for(k, I(a, ATT_BK));
+  int j = let(a, add(a, j0, jj));
+  kir_if(k, lt(a, j, I(a, a->SK)));
+  int kat = row_at(a, j, a->HK, hdk);
+  int d = kir_for(k, I(a, a->D));
+  kir_store(k, DK, add(a, kat, d), '=', kir_ald(k, adk, mad(a, jj, a->D, d)));
+  kir_store(k, DV, add(a, kat, d), '=', kir_ald(k, adv, mad(a, jj, a->D, d)));
+  kir_end(k);
+  kir_end(k);
+  kir_end(k);
+  fuse_kc_emit(c, &a->kc);
+}
+
+/* dQ of BQ query rows: over the key tiles they see, in order */
+static void dq_kernel(Att *a, const int vb[7], int vdq) {
+  att_kernel(a, "attention_dq", a->kc.node, a->B * a->HQ * q_tiles(a), 6 * ATT_BQ * a->SK * a->D);
+  Kernel *k = a->k;
+  FuseCtx *c = a->c;
+  int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
+      KT = fuse_kc_vbuf(c, &a->kc, vb[2], false), VT = fuse_kc_vbuf(c, &a->kc, vb[3], false),
+      G = fuse_kc_vbuf(c, &a->kc, vb[4], false), L = fuse_kc_vbuf(c, &a->kc, vb[5], false),
+      Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false), DQ = fuse_kc_vbuf(c, &a->kc, vdq, true);
+  int aq = kir_array(k, ATT_BQ * a->D), ag = kir_array(k, ATT_BQ * a->D), adq = kir_array(k, ATT_BQ * a->D),
+      sc = kir_array(k, ATT_BQ * ATT_BK), dp = kir_array(k, ATT_BQ * ATT_BK), kta = kir_array(k, a->D * ATT_BK),
+      vta = kir_array(k, a->D * ATT_BK), kr = kir_array(k, ATT_BK * a->D);
+
+  int b, h, bh;
+  int qt = tile_of(a, q_tiles(a), a->HQ, &b, &h, &bh);
+  int g = let(a, kir_e(k, K_IDIV, h, I(a, a->R), 0));
+  int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, mad(a, b, a->HK, g), I(a, a->D)));
+  int i0 = let(a, mul(a, qt, I(a, ATT_BQ)));
+  load_rows(a, aq, Q, i0, ATT_BQ, hdq);
+  load_rows(a, ag, G, i0, ATT_BQ, hdq);
+  load_rows(a, adq, -1, i0, ATT_BQ, hdq);
+  int kb = kir_for(k, key_tiles(a, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1)))));
+  int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
+  int kt = let(a, mad(a, hdk, skp(a), j0));
+  tile_t(a, kta, KT, kt);
+  tile_t(a, vta, VT, kt);
+  tile_rows(a, kr, K, j0, hdk);
+  scores(a, sc, aq, ATT_BQ, kta);
+  scores(a, dp, ag, ATT_BQ, vta);
+  probs_and_ds(a, sc, dp, ATT_BQ, i0, j0, L, Dl, bh, false);
+  rows_times_keys(a, adq, dp, ATT_BQ, kr); /* dQ += dS K */
+  kir_end(k);                              /* the key tiles */
+  int ii = kir_for(k, I(a, ATT_BQ));
+  int i = let(a, add(a, i0, ii));
+  kir_if(k, lt(a, i, I(a, a->SQ)));
+  int qat = row_at(a, i, a->HQ, hdq);
+  int d = kir_for(k, I(a, a->D));
+  kir_store(k, DQ, add(a, qat, d), '=', kir_ald(k, adq, mad(a, ii, a->D, d)));
+  kir_end(k);
+  kir_end(k);
+  kir_end(k);
+  fuse_kc_emit(c, &a->kc);
+}
+
+/* XT[(b*HK + g)*D + d][j] = X[j, b, g, d] for j < SKP (0 past SK): K or V transposed, each key
+ * tile's rows contiguous for scores() */
+static int transpose_kv(FuseCtx *c, Att a, int node, int vx, const char *name) {
+  Shape ts = {3, {a.B * a.HK, a.D, skp(&a)}};
+  int vt = fuse_prog_vbuf(c, name, BC_SCRATCH, ts, c->p->vb[vx].dtype);
+  att_kernel(&a, "attention_kt", node, a.B * a.HK * a.D, 2 * skp(&a)); /* a row of XT a thread */
+  a.k->block = 256;
+  Kernel *k = a.k;
+  int X = fuse_kc_vbuf(c, &a.kc, vx, false), XT = fuse_kc_vbuf(c, &a.kc, vt, true);
+  int r = kir_row(k);
+  int d = let(&a, kir_e(k, K_IMOD, r, kir_i(k, a.D), 0)), bg = let(&a, kir_e(k, K_IDIV, r, kir_i(k, a.D), 0));
+  int hd = let(&a, mul(&a, bg, I(&a, a.D)));
+  int j = kir_for(k, I(&a, skp(&a)));
+  int at = add(&a, row_at(&a, imin(&a, j, I(&a, a.SK - 1)), a.HK, hd), d);
+  kir_store(k, XT, mad(&a, r, skp(&a), j), '=', kir_e(k, K_SEL, lt(&a, j, I(&a, a.SK)), kir_ld(k, X, at), kir_f(k, 0)));
+  kir_end(k);
+  fuse_kc_emit(c, &a.kc);
+  return vt;
+}
+
+/* Context parallelism: the whole sequence's keys (values) from every cp rank's part, in rank
+ * order, into a scratch buffer of the whole. */
+static int gather_kv(FuseCtx *c, int node, int part, const char *name, const Att *a) {
+  int whole = fuse_prog_vbuf(c, name, BC_SCRATCH, (Shape){4, {a->SK, a->B, a->HK, a->D}}, c->p->vb[part].dtype);
+  fuse_prog_seq_coll(c, node, true, "cp", part, whole, node,
+                     "context parallelism: the whole sequence's keys and values from every rank's positions");
+  return whole;
+}
+
+void fuse_attn_lower(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int fwd = n->op == OP_ATTENTION ? id : n->fwd;
+  const IrNode *f = N(c, fwd);
+  if (n->op != OP_ATTENTION && c->att_done[fwd]) return; /* the backward: all three gradients at the first */
+  Att a = att_shape(c, fwd);
+  a.kc.node = id;
+  bool cp = a.SK != a.SQ;
+  int vq = fuse_prog_buf(c, f->in[0]);
+  int vk = cp ? gather_kv(c, id, fuse_prog_buf(c, f->in[1]), "k_all", &a) : fuse_prog_buf(c, f->in[1]);
+  int vv = cp ? gather_kv(c, id, fuse_prog_buf(c, f->in[2]), "v_all", &a) : fuse_prog_buf(c, f->in[2]);
+  int lse = c->p->node_aux[fwd]; /* [B,HQ,SQ] f32 */
+  if (lse < 0) diag_fatal("internal: attention %%%d has no log-sum-exp buffer", fwd);
+  if (n->op == OP_ATTENTION) {
+    fwd_kernel(&a, vq, transpose_kv(c, a, id, vk, "kt"), vv, fuse_prog_buf(c, id), lse);
+    return;
+  }
+  c->att_done[fwd] = true;
+  int gq = -1, gk = -1, gv = -1;
+  for (int i = id; i < c->g->nnodes && (gq < 0 || gk < 0 || gv < 0); i++) /* made together: a few nodes apart */
+    if (N(c, i)->fwd == fwd) {
+      if (N(c, i)->op == OP_ATTENTION_DQ) gq = i;
+      if (N(c, i)->op == OP_ATTENTION_DK) gk = i;
+      if (N(c, i)->op == OP_ATTENTION_DV) gv = i;
+    }
+  if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
+  int vdo = fuse_prog_buf(c, n->in[3]);
+  int delta = fuse_prog_vbuf(c, "delta", BC_SCRATCH, (Shape){1, {a.B * a.HQ * a.SQ}}, PP_F32);
+  Att d = a, kv = a, q = a;
+  delta_kernel(&d, vdo, fuse_prog_buf(c, fwd), delta);
+  const int vb[7] = {vq, vk, transpose_kv(c, a, id, vk, "kt"), transpose_kv(c, a, id, vv, "vt"), vdo, lse, delta};
+  /* dK and dV: the nodes' buffers, or under context parallelism the whole sequence's f32 partial
+   * sums, reduce-scattered */
+  Shape kv_all = {4, {a.SK, a.B, a.HK, a.D}};
+  int dk_all = cp ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
+      dv_all = cp ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
+  dkv_kernel(&kv, vb, dk_all, dv_all);
+  dq_kernel(&q, vb, fuse_prog_buf(c, gq));
+  if (cp) { /* each rank its positions' sums over every rank's queries */
+    static const char why[] = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
+    fuse_prog_seq_coll(c, id, false, "cp", dk_all, fuse_prog_buf(c, gk), gk, why);
+    fuse_prog_seq_coll(c, id, false, "cp", dv_all, fuse_prog_buf(c, gv), gv, why);
+  }
+}
