@@ -32,6 +32,9 @@ typedef struct LangTable {
   /* a private array (kir_array): its storage with %d its number and %lld its floats, then the
    * declaration of ppk_aN, what the kernel's code reads and writes, with %d its number (twice) */
   const char *array_decl, *array_name;
+  /* the line before each loop of a kernel with private arrays; NULL: none. NVRTC unrolls their
+   * constant loops whole otherwise (a stage's fused attention: ten times the PTX and the time) */
+  const char *array_loop;
   const char *types[PP_DTYPE_COUNT]; /* a buffer's element type; bf16 is its 16 bits as an integer */
 } LangTable;
 
@@ -90,6 +93,7 @@ static const LangTable lang_cuda = {
     .fma = "fmaf",
     .array_decl = "float ppk_a%d[%lld];",
     .array_name = "",
+    .array_loop = "#pragma unroll 1",
     .types = {"float", "int32_t", "unsigned short"},
 };
 
@@ -509,6 +513,7 @@ static void stmts(Rend *r, int s, int depth, Ctx ctx) {
     const KStmt *st = &r->k->s[s];
     switch (st->kind) {
     case KS_FOR:
+      if (r->k->narrays && t->array_loop) indent(r, depth), EMIT("%s\n", t->array_loop);
       indent(r, depth), EMIT("for (int64_t v%d = 0; v%d < ", st->var, st->var);
       expr(r, st->a);
       EMIT("; v%d++) {\n", st->var);

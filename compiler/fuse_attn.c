@@ -1,6 +1,7 @@
 /* fuse_attn.c — attention fused (FlashAttention-2's algorithm), the default lowering of
- * `attention`: no S x S scores anywhere. Four flat kernels, each thread a tile of one (batch, head):
+ * `attention`: no S x S scores anywhere. Flat kernels, each thread a tile of one (batch, head):
  *
+ *   attention_kt     K (V) transposed into scratch, [B*HK, D, keys]: a key tile's rows contiguous.
  *   attention_fwd    BQ query rows: over the key tiles in order, the scores of the tile, an online
  *                    softmax (running maximum and sum) and O accumulated in the thread's private
  *                    arrays; O and each row's log-sum-exp (lse) written at the end.
@@ -11,9 +12,10 @@
  *   attention_dq     BQ query rows: over the key tiles in order, P and dS again, dQ += dS K.
  *
  * Every sum runs in one thread in a fixed order (the tile sizes fix it), so a run gives the same
- * bits every time; no atomics, no S x S buffer: the scratch is the lse and delta, a float a row.
- * The tiles are in private arrays, a key tile stored transposed so that the innermost loops run
- * along the tile's keys or the head dimension, contiguous: the C kernels vectorise there.
+ * bits every time; no atomics, no S x S buffer: the scratch is the lse and delta, a float a row,
+ * and the transposed K and V. A thread copies each tile into its private arrays (kir_array), a key
+ * tile transposed, and keeps a few rows' sums in temporaries, one chain each: in C the loops
+ * around those chains run along the tile's keys or the head dimension and GCC vectorises them.
  * Causal: key tiles wholly after a query tile's last row are not visited (the forward, dQ) and
  * queries wholly before a key tile are not (dK, dV); the tile across the diagonal is masked per
  * element. Context parallelism shifts the diagonal by the rank's first position (fuse_kc_gpos):
@@ -24,7 +26,7 @@
 static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
 
 /* The tiles: query rows a thread (forward, dQ) and keys a tile. A key tile of 16 is one AVX-512
- * vector of scores; 16 query rows reuse each key tile loaded 16 times. */
+ * vector of scores; 16 query rows use each key tile the thread copies. */
 #define ATT_BQ 16
 #define ATT_BK 16
 /* query rows a key tile's thread takes at a time: the chains of its sums over them */
@@ -70,8 +72,8 @@ static int mad(Att *a, int x, int64_t n, int y) { return add(a, mul(a, x, I(a, n
 /* The element offset of row i (a position) of a [S,B,H,D] tensor at head offset hd = (b*H + h)*D. */
 static int row_at(Att *a, int i, int64_t H, int hd) { return let(a, mad(a, i, a->B * H * a->D, hd)); }
 
-/* The thread's (batch, head) and tile from its row r: tile = r % tiles, bh = r / tiles;
- * *hd = (b*H + h)*D for H heads, *h the head, *b the batch. */
+/* The thread's tile and (batch, head) from its row r: the tile r % tiles (returned), *bh = r / tiles
+ * = b*H + h for H heads, *h the head, *b the batch. Consecutive threads take a head's tiles. */
 static int tile_of(Att *a, int64_t tiles, int64_t H, int *b, int *h, int *bh) {
   Kernel *k = a->k;
   int r = kir_row(k);
@@ -91,8 +93,7 @@ static int seen_end(Att *a, int gi) {
 /* The key tiles a tile of queries visits: every one, or when causal those up to the tile holding
  * the key at the last query's global position (glast). */
 static int key_tiles(Att *a, int glast) {
-  int64_t all = (a->SK + ATT_BK - 1) / ATT_BK;
-  return a->causal ? let(a, add(a, kir_e(a->k, K_IDIV, glast, I(a, ATT_BK), 0), I(a, 1))) : I(a, all);
+  return a->causal ? let(a, add(a, kir_e(a->k, K_IDIV, glast, I(a, ATT_BK), 0), I(a, 1))) : I(a, k_tiles(a));
 }
 
 /* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1 and are not
@@ -151,15 +152,21 @@ static void scores(Att *a, int sarr, int xarr, int n, int tarr) {
   kir_end(k);
 }
 
-/* Acc[r*D + d] += sum over the tile's keys jj, in order, of P[r*BK + jj] Y[jj*D + d] (a tile as
- * stored, tile_rows), for n rows (a multiple of 2): two rows' chains at a time, the loop over the
- * head dimension vectorised around them (O += P V, dQ += dS K) */
-static void rows_times_keys(Att *a, int acc, int parr, int n, int yarr) {
+/* Acc[r*D + d] = Acc[r*D + d] F[r] + sum over the tile's keys jj, in order, of P[r*BK + jj]
+ * Y[jj*D + d] (a tile as stored, tile_rows), for n rows (a multiple of 2), F[r] a row's factor
+ * (farr; 1 when farr < 0): two rows' chains at a time, the loop over the head dimension vectorised
+ * around them (O = O alpha + P V, dQ += dS K) */
+static void rows_times_keys(Att *a, int acc, int farr, int parr, int n, int yarr) {
   Kernel *k = a->k;
   int rb = kir_for(k, I(a, n / 2));
   int d = kir_for(k, I(a, a->D));
   int e0 = let(a, mad(a, mad(a, rb, 2, I(a, 0)), a->D, d)), e1 = let(a, add(a, e0, I(a, a->D)));
-  int v0 = kir_var(k, kir_ald(k, acc, e0)), v1 = kir_var(k, kir_ald(k, acc, e1));
+  int x0 = kir_ald(k, acc, e0), x1 = kir_ald(k, acc, e1);
+  if (farr >= 0) {
+    x0 = fmul(a, x0, kir_ald(k, farr, mad(a, rb, 2, I(a, 0))));
+    x1 = fmul(a, x1, kir_ald(k, farr, mad(a, rb, 2, I(a, 1))));
+  }
+  int v0 = kir_var(k, x0), v1 = kir_var(k, x1);
   int jj = kir_for(k, I(a, ATT_BK));
   int y = let(a, kir_ald(k, yarr, mad(a, jj, a->D, d)));
   kir_set(k, v0, '=', fadd(a, v0, fmul(a, kir_ald(k, parr, mad(a, mad(a, rb, 2, I(a, 0)), ATT_BK, jj)), y)));
@@ -226,13 +233,20 @@ static void att_kernel(Att *a, const char *name, int node, int64_t rows, int64_t
   a->off = a->c->g->cfg.cp > 1 ? kir_let(a->k, fuse_kc_gpos(a->c, &a->kc, kir_i(a->k, 0))) : -1;
 }
 
+/* A thread's flops (its kernel's work, which the schedule's cost model and the C renderer's
+ * threading read): products of the head dimension over pairs (query, key), half of them seen when
+ * causal */
+static int64_t flops(const Att *a, int products, int64_t pairs) {
+  return 2 * products * pairs * a->D / (a->causal ? 2 : 1);
+}
+
 /* The global position of local query i: + the rank's first under context parallelism. */
 static int gpos(Att *a, int i) { return a->off >= 0 ? add(a, a->off, i) : i; }
 
 /* ---- the forward ---------------------------------------------------------------------------- */
 
 static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
-  att_kernel(a, "attention_fwd", a->kc.node, a->B * a->HQ * q_tiles(a), 4 * ATT_BQ * a->SK * a->D);
+  att_kernel(a, "attention_fwd", a->kc.node, a->B * a->HQ * q_tiles(a), flops(a, 2, ATT_BQ * a->SK));
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vq, false), KT = fuse_kc_vbuf(c, &a->kc, vkt, false),
@@ -242,7 +256,7 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
    * apart until the end, so that the tile's sums are a vector's) */
   int aq = kir_array(k, ATT_BQ * a->D), ao = kir_array(k, ATT_BQ * a->D), sc = kir_array(k, ATT_BQ * ATT_BK),
       am = kir_array(k, ATT_BQ), al = kir_array(k, ATT_BQ * ATT_BK), tm = kir_array(k, ATT_BK),
-      kt = kir_array(k, a->D * ATT_BK), vt = kir_array(k, ATT_BK * a->D);
+      kt = kir_array(k, a->D * ATT_BK), vt = kir_array(k, ATT_BK * a->D), aa = kir_array(k, ATT_BQ);
 
   int b, h, bh;
   int qt = tile_of(a, q_tiles(a), a->HQ, &b, &h, &bh);
@@ -286,6 +300,7 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   int mx = let(a, kir_e(k, K_MAX, kir_ald(k, am, ii), kir_ald(k, tm, I(a, 0)), 0));
   int alpha = let(a, kir_e(k, K_EXP, fsub(a, kir_ald(k, am, ii), mx), 0, 0));
   kir_astore(k, am, ii, '=', mx);
+  kir_astore(k, aa, ii, '=', alpha);
   jj = kir_for(k, I(a, ATT_BK));
   int sv = let(a, kir_ald(k, sc, add(a, srow, jj)));
   int p = let(a, kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, ATT_MASKED / 2), sv, 0),
@@ -293,13 +308,9 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   kir_astore(k, sc, add(a, srow, jj), '=', p);
   kir_astore(k, al, add(a, srow, jj), '=', fadd(a, fmul(a, kir_ald(k, al, add(a, srow, jj)), alpha), p));
   kir_end(k);
-  int d = kir_for(k, I(a, a->D));
-  int o = mad(a, ii, a->D, d);
-  kir_astore(k, ao, o, '=', fmul(a, kir_ald(k, ao, o), alpha));
   kir_end(k);
-  kir_end(k);
-  rows_times_keys(a, ao, sc, ATT_BQ, vt); /* O += P V */
-  kir_end(k);                             /* the key tiles */
+  rows_times_keys(a, ao, aa, sc, ATT_BQ, vt); /* O = O alpha + P V */
+  kir_end(k);                                 /* the key tiles */
   /* O / sum and lse = max + log(sum), for the rows in the sequence */
   ii = kir_for(k, I(a, ATT_BQ));
   int i = let(a, add(a, i0, ii));
@@ -310,7 +321,7 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   kir_end(k);
   int inv = let(a, kir_e(k, K_DIV, kir_f(k, 1), sum, 0));
   int oat = row_at(a, i, a->HQ, hdq);
-  d = kir_for(k, I(a, a->D));
+  int d = kir_for(k, I(a, a->D));
   kir_store(k, O, add(a, oat, d), '=', fmul(a, kir_ald(k, ao, mad(a, ii, a->D, d)), inv));
   kir_end(k);
   kir_store(k, L, mad(a, bh, a->SQ, i), '=', fadd(a, kir_ald(k, am, ii), kir_e(k, K_LOG, sum, 0, 0)));
@@ -368,7 +379,7 @@ static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int 
 /* dK and dV of BK keys of one kv head: over its R query heads and the queries that see a key of
  * the tile, in order, ATT_G rows at a time */
 static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
-  att_kernel(a, "attention_dkv", a->kc.node, a->B * a->HK * k_tiles(a), 4 * ATT_BK * a->R * a->SQ * a->D);
+  att_kernel(a, "attention_dkv", a->kc.node, a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ));
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), KT = fuse_kc_vbuf(c, &a->kc, vb[2], false),
@@ -424,7 +435,7 @@ static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
 
 /* dQ of BQ query rows: over the key tiles they see, in order */
 static void dq_kernel(Att *a, const int vb[7], int vdq) {
-  att_kernel(a, "attention_dq", a->kc.node, a->B * a->HQ * q_tiles(a), 6 * ATT_BQ * a->SK * a->D);
+  att_kernel(a, "attention_dq", a->kc.node, a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK));
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
@@ -452,8 +463,8 @@ static void dq_kernel(Att *a, const int vb[7], int vdq) {
   scores(a, sc, aq, ATT_BQ, kta);
   scores(a, dp, ag, ATT_BQ, vta);
   probs_and_ds(a, sc, dp, ATT_BQ, i0, j0, L, Dl, bh, false);
-  rows_times_keys(a, adq, dp, ATT_BQ, kr); /* dQ += dS K */
-  kir_end(k);                              /* the key tiles */
+  rows_times_keys(a, adq, -1, dp, ATT_BQ, kr); /* dQ += dS K */
+  kir_end(k);                                  /* the key tiles */
   int ii = kir_for(k, I(a, ATT_BQ));
   int i = let(a, add(a, i0, ii));
   kir_if(k, lt(a, i, I(a, a->SQ)));

@@ -519,7 +519,7 @@ typedef enum KMode {
 } KMode;
 
 #define KIR_MAX_BUFS   12
-#define KIR_MAX_ARRAYS 8     /* private arrays of a kernel (kir_array) */
+#define KIR_MAX_ARRAYS 12    /* private arrays of a kernel (kir_array) */
 #define KIR_MAX_VARS   128   /* temporaries and loop variables of a kernel */
 #define KIR_MAX_BLOCK  1024  /* threads per block: a power of two up to this */
 #define KIR_MAX_GRID   65536 /* blocks launched at most; grid-stride loops cover any more rows */
