@@ -477,6 +477,17 @@ static void dq_kernel(Att *a, const int vb[7], int vdq) {
   fuse_kc_emit(c, &a->kc);
 }
 
+void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
+  *gq = *gk = *gv = -1;
+  for (int i = id; i < c->g->nnodes && (*gq < 0 || *gk < 0 || *gv < 0); i++) /* made together: a few nodes apart */
+    if (N(c, i)->fwd == fwd) {
+      if (N(c, i)->op == OP_ATTENTION_DQ) *gq = i;
+      if (N(c, i)->op == OP_ATTENTION_DK) *gk = i;
+      if (N(c, i)->op == OP_ATTENTION_DV) *gv = i;
+    }
+  if (*gq < 0 || *gk < 0 || *gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
+}
+
 /* XT[(b*HK + g)*D + d][j] = X[j, b, g, d] for j < SKP (0 past SK): K or V transposed, each key
  * tile's rows contiguous for scores() */
 static int transpose_kv(FuseCtx *c, Att a, int node, int vx, const char *name) {
@@ -524,14 +535,8 @@ void fuse_attn_lower(FuseCtx *c, int id) {
     return;
   }
   c->att_done[fwd] = true;
-  int gq = -1, gk = -1, gv = -1;
-  for (int i = id; i < c->g->nnodes && (gq < 0 || gk < 0 || gv < 0); i++) /* made together: a few nodes apart */
-    if (N(c, i)->fwd == fwd) {
-      if (N(c, i)->op == OP_ATTENTION_DQ) gq = i;
-      if (N(c, i)->op == OP_ATTENTION_DK) gk = i;
-      if (N(c, i)->op == OP_ATTENTION_DV) gv = i;
-    }
-  if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
+  int gq, gk, gv;
+  fuse_attn_grads(c, id, fwd, &gq, &gk, &gv);
   int vdo = fuse_prog_buf(c, n->in[3]);
   int delta = fuse_prog_vbuf(c, "delta", BC_SCRATCH, (Shape){1, {a.B * a.HQ * a.SQ}}, PP_F32);
   Att d = a, kv = a, q = a;

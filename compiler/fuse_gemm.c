@@ -250,14 +250,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   /* the backward: all three gradients at the first of the three nodes (under context parallelism
    * after gathering K and V again: recomputed, not kept) */
   c->att_done[fwd] = true;
-  int gq = -1, gk = -1, gv = -1;
-  for (int i = id; i < c->g->nnodes && (gq < 0 || gk < 0 || gv < 0); i++) /* made together: a few nodes apart */
-    if (N(c, i)->fwd == fwd) {
-      if (N(c, i)->op == OP_ATTENTION_DQ) gq = i;
-      if (N(c, i)->op == OP_ATTENTION_DK) gk = i;
-      if (N(c, i)->op == OP_ATTENTION_DV) gv = i;
-    }
-  if (gq < 0 || gk < 0 || gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
+  int gq, gk, gv;
+  fuse_attn_grads(c, id, fwd, &gq, &gk, &gv);
   AttOp dout = att_q(fuse_prog_buf(c, n->in[3]), B, HQ, D, R);
   AttOp p = att_s(kept >= 0 ? kept : fuse_prog_vbuf(c, "probs", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R),
         dp = att_s(fuse_prog_vbuf(c, "dscores", BC_SCRATCH, ss, fuse_act_dtype(c)), SQ, SK, R);

@@ -807,6 +807,8 @@ void fuse_gemm_linear_dx(FuseCtx *c, int id);
 void fuse_gemm_linear_dw(FuseCtx *c, int id);
 void fuse_gemm_attention(FuseCtx *c, int id); /* attention and its three gradients, as GEMMs (attention = gemm) */
 void fuse_attn_lower(FuseCtx *c, int id);     /* attention and its three gradients, fused (fuse_attn.c) */
+/* the gradient nodes dQ, dK, dV of attention node fwd, made together from node id on (fuse_attn.c) */
+void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv);
 void fuse_rows_embedding(FuseCtx *c, int id);
 void fuse_rows_embedding_dw(FuseCtx *c, int id);
 void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad);

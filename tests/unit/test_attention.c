@@ -97,22 +97,6 @@ static int write_model(const char *path, const Case *c) {
   return fclose(f);
 }
 
-/* The element types of kernel NAME's buffer parameters, in order, from its C signature. */
-static int kernel_types(const char *csrc, const char *name, PpDType *dt, int max) {
-  char head[96];
-  snprintf(head, sizeof head, "\nvoid %s(", name);
-  const char *s = csrc ? strstr(csrc, head) : NULL;
-  int n = 0;
-  for (s = s ? s + strlen(head) : NULL; s && *s && *s != ')' && n < max;) {
-    const char *e = strpbrk(s, ",)");
-    if (!e) break;
-    if (memchr(s, '*', (size_t)(e - s)))
-      dt[n++] = strstr(s, "uint16_t") && strstr(s, "uint16_t") < e ? PP_BF16 : PP_F32;
-    s = *e == ',' ? e + 1 : e;
-  }
-  return n;
-}
-
 /* The nth (from 0) kernel instruction of block b whose kernel's name ends in suffix. */
 static const RtInstr *find_kernel(const RtProg *p, int b, const char *suffix, int nth) {
   const RtBlock *blk = &p->blk[b];
@@ -130,7 +114,7 @@ static const RtInstr *find_kernel(const RtProg *p, int b, const char *suffix, in
 
 typedef struct {
   const RtInstr *in;
-  PpDType dt[RT_MAX_KARGS]; /* per pointer argument, in order */
+  int dt[RT_MAX_KARGS]; /* per pointer argument, in order: PP_F32 or PP_BF16 */
   float *host[RT_MAX_KARGS];
   int64_t n[RT_MAX_KARGS];
   bool out[RT_MAX_KARGS];
@@ -151,7 +135,7 @@ static int run_call(RtDev *d, const RtProg *p, const Call *c, const char *what) 
   for (int i = 0; i < c->in->nargs; i++) {
     const RtArg *x = &c->in->args[i];
     if (x->kind == RT_A_PTR) {
-      int64_t off = arena_off(p, &x->ptr), es = pp_dtype_bytes(c->dt[b]);
+      int64_t off = arena_off(p, &x->ptr), es = pp_dtype_bytes((PpDType)c->dt[b]);
       if (!c->out[b]) {
         void *buf = malloc((size_t)(c->n[b] * es));
         for (int64_t e = 0; e < c->n[b]; e++) {
@@ -183,7 +167,7 @@ static int run_call(RtDev *d, const RtProg *p, const Call *c, const char *what) 
   for (int i = 0; i < c->in->nargs; i++) {
     if (c->in->args[i].kind != RT_A_PTR) continue;
     if (c->out[b]) {
-      int64_t es = pp_dtype_bytes(c->dt[b]);
+      int64_t es = pp_dtype_bytes((PpDType)c->dt[b]);
       void *buf = malloc((size_t)(c->n[b] * es));
       if (rt_dev_read(d, arena_off(p, &c->in->args[i].ptr), buf, c->n[b] * es)) {
         free(buf);
@@ -211,7 +195,7 @@ static int make_call(Call *c, const RtProg *p, const RtInstr *in, const char *cs
   if (!in) return printf("FAIL %s: no such kernel in the listing\n", what), -1;
   int n = 0;
   for (int i = 0; i < in->nargs; i++) n += in->args[i].kind == RT_A_PTR;
-  int nt = kernel_types(csrc, p->kernels[in->kernel], c->dt, RT_MAX_KARGS);
+  int nt = test_kernel_types(csrc, p->kernels[in->kernel], c->dt, RT_MAX_KARGS);
   if (n != nptr || nt != nptr) return printf("FAIL %s: %d buffers (%d typed), expected %d\n", what, n, nt, nptr), -1;
   c->nptr = n;
   return 0;

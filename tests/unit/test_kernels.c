@@ -29,6 +29,7 @@
 
 #define CHECK_PRINT_ALL /* every result, as it runs */
 #include "check.h"
+#include "test_util.h"
 
 #define TOL 1e-6
 
@@ -278,31 +279,11 @@ static int run_norm(RtDev *d, void *ctx) {
   return rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
 }
 
-/* The element types of kernel NAME's buffer parameters, in order, from its signature in the C
- * kernels' source csrc ("void NAME(uint16_t *restrict p0, const float *restrict p1, ..."): scratch
- * buffers of different types may share bytes, so the listing's buffer lines cannot tell. */
-static int kernel_types(const char *csrc, const char *name, int *dt, int max) {
-  char head[96];
-  snprintf(head, sizeof head, "\nvoid %s(", name);
-  const char *s = csrc ? strstr(csrc, head) : NULL;
-  int n = 0;
-  for (s = s ? s + strlen(head) : NULL; s && *s && *s != ')' && n < max;) {
-    const char *e = strpbrk(s, ",)");
-    if (!e) break;
-    if (memchr(s, '*', (size_t)(e - s)))
-      dt[n++] = strstr(s, "uint16_t") && strstr(s, "uint16_t") < e ? PP_BF16
-                : strstr(s, "int32_t") && strstr(s, "int32_t") < e ? PP_I32
-                                                                   : PP_F32;
-    s = *e == ',' ? e + 1 : e;
-  }
-  return n;
-}
-
 /* The packed operands of an instruction (kernel or gemm); at[i] per kernel argument. */
 static void pack_instr(Pack *k, const RtProg *p, const RtInstr *in, int64_t *at, const char *csrc) {
   memset(k, 0, sizeof *k);
   if (in->kind == RT_I_KERNEL) {
-    int dt[RT_MAX_KARGS], nt = kernel_types(csrc, p->kernels[in->kernel], dt, RT_MAX_KARGS), b = 0;
+    int dt[RT_MAX_KARGS], nt = test_kernel_types(csrc, p->kernels[in->kernel], dt, RT_MAX_KARGS), b = 0;
     for (int i = 0; i < in->nargs; i++)
       if (in->args[i].kind == RT_A_PTR) {
         int t = b < nt ? dt[b] : -1;
