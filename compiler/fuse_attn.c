@@ -45,7 +45,8 @@ typedef struct Att {
   int64_t SQ, SK, B, HQ, HK, D, R;
   bool causal;
   double scale;
-  int off; /* context parallelism: the rank's first position (a temporary); -1 without */
+  int node; /* the node the kernels' instructions implement */
+  int off;  /* context parallelism: the rank's first position (a temporary); -1 without */
 } Att;
 
 static int I(Att *a, int64_t v) { return kir_i(a->k, v); }
@@ -206,7 +207,7 @@ static void keys_times_rows(Att *a, int adv, int adk, int parr, int dsarr, int n
 
 /* The shapes of attention node fwd: SQ the rank's queries; SK the keys they see, the whole
  * sequence's under context parallelism. */
-static Att att_shape(FuseCtx *c, int fwd) {
+static Att att_shape(FuseCtx *c, int fwd, int node) {
   const IrNode *f = N(c, fwd);
   const Shape *qs = &N(c, f->in[0])->shape, *kvs = &N(c, f->in[1])->shape;
   Att a = {.c = c,
@@ -218,6 +219,7 @@ static Att att_shape(FuseCtx *c, int fwd) {
            .D = qs->d[3],
            .causal = f->a.causal,
            .scale = f->a.scale,
+           .node = node,
            .off = -1};
   a.R = a.HQ / a.HK;
   return a;
@@ -225,8 +227,8 @@ static Att att_shape(FuseCtx *c, int fwd) {
 
 /* A kernel of rows threads, 32 a block (a warp; each thread holds whole tiles), work its rough
  * operations a thread; under context parallelism the rank's first position as an argument. */
-static void att_kernel(Att *a, const char *name, int node, int64_t rows, int64_t work) {
-  a->kc = fuse_kc_flat(name, rows, node);
+static void att_kernel(Att *a, const char *name, int64_t rows, int64_t work) {
+  a->kc = fuse_kc_flat(name, rows, a->node);
   a->k = a->kc.k;
   a->k->block = 32;
   a->k->work = work;
@@ -246,7 +248,7 @@ static int gpos(Att *a, int i) { return a->off >= 0 ? add(a, a->off, i) : i; }
 /* ---- the forward ---------------------------------------------------------------------------- */
 
 static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
-  att_kernel(a, "attention_fwd", a->kc.node, a->B * a->HQ * q_tiles(a), flops(a, 2, ATT_BQ * a->SK));
+  att_kernel(a, "attention_fwd", a->B * a->HQ * q_tiles(a), flops(a, 2, ATT_BQ * a->SK));
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vq, false), KT = fuse_kc_vbuf(c, &a->kc, vkt, false),
@@ -334,7 +336,7 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
 
 /* delta[(b*HQ + h)*SQ + i] = sum over d of dO O, a query row per thread */
 static void delta_kernel(Att *a, int vdo, int vo, int vdl) {
-  att_kernel(a, "attention_delta", a->kc.node, a->B * a->HQ * a->SQ, 2 * a->D);
+  att_kernel(a, "attention_delta", a->B * a->HQ * a->SQ, 2 * a->D);
   a->k->block = 256;
   Kernel *k = a->k;
   FuseCtx *c = a->c;
@@ -379,7 +381,7 @@ static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int 
 /* dK and dV of BK keys of one kv head: over its R query heads and the queries that see a key of
  * the tile, in order, ATT_G rows at a time */
 static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
-  att_kernel(a, "attention_dkv", a->kc.node, a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ));
+  att_kernel(a, "attention_dkv", a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ));
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), KT = fuse_kc_vbuf(c, &a->kc, vb[2], false),
@@ -435,7 +437,7 @@ static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
 
 /* dQ of BQ query rows: over the key tiles they see, in order */
 static void dq_kernel(Att *a, const int vb[7], int vdq) {
-  att_kernel(a, "attention_dq", a->kc.node, a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK));
+  att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK));
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
@@ -490,10 +492,10 @@ void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
 
 /* XT[(b*HK + g)*D + d][j] = X[j, b, g, d] for j < SKP (0 past SK): K or V transposed, each key
  * tile's rows contiguous for scores() */
-static int transpose_kv(FuseCtx *c, Att a, int node, int vx, const char *name) {
+static int transpose_kv(FuseCtx *c, Att a, int vx, const char *name) {
   Shape ts = {3, {a.B * a.HK, a.D, skp(&a)}};
   int vt = fuse_prog_vbuf(c, name, BC_SCRATCH, ts, c->p->vb[vx].dtype);
-  att_kernel(&a, "attention_kt", node, a.B * a.HK * a.D, 2 * skp(&a)); /* a row of XT a thread */
+  att_kernel(&a, "attention_kt", a.B * a.HK * a.D, 2 * skp(&a)); /* a row of XT a thread */
   a.k->block = 256;
   Kernel *k = a.k;
   int X = fuse_kc_vbuf(c, &a.kc, vx, false), XT = fuse_kc_vbuf(c, &a.kc, vt, true);
@@ -522,8 +524,7 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int fwd = n->op == OP_ATTENTION ? id : n->fwd;
   const IrNode *f = N(c, fwd);
   if (n->op != OP_ATTENTION && c->att_done[fwd]) return; /* the backward: all three gradients at the first */
-  Att a = att_shape(c, fwd);
-  a.kc.node = id;
+  Att a = att_shape(c, fwd, id);
   bool cp = a.SK != a.SQ;
   int vq = fuse_prog_buf(c, f->in[0]);
   int vk = cp ? gather_kv(c, id, fuse_prog_buf(c, f->in[1]), "k_all", &a) : fuse_prog_buf(c, f->in[1]);
@@ -531,7 +532,7 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int lse = c->p->node_aux[fwd]; /* [B,HQ,SQ] f32 */
   if (lse < 0) diag_fatal("internal: attention %%%d has no log-sum-exp buffer", fwd);
   if (n->op == OP_ATTENTION) {
-    fwd_kernel(&a, vq, transpose_kv(c, a, id, vk, "kt"), vv, fuse_prog_buf(c, id), lse);
+    fwd_kernel(&a, vq, transpose_kv(c, a, vk, "kt"), vv, fuse_prog_buf(c, id), lse);
     return;
   }
   c->att_done[fwd] = true;
@@ -541,7 +542,7 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int delta = fuse_prog_vbuf(c, "delta", BC_SCRATCH, (Shape){1, {a.B * a.HQ * a.SQ}}, PP_F32);
   Att d = a, kv = a, q = a;
   delta_kernel(&d, vdo, fuse_prog_buf(c, fwd), delta);
-  const int vb[7] = {vq, vk, transpose_kv(c, a, id, vk, "kt"), transpose_kv(c, a, id, vv, "vt"), vdo, lse, delta};
+  const int vb[7] = {vq, vk, transpose_kv(c, a, vk, "kt"), transpose_kv(c, a, vv, "vt"), vdo, lse, delta};
   /* dK and dV: the nodes' buffers, or under context parallelism the whole sequence's f32 partial
    * sums, reduce-scattered */
   Shape kv_all = {4, {a.SK, a.B, a.HK, a.D}};

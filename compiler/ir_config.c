@@ -109,8 +109,8 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       int gemm = word(v) ? ir_config_att_gemm(word(v)) : -1;
       if (gemm < 0) {
         ir_build_err(b, v->loc,
-                     "attention is fused or gemm (one kernel a pass with no S x S scores, or GEMMs around "
-                     "softmax kernels)");
+                     "attention is fused or gemm (kernels that keep no S x S scores, or GEMMs around softmax "
+                     "kernels)");
         continue;
       }
       c->att_gemm = gemm;
