@@ -28,7 +28,7 @@
  * renderer writes fmaf where it wants a fused one: cg_kir.c): with contraction GCC picks which product of an
  * expression to fuse by the code around it, so an unrelated change to a kernel (or a program split
  * otherwise, a norm's gradient stored with += on one mesh and added by an add kernel on another)
- * moved the bits (docs/perf.md, seventeenth part) */
+ * moved the bits (bench/journal/perf-history.md, seventeenth part) */
 #if defined(__x86_64__)
 #define PPC_KERNEL_VECTOR_FLAGS " -mprefer-vector-width=512"
 #else

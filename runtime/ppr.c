@@ -1050,7 +1050,7 @@ int main(int argc, char **argv) {
    * GOMP_SPINCOUNT is set: an idle thread spins a while, then sleeps). The kernels and the GEMMs
    * share one pool (OpenBLAS runs on one thread, rt_dev_cpu.c), so no other pool's threads need
    * the cores between parallel regions; sleeping at once (PASSIVE) made every region wait for a
-   * wake-up: 1.5-16x slower steps at 2 threads (docs/perf.md, ninth part). libgomp reads it when
+   * wake-up: 1.5-16x slower steps at 2 threads (bench/journal/perf-history.md, ninth part). libgomp reads it when
    * ppr loads, before main. */
 
   if (rt_comm_init(&argc, &argv, &comm, err, sizeof err)) die(err);

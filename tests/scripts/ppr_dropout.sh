@@ -30,7 +30,7 @@ else bad "one rank against PyTorch with ppr's masks"; fi
 # element whose gradient nearly cancels sits where g / (|g| + eps) is steepest, and a mesh's other
 # summation order (first-step gradients within 1e-6) moves such weights by 1e-5 of their tensor in 5
 # steps by chance: tp 2 x pp 2 at --dropout-seed 1 to 8 failed 3 of 8 (up to 2.0e-5) with the same
-# code; at 1e-6 all 8 within 2.5e-6 (docs/perf.md, seventeenth part)
+# code; at 1e-6 all 8 within 2.5e-6 (bench/journal/perf-history.md, seventeenth part)
 run5 1 one one6 --eps 1e-6 || bad "the one rank at --eps 1e-6"
 for mesh in "4 --tp 2 --pp 2" "8 --tp 2 --pp 2 --dp 2" "2 --pp 2 --schedule zb-h1" "2 --pp 2 --schedule interleaved --vpp 2"; do
   set -- $mesh

@@ -42,7 +42,7 @@ else bad "one rank against PyTorch's ignore_index loss"; fi
 # gradient nearly cancels sits where g / (|g| + eps) is steepest, and a mesh's other summation order
 # (first-step gradients within 1e-6) moves such weights by 1e-5 of their tensor in 5 steps by chance
 # (tp 2 x dp 2: 6.1e-6 with one build of the kernels, 1.35e-5 with another that rounds otherwise;
-# docs/perf.md, seventeenth part)
+# bench/journal/perf-history.md, seventeenth part)
 run5 1 one one6 $init --eps 1e-6 || bad "the one rank at --eps 1e-6"
 for mesh in "8 --tp 2 --pp 2 --dp 2" "4 --tp 4" "2 --pp 2 --schedule zb-h1" "4 --tp 2 --dp 2" "4 --cp 2 --pp 2" \
   "8 --tp 2 --pp 2 --cp 2"; do
