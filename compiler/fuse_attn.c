@@ -226,13 +226,14 @@ static Att att_shape(FuseCtx *c, int fwd, int node) {
 }
 
 /* A kernel of rows threads, 32 a block (a warp; each thread holds whole tiles), work its rough
- * operations a thread; under context parallelism the rank's first position as an argument. */
-static void att_kernel(Att *a, const char *name, int64_t rows, int64_t work) {
+ * operations a thread; where it compares positions (`positions`) under context parallelism, the
+ * rank's first position as an argument. */
+static void att_kernel(Att *a, const char *name, int64_t rows, int64_t work, bool positions) {
   a->kc = fuse_kc_flat(name, rows, a->node);
   a->k = a->kc.k;
   a->k->block = 32;
   a->k->work = work;
-  a->off = a->c->g->cfg.cp > 1 ? kir_let(a->k, fuse_kc_gpos(a->c, &a->kc, kir_i(a->k, 0))) : -1;
+  a->off = positions && a->c->g->cfg.cp > 1 ? kir_let(a->k, fuse_kc_gpos(a->c, &a->kc, kir_i(a->k, 0))) : -1;
 }
 
 /* A thread's flops (its kernel's work, which the schedule's cost model and the C renderer's
@@ -248,7 +249,7 @@ static int gpos(Att *a, int i) { return a->off >= 0 ? add(a, a->off, i) : i; }
 /* ---- the forward ---------------------------------------------------------------------------- */
 
 static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
-  att_kernel(a, "attention_fwd", a->B * a->HQ * q_tiles(a), flops(a, 2, ATT_BQ * a->SK));
+  att_kernel(a, "attention_fwd", a->B * a->HQ * q_tiles(a), flops(a, 2, ATT_BQ * a->SK), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vq, false), KT = fuse_kc_vbuf(c, &a->kc, vkt, false),
@@ -336,7 +337,7 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
 
 /* delta[(b*HQ + h)*SQ + i] = sum over d of dO O, a query row per thread */
 static void delta_kernel(Att *a, int vdo, int vo, int vdl) {
-  att_kernel(a, "attention_delta", a->B * a->HQ * a->SQ, 2 * a->D);
+  att_kernel(a, "attention_delta", a->B * a->HQ * a->SQ, 2 * a->D, false);
   a->k->block = 256;
   Kernel *k = a->k;
   FuseCtx *c = a->c;
@@ -381,7 +382,7 @@ static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int 
 /* dK and dV of BK keys of one kv head: over its R query heads and the queries that see a key of
  * the tile, in order, ATT_G rows at a time */
 static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
-  att_kernel(a, "attention_dkv", a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ));
+  att_kernel(a, "attention_dkv", a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), KT = fuse_kc_vbuf(c, &a->kc, vb[2], false),
@@ -437,7 +438,7 @@ static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
 
 /* dQ of BQ query rows: over the key tiles they see, in order */
 static void dq_kernel(Att *a, const int vb[7], int vdq) {
-  att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK));
+  att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
@@ -495,7 +496,7 @@ void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
 static int transpose_kv(FuseCtx *c, Att a, int vx, const char *name) {
   Shape ts = {3, {a.B * a.HK, a.D, skp(&a)}};
   int vt = fuse_prog_vbuf(c, name, BC_SCRATCH, ts, c->p->vb[vx].dtype);
-  att_kernel(&a, "attention_kt", a.B * a.HK * a.D, 2 * skp(&a)); /* a row of XT a thread */
+  att_kernel(&a, "attention_kt", a.B * a.HK * a.D, 2 * skp(&a), false); /* a row of XT a thread */
   a.k->block = 256;
   Kernel *k = a.k;
   int X = fuse_kc_vbuf(c, &a.kc, vx, false), XT = fuse_kc_vbuf(c, &a.kc, vt, true);
