@@ -1,5 +1,5 @@
 /* ppr_state.h - the training state --save writes beside the weights and --resume reads back (ppr_state.c):
- * where its files go, trainer_state.json written and checked. docs/stage-format.md describes them. */
+ * where its files go, trainer_state.json written and checked. docs/ppr.md describes them. */
 #ifndef PPR_STATE_H
 #define PPR_STATE_H
 

@@ -24,7 +24,7 @@ Qwen: a ByteLevel decoder) are mapped back to their bytes; SentencePiece-style o
 meta-space into a space and <0xNN> fallback tokens into byte NN; others are their UTF-8 text. With
 --tokenizer-out no INPUT is needed.
 
-The files are llm.c's token format (docs/stage-format.md, "Data"): a header of 256 little-endian
+The files are llm.c's token format (docs/ppr.md, "Data"): a header of 256 little-endian
 int32 (magic 20240520, version, token count), then the tokens: version 1, uint16, when the
 vocabulary has at most 65536 entries; else version 2, uint32. Each file is written to a temporary
 beside it and renamed.

@@ -61,7 +61,7 @@ def write_tokens(path, toks, vocab):
 
 
 def reference(model, toks):
-    """The step's mean loss and the gradients of it, as ppr reads the batches (docs/stage-format.md)."""
+    """The step's mean loss and the gradients of it, as ppr reads the batches (docs/ppr.md, "Data")."""
     model.zero_grad()
     model.train(False)  # no dropout: ppc does not model it
     total = 0.0
