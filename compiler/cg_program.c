@@ -33,6 +33,10 @@ static void gemm_types(Buf *b, const Program *p, const Instr *in) {
   if (!f32) OUT(b, " %s %s %s", pp_dtype_name(t[0]), pp_dtype_name(t[1]), pp_dtype_name(t[2]));
 }
 
+int64_t cg_extent(const Program *p, const Operand *o) {
+  return o->kind == 'b' ? p->vb[o->vb].bytes - o->add : 0; /* from the operand's offset to its buffer's end */
+}
+
 /* One operand; w: the coordinates of the rank whose listing it is (a vocabulary shard's first row,
  * a context-parallel rank's first position). */
 static void operand_x(Buf *b, const Program *p, const Coord *w, const Operand *o, bool extent) {
@@ -41,7 +45,7 @@ static void operand_x(Buf *b, const Program *p, const Coord *w, const Operand *o
     const VBuf *v = &p->vb[o->vb];
     if (v->cls == BC_SLOT) OUT(b, " $%lld", (long long)(v->off + o->add));
     else OUT(b, " @%lld", (long long)(p->region_off[v->cls] + v->off + o->add));
-    if (extent) OUT(b, ":%lld", (long long)(v->bytes - o->add)); /* the bytes a kernel may touch */
+    if (extent) OUT(b, ":%lld", (long long)cg_extent(p, o)); /* the bytes a kernel may touch */
     break;
   }
   case 'f': OUT(b, " f:%.9g", o->f); break;
@@ -136,6 +140,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, const Co
       KGeom g = kir_geom(k);
       OUT(b, "grad_norm %s <<<%lld,%d,%lld>>>", k->name, (long long)g.grid, g.block, (long long)g.local);
       operand_x(b, p, w, &in->op[0], true);
+      operand_x(b, p, w, &in->op[1], true);
       break;
     }
     case I_ALLREDUCE:
@@ -195,8 +200,16 @@ static void schedule(Buf *b, const Program *p, const Sched *s, int stage) {
 
 /* The rank at w on stage pp: a listing's own, and its pipeline neighbours (the same dp, cp and tp on
  * the previous and next stage); rank = ((dp·pp + stage)·cp + cp_rank)·tp + tp_rank. */
-static int rank_of(const Config *c, const Coord *w, int pp) {
+int cg_rank(const Config *c, const Coord *w, int pp) {
   return (int)(((w->dp * c->pp + pp) * c->cp + w->cp) * c->tp + w->tp);
+}
+
+/* replica: another rank holds the same values (a pipeline copy, a replicated tensor on TP rank > 0,
+ * a shared kv head, any data-parallel replica but the first, any context-parallel rank but the
+ * first): it counts once in the gradient norm and is saved once */
+bool cg_replica(const IrParam *q, const Coord *w) {
+  return q->copy || (q->shard_dim < 0 && w->tp != 0) || (q->shard_rep > 1 && w->tp % q->shard_rep) || w->dp != 0 ||
+         w->cp != 0;
 }
 
 /* What the listing says of a kernel file: its bytes and FNV-1a hash; '- -' for none. */
@@ -215,13 +228,13 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
   if (c->cp > 1) OUT(b, " cp %lld", (long long)c->cp); /* without: cp 1 */
   OUT(b, "\nrank %d stage %d tp_rank %d dp_rank %d", rank, stage, w->tp, w->dp);
   if (c->cp > 1) OUT(b, " cp_rank %d", w->cp);
-  OUT(b, "\npeers prev %d next %d\n", stage > 0 ? rank_of(c, w, stage - 1) : -1,
-      stage + 1 < c->pp ? rank_of(c, w, stage + 1) : -1);
+  OUT(b, "\npeers prev %d next %d\n", stage > 0 ? cg_rank(c, w, stage - 1) : -1,
+      stage + 1 < c->pp ? cg_rank(c, w, stage + 1) : -1);
   /* with chunks of layers, each chunk's virtual stage and the ranks holding the ones around it */
   for (int k = 0; p->nch > 1 && k < p->nch; k++) {
     int v = sched_vstage(s, stage, k), nv = s->pp * s->V;
-    OUT(b, "chunk %d vstage %d prev %d next %d\n", k, v, v > 0 ? rank_of(c, w, sched_rank_of(s, v - 1)) : -1,
-        v + 1 < nv ? rank_of(c, w, sched_rank_of(s, v + 1)) : -1);
+    OUT(b, "chunk %d vstage %d prev %d next %d\n", k, v, v > 0 ? cg_rank(c, w, sched_rank_of(s, v - 1)) : -1,
+        v + 1 < nv ? cg_rank(c, w, sched_rank_of(s, v + 1)) : -1);
   }
   OUT(b, "step micro_batch %lld seq %lld microbatches %lld schedule %s\n", (long long)c->micro_batch, (long long)c->seq,
       (long long)c->microbatches, c->schedule);
@@ -268,11 +281,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     const VBuf *v = &p->vb[i];
     if (v->cls != BC_PARAM || v->view >= 0) continue;
     const IrParam *q = &g->params[v->param];
-    /* replica: another rank holds the same values (a pipeline copy, a replicated tensor on TP
-     * rank > 0, a shared kv head, any data-parallel replica but the first, any context-parallel
-     * rank but the first): it counts once in the gradient norm and is saved once */
-    bool replica = q->copy || (q->shard_dim < 0 && w->tp != 0) || (q->shard_rep > 1 && w->tp % q->shard_rep) ||
-                   w->dp != 0 || w->cp != 0;
+    bool replica = cg_replica(q, w);
     OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name,
         ir_shape_str(&q->shape, sb, sizeof sb), (long long)(p->region_off[BC_PARAM] + v->off),
         init_name(q, ib, sizeof ib), ir_param_decays(q), q->tied ? " tied" : "", q->shared ? " shared" : "",
@@ -540,9 +549,9 @@ out:
 /* rankR.prog, the listing of the rank at w of the stage whose kernels f names; dir NULL: to stdout. */
 int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f) {
   Buf body = {0}, all = {0};
-  int rank = rank_of(&p->g->cfg, w, p->g->stage);
+  int rank = cg_rank(&p->g->cfg, w, p->g->stage);
   listing_body(&body, p, s, rank, w, f);
-  OUT(&all, "ppr-program 3\ncompiler ppc %s\nhash %016llx\n", PPC_VERSION,
+  OUT(&all, "ppr-program %d\ncompiler ppc %s\nhash %016llx\n", PP_PROG_VERSION, PPC_VERSION,
       (unsigned long long)cg_fnv1a(body.s, body.len));
   OUT(&all, "%s", body.s);
   int rc;

@@ -8,27 +8,36 @@
 
 #include "ppc.h"
 
-/* The gradient norm: the sum of squares of each parameter's gradient the rank owns, by a kernel
- * of NORM_BLOCKS blocks, each the sum over its contiguous part of the gradient, into NORM_BLOCKS
- * partials per parameter; ppr launches it for the owned parameters and adds the partials in
- * double, in parameter order (grad_norm in the listing). */
+/* The gradient norm: the sum of squares of each parameter's gradient the rank owns, by one launch
+ * of NORM_BLOCKS blocks a parameter: block b sums part b mod NORM_BLOCKS of row b / NORM_BLOCKS of
+ * a table ppr writes before it (the owned gradients in memory order, each its offset in the
+ * gradients' region in units of PP_NORM_UNIT floats and its element count, i32 pairs; zero rows
+ * past the last), into partial b; ppr adds the partials in double, in memory order (grad_norm in
+ * the listing). A parameter's partials are the same floats on every mesh that holds it whole. */
 #define NORM_BLOCKS 64
 static void grad_norm(FuseCtx *c) {
-  Kernel *k = kir_new("sumsq", KM_BLOCK, NORM_BLOCKS, 256);
-  int x = kir_buf(k, "p0", PP_F32, false), out = kir_buf(k, "p1", PP_F32, true);
-  int n = kir_iarg(k, 0);
+  int64_t P = c->g->nparams ? c->g->nparams : 1;
+  Kernel *k = kir_new("sumsq", KM_BLOCK, NORM_BLOCKS * P, 256);
+  int x = kir_buf(k, "p0", PP_F32, false), out = kir_buf(k, "p1", PP_F32, true), tab = kir_buf(k, "p2", PP_I32, false);
+  int row = kir_let(k, kir_e(k, K_IMUL, kir_e(k, K_IDIV, kir_row(k), kir_i(k, NORM_BLOCKS), 0), kir_i(k, 2), 0));
+  int at = kir_let(k, kir_e(k, K_IMUL, kir_ld(k, tab, row), kir_i(k, PP_NORM_UNIT), 0));
+  int n = kir_let(k, kir_ld(k, tab, kir_e(k, K_IADD, row, kir_i(k, 1), 0)));
   int part = kir_let(k, kir_e(k, K_IDIV, kir_e(k, K_IADD, n, kir_i(k, NORM_BLOCKS - 1), 0), kir_i(k, NORM_BLOCKS), 0));
-  int start = kir_let(k, kir_e(k, K_IMUL, kir_row(k), part, 0));
+  int start = kir_let(k, kir_e(k, K_IMUL, kir_e(k, K_IMOD, kir_row(k), kir_i(k, NORM_BLOCKS), 0), part, 0));
   int left = kir_let(k, kir_e(k, K_ISUB, n, start, 0));
   int j = kir_reduce(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, part, 0), left, part));
-  int v = kir_let(k, kir_ld(k, x, kir_e(k, K_IADD, start, j, 0)));
+  int v = kir_let(k, kir_ld(k, x, kir_e(k, K_IADD, at, kir_e(k, K_IADD, start, j, 0), 0)));
   int sum = kir_reduce_end(k, '+', kir_e(k, K_MUL, v, v, 0));
   kir_store(k, out, kir_row(k), '=', sum);
-  k->work = 1 << 20;
+  int64_t numel = 0; /* a block's share of the gradients: a multiply and an add an element */
+  for (int i = 0; i < c->g->nparams; i++) numel += ir_shape_numel(&c->g->params[i].shape);
+  k->work = 2 * numel / (NORM_BLOCKS * P) + 1;
   Instr *in = fuse_prog_instr(c, I_GRADNORM, -1);
   in->kernel = fuse_kc_register(c, k);
-  int partials = fuse_prog_vbuf(c, "norm_partials", BC_SCRATCH, (Shape){2, {c->g->nparams, NORM_BLOCKS}}, PP_F32);
+  int partials = fuse_prog_vbuf(c, "norm_partials", BC_SCRATCH, (Shape){2, {P, NORM_BLOCKS}}, PP_F32);
+  int runs = fuse_prog_vbuf(c, "norm_runs", BC_SCRATCH, (Shape){2, {P, 2}}, PP_I32);
   in->op[in->nop++] = fuse_prog_ob(partials, 0);
+  in->op[in->nop++] = fuse_prog_ob(runs, 0);
 }
 
 /* A tied parameter's gradient g (the head's products, summed over the micro-batches) plus its

@@ -70,6 +70,19 @@ static int64_t skp(const Att *a) { return (k_tiles(a) + 1) * ATT_BK; }
 /* x*n + y, an index */
 static int mad(Att *a, int x, int64_t n, int y) { return add(a, mul(a, x, I(a, n)), y); }
 
+/* Where a gradient is stored: rows (position, batch) of W values from byte add of buffer vb, its
+ * heads' D values each at head·D of the row: its own buffer, or its part of the concat that reads
+ * it (FuseCtx.into) */
+typedef struct AttDst {
+  int vb;
+  int64_t add, W;
+} AttDst;
+
+/* the index of (position pos, batch b, head)'s first value in d */
+static int dst_row(Att *a, const AttDst *d, int pos, int b, int head) {
+  return let(a, add(a, mul(a, mad(a, pos, a->B, b), I(a, d->W)), mul(a, head, I(a, a->D))));
+}
+
 /* The element offset of row i (a position) of a [S,B,H,D] tensor at head offset hd = (b*H + h)*D. */
 static int row_at(Att *a, int i, int64_t H, int hd) { return let(a, mad(a, i, a->B * H * a->D, hd)); }
 
@@ -381,14 +394,14 @@ static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int 
 
 /* dK and dV of BK keys of one kv head: over its R query heads and the queries that see a key of
  * the tile, in order, ATT_G rows at a time */
-static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
+static void dkv_kernel(Att *a, const int vb[7], const AttDst *dk, const AttDst *dv) {
   att_kernel(a, "attention_dkv", a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), KT = fuse_kc_vbuf(c, &a->kc, vb[2], false),
       VT = fuse_kc_vbuf(c, &a->kc, vb[3], false), G = fuse_kc_vbuf(c, &a->kc, vb[4], false),
       L = fuse_kc_vbuf(c, &a->kc, vb[5], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false),
-      DK = fuse_kc_vbuf(c, &a->kc, vdk, true), DV = fuse_kc_vbuf(c, &a->kc, vdv, true);
+      DK = fuse_kc_vbuf_at(c, &a->kc, dk->vb, dk->add, true), DV = fuse_kc_vbuf_at(c, &a->kc, dv->vb, dv->add, true);
   int adk = kir_array(k, ATT_BK * a->D), adv = kir_array(k, ATT_BK * a->D), xq = kir_array(k, ATT_G * a->D),
       xg = kir_array(k, ATT_G * a->D), sc = kir_array(k, ATT_G * ATT_BK), dp = kir_array(k, ATT_G * ATT_BK),
       kta = kir_array(k, a->D * ATT_BK), vta = kir_array(k, a->D * ATT_BK);
@@ -426,10 +439,10 @@ static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
   int jj = kir_for(k, I(a, ATT_BK));
   int j = let(a, add(a, j0, jj));
   kir_if(k, lt(a, j, I(a, a->SK)));
-  int kat = row_at(a, j, a->HK, hdk);
+  int kat = dst_row(a, dk, j, b, g), vat = dk->W == dv->W ? kat : dst_row(a, dv, j, b, g);
   int d = kir_for(k, I(a, a->D));
   kir_store(k, DK, add(a, kat, d), '=', kir_ald(k, adk, mad(a, jj, a->D, d)));
-  kir_store(k, DV, add(a, kat, d), '=', kir_ald(k, adv, mad(a, jj, a->D, d)));
+  kir_store(k, DV, add(a, vat, d), '=', kir_ald(k, adv, mad(a, jj, a->D, d)));
   kir_end(k);
   kir_end(k);
   kir_end(k);
@@ -437,14 +450,14 @@ static void dkv_kernel(Att *a, const int vb[7], int vdk, int vdv) {
 }
 
 /* dQ of BQ query rows: over the key tiles they see, in order */
-static void dq_kernel(Att *a, const int vb[7], int vdq) {
+static void dq_kernel(Att *a, const int vb[7], const AttDst *dq) {
   att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
       KT = fuse_kc_vbuf(c, &a->kc, vb[2], false), VT = fuse_kc_vbuf(c, &a->kc, vb[3], false),
       G = fuse_kc_vbuf(c, &a->kc, vb[4], false), L = fuse_kc_vbuf(c, &a->kc, vb[5], false),
-      Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false), DQ = fuse_kc_vbuf(c, &a->kc, vdq, true);
+      Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false), DQ = fuse_kc_vbuf_at(c, &a->kc, dq->vb, dq->add, true);
   int aq = kir_array(k, ATT_BQ * a->D), ag = kir_array(k, ATT_BQ * a->D), adq = kir_array(k, ATT_BQ * a->D),
       sc = kir_array(k, ATT_BQ * ATT_BK), dp = kir_array(k, ATT_BQ * ATT_BK), kta = kir_array(k, a->D * ATT_BK),
       vta = kir_array(k, a->D * ATT_BK), kr = kir_array(k, ATT_BK * a->D);
@@ -471,13 +484,26 @@ static void dq_kernel(Att *a, const int vb[7], int vdq) {
   int ii = kir_for(k, I(a, ATT_BQ));
   int i = let(a, add(a, i0, ii));
   kir_if(k, lt(a, i, I(a, a->SQ)));
-  int qat = row_at(a, i, a->HQ, hdq);
+  int qat = dst_row(a, dq, i, b, h);
   int d = kir_for(k, I(a, a->D));
   kir_store(k, DQ, add(a, qat, d), '=', kir_ald(k, adq, mad(a, ii, a->D, d)));
   kir_end(k);
   kir_end(k);
   kir_end(k);
   fuse_kc_emit(c, &a->kc);
+}
+
+/* gradient g's destination (AttDst), of heads heads */
+static AttDst att_dst(FuseCtx *c, int g, int64_t heads, int64_t D) {
+  AttDst d = {fuse_prog_buf(c, g), 0, heads * D};
+  int x = c->into[g];
+  if (x < 0) return d;
+  const IrNode *n = N(c, x);
+  int part = 0;
+  while (N(c, n->in[part])->in[0] != g) part++;
+  d.W = n->shape.d[n->shape.nd - 1];
+  d.add = part * (d.W / n->a.parts) * pp_dtype_bytes(c->p->vb[d.vb].dtype);
+  return d;
 }
 
 void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
@@ -492,23 +518,27 @@ void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
 }
 
 /* XT[(b*HK + g)*D + d][j] = X[j, b, g, d] for j < SKP (0 past SK): K or V transposed, each key
- * tile's rows contiguous for scores() */
-static int transpose_kv(FuseCtx *c, Att a, int vx, const char *name) {
+ * tile's rows contiguous for scores(); n of them (the backward's K and V) by one kernel, vt[i]
+ * from vx[i] */
+static void transpose_kv(FuseCtx *c, Att a, const int *vx, int *vt, int n) {
+  static const char *const names[] = {"kt", "vt"};
   Shape ts = {3, {a.B * a.HK, a.D, skp(&a)}};
-  int vt = fuse_prog_vbuf(c, name, BC_SCRATCH, ts, c->p->vb[vx].dtype);
-  att_kernel(&a, "attention_kt", a.B * a.HK * a.D, 2 * skp(&a), false); /* a row of XT a thread */
+  att_kernel(&a, "attention_kt", a.B * a.HK * a.D, 2 * skp(&a) * n, false); /* a row of each XT a thread */
   a.k->block = 256;
   Kernel *k = a.k;
-  int X = fuse_kc_vbuf(c, &a.kc, vx, false), XT = fuse_kc_vbuf(c, &a.kc, vt, true);
   int r = kir_row(k);
   int d = let(&a, kir_e(k, K_IMOD, r, kir_i(k, a.D), 0)), bg = let(&a, kir_e(k, K_IDIV, r, kir_i(k, a.D), 0));
   int hd = let(&a, mul(&a, bg, I(&a, a.D)));
-  int j = kir_for(k, I(&a, skp(&a)));
-  int at = add(&a, row_at(&a, imin(&a, j, I(&a, a.SK - 1)), a.HK, hd), d);
-  kir_store(k, XT, mad(&a, r, skp(&a), j), '=', kir_e(k, K_SEL, lt(&a, j, I(&a, a.SK)), kir_ld(k, X, at), kir_f(k, 0)));
-  kir_end(k);
+  for (int i = 0; i < n; i++) {
+    vt[i] = fuse_prog_vbuf(c, names[i], BC_SCRATCH, ts, c->p->vb[vx[i]].dtype);
+    int X = fuse_kc_vbuf(c, &a.kc, vx[i], false), XT = fuse_kc_vbuf(c, &a.kc, vt[i], true);
+    int j = kir_for(k, I(&a, skp(&a)));
+    int at = add(&a, row_at(&a, imin(&a, j, I(&a, a.SK - 1)), a.HK, hd), d);
+    kir_store(k, XT, mad(&a, r, skp(&a), j), '=',
+              kir_e(k, K_SEL, lt(&a, j, I(&a, a.SK)), kir_ld(k, X, at), kir_f(k, 0)));
+    kir_end(k);
+  }
   fuse_kc_emit(c, &a.kc);
-  return vt;
 }
 
 /* Context parallelism: the whole sequence's keys (values) from every cp rank's part, in rank
@@ -533,7 +563,9 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int lse = c->p->node_aux[fwd]; /* [B,HQ,SQ] f32 */
   if (lse < 0) diag_fatal("internal: attention %%%d has no log-sum-exp buffer", fwd);
   if (n->op == OP_ATTENTION) {
-    fwd_kernel(&a, vq, transpose_kv(c, a, vk, "kt"), vv, fuse_prog_buf(c, id), lse);
+    int vkt;
+    transpose_kv(c, a, &vk, &vkt, 1);
+    fwd_kernel(&a, vq, vkt, vv, fuse_prog_buf(c, id), lse);
     return;
   }
   c->att_done[fwd] = true;
@@ -543,17 +575,22 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int delta = fuse_prog_vbuf(c, "delta", BC_SCRATCH, (Shape){1, {a.B * a.HQ * a.SQ}}, PP_F32);
   Att d = a, kv = a, q = a;
   delta_kernel(&d, vdo, fuse_prog_buf(c, fwd), delta);
-  const int vb[7] = {vq, vk, transpose_kv(c, a, vk, "kt"), transpose_kv(c, a, vv, "vt"), vdo, lse, delta};
+  int vx[2] = {vk, vv}, vt[2];
+  transpose_kv(c, a, vx, vt, 2);
+  const int vb[7] = {vq, vk, vt[0], vt[1], vdo, lse, delta};
   /* dK and dV: the nodes' buffers, or under context parallelism the whole sequence's f32 partial
    * sums, reduce-scattered */
   Shape kv_all = {4, {a.SK, a.B, a.HK, a.D}};
-  int dk_all = cp ? fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gk),
-      dv_all = cp ? fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32) : fuse_prog_buf(c, gv);
-  dkv_kernel(&kv, vb, dk_all, dv_all);
-  dq_kernel(&q, vb, fuse_prog_buf(c, gq));
+  AttDst dk = att_dst(c, gk, a.HK, a.D), dv = att_dst(c, gv, a.HK, a.D), dq = att_dst(c, gq, a.HQ, a.D);
+  if (cp) {
+    dk = (AttDst){fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32), 0, a.HK * a.D};
+    dv = (AttDst){fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32), 0, a.HK * a.D};
+  }
+  dkv_kernel(&kv, vb, &dk, &dv);
+  dq_kernel(&q, vb, &dq);
   if (cp) { /* each rank its positions' sums over every rank's queries */
     static const char why[] = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
-    fuse_prog_seq_coll(c, id, false, "cp", dk_all, fuse_prog_buf(c, gk), gk, why);
-    fuse_prog_seq_coll(c, id, false, "cp", dv_all, fuse_prog_buf(c, gv), gv, why);
+    fuse_prog_seq_coll(c, id, false, "cp", dk.vb, fuse_prog_buf(c, gk), gk, why);
+    fuse_prog_seq_coll(c, id, false, "cp", dv.vb, fuse_prog_buf(c, gv), gv, why);
   }
 }

@@ -127,12 +127,29 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
   diag_fatal("internal: %s is not elementwise", ir_ops[n->op].name);
 }
 
+/* A product whose bias its readers add (c->biased): the GEMM's element plus its column's bias,
+ * rounded as the bias pass would have stored it; stored back when the backward reads the sum (by
+ * its one forward reader's kernel, fuse_lower.c's bias_deferred). */
+static int biased_val(FuseCtx *c, KCall *kc, int node, int idx) {
+  Kernel *k = kc->k;
+  const IrNode *n = N(c, node);
+  int64_t cols = n->shape.d[n->shape.nd - 1];
+  int y = fuse_kc_node(c, kc, node, c->saved[node]), b = fuse_kc_node(c, kc, n->in[2], false);
+  int v = kir_e(k, K_ADD, kir_ld(k, y, idx), kir_ld(k, b, kir_e(k, K_IMOD, idx, kir_i(k, cols), 0)), 0);
+  if (c->p->vb[fuse_prog_buf(c, node)].dtype == PP_BF16) v = kir_e(k, K_RND, v, 0, 0);
+  if (!c->saved[node]) return v;
+  v = kir_let(k, v);
+  kir_store(k, y, idx, '=', v);
+  return v;
+}
+
 /* node's value at flat index idx in kc's kernel: a fused producer's expression, or a load. */
 int fuse_elem_val(FuseCtx *c, KCall *kc, int node, int idx) {
   if (c->inlined[node]) { /* a bf16 value rounded as if stored: fused or not, the same numbers */
     int v = fuse_elem_expr(c, kc, node, idx);
     return fuse_value_dtype(c, node) == PP_BF16 ? kir_e(kc->k, K_RND, v, 0, 0) : v;
   }
+  if (c->biased[node] && !N(c, kc->node)->bwd) return biased_val(c, kc, node, idx); /* the backward's: stored */
   return kir_ld(kc->k, fuse_kc_node(c, kc, node, false), idx);
 }
 

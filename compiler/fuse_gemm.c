@@ -93,7 +93,7 @@ void fuse_gemm_linear(FuseCtx *c, int id) {
     Y = (View){.vb = fuse_prog_buf(c, id), .rows_per_batch_ld = fo ? Nn : r.d1 * Nn, .stride = fo ? r.d0 * Nn : Nn};
   }
   gemm(c, id, 'N', r.lin ? 'T' : 'N', r.M, Nn, K, X, W, Y, 0, r.batch);
-  if (n->nin == 3) { /* bias, broadcast over rows: element r takes bias r mod N */
+  if (n->nin == 3 && !c->biased[id]) { /* bias, broadcast over rows: element r takes bias r mod N */
     KCall kc = fuse_kc_flat("bias_add", r.R * Nn, id);
     Kernel *k = kc.k;
     int y = fuse_kc_node(c, &kc, id, true), b = fuse_kc_node(c, &kc, n->in[2], false);

@@ -82,8 +82,8 @@ static bool column_dx(const FuseCtx *c, int i) {
   return r == ROLE_COLUMN || r == ROLE_VOCAB;
 }
 
-/* Whether every reader of base but the sum's adds runs at its own place (a GEMM or a norm's
- * gradient: nothing that could be fused into a later kernel), in base's block, before node
+/* Whether every reader of base but the sum's adds runs at its own place (a GEMM, a norm's or a
+ * bias's gradient: nothing that could be fused into a later kernel), in base's block, before node
  * `before`. */
 static bool read_before(const FuseCtx *c, int base, const int *adds, int na, int before) {
   for (int i = base + 1; i < c->g->nnodes; i++) {
@@ -92,7 +92,8 @@ static bool read_before(const FuseCtx *c, int base, const int *adds, int na, int
     for (int k = 0; k < n->nin; k++) reads |= n->in[k] == base;
     for (int a = 0; a < na; a++) ours |= adds[a] == i;
     if (!reads || ours) continue;
-    bool placed = gemm_reader(n->op) || is_norm_dx(n->op) || n->op == OP_RMSNORM_DW || n->op == OP_LAYERNORM_DW;
+    bool placed = gemm_reader(n->op) || is_norm_dx(n->op) || n->op == OP_RMSNORM_DW || n->op == OP_LAYERNORM_DW ||
+                  n->op == OP_BIAS_DB;
     if (!placed || i >= before || n->wgt != N(c, base)->wgt) return false;
   }
   return true;
@@ -134,6 +135,51 @@ static void accumulate(FuseCtx *c, int root) {
   /* a saved sum (split backward: B's, read by W) is kept where it is accumulated, so that it adds
    * its terms in the order of the program that does not split (the same bits) */
   if (c->saved[root]) c->saved[base] = true;
+}
+
+/* Whether linear id's bias is added by the kernels that read its product (fuse_elem_val), not by
+ * a pass of its own over it: every forward reader loads the product by its flat index (an
+ * elementwise op, a chunk, a rope's or a norm's x), and when the backward reads the biased value
+ * (gelu's input) its one forward reader, an elementwise kernel of its own, stores it back. */
+static bool bias_deferred(const FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  if ((n->op != OP_LINEAR && n->op != OP_MATMUL) || n->nin != 3 || n->bwd) return false;
+  int readers = 0;
+  for (int i = id + 1; i < c->g->nnodes; i++) {
+    const IrNode *u = N(c, i);
+    for (int k = 0; k < u->nin; k++) {
+      if (u->in[k] != id || u->bwd) continue; /* the backward reads the stored value */
+      bool flat = fuse_elem_is(u->op) || u->op == OP_CHUNK ||
+                  (k == 0 && (u->op == OP_ROPE || u->op == OP_RMSNORM || u->op == OP_LAYERNORM));
+      if (!flat || (c->saved[id] && (!fuse_elem_is(u->op) || c->inlined[i]))) return false;
+      readers++;
+    }
+  }
+  return readers > 0 && (!c->saved[id] || readers == 1);
+}
+
+/* A concat of attention's gradients alone (q, k and v's of one product, each through its
+ * merge_heads, read by nothing else): the backward's kernels write each into its part of the
+ * concat's buffer (fuse_attn.c), and the concat copies nothing. Not under context parallelism,
+ * whose K and V gradients are reduce-scattered into their own buffers. */
+static void concat_into(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  if (n->op != OP_CONCAT || c->g->cfg.cp > 1 || c->g->cfg.att_gemm || n->nin != n->a.parts || n->nin > 3) return;
+  int src[3], fwd = -1;
+  for (int p = 0; p < n->nin; p++) {
+    int m = n->in[p], s = m >= 0 ? N(c, m)->in[0] : -1;
+    if (m < 0 || N(c, m)->op != OP_MERGE_HEADS || c->nusers[m] != 1 || c->saved[m] || s < 0) return;
+    const IrNode *g = N(c, s);
+    if ((g->op != OP_ATTENTION_DQ && g->op != OP_ATTENTION_DK && g->op != OP_ATTENTION_DV) || c->nusers[s] != 1 ||
+        c->saved[s] || g->wgt != n->wgt || g->layout != n->layout || (fwd >= 0 && g->fwd != fwd) ||
+        last_dim(&N(c, m)->shape) * n->a.parts != last_dim(&n->shape) ||
+        fuse_value_dtype(c, s) != fuse_value_dtype(c, id))
+      return;
+    fwd = g->fwd;
+    src[p] = s;
+  }
+  for (int p = 0; p < n->nin; p++) c->into[src[p]] = id;
+  c->merged[id] = true;
 }
 
 static void analyse(FuseCtx *c) {
@@ -225,9 +271,9 @@ static void analyse(FuseCtx *c) {
   }
   /* a residual add that a norm reads first (the next add and the backward read it later): the
    * norm's kernel computes it in its first pass over each row and stores it there, so the sum is
-   * not written by a kernel of its own and read back by the next. fp32: a bf16 sum is rounded as
-   * it is stored, and the norm reads the rounded value. */
-  for (int i = 0; i < nn && fuse_act_dtype(c) == PP_F32; i++) {
+   * not written by a kernel of its own and read back by the next (a bf16 sum rounded as it is
+   * stored, and the norm reads the rounded value: the same numbers). */
+  for (int i = 0; i < nn; i++) {
     const IrNode *n = N(c, i);
     int a = n->nin ? n->in[0] : -1;
     if ((n->op != OP_RMSNORM && n->op != OP_LAYERNORM) || n->bwd || a < 0) continue;
@@ -252,6 +298,11 @@ static void analyse(FuseCtx *c) {
     c->norm_rope[x] = i;
     c->merged[i] = true;
   }
+  c->biased = xcalloc((size_t)nn, sizeof(bool));
+  for (int i = 0; i < nn; i++) c->biased[i] = bias_deferred(c, i);
+  c->into = xmalloc((size_t)(nn ? nn : 1) * sizeof(int));
+  for (int i = 0; i < nn; i++) c->into[i] = -1;
+  for (int i = 0; i < nn; i++) concat_into(c, i);
 }
 
 /* Which transposes are free: the producer, a GEMM, writes transposed, as d0 products of d1 rows
@@ -340,7 +391,7 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     char name[40];
     snprintf(name, sizeof name, "%s%d", n->bwd ? "g" : "t", i);
     if (n->var && !n->bwd) snprintf(name, sizeof name, "%.24s.%d", n->var, i);
-    if (n->op == OP_PARAM || n->gparam >= 0 || c->inlined[i]) continue;
+    if (n->op == OP_PARAM || n->gparam >= 0 || c->inlined[i] || c->into[i] >= 0) continue; /* into: the concat's */
     if (n->op == OP_INPUT) {
       p->node_vb[i] = fuse_prog_vbuf(c, n->var, BC_SLOT, n->shape, PP_I32);
       continue;
@@ -400,6 +451,9 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     bool slot = c->saved[i] && !n->wgt; /* a forward value the backward reads, a B value W reads */
     if (c->norm_rope[i] < 0)            /* a norm whose kernel stores its rope's value has none of its own */
       p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, fuse_value_dtype(c, i));
+    for (int k = 0; n->op == OP_CONCAT && k < n->nin; k++) /* gradients written into it (concat_into) */
+      if (n->in[k] >= 0 && c->into[N(c, n->in[k])->in[0]] == i)
+        p->node_vb[n->in[k]] = p->node_vb[N(c, n->in[k])->in[0]] = p->node_vb[i];
     /* saved statistics */
     int64_t R = n->shape.nd ? ir_shape_numel(&n->shape) / last_dim(&n->shape) : 1;
     Shape aux = {0};
@@ -454,13 +508,13 @@ static void lower_node(FuseCtx *c, int id) {
   case OP_MATMUL_DX: fuse_gemm_linear_dx(c, id); break;
   case OP_LINEAR_DW:
   case OP_MATMUL_DW: fuse_gemm_linear_dw(c, id); break;
-  case OP_BIAS_DB: fuse_rows_bias_db(c, id); break;
+  case OP_BIAS_DB: fuse_rows_col_sum(c, id); break;
   case OP_RMSNORM:
   case OP_LAYERNORM: fuse_rows_norm(c, id); break;
   case OP_RMSNORM_DX:
   case OP_LAYERNORM_DX: fuse_rows_norm_dx(c, id); break;
   case OP_RMSNORM_DW:
-  case OP_LAYERNORM_DW: fuse_rows_norm_dw(c, id); break;
+  case OP_LAYERNORM_DW: fuse_rows_col_sum(c, id); break;
   case OP_ROPE:
   case OP_ROPE_DX: fuse_rows_rope(c, id); break;
   case OP_ATTENTION:
@@ -578,6 +632,8 @@ static void lower_chunk(FuseCtx *c, const Graph *rank, const int *rank_grad) {
   free(c->normed);
   free(c->norm_rope);
   free(c->acc);
+  free(c->biased);
+  free(c->into);
   free(c->phys);
   free(c->att_done);
   free(c->wide);

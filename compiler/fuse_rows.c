@@ -124,7 +124,9 @@ void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad) {
  * (xs its buffer, c->normed), computed and stored; otherwise its value (read back once stored). */
 static int norm_x(FuseCtx *c, KCall *kc, int x0, int xs, int at, bool first) {
   if (xs < 0 || !first) return fuse_elem_val(c, kc, x0, at);
-  int v = kir_let(kc->k, fuse_elem_expr(c, kc, x0, at));
+  int v = fuse_elem_expr(c, kc, x0, at);
+  if (fuse_value_dtype(c, x0) == PP_BF16) v = kir_e(kc->k, K_RND, v, 0, 0); /* as stored, and read back */
+  v = kir_let(kc->k, v);
   kir_store(kc->k, xs, at, '=', v);
   return v;
 }
@@ -198,76 +200,68 @@ void fuse_rows_norm(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
-/* rmsnorm_dx / layernorm_dx: a row of D per block, from dy, x, w and the saved statistics. */
-void fuse_rows_norm_dx(FuseCtx *c, int id) {
-  const IrNode *n = N(c, id);
-  bool rms = n->op == OP_RMSNORM_DX;
-  int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D;
-  KCall kc = fuse_kc_block(rms ? "rmsnorm_dx" : "layernorm_dx", R, D, id);
-  Kernel *k = kc.k;
-  int dx = fuse_kc_node(c, &kc, id, true), x = fuse_kc_node(c, &kc, n->in[1], false),
-      w = fuse_kc_node(c, &kc, n->in[2], false);
-  int st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false);
-  int r = kir_row(k);
-  int rstd, mean = kir_f(k, 0);
-  if (rms) rstd = kir_let(k, kir_ld(k, st, r));
-  else {
-    mean = kir_let(k, kir_ld(k, st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)));
-    rstd = kir_let(k, kir_ld(k, st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)));
-  }
-  /* g = dy*w, xhat = (x - mean) * rstd; sums of g*xhat (and g) over the row */
-  int j = kir_reduce(k, kir_i(k, D));
-  int gv = kir_let(k, kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0));
-  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, r, D, j)), mean, 0), rstd, 0);
-  int sgx = kir_reduce_end(k, '+', kir_e(k, K_MUL, gv, xh, 0));
-  int mgx = kir_let(k, kir_e(k, K_DIV, sgx, kir_f(k, (double)D), 0));
-  int mg = kir_f(k, 0);
-  if (!rms) {
-    j = kir_reduce(k, kir_i(k, D));
-    int sg =
-        kir_reduce_end(k, '+', kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0));
-    mg = kir_let(k, kir_e(k, K_DIV, sg, kir_f(k, (double)D), 0));
-  }
-  j = kir_tfor(k, kir_i(k, D));
-  int gv2 = kir_e(k, K_MUL, fuse_elem_val(c, &kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, w, j), 0);
-  int xh2 = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, x, idx2(k, r, D, j)), mean, 0), rstd, 0);
-  /* rms: rstd (g - xhat mean(g xhat)); layer: rstd (g - mean(g) - xhat mean(g xhat)) */
-  int inner = kir_e(k, K_SUB, gv2, kir_e(k, K_MUL, xh2, mgx, 0), 0);
-  if (!rms) inner = kir_e(k, K_SUB, inner, mg, 0);
-  kir_store(k, dx, idx2(k, r, D, j), c->acc[id] >= 0 ? '+' : '=', kir_e(k, K_MUL, rstd, inner, 0)); /* +: into a sum */
-  kir_end(k);
-  k->work = 4 * D;
-  fuse_kc_emit(c, &kc);
-}
-
-/* A column sum, dst[j] += the sum over rows i < R of term(i, j), for j < D: each column one chain
- * of adds in row order. Over more than COL_PART rows the rows are cut into parts of COL_PART (the
- * last one shorter): a kernel with a block per part, its threads over the columns, writes each
- * part's chain into a scratch [parts, D], and a second adds each column's parts in part order. A
- * column per thread over all the rows gave a GPU a few blocks of R loads each in sequence (GPT-2's
- * [8192, 768]: 3 blocks, 1.4 ms a call on an H200, docs/perf.md); the parts give it R / COL_PART
- * blocks. The order of the sum is the kernel IR's, the same on every device. */
+/* Column sums, dst[j] += the sum over rows i < R of term(i, j), for j < D, of one or two nodes
+ * (a norm's weight gradient and its bias's read the same dy: one pass over it): each column one
+ * chain of adds in row order. Over more than COL_PART rows the rows are cut into parts of COL_PART
+ * (the last one shorter): a kernel with a block per part, its threads over the columns, writes
+ * each part's chains into a scratch [parts, sums x D], and a second adds each column's parts in
+ * part order. A column per thread over all the rows gave a GPU a few blocks of R loads each in
+ * sequence (GPT-2's [8192, 768]: 3 blocks, 1.4 ms a call on an H200, docs/perf.md); the parts give
+ * it R / COL_PART blocks. The order of each sum is the kernel IR's, the same on every device, and
+ * the same whether it shares its pass or not. */
 #define COL_PART 64
+#define COL_SUMS 2 /* sums one pass makes at most */
 
 typedef int (*ColTerm)(FuseCtx *c, KCall *kc, int id, int i, int j); /* the term of row i, column j */
 
-static void col_sum(FuseCtx *c, int id, const char *name, int64_t D, int64_t R, int dst, ColTerm term, int work) {
-  int64_t parts = (R + COL_PART - 1) / COL_PART;
-  if (parts <= 1) { /* one chain a column, a column per thread */
-    KCall kc = fuse_kc_flat(name, D, id);
-    Kernel *k = kc.k;
-    int g = fuse_kc_vbuf(c, &kc, dst, true);
-    int acc = kir_let(k, kir_f(k, 0));
-    int i = kir_for(k, kir_i(k, R));
-    kir_set(k, acc, '+', term(c, &kc, id, i, kir_row(k)));
+typedef struct ColSum {
+  int id;       /* the node */
+  int dst;      /* the buffer its sums are added into */
+  ColTerm term; /* its term */
+  int work;     /* its term's work */
+} ColSum;
+
+/* The second kernel of col_sums: dst[j] += the parts' sums of column j in part order. */
+static void col_fold(FuseCtx *c, const char *name, int64_t D, int64_t parts, int sums, const ColSum *s, int ns) {
+  KCall kc = fuse_kc_flat(name, D, s[0].id);
+  Kernel *k = kc.k;
+  int pb = fuse_kc_vbuf(c, &kc, sums, false);
+  for (int q = 0; q < ns; q++) {
+    int g = fuse_kc_vbuf(c, &kc, s[q].dst, true);
+    int acc = kir_var(k, kir_f(k, 0)); /* each its own */
+    int part = kir_for(k, kir_i(k, parts));
+    kir_set(k, acc, '+', kir_ld(k, pb, idx2(k, part, ns * D, kir_e(k, K_IADD, kir_i(k, q * D), kir_row(k), 0))));
     kir_end(k);
     kir_store(k, g, kir_row(k), '+', acc);
-    k->work = work * R;
-    fuse_kc_emit(c, &kc);
+  }
+  k->work = ns * parts;
+  fuse_kc_emit(c, &kc);
+}
+
+static void col_sum_one_part(FuseCtx *c, const char *name, int64_t D, int64_t R, const ColSum *s, int ns) {
+  KCall kc = fuse_kc_flat(name, D, s[0].id);
+  Kernel *k = kc.k;
+  int acc[COL_SUMS];
+  for (int q = 0; q < ns; q++) acc[q] = kir_var(k, kir_f(k, 0)); /* each its own */
+  int i = kir_for(k, kir_i(k, R));
+  for (int q = 0; q < ns; q++) kir_set(k, acc[q], '+', s[q].term(c, &kc, s[q].id, i, kir_row(k)));
+  kir_end(k);
+  k->work = 0;
+  for (int q = 0; q < ns; q++) {
+    kir_store(k, fuse_kc_vbuf(c, &kc, s[q].dst, true), kir_row(k), '+', acc[q]);
+    k->work += s[q].work * R;
+  }
+  fuse_kc_emit(c, &kc);
+}
+
+static void col_sums(FuseCtx *c, const char *name, int64_t D, int64_t R, const ColSum *s, int ns) {
+  int64_t parts = (R + COL_PART - 1) / COL_PART;
+  if (parts <= 1) { /* one chain a column, a column per thread */
+    col_sum_one_part(c, name, D, R, s, ns);
     return;
   }
-  int sums = fuse_prog_vbuf(c, "column_parts", BC_SCRATCH, (Shape){2, {parts, D}}, PP_F32);
-  KCall k1 = fuse_kc_block(name, parts, D, id);
+  int sums = fuse_prog_vbuf(c, "column_parts", BC_SCRATCH, (Shape){2, {parts, ns * D}}, PP_F32);
+  KCall k1 = fuse_kc_block(name, parts, D, s[0].id);
   Kernel *k = k1.k;
   int pb = fuse_kc_vbuf(c, &k1, sums, true);
   int p = kir_row(k);
@@ -275,25 +269,19 @@ static void col_sum(FuseCtx *c, int id, const char *name, int64_t D, int64_t R, 
   int left = kir_let(k, kir_e(k, K_ISUB, kir_i(k, R), i0, 0));
   int rows = kir_let(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, kir_i(k, COL_PART), 0), left, kir_i(k, COL_PART)));
   int j = kir_tfor(k, kir_i(k, D));
-  int acc = kir_let(k, kir_f(k, 0));
+  int acc[COL_SUMS];
+  for (int q = 0; q < ns; q++) acc[q] = kir_var(k, kir_f(k, 0)); /* each its own */
   int t = kir_for(k, rows);
-  kir_set(k, acc, '+', term(c, &k1, id, kir_e(k, K_IADD, i0, t, 0), j));
+  for (int q = 0; q < ns; q++) kir_set(k, acc[q], '+', s[q].term(c, &k1, s[q].id, kir_e(k, K_IADD, i0, t, 0), j));
   kir_end(k);
-  kir_store(k, pb, idx2(k, p, D, j), '=', acc);
+  k->work = 0;
+  for (int q = 0; q < ns; q++) {
+    kir_store(k, pb, idx2(k, p, ns * D, kir_e(k, K_IADD, kir_i(k, q * D), j, 0)), '=', acc[q]);
+    k->work += s[q].work * COL_PART * D;
+  }
   kir_end(k);
-  k->work = work * COL_PART * D;
   fuse_kc_emit(c, &k1);
-  KCall k2 = fuse_kc_flat(name, D, id);
-  k = k2.k;
-  int g = fuse_kc_vbuf(c, &k2, dst, true);
-  pb = fuse_kc_vbuf(c, &k2, sums, false);
-  int acc2 = kir_let(k, kir_f(k, 0));
-  int q = kir_for(k, kir_i(k, parts));
-  kir_set(k, acc2, '+', kir_ld(k, pb, idx2(k, q, D, kir_row(k))));
-  kir_end(k);
-  kir_store(k, g, kir_row(k), '+', acc2);
-  k->work = parts;
-  fuse_kc_emit(c, &k2);
+  col_fold(c, name, D, parts, sums, s, ns);
 }
 
 /* rmsnorm_dw / layernorm_dw's term: dy * xhat, xhat = (x - mean) * rstd (rms: mean 0) */
@@ -311,27 +299,160 @@ static int norm_dw_term(FuseCtx *c, KCall *kc, int id, int i, int j) {
   return kir_e(k, K_MUL, fuse_elem_val(c, kc, n->in[0], idx2(k, i, D, j)), xh, 0);
 }
 
-/* rmsnorm_dw / layernorm_dw: column sums over rows: dw[j] += sum_r dy * xhat. */
-void fuse_rows_norm_dw(FuseCtx *c, int id) {
-  const IrNode *n = N(c, id);
-  const Shape *xs = &N(c, n->in[1])->shape;
-  int64_t D = last_dim(xs), R = ir_shape_numel(xs) / D;
-  col_sum(c, id, n->op == OP_RMSNORM_DW ? "rmsnorm_dw" : "layernorm_dw", D, R, fuse_prog_grad(c, n->gparam),
-          norm_dw_term, 3);
-}
-
 /* bias_db's term: dy */
 static int bias_db_term(FuseCtx *c, KCall *kc, int id, int i, int j) {
   const IrNode *n = N(c, id);
   return fuse_elem_val(c, kc, n->in[0], idx2(kc->k, i, last_dim(&N(c, n->in[0])->shape), j));
 }
 
-/* bias gradient: db[j] += sum over rows of dy[r, j] */
-void fuse_rows_bias_db(FuseCtx *c, int id) {
+static bool is_col_sum(Op op) { return op == OP_BIAS_DB || op == OP_RMSNORM_DW || op == OP_LAYERNORM_DW; }
+
+static ColSum col_sum_of(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  if (n->op == OP_BIAS_DB) return (ColSum){id, fuse_prog_grad(c, n->gparam), bias_db_term, 1};
+  return (ColSum){id, fuse_prog_grad(c, n->gparam), norm_dw_term, 3};
+}
+
+/* A later column sum of the same block over the same dy (a norm's bias gradient beside its weight
+ * gradient), which then shares id's pass and lowers to nothing of its own; or -1. */
+static int col_partner(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  for (int j = id + 1; j < c->g->nnodes; j++) {
+    const IrNode *m = N(c, j);
+    if (is_col_sum(m->op) && !c->merged[j] && m->in[0] == n->in[0] && m->bwd == n->bwd && m->wgt == n->wgt) return j;
+  }
+  return -1;
+}
+
+/* rmsnorm_dw / layernorm_dw: dw[j] += sum_r dy * xhat; bias_db: db[j] += sum_r dy[r, j]; with a
+ * partner over the same dy (col_partner), both in one pass. */
+void fuse_rows_col_sum(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
   const Shape *ds = &N(c, n->in[0])->shape;
-  int64_t Nn = last_dim(ds), R = ir_shape_numel(ds) / Nn;
-  col_sum(c, id, "bias_db", Nn, R, fuse_prog_grad(c, n->gparam), bias_db_term, 1);
+  int64_t D = last_dim(ds), R = ir_shape_numel(ds) / D;
+  ColSum s[COL_SUMS] = {col_sum_of(c, id)};
+  int ns = 1, partner = col_partner(c, id);
+  char name[48];
+  snprintf(name, sizeof name, "%s", ir_ops[n->op].name + 1);
+  if (partner >= 0) {
+    s[ns++] = col_sum_of(c, partner);
+    c->merged[partner] = true;
+    snprintf(name + strlen(name), sizeof name - strlen(name), "_%s", ir_ops[N(c, partner)->op].name + 1);
+  }
+  col_sums(c, name, D, R, s, ns);
+}
+
+/* A norm's input gradient: dy, x, w and the saved statistics of row r, whose dy*xhat and dy the
+ * row's part adds to its column sums in the same pass (sums >= 0: the scratch [parts, ns x D] of a
+ * partner's col_fold, row p = r / COL_PART; else none). */
+typedef struct NormDx {
+  int dx, x, w, st;     /* the kernel's buffers */
+  int sums, part, nsum; /* the parts' scratch buffer and this row's part, or -1; its sums (1 or 2) */
+  int64_t D;
+} NormDx;
+
+static void norm_dx_row(FuseCtx *c, KCall *kc, int id, const NormDx *a, int r) {
+  const IrNode *n = N(c, id);
+  Kernel *k = kc->k;
+  bool rms = n->op == OP_RMSNORM_DX;
+  int64_t D = a->D;
+  int rstd, mean = kir_f(k, 0);
+  if (rms) rstd = kir_let(k, kir_ld(k, a->st, r));
+  else {
+    mean = kir_let(k, kir_ld(k, a->st, kir_e(k, K_IMUL, r, kir_i(k, 2), 0)));
+    rstd = kir_let(k, kir_ld(k, a->st, kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, 2), 0), kir_i(k, 1), 0)));
+  }
+  /* g = dy*w, xhat = (x - mean) * rstd; sums of g*xhat (and g) over the row */
+  int j = kir_reduce(k, kir_i(k, D));
+  int gv = kir_let(k, kir_e(k, K_MUL, fuse_elem_val(c, kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, a->w, j), 0));
+  int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, a->x, idx2(k, r, D, j)), mean, 0), rstd, 0);
+  int sgx = kir_reduce_end(k, '+', kir_e(k, K_MUL, gv, xh, 0));
+  int mgx = kir_let(k, kir_e(k, K_DIV, sgx, kir_f(k, (double)D), 0));
+  int mg = kir_f(k, 0);
+  if (!rms) {
+    j = kir_reduce(k, kir_i(k, D));
+    int sg = kir_reduce_end(k, '+',
+                            kir_e(k, K_MUL, fuse_elem_val(c, kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, a->w, j), 0));
+    mg = kir_let(k, kir_e(k, K_DIV, sg, kir_f(k, (double)D), 0));
+  }
+  j = kir_tfor(k, kir_i(k, D));
+  int dy = kir_let(k, fuse_elem_val(c, kc, n->in[0], idx2(k, r, D, j)));
+  int xh2 = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, a->x, idx2(k, r, D, j)), mean, 0), rstd, 0));
+  /* rms: rstd (g - xhat mean(g xhat)); layer: rstd (g - mean(g) - xhat mean(g xhat)) */
+  int inner = kir_e(k, K_SUB, kir_e(k, K_MUL, dy, kir_ld(k, a->w, j), 0), kir_e(k, K_MUL, xh2, mgx, 0), 0);
+  if (!rms) inner = kir_e(k, K_SUB, inner, mg, 0);
+  kir_store(k, a->dx, idx2(k, r, D, j), c->acc[id] >= 0 ? '+' : '=', kir_e(k, K_MUL, rstd, inner, 0)); /* +: a sum */
+  if (a->sums >= 0) { /* the part's column sums: norm_dw_term's dy * xhat, bias_db_term's dy */
+    int at = idx2(k, a->part, a->nsum * D, j);
+    kir_store(k, a->sums, at, '+', kir_e(k, K_MUL, dy, xh2, 0));
+    if (a->nsum > 1) kir_store(k, a->sums, kir_e(k, K_IADD, at, kir_i(k, D), 0), '+', dy);
+  }
+  kir_end(k);
+}
+
+/* The norm's weight gradient over the same dy and x in the same block (whose pass it can share),
+ * or -1. */
+static int norm_dw_of(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  for (int j = id + 1; j < c->g->nnodes; j++) {
+    const IrNode *m = N(c, j);
+    if ((m->op == OP_RMSNORM_DW || m->op == OP_LAYERNORM_DW) && m->fwd == n->fwd && !c->merged[j] &&
+        m->in[0] == n->in[0] && m->in[1] == n->in[1] && m->bwd == n->bwd && m->wgt == n->wgt)
+      return j;
+  }
+  return -1;
+}
+
+/* rmsnorm_dx / layernorm_dx: a row of D per block, from dy, x, w and the saved statistics. With
+ * its weight's gradient in the same block over more than COL_PART rows: a block a part of
+ * COL_PART rows instead, which also keeps the part's column sums of dy*xhat (and of dy for the
+ * bias's gradient, col_partner) in its row of a scratch, adding the rows in order as col_sums'
+ * first kernel does; col_fold adds the parts. One pass over dy and x for dx, dw and db. */
+void fuse_rows_norm_dx(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  bool rms = n->op == OP_RMSNORM_DX;
+  int64_t D = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / D, parts = (R + COL_PART - 1) / COL_PART;
+  int dw = parts > 1 ? norm_dw_of(c, id) : -1;
+  ColSum s[COL_SUMS];
+  int ns = 0, sums = -1;
+  char name[48];
+  snprintf(name, sizeof name, "%s", rms ? "rmsnorm_dx" : "layernorm_dx");
+  if (dw >= 0) {
+    s[ns++] = col_sum_of(c, dw);
+    c->merged[dw] = true;
+    int db = col_partner(c, dw);
+    if (db >= 0 && N(c, db)->op == OP_BIAS_DB) s[ns++] = col_sum_of(c, db), c->merged[db] = true;
+    snprintf(name + strlen(name), sizeof name - strlen(name), "_dw%s", ns > 1 ? "_db" : "");
+    sums = fuse_prog_vbuf(c, "column_parts", BC_SCRATCH, (Shape){2, {parts, ns * D}}, PP_F32);
+  }
+  KCall kc = fuse_kc_block(name, dw >= 0 ? parts : R, D, id);
+  Kernel *k = kc.k;
+  NormDx a = {.dx = fuse_kc_node(c, &kc, id, true),
+              .x = fuse_kc_node(c, &kc, n->in[1], false),
+              .w = fuse_kc_node(c, &kc, n->in[2], false),
+              .st = fuse_kc_vbuf(c, &kc, c->p->node_aux[n->fwd], false),
+              .sums = sums >= 0 ? fuse_kc_vbuf(c, &kc, sums, true) : -1,
+              .part = kir_row(k),
+              .nsum = ns,
+              .D = D};
+  if (dw < 0) {
+    norm_dx_row(c, &kc, id, &a, kir_row(k));
+    k->work = 4 * D;
+  } else {
+    int i0 = kir_let(k, kir_e(k, K_IMUL, a.part, kir_i(k, COL_PART), 0));
+    int left = kir_let(k, kir_e(k, K_ISUB, kir_i(k, R), i0, 0));
+    int rows = kir_let(k, kir_e(k, K_ISEL, kir_e(k, K_ILT, left, kir_i(k, COL_PART), 0), left, kir_i(k, COL_PART)));
+    int j = kir_tfor(k, kir_i(k, D)); /* each column by the thread that adds to it */
+    for (int q = 0; q < ns; q++)
+      kir_store(k, a.sums, kir_e(k, K_IADD, idx2(k, a.part, ns * D, j), kir_i(k, q * D), 0), '=', kir_f(k, 0));
+    kir_end(k);
+    int t = kir_for(k, rows);
+    norm_dx_row(c, &kc, id, &a, kir_e(k, K_IADD, i0, t, 0));
+    kir_end(k);
+    k->work = (4 + 2 * ns) * D * COL_PART;
+  }
+  fuse_kc_emit(c, &kc);
+  if (dw >= 0) col_fold(c, name, D, parts, sums, s, ns);
 }
 
 /* Llama-3's scaling of one frequency inv, as transformers' _compute_llama3_parameters: with the
@@ -446,18 +567,30 @@ void fuse_rows_rope(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
+/* chunk: part I of P of the last dimension; the later chunks of the same value in the same block
+ * (q, k and v of one product) are written by the same kernel, which reads each row once, and
+ * lower to nothing of their own. */
 void fuse_rows_chunk(FuseCtx *c, int id) {
   const IrNode *n = N(c, id);
-  int64_t w = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / w, P = n->a.parts, I = n->a.index;
+  int64_t w = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / w, P = n->a.parts;
   KCall kc = fuse_kc_block("chunk", R, w, id);
   Kernel *k = kc.k;
-  int y = fuse_kc_node(c, &kc, id, true);
   int r = kir_row(k);
-  int j = kir_tfor(k, kir_i(k, w));
-  int src = kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, P * w), 0), kir_e(k, K_IADD, kir_i(k, I * w), j, 0), 0);
-  kir_store(k, y, idx2(k, r, w, j), '=', fuse_elem_val(c, &kc, n->in[0], src));
-  kir_end(k);
-  k->work = w;
+  k->work = 0;
+  for (int c2 = id; c2 < c->g->nnodes; c2++) {
+    const IrNode *m = N(c, c2);
+    if (c2 != id && (m->op != OP_CHUNK || c->merged[c2] || c->inlined[c2] || m->in[0] != n->in[0] || m->a.parts != P ||
+                     m->bwd != n->bwd || m->wgt != n->wgt))
+      continue;
+    if (c2 != id) c->merged[c2] = true;
+    int y = fuse_kc_node(c, &kc, c2, true);
+    int j = kir_tfor(k, kir_i(k, w));
+    int src =
+        kir_e(k, K_IADD, kir_e(k, K_IMUL, r, kir_i(k, P * w), 0), kir_e(k, K_IADD, kir_i(k, m->a.index * w), j, 0), 0);
+    kir_store(k, y, idx2(k, r, w, j), '=', fuse_elem_val(c, &kc, n->in[0], src));
+    kir_end(k);
+    k->work += w;
+  }
   fuse_kc_emit(c, &kc);
 }
 

@@ -56,8 +56,9 @@ static const char usage[] =
     "  -o DIR             write the compiled stages to DIR (DIR/plan.txt): a new or empty directory,\n"
     "                     or a stage directory of an earlier compile, replaced whole at the end\n"
     "  --emit WHAT        print ast, ir, plan, schedule (the predicted timeline), svg (it drawn),\n"
-    "                     program (every rank's listing), or the kernel sources in c, opencl or\n"
-    "                     cuda, to stdout\n"
+    "                     program (every rank's listing), the kernel sources in c, opencl or cuda,\n"
+    "                     or cost (per rank a step's kernel launches and bytes, GEMM FLOPs, and a\n"
+    "                     roofline time on H100, H200 and a CPU), to stdout\n"
     "\n"
     "Importing (no model file, no other option):\n"
     "  --from-hf PATH     print a .pdl for a Hugging Face config (PATH: its config.json, or the directory\n"
@@ -85,9 +86,12 @@ typedef enum Emit {
   EMIT_PROGRAM,
   EMIT_C,
   EMIT_OPENCL,
-  EMIT_CUDA
+  EMIT_CUDA,
+  EMIT_COST
 } Emit;
-static const char *const emit_names[] = {"", "ast", "ir", "plan", "schedule", "svg", "program", "c", "opencl", "cuda"};
+static const char *const emit_names[] = {"",        "ast", "ir",     "plan", "schedule", "svg",
+                                         "program", "c",   "opencl", "cuda", "cost"};
+#define EMIT_WORDS "ast, ir, plan, schedule, svg, program, c, opencl, cuda or cost" /* for the message */
 
 typedef struct Cli {
   const char *model;
@@ -244,9 +248,8 @@ static Cli parse_args(int argc, char **argv) {
       break;
     case O_EMIT: {
       int e = EMIT_AST;
-      while (e <= EMIT_CUDA && strcmp(emit_names[e], optarg)) e++;
-      if (e > EMIT_CUDA)
-        bad_usage("--emit expects ast, ir, plan, schedule, svg, program, c, opencl or cuda, got '%s'", optarg);
+      while (e <= EMIT_COST && strcmp(emit_names[e], optarg)) e++;
+      if (e > EMIT_COST) bad_usage("--emit expects " EMIT_WORDS ", got '%s'", optarg);
       c.emit = (Emit)e;
       break;
     }
@@ -476,6 +479,14 @@ static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
     fputs(text, stdout);
     free(text);
   }
+}
+
+/* --emit cost (cost.c): every stage's program, each at its ranks */
+static void print_costs(const Graph *g, const Stage *st, const Sched *sched) {
+  const Program **prog = xcalloc((size_t)g->cfg.pp, sizeof *prog);
+  for (int r = 0; r < g->cfg.pp; r++) prog[r] = st[r].prog;
+  cost_print(stdout, sched, prog);
+  free(prog);
 }
 
 static void print_stage_irs(const Graph *g, const Stage *st, const Sched *sched) {
@@ -750,7 +761,8 @@ static int compile(const Cli *cli) {
    * (a dense --emit ir prints the whole model's graph instead; tp > 1 is checked on the stages) */
   bool dense_ir = cli->emit == EMIT_IR && g->cfg.pp == 1 && g->cfg.tp == 1;
   /* the plan states each stage's activations, which take the lowered program: not for a model of
-   * more than PPC_PLAN_LOWER_LAYERS layers, whose plan is asked for to see the partition quickly */
+   * more than PPC_PLAN_LOWER_LAYERS layers, whose plan is asked for to see the partition quickly;
+   * EMIT_PROGRAM and the kinds after it (the kernel sources, cost) read the lowered programs */
   bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG ||
                (cli->emit == EMIT_PLAN && g->nlayers <= PPC_PLAN_LOWER_LAYERS);
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
@@ -795,6 +807,7 @@ static int compile(const Cli *cli) {
   case EMIT_C: print_kernels(g, st, LANG_C); break;
   case EMIT_OPENCL: print_kernels(g, st, LANG_OPENCL); break;
   case EMIT_CUDA: print_kernels(g, st, LANG_CUDA); break;
+  case EMIT_COST: print_costs(g, st, sched); break;
   }
   if (!rc && cli->outdir)
     rc = write_stage_dir(cli->outdir, g, vplan ? vplan : plan, why, sched, st, cli->arch, gen_out ? &gen : NULL);

@@ -736,23 +736,25 @@ void fuse_prog_free(Program *p);
 
 typedef struct FuseCtx {
   Program *p;
-  const Graph *g;              /* the graph being lowered: a chunk's; the rank's for the optimizer */
-  int chunk;                   /* the chunk being lowered */
-  int *pmap;                   /* per parameter of g: the rank's parameter */
-  Block *blk;                  /* the block being appended to */
-  int *nusers;                 /* per node: how many nodes read it */
-  int *user;                   /* per node: its (last) user */
-  bool *saved;                 /* per forward node: read by the backward */
-  bool *inlined;               /* per node: computed inside its consumer's kernel, no buffer */
-  bool *merged;                /* per elementwise node: written by an earlier one's kernel (fuse_elem_lower) */
-  bool *normed;                /* per add: computed and stored by the norm that reads it first (fuse_rows_norm) */
-  int *norm_rope;              /* per norm: the rope its kernel turns its output by before storing it, or -1 */
-  int *acc;                    /* per dx GEMM and add: the earlier value whose buffer the GEMM adds into, or -1 */
-  Layout *phys;                /* per node: the physical order of its buffer's two leading axes */
-  bool *att_done;              /* per attention node: its backward is lowered */
-  unsigned char *wide;         /* per node: kept in f32 in a bf16 program: WIDE_SUM | WIDE_PARTIAL (fuse_lower.c) */
-  int *grad_vb;                /* per parameter: its gradient buffer */
-  char **bodies;               /* rendered kernel bodies, for deduplication */
+  const Graph *g;      /* the graph being lowered: a chunk's; the rank's for the optimizer */
+  int chunk;           /* the chunk being lowered */
+  int *pmap;           /* per parameter of g: the rank's parameter */
+  Block *blk;          /* the block being appended to */
+  int *nusers;         /* per node: how many nodes read it */
+  int *user;           /* per node: its (last) user */
+  bool *saved;         /* per forward node: read by the backward */
+  bool *inlined;       /* per node: computed inside its consumer's kernel, no buffer */
+  bool *merged;        /* per node: written by an earlier one's kernel (fuse_elem_lower, fuse_rows_col_sum) */
+  bool *normed;        /* per add: computed and stored by the norm that reads it first (fuse_rows_norm) */
+  int *norm_rope;      /* per norm: the rope its kernel turns its output by before storing it, or -1 */
+  int *acc;            /* per dx GEMM and add: the earlier value whose buffer the GEMM adds into, or -1 */
+  int *into;           /* per attention gradient: the concat whose part its kernel writes (fuse_attn.c), or -1 */
+  bool *biased;        /* per linear: its bias added by its readers' kernels (fuse_elem_val), no pass of its own */
+  Layout *phys;        /* per node: the physical order of its buffer's two leading axes */
+  bool *att_done;      /* per attention node: its backward is lowered */
+  unsigned char *wide; /* per node: kept in f32 in a bf16 program: WIDE_SUM | WIDE_PARTIAL (fuse_lower.c) */
+  int *grad_vb;        /* per parameter: its gradient buffer */
+  char **bodies;       /* rendered kernel bodies, for deduplication */
   int rope_tab[FUSE_MAX_ROPE]; /* the chunk's RoPE tables (fuse_rows_rope): the first rope node of each kind */
   int rope_vb[FUSE_MAX_ROPE];  /* and each table's buffer */
   int nrope;
@@ -815,9 +817,8 @@ void fuse_rows_pos_embedding(FuseCtx *c, int id, bool grad);
 void fuse_rows_round(FuseCtx *c, int id, int vb); /* a collective's f32 sum (vb) rounded into node id's buffer */
 void fuse_rows_norm(FuseCtx *c, int id);          /* rmsnorm, layernorm */
 void fuse_rows_norm_dx(FuseCtx *c, int id);
-void fuse_rows_norm_dw(FuseCtx *c, int id);
-void fuse_rows_bias_db(FuseCtx *c, int id);
-void fuse_rows_rope(FuseCtx *c, int id); /* rope, rope_dx */
+void fuse_rows_col_sum(FuseCtx *c, int id); /* bias_db, rmsnorm_dw, layernorm_dw (with a partner: one pass) */
+void fuse_rows_rope(FuseCtx *c, int id);    /* rope, rope_dx */
 void fuse_rows_chunk(FuseCtx *c, int id);
 void fuse_rows_concat(FuseCtx *c, int id);
 void fuse_rows_transpose(FuseCtx *c, int id);
@@ -917,6 +918,8 @@ typedef struct SchedPrediction {
   int64_t peak_bytes; /* the most activation bytes a rank holds */
 } SchedPrediction;
 void sched_stage_cost(const Program *p, int chunk, StageCost *c); /* from a chunk's lowered blocks */
+double sched_kernel_flops(const Kernel *k);                       /* a launch's: its rows times its rough work a row */
+double sched_gemm_flops(const Instr *in); /* 2·m·n·k·batch, of a triangle (tri) its products alone */
 SchedPrediction sched_predict(const Sched *s, const StageCost *cost);
 void sched_print(FILE *f, const Sched *s, const StageCost *cost);                  /* --emit schedule */
 void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model); /* --emit svg */
@@ -953,11 +956,21 @@ typedef struct Coord {
 /* rankR.prog of the rank at w of p's stage; dir NULL: the listing to stdout. 0 on
  * success. */
 int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f);
+int cg_rank(const Config *c, const Coord *w, int stage); /* the world rank at w on stage */
+bool cg_replica(const IrParam *q, const Coord *w);       /* the listing's `replica`: not owned at w */
+/* The bytes a buffer operand may touch, its offset to its buffer's end: the `:BYTES` the listing
+ * writes after a kernel's pointer argument; 0 for an operand that is no buffer. */
+int64_t cg_extent(const Program *p, const Operand *o);
 /* A stage's kernels in one language: the prelude, then every kernel. */
 void cg_kernel_source(const Program *p, Lang lang, char **out, size_t *len, size_t *cap);
 uint64_t cg_fnv1a(const char *s, size_t n);                   /* FNV-1a 64 */
 int cg_write_file(const char *path, const char *s, size_t n); /* through a temporary; 0, or a message */
 void cg_mkdir_p(const char *dir);
+
+/* cost.c — --emit cost: per rank (every stage's program prog[stage], at each of its coordinates),
+ * one training step's kernel launches and bytes, GEMM FLOPs and bytes, their roofline time on a
+ * table of devices, and the kernels spanning the most bytes. */
+void cost_print(FILE *f, const Sched *s, const Program *const *prog);
 
 /* ============================================================================================
  * cg_nvrtc.c — a stage's CUDA C compiled with NVRTC: a cubin for the target GPU and PTX for

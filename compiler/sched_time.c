@@ -14,12 +14,18 @@
 
 static double buf_bytes(const Program *p, const Operand *o) { return o->kind == 'b' ? (double)p->vb[o->vb].bytes : 0; }
 
+double sched_kernel_flops(const Kernel *k) { return (double)k->rows * (double)k->work; }
+
+double sched_gemm_flops(const Instr *in) {
+  return 2 * pp_tri_macs(in->tri, in->m, in->n, in->k) * (double)in->batch; /* a triangle: its products alone */
+}
+
 static double instr_cost(const Program *p, const Instr *in) {
   double flops = 0, bytes = 0;
   switch (in->kind) {
   case I_GEMM: {
     double m = (double)in->m, n = (double)in->n, k = (double)in->k, batch = (double)in->batch;
-    flops = 2 * pp_tri_macs(in->tri, in->m, in->n, in->k) * batch; /* a triangle: its products alone */
+    flops = sched_gemm_flops(in);
     double ea = (double)pp_dtype_bytes(p->vb[in->op[0].vb].dtype),
            eb = (double)pp_dtype_bytes(p->vb[in->op[1].vb].dtype),
            ec = (double)pp_dtype_bytes(p->vb[in->op[2].vb].dtype); /* each operand's element */
@@ -28,8 +34,7 @@ static double instr_cost(const Program *p, const Instr *in) {
   }
   case I_KERNEL:
   case I_GRADNORM: {
-    const Kernel *k = p->kernels[in->kernel];
-    flops = (double)k->rows * (double)k->work;
+    flops = sched_kernel_flops(p->kernels[in->kernel]);
     for (int a = 0; a < in->nop; a++) bytes += buf_bytes(p, &in->op[a]);
     break;
   }

@@ -15,6 +15,9 @@
 #define PP_MAX_LAYERS   100000             /* repetitions of the repeated layer */
 #define PP_MAX_CHUNKS   16                 /* chunks of layers one rank holds (interleaved, zbv: --vpp) */
 #define PP_DROPOUT_MAX  128                /* dropout calls in a model's source (the layer's counted once) */
+/* grad_norm's table of the owned gradients (ppr writes it, the kernel reads it): each offset into
+ * the gradients' region in units of PP_NORM_UNIT floats (every buffer is 64-byte aligned), i32 */
+#define PP_NORM_UNIT 16
 
 /* A name that a listing can carry as one field and a safetensors header as one key: printable
  * ASCII without space, quote, backslash or '#' (a listing's comment), 1 to PP_MAX_NAME bytes. Returns the offset of the

@@ -440,12 +440,14 @@ static int cu_gemm(RtDev *d, const RtGemm *g) {
   Plan *pl = plan(c, &one);
   if (!pl) return -1;
   void *ws = (void *)(uintptr_t)(c->arena + (CUdeviceptr)c->ws_off);
+  /* batch i's A and B: strides in elements of their types */
+  int64_t ea = pp_dtype_bytes(m.dt[0]), eb = pp_dtype_bytes(m.dt[1]);
   for (int i = 0; i < n; i++) {
-    CUdeviceptr a = c->arena + (CUdeviceptr)(m.a + 4 * i * m.sa), b = c->arena + (CUdeviceptr)(m.b + 4 * i * m.sb),
+    CUdeviceptr a = c->arena + (CUdeviceptr)(m.a + ea * i * m.sa), b = c->arena + (CUdeviceptr)(m.b + eb * i * m.sb),
                 cc = c->arena + (CUdeviceptr)m.c;
     if (seq && (alignment(a) < pl->key.a || alignment(b) < pl->key.b)) {
       RtGemm o = one;
-      o.a = m.a + 4 * i * m.sa, o.b = m.b + 4 * i * m.sb;
+      o.a = m.a + ea * i * m.sa, o.b = m.b + eb * i * m.sb;
       if (!(pl = plan(c, &o))) return -1;
     }
     LT_CHECK(d, cublasLtMatmul(c->lt, pl->desc, &m.alpha, (const void *)(uintptr_t)a, pl->a, (const void *)(uintptr_t)b,

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pp_limits.h"
+
 /* A run of gradients: n floats at the grads region's offset off (params region offsets). */
 typedef struct {
   int64_t off, n;
@@ -23,8 +25,10 @@ struct RtExec {
   RtProf *prof;    /* PPR_PROFILE, --trace */
   int32_t *batch;  /* host copy of a micro-batch: tokens, then labels */
   float *partials; /* host copy of the grad_norm partial sums */
-  RtRun *runs;     /* grad_norm's: the owned params' gradients, a launch each */
+  RtRun *runs;     /* grad_norm's: the owned params' gradients, in memory order */
   int nruns;
+  int32_t *norm_tab;          /* grad_norm's table of the runs (norm_table), as the device gets it */
+  int64_t norm_rows;          /* its rows: the listing's RUNS */
   double wall_ms, compute_ms; /* the last step's, while tracing */
   int loss_chunk;             /* the chunk whose loss counts: the last virtual stage's, on tp_rank 0; else -1 */
   int stale;                  /* the working copies (refresh block) are older than the values */
@@ -138,14 +142,33 @@ static int run_cmp(const void *a, const void *b) {
 }
 
 /* grad_norm's runs: the owned params' gradients (not the copies and replicas) in memory order,
- * a launch each, so that each parameter's partial sums are the same floats on every mesh that
- * holds it whole (a pipeline's stages), whatever else the rank holds. Returns their number. */
+ * each its own partial sums, the same floats on every mesh that holds it whole (a pipeline's
+ * stages), whatever else the rank holds. Returns their number. */
 static int grad_runs(const RtProg *p, RtRun *runs) {
   int n = 0;
   for (int i = 0; i < p->nparams; i++)
     if (p->params[i].owned) runs[n++] = (RtRun){p->params[i].off, p->params[i].numel};
   qsort(runs, (size_t)n, sizeof *runs, run_cmp);
   return n;
+}
+
+/* grad_norm's table: a row for each run, its offset into the gradients' region in units of
+ * PP_NORM_UNIT floats and its length, i32 each; zero rows after (no work). */
+static int norm_table(RtExec *x, char *err, size_t errlen) {
+  const RtProg *p = x->p;
+  if (x->nruns > x->norm_rows && x->norm_rows)
+    return RT_FAIL("%s: grad_norm's table has %lld rows for %d owned params", p->path, (long long)x->norm_rows,
+                   x->nruns);
+  for (int i = 0; i < x->nruns && x->norm_rows; i++) {
+    int64_t at = x->runs[i].off - p->reg[RT_REG_PARAMS].base, unit = 4 * PP_NORM_UNIT;
+    if (at % unit || at / unit > INT32_MAX || x->runs[i].n > INT32_MAX)
+      return RT_FAIL("%s: a gradient at byte %lld of %lld floats: grad_norm's table holds offsets in units of %d "
+                     "bytes below 2^31 and lengths below 2^31",
+                     p->path, (long long)at, (long long)x->runs[i].n, (int)unit);
+    x->norm_tab[2 * i] = (int32_t)(at / unit);
+    x->norm_tab[2 * i + 1] = (int32_t)x->runs[i].n;
+  }
+  return 0;
 }
 
 int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, char *err, size_t errlen) {
@@ -163,14 +186,19 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
   const RtBlock *o = &p->blk[RT_BLK_OPTIMIZER];
   int64_t np = 0;
   for (int i = 0; i < o->n; i++)
-    if (o->ins[i].kind == RT_I_GRAD_NORM) np = o->ins[i].geom.grid * (p->nparams ? p->nparams : 1);
+    if (o->ins[i].kind == RT_I_GRAD_NORM) np = o->ins[i].geom.grid, x->norm_rows = o->ins[i].bytes;
   x->partials = malloc((size_t)(np ? np : 1) * sizeof *x->partials);
   x->runs = malloc((size_t)(p->nparams ? p->nparams : 1) * sizeof *x->runs);
-  if (!x->prof || !x->batch || !x->partials || !x->runs) {
+  x->norm_tab = calloc((size_t)(x->norm_rows ? x->norm_rows : 1) * 2, sizeof *x->norm_tab);
+  if (!x->prof || !x->batch || !x->partials || !x->runs || !x->norm_tab) {
     rt_exec_close(x);
     return RT_FAIL("out of memory");
   }
   x->nruns = grad_runs(p, x->runs);
+  if (norm_table(x, err, errlen)) {
+    rt_exec_close(x);
+    return -1;
+  }
   if (plan_early(x)) {
     rt_exec_close(x);
     return RT_FAIL("out of memory");
@@ -193,6 +221,7 @@ void rt_exec_close(RtExec *x) {
   free(x->batch);
   free(x->partials);
   free(x->runs);
+  free(x->norm_tab);
   free(x);
 }
 
@@ -238,23 +267,23 @@ static int64_t at(const RtProg *g, const RtPtr *p, int slot) {
   return off;
 }
 
-/* grad_norm: the sum of squares of the gradients of the params this rank owns, by the listing's
- * kernel over each run (grad_runs) into GRID partial sums a run, added in double in memory order;
- * then summed over the world. */
+/* grad_norm: the sum of squares of the gradients of the params this rank owns, by one launch of
+ * the listing's kernel over the runs (grad_runs, the table norm_table) into GRID / RUNS partial
+ * sums a run, added in double in memory order; then summed over the world. */
 static int grad_norm(Step *s, const RtInstr *in) {
   RtExec *x = s->x;
   const RtProg *p = x->p;
-  int64_t grid = in->geom.grid, base = at(p, &in->p[0], -1);
-  for (int i = 0; i < x->nruns; i++) {
-    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = x->runs[i].off + region_shift(p, RT_REG_GRADS)},
-                   {.kind = RT_KA_PTR, .off = base + 4 * grid * i},
-                   {.kind = RT_KA_I64, .i = x->runs[i].n}};
-    if (rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a)) return -1;
+  int64_t per = in->geom.grid / in->bytes, base = at(p, &in->p[0], -1), tab = at(p, &in->p[1], -1);
+  if (x->nruns) {
+    RtKArg a[3] = {{.kind = RT_KA_PTR, .off = p->reg[RT_REG_GRADS].base},
+                   {.kind = RT_KA_PTR, .off = base},
+                   {.kind = RT_KA_PTR, .off = tab}};
+    if (rt_dev_write(x->dev, tab, x->norm_tab, 8 * in->bytes) || rt_dev_launch(x->dev, in->kernel, &in->geom, 3, a) ||
+        rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * per * x->nruns))
+      return -1;
   }
-  if (x->nruns && (rt_comm_before_host(x->comm, x->dev) || rt_dev_read(x->dev, base, x->partials, 4 * grid * x->nruns)))
-    return -1;
   double local = 0;
-  for (int64_t i = 0; i < grid * x->nruns; i++) local += (double)x->partials[i];
+  for (int64_t i = 0; i < per * x->nruns; i++) local += (double)x->partials[i];
   double c0 = s->tr ? rt_now_ms() : 0;
   s->grad_norm = sqrt(rt_comm_sum(x->comm, local));
   if (s->tr && rt_comm_size(x->comm) > 1) {

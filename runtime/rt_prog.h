@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "pp_boundary.h"
+#include "pp_stagedir.h"
 #include "pp_dtype.h"
 #include "pp_limits.h"
 #include "pp_regions.h"
@@ -20,7 +21,7 @@
  * what was expected. Nothing is printed. docs/stage-format.md is the contract.
  */
 
-#define RT_PROG_VERSION 3 /* the listing format version this ppr reads */
+#define RT_PROG_VERSION PP_PROG_VERSION /* the listing format version this ppr reads */
 #define RT_PPR_VERSION  "0.1.0"
 #define RT_MAX_NDIM     8                    /* dims of a param or buffer shape */
 #define RT_MAX_KARGS    64                   /* arguments of one kernel instruction */
@@ -136,8 +137,9 @@ typedef struct {
   RtInstrKind kind;
   int line;
   RtPtr p[3];    /* batch: tokens, labels; zero/seed/loss/allreduce_tied/allreduce: p[0]; gemm: A, B, C;
-                  * grad_norm: p[0] the partial sums (GRID per param, in param index order) */
-  int64_t bytes; /* zero, allreduce_tied, allreduce, grad_norm */
+                  * grad_norm: p[0] the partial sums (GRID / RUNS a row of the table), p[1] the
+                  * table of the owned gradients (RUNS rows of two i32) */
+  int64_t bytes; /* zero, allreduce_tied, allreduce, grad_norm (its table's rows: RUNS) */
   int group;     /* allreduce, allgather, reduce_scatter: RtGroup */
   int sub;       /* allreduce tp/R: R (a divisor of tp); else 0 */
   int op;        /* allreduce: RtReduceOp */

@@ -1,4 +1,4 @@
-/* rt_prog_header.c - the header of a listing: its lines in their fixed order, from 'ppr-program 3' (the version)
+/* rt_prog_header.c - the header of a listing: its lines in their fixed order, from 'ppr-program N' (the version)
  * and the content hash to the kernel files' sizes and hashes. */
 #include "rt_prog_parse.h"
 #include "rt_util.h"
@@ -12,7 +12,7 @@
 /* ---- header -------------------------------------------------------------------------------- */
 
 static const char *const header_forms[H_COUNT] = {
-    "ppr-program 3",
+    "ppr-program N",
     "compiler NAME VERSION",
     "hash HEX16",
     "model NAME",

@@ -228,21 +228,32 @@ static int parse_kernel(RtParser *s, RtInstr *in) {
   return 0;
 }
 
-/* grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES: KERNEL(grad, partials, n) writes GRID
- * partial sums of squares; ppr launches it over each run of owned gradients (rt_exec.c), run r's
- * into partials + 4*GRID*r, and there are at most as many runs as params. */
+/* grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES @TABLE:BYTES: KERNEL(grads, partials,
+ * table), one launch, writes GRID partial sums of squares, GRID / RUNS for each of the RUNS rows
+ * of the table ppr writes first (rt_exec.c: the owned gradients' offsets in units of PP_NORM_UNIT
+ * floats and their lengths, i32 pairs, zero past the last); there are at least as many rows as
+ * params. */
 static int parse_grad_norm(RtParser *s, RtInstr *in) {
-  static const char *const form = "grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES";
-  if (rt_prog_want_nf(s, 4, form)) return -1;
+  static const char *const form = "grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> @PARTIALS:BYTES @TABLE:BYTES";
+  if (rt_prog_want_nf(s, 5, form)) return -1;
   if (!rt_prog_is_ident(s->f[1])) return rt_prog_err(s, "grad_norm: '%.60s' is not a C identifier", s->f[1]);
   if (parse_geom(s, s->f[2], "grad_norm", &in->geom)) return -1;
   in->kernel = kernel_index(s, s->f[1], &in->geom);
-  if (in->kernel < 0 || rt_prog_parse_ptr(s, s->f[3], "grad_norm: partials", &in->p[0], &in->bytes)) return -1;
-  int64_t need = 4 * in->geom.grid * (int64_t)(s->p->nparams ? s->p->nparams : 1);
-  if (in->bytes < need)
-    return rt_prog_err(s, "grad_norm: the partials hold %lld bytes; %d params of %lld partial sums need %lld",
-                       (long long)in->bytes, s->p->nparams, (long long)in->geom.grid, (long long)need);
-  return rt_prog_check_extent(s, "grad_norm: partials", &in->p[0], in->bytes);
+  int64_t partials, table;
+  if (in->kernel < 0 || rt_prog_parse_ptr(s, s->f[3], "grad_norm: partials", &in->p[0], &partials) ||
+      rt_prog_parse_ptr(s, s->f[4], "grad_norm: table", &in->p[1], &table))
+    return -1;
+  in->bytes = table / 8;
+  if (in->bytes < (s->p->nparams ? s->p->nparams : 1) || in->geom.grid % in->bytes)
+    return rt_prog_err(s,
+                       "grad_norm: a table of %lld bytes holds %lld rows: expected a row (8 bytes) a param (%d) "
+                       "and GRID (%lld) a multiple of the rows",
+                       (long long)table, (long long)in->bytes, s->p->nparams, (long long)in->geom.grid);
+  if (partials < 4 * in->geom.grid)
+    return rt_prog_err(s, "grad_norm: the partials hold %lld bytes; GRID %lld partial sums need %lld",
+                       (long long)partials, (long long)in->geom.grid, (long long)(4 * in->geom.grid));
+  return rt_prog_check_extent(s, "grad_norm: partials", &in->p[0], partials) ||
+         rt_prog_check_extent(s, "grad_norm: table", &in->p[1], table);
 }
 
 /* At the optimizer block's end: every shared param's gradient is inside one allreduce_tied. */

@@ -6,8 +6,10 @@
 # Prints one table (Markdown): the PyTorch fixtures on --device cuda (the limits of the cpu run),
 # tiny on two ranks sharing the GPU (pp 2, tp 2 and cp 2) against the one-rank cpu run, and GPT-2 124M
 # (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32, with --tf32 and in
-# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); tiny in bf16 on cuda against bf16 on cpu; the fused
-# attention's forward and backward per layer at GPT-2's shapes against the GEMM path's.
+# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); llm.c's train_gpt2cu on the same GPU at the same
+# shapes (../shared/peers/llm.c) and ppr's bf16 tokens/s against it; tiny in bf16 on cuda against
+# bf16 on cpu; the fused attention's forward and backward per layer at GPT-2's shapes against the
+# GEMM path's.
 # Without a GPU it says what is missing and exits 1. Not part of make test.
 set -u
 build=${1:-build}
@@ -97,9 +99,32 @@ if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o 
       f = (6 * n + 12 * l * s * h) * t; if (p > 0) printf "MFU %.1f%% of %g TFLOPS (%.1f TFLOPS)", 100 * f / (p * 1e12), p, f / 1e12;
       else printf "%.1f TFLOPS (peak of this GPU unknown)", f / 1e12 }')
     row "GPT-2 124M, B $B, S $S, $mode, step median of steps 4-12" "$tps tok/s" "$mfu"
+    [ $mode = bf16 ] && tps_bf16=$tps
   done
 else
   status=1; row "GPT-2 124M" "FAIL" "ppc: $(tail -n 1 "$work/gpt2.log")"
+fi
+
+# ---- llm.c side by side: its GPT-2 124M in bf16 at the same B and S on this GPU, in this run ------
+# ../shared/peers/llm.c (or shared/peers/llm.c in the tree): build.sh builds train_gpt2cu with nvcc (or LLMC_OUT names a folder it
+# built elsewhere), run.sh prints the median tok/s of its steps 10-30 ("llm.c tok/s N")
+llmc=${LLMC_PEER:-$( [ -d ../shared/peers/llm.c ] && echo ../shared/peers/llm.c || echo shared/peers/llm.c )}
+sm=$(sed -n 's/^cuda sm_\([0-9]*\) .*/\1/p' "$work/probe/rank0.prog" | head -n 1)
+if [ -f "$llmc/run.sh" ]; then
+  out=${LLMC_OUT:-$work/llmc}
+  if [ -x "$out/train_gpt2cu" ] || timeout 600 sh "$llmc/build.sh" "$out" "${sm:-90}" >"$work/llmc_build.out" 2>&1; then
+    ltps=$(timeout 300 sh "$llmc/run.sh" "$out" 2>"$work/llmc_run.err" | sed -n 's/^llm.c tok\/s \([0-9.]*\)$/\1/p')
+    if [ -n "$ltps" ] && [ -n "${tps_bf16:-}" ]; then
+      row "llm.c train_gpt2cu, GPT-2 124M bf16, B $B, S $S, median of steps 10-30, beside ppr's bf16 row" "$ltps tok/s" \
+        "ppr/llm.c $(awk -v p="$tps_bf16" -v l="$ltps" 'BEGIN {printf "%.2f", p / l}') (ppr $tps_bf16 tok/s)"
+    else
+      status=1; row "llm.c side by side" "FAIL" "llm.c ${ltps:-did not run: $(tail -n 2 "$out/run_train_gpt2cu.log" 2>/dev/null | tr '\n' ' ')}, ppr bf16 ${tps_bf16:-did not run}"
+    fi
+  else
+    status=1; row "llm.c side by side" "FAIL" "build.sh: $(tail -n 3 "$work/llmc_build.out" | tr '\n' ' ')"
+  fi
+else
+  status=1; row "llm.c side by side" "FAIL" "no llm.c at $llmc (LLMC_PEER names its folder)"
 fi
 
 # ---- attention: fused kernels against GEMMs around softmax kernels, GPT-2 124M shapes ---------------

@@ -45,9 +45,22 @@ CONFIGS = {
         "weight_seed": 4321,
         "token_seed": 8765,
     },
+    # tiny_gpt2 over more rows a step (256: more than the compiler's 64-row parts of a column sum,
+    # where a norm's input and weight gradients share one pass)
+    "tiny_gpt2_long": {
+        "family": "gpt2",
+        "config": {
+            "vocab": 256, "n_pos": 64, "hidden": 64, "layers": 2, "heads": 4, "eps": 1e-5,
+        },
+        "weight_seed": 4321,
+        "token_seed": 8765,
+        "step": {"micro_batch": 4, "seq": 64, "microbatches": 1},
+        "n_tokens": 1400,
+    },
 }
 
-# Step shape (both models): micro-batch size B, sequence length S, M micro-batches.
+# Step shape (a fixture's "step" replaces it): micro-batch size B, sequence length S, M micro-batches;
+# tokens in a fixture's data ("n_tokens" replaces it).
 STEP = {"micro_batch": 2, "seq": 16, "microbatches": 2}
 N_TOKENS = 600
 N_STEPS = 5
@@ -55,8 +68,8 @@ N_STEPS = 5
 # Optimizer: global-norm clipping then AdamW (decay only on rank >= 2 parameters).
 HP = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": 0.1, "clip": 1.0}
 
-MODEL_ARG = {"minimind": ["tiny_minimind"], "gpt2": ["tiny_gpt2"],
-             "all": ["tiny_minimind", "tiny_gpt2"]}
+MODEL_ARG = {"minimind": ["tiny_minimind"], "gpt2": ["tiny_gpt2"], "gpt2_long": ["tiny_gpt2_long"],
+             "all": ["tiny_minimind", "tiny_gpt2", "tiny_gpt2_long"]}
 
 TOKEN_MAGIC = 20240520
 TOKEN_VERSION = 1
@@ -202,11 +215,12 @@ def save(path, P, names, meta):
 def generate(model, outdir, log=print):
     spec = CONFIGS[model]
     family, cfg = spec["family"], spec["config"]
-    B, S, M = STEP["micro_batch"], STEP["seq"], STEP["microbatches"]
+    step = spec.get("step", STEP)
+    B, S, M = step["micro_batch"], step["seq"], step["microbatches"]
     names = [n for n, _, _ in models.param_specs(family, cfg)]
 
     P0 = models.init_params(family, cfg, spec["weight_seed"])
-    toks = make_tokens(cfg["vocab"], N_TOKENS, spec["token_seed"])
+    toks = make_tokens(cfg["vocab"], spec.get("n_tokens", N_TOKENS), spec["token_seed"])
     d = os.path.join(outdir, model)
     os.makedirs(d, exist_ok=True)
     meta = {"format": "pt", "model": model}
@@ -256,7 +270,7 @@ def generate(model, outdir, log=print):
         "micro_batch": B,
         "seq": S,
         "microbatches": M,
-        "n_tokens": N_TOKENS,
+        "n_tokens": spec.get("n_tokens", N_TOKENS),
         "loss": losses[0],
         "grad_norm": norms[0],
         "clipped": clipped_flags[0],
@@ -337,10 +351,11 @@ def selfcheck(model, n_random=2, h=1e-4, seed=99):
     float32 gradients are from the float64 ones."""
     spec = CONFIGS[model]
     family, cfg = spec["family"], spec["config"]
-    B, S, M = STEP["micro_batch"], STEP["seq"], STEP["microbatches"]
+    step = spec.get("step", STEP)
+    B, S, M = step["micro_batch"], step["seq"], step["microbatches"]
     names = [n for n, _, _ in models.param_specs(family, cfg)]
     P32 = models.init_params(family, cfg, spec["weight_seed"])
-    toks = make_tokens(cfg["vocab"], N_TOKENS, spec["token_seed"])
+    toks = make_tokens(cfg["vocab"], spec.get("n_tokens", N_TOKENS), spec["token_seed"])
 
     P = {n: P32[n].double().requires_grad_(True) for n in names}
     loss64, g64 = step_loss_and_grads(family, cfg, P, names, toks, 0, B, S, M)

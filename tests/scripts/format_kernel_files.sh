@@ -60,7 +60,7 @@ fi
 cp -r "$tmp/d" "$tmp/clean"
 so=$tmp/d/kernels_s0.so
 cl=$tmp/d/kernels_s0.cl
-if [ "$(head -n 1 "$tmp/d/rank0.prog")" = "ppr-program 3" ] && [ "$(listed "$tmp/d" so)" = "$(size "$so")" ] &&
+if [ "$(head -n 1 "$tmp/d/rank0.prog")" = "ppr-program 4" ] && [ "$(listed "$tmp/d" so)" = "$(size "$so")" ] &&
   [ "$(listed "$tmp/d" cl)" = "$(size "$cl")" ]; then
   ok "the listing (format 3) names the sizes of kernels_s0.so and kernels_s0.cl"
 else

@@ -1,10 +1,10 @@
 #!/bin/sh
-# ppc_help_docs.sh BUILD_DIR - every option `ppc --help` lists is in docs/language.md's command-line
+# ppc_help_docs.sh [BUILD_DIR] - every option `ppc --help` lists is in docs/language.md's command-line
 # table (its first column) and README's ppc synopsis (but --from-hf, another form of the command
 # that README shows apart), and every option those two name is one ppc has: the option lists in
 # the docs cannot drift from the program. Last line: "N passed, M failed".
 set -u
-build=${1:?usage: ppc_help_docs.sh BUILD_DIR}
+build=${1:-build}
 . tests/scripts/lib/common.sh
 "$ppc" --help | grep -oE '^  (--[a-z0-9-]+|-o)' | sed 's/^  //' | sort -u >"$tmp/help"
 sed -n '/^### Command line/,/^### /p' docs/language.md | grep '^|' | cut -d'|' -f2 |

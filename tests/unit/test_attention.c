@@ -278,7 +278,7 @@ typedef struct {
   float *q, *k, *v, *dout, *o, *lse, *delta, *dq, *dk, *dv, *kt, *vt;
 } Host;
 
-#define NCALLS 7
+#define NCALLS 6
 
 /* The kernels, in order, on the host tensors; 0 or -1. */
 static int run_all(RtDev *d, const RtProg *p, Call *c, const char *what) {
@@ -317,26 +317,25 @@ static void run_device(const char *dir, const RtProg *p, const char *csrc, const
   Call c[NCALLS];
   bool ok = !make_call(&c[0], p, find_kernel(p, RT_BLK_FORWARD, "attention_kt", 0), csrc, 2, what) &&
             !make_call(&c[1], p, find_kernel(p, RT_BLK_FORWARD, "attention_fwd", 0), csrc, 5, what) &&
-            !make_call(&c[2], p, find_kernel(p, RT_BLK_BACKWARD, "attention_kt", 0), csrc, 2, what) &&
-            !make_call(&c[3], p, find_kernel(p, RT_BLK_BACKWARD, "attention_kt", 1), csrc, 2, what) &&
-            !make_call(&c[4], p, find_kernel(p, RT_BLK_BACKWARD, "attention_delta", 0), csrc, 3, what) &&
-            !make_call(&c[5], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dkv", 0), csrc, 8, what) &&
-            !make_call(&c[6], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dq", 0), csrc, 8, what);
+            !make_call(&c[2], p, find_kernel(p, RT_BLK_BACKWARD, "attention_kt", 0), csrc, 4, what) &&
+            !make_call(&c[3], p, find_kernel(p, RT_BLK_BACKWARD, "attention_delta", 0), csrc, 3, what) &&
+            !make_call(&c[4], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dkv", 0), csrc, 8, what) &&
+            !make_call(&c[5], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dq", 0), csrc, 8, what);
   if (ok) {
-    /* attention_kt X XT; attention_fwd Q KT V O L; attention_delta dO O delta; attention_dkv Q KT VT
-     * dO L delta dK dV; attention_dq Q K KT VT dO L delta dQ (fuse_attn.c) */
+    /* attention_kt X XT (the backward's: K KT V VT); attention_fwd Q KT V O L; attention_delta dO O
+     * delta; attention_dkv Q KT VT dO L delta dK dV; attention_dq Q K KT VT dO L delta dQ (fuse_attn.c) */
     bind(&c[0], 0, h.k, nkv, false), bind(&c[0], 1, h.kt, nt, true);
     bind(&c[1], 0, h.q, nq, false), bind(&c[1], 1, h.kt, nt, false), bind(&c[1], 2, h.v, nkv, false);
     bind(&c[1], 3, h.o, nq, true), bind(&c[1], 4, h.lse, nr, true);
     bind(&c[2], 0, h.k, nkv, false), bind(&c[2], 1, h.kt, nt, true);
-    bind(&c[3], 0, h.v, nkv, false), bind(&c[3], 1, h.vt, nt, true);
-    bind(&c[4], 0, h.dout, nq, false), bind(&c[4], 1, h.o, nq, false), bind(&c[4], 2, h.delta, nr, true);
-    bind(&c[5], 0, h.q, nq, false), bind(&c[5], 1, h.kt, nt, false), bind(&c[5], 2, h.vt, nt, false);
-    bind(&c[5], 3, h.dout, nq, false), bind(&c[5], 4, h.lse, nr, false), bind(&c[5], 5, h.delta, nr, false);
-    bind(&c[5], 6, h.dk, nkv, true), bind(&c[5], 7, h.dv, nkv, true);
-    bind(&c[6], 0, h.q, nq, false), bind(&c[6], 1, h.k, nkv, false), bind(&c[6], 2, h.kt, nt, false);
-    bind(&c[6], 3, h.vt, nt, false), bind(&c[6], 4, h.dout, nq, false), bind(&c[6], 5, h.lse, nr, false);
-    bind(&c[6], 6, h.delta, nr, false), bind(&c[6], 7, h.dq, nq, true);
+    bind(&c[2], 2, h.v, nkv, false), bind(&c[2], 3, h.vt, nt, true);
+    bind(&c[3], 0, h.dout, nq, false), bind(&c[3], 1, h.o, nq, false), bind(&c[3], 2, h.delta, nr, true);
+    bind(&c[4], 0, h.q, nq, false), bind(&c[4], 1, h.kt, nt, false), bind(&c[4], 2, h.vt, nt, false);
+    bind(&c[4], 3, h.dout, nq, false), bind(&c[4], 4, h.lse, nr, false), bind(&c[4], 5, h.delta, nr, false);
+    bind(&c[4], 6, h.dk, nkv, true), bind(&c[4], 7, h.dv, nkv, true);
+    bind(&c[5], 0, h.q, nq, false), bind(&c[5], 1, h.k, nkv, false), bind(&c[5], 2, h.kt, nt, false);
+    bind(&c[5], 3, h.vt, nt, false), bind(&c[5], 4, h.dout, nq, false), bind(&c[5], 5, h.lse, nr, false);
+    bind(&c[5], 6, h.delta, nr, false), bind(&c[5], 7, h.dq, nq, true);
     ok = !run_all(d, p, c, what);
   }
   if (!ok) {

@@ -201,6 +201,7 @@ int main(int argc, char **argv) {
   for (char *d = strtok(devices, ","); d; d = strtok(NULL, ",")) {
     fixture("tiny_minimind", "examples/tiny.pdl", d);
     fixture("tiny_gpt2", "tests/models/tiny_gpt2.pdl", d);
+    fixture("tiny_gpt2_long", "tests/models/tiny_gpt2.pdl", d); /* 256 rows a step: norms' gradients in one pass */
   }
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;

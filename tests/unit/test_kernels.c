@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pp_limits.h"
 #include "rt_dev.h"
 #include "rt_prog.h"
 
@@ -269,14 +270,26 @@ static int run_gemm(RtDev *d, void *ctx) { return rt_dev_gemm(d, ctx) || rt_dev_
 typedef struct {
   int kernel;
   RtGeom g;
-  int64_t n, partials;
+  int64_t n, partials, table, rows; /* rows: the table's (the listing's RUNS) */
 } NormCall;
 
+/* grad_norm's kernel over n floats at 0 cut into up to three runs of whole PP_NORM_UNITs (the
+ * table's other rows zero), as ppr writes its table */
 static int run_norm(RtDev *d, void *ctx) {
   const NormCall *c = ctx;
+  int32_t *tab = calloc((size_t)c->rows * 2, sizeof *tab);
+  int64_t runs = c->rows < 3 ? c->rows : 3, units = c->n / PP_NORM_UNIT / runs, at = 0;
+  for (int64_t i = 0; i < runs && tab; i++) {
+    int64_t len = i + 1 < runs ? units * PP_NORM_UNIT : c->n - at;
+    tab[2 * i] = (int32_t)(at / PP_NORM_UNIT), tab[2 * i + 1] = (int32_t)len;
+    at += len;
+  }
   RtKArg a[3] = {
-      {.kind = RT_KA_PTR, .off = 0}, {.kind = RT_KA_PTR, .off = c->partials}, {.kind = RT_KA_I64, .i = c->n}};
-  return rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
+      {.kind = RT_KA_PTR, .off = 0}, {.kind = RT_KA_PTR, .off = c->partials}, {.kind = RT_KA_PTR, .off = c->table}};
+  int rc =
+      !tab || rt_dev_write(d, c->table, tab, 8 * c->rows) || rt_dev_launch(d, c->kernel, &c->g, 3, a) || rt_dev_sync(d);
+  free(tab);
+  return rc;
 }
 
 /* The packed operands of an instruction (kernel or gemm); at[i] per kernel argument. */
@@ -404,9 +417,11 @@ static void test_listing(const char *dir, const char *prog, const char *what, in
         memset(k, 0, sizeof *k);
         RtPtr whole = {1, 0, 0};
         pack_add(k, p, &whole, 4 * maxn, PP_F32);
-        NormCall c = {in->kernel, in->geom, maxn, 0};
-        RtPtr part = {1, 0, p->arena - 4 * in->geom.grid}; /* any place that is no buffer */
+        NormCall c = {in->kernel, in->geom, maxn, 0, 0, in->bytes};
+        RtPtr part = {1, 0, p->arena - 4 * in->geom.grid - 8 * in->bytes}; /* any place that is no buffer */
+        RtPtr tab = {1, 0, p->arena - 8 * in->bytes};
         c.partials = pack_add(k, p, &part, 4 * in->geom.grid, PP_F32);
+        c.table = pack_add(k, p, &tab, 8 * in->bytes, PP_I32);
         snprintf(name, sizeof name, "grad_norm's kernel %s over %lld floats", p->kernels[in->kernel], (long long)maxn);
         compare(&r, k, name, run_norm, &c, NULL, !calls_libm(csrc, p->kernels[in->kernel]));
       }

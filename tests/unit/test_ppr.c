@@ -82,7 +82,7 @@ static const char *const BODY_T =
     "end\n"
     "\n"
     "block optimizer\n"
-    "  grad_norm sumsq <<<1,1,0>>> @7552:12\n"
+    "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n"
     "  kernel adamw <<<1,1,0>>> @0:512 @832:512 @1664:512 @2496:512 i:128 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 "
     "s:bc2 s:clip\n"
     "  kernel adamw <<<1,1,0>>> @512:32 @1344:32 @2176:32 @3008:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
@@ -178,13 +178,17 @@ static const char *const KERNELS =
     "  adamw__call(a);\n"
     "  for (int64_t i = 0; i < I64(4); i++) F(1)[i] = 0;\n"
     "}\n"
-    "/* grad_norm's kernel: one block, the sum of squares into out[0] */\n"
-    "static void sumsq(const float *x, float *out, int64_t n) {\n"
-    "  double s = 0;\n"
-    "  for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];\n"
-    "  out[0] = (float)s;\n"
+    "/* grad_norm's kernel: the listings' <<<3,1,0>>>, a block a row of the table of 3 (offsets in units\n"
+    " * of PP_NORM_UNIT, 16 floats), each its gradient's sum of squares into out[row] */\n"
+    "static void sumsq(const float *g, float *out, const int32_t *t) {\n"
+    "  for (int r = 0; r < 3; r++) {\n"
+    "    double s = 0;\n"
+    "    for (int64_t i = 0; i < t[2 * r + 1]; i++) s += (double)g[16 * (int64_t)t[2 * r] + i] * g[16 * (int64_t)t[2 * "
+    "r] + i];\n"
+    "    out[r] = (float)s;\n"
+    "  }\n"
     "}\n"
-    "void sumsq__call(void **a) { sumsq(CF(0), F(1), I64(2)); }\n";
+    "void sumsq__call(void **a) { sumsq(CF(0), F(1), CI(2)); }\n";
 
 /* ---- test harness -------------------------------------------------------------------------- */
 
@@ -253,7 +257,7 @@ static uint64_t fnv(const char *s, size_t n) {
 static char *listing(const char *body) {
   size_t n = strlen(body) + 128;
   char *s = malloc(n);
-  snprintf(s, n, "ppr-program 3\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
+  snprintf(s, n, "ppr-program 4\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
            body);
   return s;
 }
@@ -512,7 +516,7 @@ static double fd_check(const W *w0, const int *data, int nd) {
   return worst;
 }
 
-/* ---- the seeded init, re-implemented from docs/stage-format.md ------------------------------ */
+/* ---- the seeded init, re-implemented from docs/ppr.md --------------------------------------- */
 
 static uint64_t sm64(uint64_t x) {
   uint64_t z = x + 0x9e3779b97f4a7c15ull;
@@ -883,12 +887,12 @@ static void test_listing_errors(void) {
   expect_fail("an edited listing", args, want);
 
   t = listing(BODY);
-  t[strlen("ppr-program ")] = '4';
+  t[strlen("ppr-program ")] = '3'; /* the version before grad_norm's table */
   make_dir("v2", t);
   free(t);
   snprintf(args, sizeof args, "%s/v2", tdir);
-  snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 4, this ppr reads 3", tdir);
-  expect_fail("format version 4", args, want);
+  snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 3, this ppr reads 4", tdir);
+  expect_fail("format version 3", args, want);
 
   struct {
     const char *name, *from, *to, *needle_fmt;
@@ -901,7 +905,7 @@ static void test_listing_errors(void) {
       {"oob_batch", "batch $0 $64", "batch $0 $1441", ":%d: batch: labels: '$1441': offset is not a multiple of 4"},
       {"oob_batch2", "batch $0 $64", "batch $0 $1444", ":%d: batch: labels: $1444 + 32 bytes leaves the slot"},
       {"unknown", "  loss $1408", "  frobnicate $1408", ":%d: unknown instruction 'frobnicate'"},
-      {"clip_early", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  kernel adamw <<<1,1,0>>> @0:512",
+      {"clip_early", "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n  kernel adamw <<<1,1,0>>> @0:512",
        "  kernel adamw <<<1,1,0>>> @0:512", ":%d: kernel adamw: argument 14: s:clip is set by grad_norm"},
       {"slot_busy", "  F 1 1\n", "  F 1 0\n", ":%d: F 1 0: slot 0 still holds micro-batch 0"},
       {"no_extent_param", "@576 init normal", "@580 init normal",
@@ -1060,7 +1064,7 @@ static void test_cli(void) {
   rc = run("--help");
   check(rc == 0 && strstr(out, "usage: ppr DIR") && strstr(out, "--save-grads"), "--help: usage on stdout, exit 0");
   rc = run("--version");
-  check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 3"), "--version");
+  check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 4"), "--version");
   char p[512];
   path(p, sizeof p, "data.bin");
   snprintf(args, sizeof args, "%s/main --data=%s --steps=1 --save %s/no/such/dir/w.safetensors", tdir, p, tdir);
@@ -1115,7 +1119,7 @@ static const char *const STAGE0_T = "model testlin\n"
                                     "\n"
                                     "block optimizer\n"
                                     "  allreduce_tied @512 512\n"
-                                    "  grad_norm sumsq <<<1,1,0>>> @2176:4\n"
+                                    "  grad_norm sumsq <<<3,1,0>>> @2176:12 @2192:24\n"
                                     "  kernel adamw <<<1,1,0>>> @0:512 @512:512 @1024:512 @1536:512 i:128 i:1 s:lr "
                                     "s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
                                     "end\n"
@@ -1194,7 +1198,7 @@ static const char *const STAGE1_T =
     "\n"
     "block optimizer\n"
     "  allreduce_tied @1280 512\n"
-    "  grad_norm sumsq <<<1,1,0>>> @6272:12\n"
+    "  grad_norm sumsq <<<3,1,0>>> @6272:12 @6288:24\n"
     "  kernel adamw <<<1,1,0>>> @0:32 @896:32 @1792:32 @2688:32 i:8 i:0 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 "
     "s:clip\n"
     "  kernel adamw <<<1,1,0>>> @64:256 @960:256 @1856:256 @2752:256 i:64 i:1 s:lr s:beta1 s:beta2 s:eps s:wd s:bc1 "
@@ -1508,7 +1512,7 @@ static void expect_parse_byte(const char *what, const char *from, const char *to
   for (const char *q = to; *q != '\001'; q++) line += *q == '\n';
   *strchr(b, '\001') = (char)byte;
   char *t = malloc(n + 128);
-  int hl = snprintf(t, n + 128, "ppr-program 3\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
+  int hl = snprintf(t, n + 128, "ppr-program 4\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
   memcpy(t + hl, b, n);
   char err[2048] = "", n2[512] = "";
   RtProg *p = NULL;
@@ -1592,8 +1596,8 @@ static void test_pipeline_parser(void) {
                         ":31: param after a model_param line (params come first)");
   /* allreduce_tied */
   expect_parse_error_in(S1, "allreduce_tied after grad_norm",
-                        "  allreduce_tied @1280 512\n  grad_norm sumsq <<<1,1,0>>> @6272:12\n",
-                        "  grad_norm sumsq <<<1,1,0>>> @6272:12\n  allreduce_tied @1280 512\n",
+                        "  allreduce_tied @1280 512\n  grad_norm sumsq <<<3,1,0>>> @6272:12 @6288:24\n",
+                        "  grad_norm sumsq <<<3,1,0>>> @6272:12 @6288:24\n  allreduce_tied @1280 512\n",
                         ":65: allreduce_tied after grad_norm (line 64): the norm needs the summed gradients");
   expect_parse_error_in(S1, "no allreduce_tied for a shared param", "  allreduce_tied @1280 512\n", "",
                         "param emb.weight (line 27) is shared, but no allreduce_tied of the optimizer block sums its "
@@ -1603,8 +1607,8 @@ static void test_pipeline_parser(void) {
   expect_parse_error_in(S1, "allreduce_tied in the backward block", "  seed @6272 0.5\n",
                         "  seed @6272 0.5\n  allreduce_tied @1280 512\n",
                         "'allreduce_tied' is not allowed in the backward block (only in the optimizer block)");
-  expect_parse_error("allreduce_tied without a shared param", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
-                     "  allreduce_tied @832 512\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
+  expect_parse_error("allreduce_tied without a shared param", "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
+                     "  allreduce_tied @832 512\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
                      ":%d: allreduce_tied, but no param is marked shared");
   /* comm entries */
   expect_parse_error("comm in a one-stage program", "  F 1 1\n", "  F 1 1\n  comm send_fwd 1 1\n",
@@ -1665,8 +1669,8 @@ static char *tp_body(void) {
   free(a);
   a = replace(b, "  kernel embed_bwd", "  allreduce tp/1 sum @7296 256    # a comment\n  kernel embed_bwd");
   free(b);
-  b = replace(a, "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
-              "block optimizer\n  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n");
+  b = replace(a, "block optimizer\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
+              "block optimizer\n  allreduce tp sum @1344 32\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n");
   free(a);
   return b;
 }
@@ -1755,15 +1759,15 @@ static void test_tp_parser(void) {
       tb, "allreduce with 4 fields", "allreduce tp max $1408 4", "allreduce tp max $1408",
       ":%d: expected 5 fields, found 4 (the line reads 'allreduce tp|tp/R|dp sum|max OPERAND BYTES [f32|bf16]')");
   expect_parse_error_in(tb, "allreduce of gradients after grad_norm",
-                        "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
-                        "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  allreduce tp sum @1344 32\n",
+                        "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
+                        "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n  allreduce tp sum @1344 32\n",
                         ":68: allreduce of gradients after grad_norm (line 67): the norm needs the summed gradients");
   free(tb);
 
   /* data parallelism: microbatches is the step's M, each replica's schedule runs M/dp of them */
   char *a = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 1 dp 2");
-  char *b = replace(a, "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
-                    "block optimizer\n  allreduce dp sum @832 832\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n");
+  char *b = replace(a, "block optimizer\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
+                    "block optimizer\n  allreduce dp sum @832 832\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n");
   free(a);
   char *db = replace(b, "  F 0 0\n  F 1 1\n  B 0 0\n  B 1 1\n", "  F 0 0\n  B 0 0\n");
   free(b);
@@ -2024,15 +2028,23 @@ static void test_parser(void) {
                      "kernel adamw <<<2,1,0>>> @512:32",
                      ":%d: kernel adamw: launched <<<2,1,0>>> here, <<<1,1,0>>> before (a kernel's geometry is fixed "
                      "by the compiler)");
-  expect_parse_error("grad_norm partials too small", "sumsq <<<1,1,0>>> @7552:12", "sumsq <<<1,1,0>>> @7552:8",
-                     ":%d: grad_norm: the partials hold 8 bytes; 3 params of 1 partial sums need 12");
-  expect_parse_error("batch in the optimizer", "  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
-                     "  grad_norm sumsq <<<1,1,0>>> @7552:12\n  batch - -\n",
+  expect_parse_error("grad_norm partials too small", "sumsq <<<3,1,0>>> @7552:12 @7568:24",
+                     "sumsq <<<3,1,0>>> @7552:8 @7568:24",
+                     ":%d: grad_norm: the partials hold 8 bytes; GRID 3 partial sums need 12");
+  expect_parse_error("grad_norm table too small", "sumsq <<<3,1,0>>> @7552:12 @7568:24",
+                     "sumsq <<<3,1,0>>> @7552:12 @7568:16",
+                     ":%d: grad_norm: a table of 16 bytes holds 2 rows: expected a row (8 bytes) a param (3) and GRID "
+                     "(3) a multiple of the rows");
+  expect_parse_error("grad_norm without its table", "sumsq <<<3,1,0>>> @7552:12 @7568:24", "sumsq <<<3,1,0>>> @7552:12",
+                     ":%d: expected 5 fields, found 4 (the line reads 'grad_norm KERNEL <<<GRID,BLOCK,LOCAL>>> "
+                     "@PARTIALS:BYTES @TABLE:BYTES')");
+  expect_parse_error("batch in the optimizer", "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
+                     "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n  batch - -\n",
                      "'batch' is not allowed in the optimizer block");
   expect_parse_error("grad_norm in the forward", "  loss $1408\n",
-                     "  loss $1408\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
+                     "  loss $1408\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
                      "'grad_norm' is not allowed in the forward block (only in the optimizer block)");
-  expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<1,1,0>>> @7552:12\n",
+  expect_parse_error("no grad_norm", "block optimizer\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
                      "block optimizer\nend\nblock optimizer2\n", "the optimizer block has no grad_norm");
   expect_parse_ok("gemm tri:out", "@832 8 0 1     # dE", "@832 8 0 1 tri:out     # dE");
   expect_parse_ok("gemm with types and tri:upper", "@832 8 0 1     # dE", "@832 8 0 1 f32 f32 f32 tri:upper     # dE");
@@ -2072,7 +2084,7 @@ static void test_parser(void) {
                  err, sizeof err);
   check(rc && strstr(err, "t.prog:1: control character 0x02"), "parser: binary garbage [%s]", err);
   rc = parse_msg("hello world\n", err, sizeof err);
-  check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 3'"),
+  check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 4'"),
         "parser: text that is not a listing");
 }
 
@@ -2435,13 +2447,13 @@ static void fuzz_body(const char *what, const char *body, int iters) {
     if (rnd(10) == 0) { /* raw: the hash is stale */
       char *t = malloc(n + 64);
       int hl =
-          snprintf(t, n + 64, "ppr-program 3\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(body, blen));
+          snprintf(t, n + 64, "ppr-program 4\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(body, blen));
       memcpy(t + hl, b, n);
       rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
       free(t);
     } else { /* rehashed, with embedded NULs kept (n bytes) */
       char *t = malloc(n + 64);
-      int hl = snprintf(t, n + 64, "ppr-program 3\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
+      int hl = snprintf(t, n + 64, "ppr-program 4\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
       memcpy(t + hl, b, n);
       rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
       free(t);
@@ -2527,7 +2539,7 @@ static const char *const CHUNK0_T = "model testlin\n"
                                     "  gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1\n"
                                     "end\n"
                                     "block optimizer\n"
-                                    "  grad_norm sumsq <<<1,1,0>>> @7552:12\n"
+                                    "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n"
                                     "  kernel adamw <<<1,1,0>>> @0:512 @832:512 @1664:512 @2496:512 i:128 i:1 s:lr "
                                     "s:beta1 s:beta2 s:eps s:wd s:bc1 s:bc2 s:clip\n"
                                     "  kernel adamw <<<1,1,0>>> @512:32 @1344:32 @2176:32 @3008:32 i:8 i:0 s:lr "
@@ -2595,7 +2607,7 @@ static const char *const CHUNK1_T = "model testlin\n"
                                     "block backward:1\n"
                                     "end\n"
                                     "block optimizer\n"
-                                    "  grad_norm sumsq <<<1,1,0>>> @1024:4\n"
+                                    "  grad_norm sumsq <<<3,1,0>>> @1024:12 @1040:24\n"
                                     "end\n"
                                     "schedule zbv\n"
                                     "  zero_grads\n"
