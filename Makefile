@@ -12,19 +12,26 @@ BUILD  ?= build
 CC     ?= gcc
 OPT    ?= -O2
 SAN    ?=
-CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L $(SAN) \
-          -Icompiler -Iruntime -I$(BUILD)/gen
+# Each folder one role: common/ what ppc writes and ppr reads (the listing's facts, the message
+# proof, the timeline picture), compiler/ ppc, runtime/ the runtime library libppr.a (runtime/dev/
+# its devices), ppr/ the application. -MMD -MP: each object's header dependencies, found by the
+# compiler. The include paths say who may include whom: the compiler sees common/ alone.
+CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L $(SAN) -MMD -MP -Icommon -I$(BUILD)/gen
+RT_INC := -Iruntime -Iruntime/dev
+TEST_INC := -Icompiler $(RT_INC) -Ippr
 LDFLAGS := $(SAN)
 LDLIBS := -lm
 
 GEN      := $(BUILD)/gen
-COMPILER := $(wildcard compiler/*.c) runtime/pp_timeline.c runtime/pp_sim.c # with ppr: the timeline picture, the message proof
+COMMON   := $(wildcard common/*.c)
+COMPILER := $(wildcard compiler/*.c) $(COMMON)
 RUNTIME  := runtime/rt_safetensors.c runtime/rt_st_write.c runtime/rt_ckpt.c runtime/rt_data.c runtime/rt_util.c
 RUNTIME_HDR := runtime/rt_io.h runtime/rt_st.h runtime/rt_util.h
 RT_LIBS  := -ljansson # the safetensors header JSON (Debian: libjansson-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
 TEMPLATES := $(sort $(wildcard kernels/*.h))
 OBJ      := $(patsubst %.c,$(BUILD)/%.o,$(COMPILER)) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/kernels_embed.o
+PPC_LIB  := $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ)) # ppc's objects but its main: the compiler's unit tests
 PPC      := $(BUILD)/ppc
 
 # CUDA (the toolkit at CUDA_HOME, /usr/local/cuda by default): when it is there, ppc compiles each
@@ -57,14 +64,11 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c
 DNNL_HDR  = $(wildcard /usr/include/dnnl.h)
 DNNL_CFLAGS = $(if $(DNNL_HDR),-DPPR_DNNL)
 PPR_LIBS  = -lopenblas -lclblast -lOpenCL $(if $(DNNL_HDR),-ldnnl) $(RT_LIBS) -ldl -lm -fopenmp $(MPI_LIBS) $(CUDA_LIBS)
-RT_PROG  := runtime/rt_prog.c runtime/rt_prog_tok.c runtime/rt_prog_header.c runtime/rt_prog_layout.c \
-            runtime/rt_prog_instr.c runtime/rt_prog_sched.c # the listing parser
-RT_SRC   := $(RT_PROG) runtime/rt_exec.c runtime/rt_prof.c runtime/rt_init.c runtime/rt_text.c runtime/rt_comm.c \
-            runtime/rt_comm_watch.c runtime/rt_comm_dev.c runtime/rt_mesh.c runtime/rt_dev.c runtime/rt_dev_cpu.c \
-            runtime/rt_sgemm.c runtime/rt_dev_opencl.c runtime/rt_dev_cuda.c runtime/rt_lr.c runtime/pp_timeline.c \
-            runtime/pp_sim.c $(RUNTIME)
+RT_PROG  := runtime/rt_prog.c $(wildcard runtime/rt_prog_*.c) # the listing parser
+RT_SRC   := $(wildcard runtime/*.c runtime/dev/*.c) $(COMMON)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
-RT_HDR   := $(wildcard runtime/*.h)
+LIBPPR   := $(BUILD)/libppr.a
+PPR_OBJ  := $(patsubst ppr/%.c,$(BUILD)/ppr-obj/%.o,$(wildcard ppr/*.c)) # beside the ppr binary, not in a ppr/
 PPR      := $(BUILD)/ppr
 
 .PHONY: all deps test test-torch test-hf asan demo clean gpu-check format
@@ -94,86 +98,94 @@ $(GEN)/kernels_embed.o: $(GEN)/kernels_embed.c
 
 # flex's output is not -Wextra clean; the grammar sources are, and are what we review
 $(GEN)/lexer.o: $(GEN)/lexer.c
-	$(CC) $(filter-out -Wextra,$(CFLAGS)) -Wno-unused-function -Wno-sign-compare -c -o $@ $<
+	$(CC) $(filter-out -Wextra,$(CFLAGS)) -Icompiler -Wno-unused-function -Wno-sign-compare -c -o $@ $<
 $(GEN)/parser.o: $(GEN)/parser.c
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) -Icompiler -c -o $@ $<
 
 # the compiler's switches over its enums list every case: a half-added op does not compile
 PPC_WARN := -Wswitch-enum
-$(BUILD)/%.o: %.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h runtime/pp_dtype.h runtime/pp_regions.h $(GEN)/parser.h
+$(BUILD)/compiler/%.o: compiler/%.c | $(GEN)/parser.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Icompiler $(PPC_WARN) $(if $(filter %/cg_nvrtc.o,$@),$(NVRTC_CFLAGS)) -c -o $@ $<
+$(BUILD)/common/%.o: common/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PPC_WARN) -c -o $@ $<
-
-$(BUILD)/compiler/cg_nvrtc.o: compiler/cg_nvrtc.c compiler/ppc.h compiler/ops.def runtime/pp_limits.h runtime/pp_boundary.h runtime/pp_stagedir.h runtime/pp_dtype.h runtime/pp_regions.h $(GEN)/parser.h
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PPC_WARN) $(NVRTC_CFLAGS) -c -o $@ $<
 
 # ppc links jansson too: --from-hf reads a Hugging Face config.json (compiler/hf_import.c)
 $(PPC): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 
-$(BUILD)/runtime/%.o: runtime/%.c $(RT_HDR) | deps
+$(BUILD)/runtime/%.o: runtime/%.c | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(if $(filter %/rt_dev_cpu.o,$@),$(DNNL_CFLAGS)) -c -o $@ $<
+	$(CC) $(CFLAGS) $(RT_INC) $(BLAS_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(if $(filter %/rt_dev_cpu.o,$@),$(DNNL_CFLAGS)) -c -o $@ $<
 
 # the cpu device shares each GEMM over the kernels' OpenMP threads (PPR_LIBS links libgomp)
-$(BUILD)/runtime/rt_dev_cpu.o: CFLAGS += -fopenmp
+$(BUILD)/runtime/dev/rt_dev_cpu.o: CFLAGS += -fopenmp
 
-$(PPR): $(BUILD)/runtime/ppr.o $(BUILD)/runtime/ppr_cli.o $(BUILD)/runtime/ppr_state.o $(BUILD)/runtime/ppr_gen.o $(RT_OBJ)
+$(LIBPPR): $(RT_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/ppr-obj/%.o: ppr/%.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(RT_INC) -Ippr $(MPI_CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
+
+$(PPR): $(PPR_OBJ) $(LIBPPR)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
+
+-include $(patsubst %.o,%.d,$(OBJ) $(RT_OBJ) $(PPR_OBJ))
 
 # ---- tests ------------------------------------------------------------------------------------
 UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_attention $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
 $(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
-$(BUILD)/test_gemm: tests/unit/test_gemm.c $(RT_OBJ) $(RT_HDR)
-	$(CC) $(CFLAGS) $(BLAS_INC) -o $@ tests/unit/test_gemm.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_gemm: tests/unit/test_gemm.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) $(BLAS_INC) -o $@ tests/unit/test_gemm.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # every generated kernel and GEMM on the cpu and the opencl device, compared
 # the kernel preludes' math (ppk_exp), as the generated C kernels include it
-$(BUILD)/test_kmath: tests/unit/test_kmath.c tests/unit/check.h kernels/prelude_c.h runtime/pp_dtype.h
+$(BUILD)/test_kmath: tests/unit/test_kmath.c tests/unit/check.h kernels/prelude_c.h common/pp_dtype.h
 	$(CC) $(CFLAGS) -Ikernels -o $@ tests/unit/test_kmath.c $(LDFLAGS) -lm
-$(BUILD)/test_kernels: tests/unit/test_kernels.c $(RT_OBJ) $(RT_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_kernels.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_kernels: tests/unit/test_kernels.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_kernels.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 # the fused attention's kernels against attention in double, on the cpu and the opencl device
-$(BUILD)/test_attention: tests/unit/test_attention.c tests/unit/check.h tests/unit/test_util.h $(RT_OBJ) $(RT_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_attention.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_attention: tests/unit/test_attention.c tests/unit/check.h tests/unit/test_util.h $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_attention.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 # ppc's cubins: every stage of the examples, reproducible, every --arch, NVRTC's failures (it calls
 # cg_nvrtc itself, so it links ppc's objects)
-$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
+$(BUILD)/test_nvrtc: tests/unit/test_nvrtc.c $(PPC_LIB)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # the balanced pipeline partition against the dynamic program it replaced
-$(BUILD)/test_partition: tests/unit/test_partition.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
+$(BUILD)/test_partition: tests/unit/test_partition.c $(PPC_LIB)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # the kernel IR's builder, as the C renderer prints what it builds
-$(BUILD)/test_kir: tests/unit/test_kir.c tests/unit/check.h tests/unit/test_util.h $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $< $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ)) $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
-$(BUILD)/test_sched: tests/unit/test_sched.c $(filter-out $(BUILD)/compiler/ppc.o,$(OBJ))
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
+$(BUILD)/test_kir: tests/unit/test_kir.c tests/unit/check.h tests/unit/test_util.h $(PPC_LIB)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ $< $(PPC_LIB) $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
+$(BUILD)/test_sched: tests/unit/test_sched.c $(PPC_LIB)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
-$(BUILD)/test_ppr: tests/unit/test_ppr.c $(RT_OBJ) $(BUILD)/runtime/ppr_gen.o $(RT_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_ppr.c $(RT_OBJ) $(BUILD)/runtime/ppr_gen.o $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_ppr: tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # bench/kbench.sh's harness: each kernel of a listing alone (tests/scripts/kbench.sh runs it)
-$(BUILD)/kbench: bench/kbench.c $(RT_OBJ) $(RT_HDR)
-	$(CC) $(CFLAGS) -fopenmp -o $@ bench/kbench.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/kbench: bench/kbench.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -fopenmp -o $@ bench/kbench.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
 $(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # per-op finite-difference gradient checks of the small models in tests/gradcheck/
 $(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # every mesh and schedule against the one-rank run, over MPI
 $(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
 
 # tensor and data parallelism: the allreduce (run by itself under mpirun), shards, start-up checks
-$(BUILD)/test_tp: tests/unit/test_tp.c $(RT_OBJ) $(RT_HDR)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -o $@ tests/unit/test_tp.c $(RT_OBJ) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_tp: tests/unit/test_tp.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) $(MPI_CFLAGS) -o $@ tests/unit/test_tp.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 test: $(PPC) $(PPR) $(UNIT) $(BUILD)/kbench
 	@sh tests/run.sh $(BUILD) $(if $(UPDATE),--update)
@@ -238,8 +250,8 @@ demo: $(PPC) $(PPR)
 	@echo "  $(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo --init $(DEMO_RUN)/step-$$(printf %06d $(DEMO_STEPS)) --generate 300 $(DEMO_SAMPLE)"
 
 # the one style of .clang-format, applied (tests/scripts/lint_format.sh checks it in make test)
-FORMATTED = $(shell git ls-files 'compiler/*.c' 'compiler/*.h' 'runtime/*.c' 'runtime/*.h' 'tests/unit/*.c' \
-              'tests/unit/*.h' 'tests/fuzz/*.c' 2>/dev/null)
+FORMATTED = $(shell git ls-files 'common/*.[ch]' 'compiler/*.[ch]' 'runtime/*.[ch]' 'ppr/*.[ch]' 'tests/unit/*.[ch]' \
+              'tests/fuzz/*.c' 2>/dev/null)
 format:
 	clang-format -i $(FORMATTED)
 

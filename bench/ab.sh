@@ -30,7 +30,7 @@ ms() {
     /by instruction:/ { for (i = 1; i <= NF; i++) if ($i == "kernel") k = $(i + 1) }
     END { printf "%s %s", step, k }' "$1"
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+. bench/lib.sh
 
 printf "\n| model | ppc flags | threads | A ms | B ms | B/A | A kernels %% | B kernels %% |\n|---|---|---|---|---|---|---|---|\n" >"$work/table"
 while [ $# -ge 2 ]; do

@@ -28,7 +28,7 @@ ms() {
     g && $1 ~ /^(forward|backward|weights)$/ && $7 > 1 { t += $9 }
     k && $1 ~ /^attention_/ { t += $4 } END { printf "%s %.3f", step, t }' "$1"
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+. bench/lib.sh
 
 printf "\n| model | ppc flags | threads | fused ms | gemm ms | fused/gemm | attention fused ms | attention gemm ms |\n|---|---|---|---|---|---|---|---|\n" >"$work/table"
 while [ $# -ge 2 ]; do

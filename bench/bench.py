@@ -320,7 +320,7 @@ def run_torch_child(name, nsteps, work, extra_env, autocast=False):
 
 
 def cpu_core():
-    """OpenBLAS's core for this CPU's instructions, as runtime/rt_dev_cpu.c chooses it."""
+    """OpenBLAS's core for this CPU's instructions, as runtime/dev/rt_dev_cpu.c chooses it."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = set(next(l for l in f if l.startswith("flags")).split(":", 1)[1].split())
@@ -378,7 +378,7 @@ def main():
 
     # OpenBLAS picks its kernels from the CPU's model; on a virtual machine that hides it, it falls
     # back to a generic core (Prescott, SSE3). ppr then sets OPENBLAS_CORETYPE from the CPU's
-    # instructions (runtime/rt_dev_cpu.c); both sides get the same here, unless it is set already.
+    # instructions (runtime/dev/rt_dev_cpu.c); both sides get the same here, unless it is set already.
     if "OPENBLAS_CORETYPE" not in os.environ and cpu_core():
         os.environ["OPENBLAS_CORETYPE"] = cpu_core()
         print("OPENBLAS_CORETYPE set to %s for both sides (from /proc/cpuinfo's flags, as ppr does)" % cpu_core())
@@ -405,7 +405,7 @@ def main():
     # PyTorch runs twice unless OMP_WAIT_POLICY is set: as the environment is (the same policy as
     # ppr's), and with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4, so that its OpenMP
     # threads and OpenBLAS's do not spin against each other (ppr has one pool and runs with the
-    # environment as it is; it sets OPENBLAS_THREAD_TIMEOUT=4 when unset, runtime/rt_dev_cpu.c).
+    # environment as it is; it sets OPENBLAS_THREAD_TIMEOUT=4 when unset, runtime/dev/rt_dev_cpu.c).
     if "OMP_WAIT_POLICY" in os.environ:
         variants = [("OMP_WAIT_POLICY=%s" % os.environ["OMP_WAIT_POLICY"], {})]
     else:

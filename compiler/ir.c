@@ -108,6 +108,27 @@ int ir_verify(const Graph *g) {
   return 0;
 }
 
+Graph *ir_clone_header(const Graph *g) {
+  Graph *s = xcalloc(1, sizeof *s);
+  s->src = g->src;
+  s->model = xstrdup(g->model);
+  s->cfg = g->cfg;
+  s->nlayers = g->nlayers;
+  s->layers_loc = g->layers_loc;
+  s->vocab = g->vocab;
+  s->loss_masked = g->loss_masked;
+  s->ignore_index = g->ignore_index;
+  s->infer = g->infer;
+  s->loss = s->seed = -1;
+  s->stage = g->stage;
+  s->npp = g->npp;
+  if (g->bounds) {
+    s->bounds = xmalloc((size_t)(g->cfg.pp + 1) * sizeof *s->bounds);
+    memcpy(s->bounds, g->bounds, (size_t)(g->cfg.pp + 1) * sizeof *s->bounds);
+  }
+  return s;
+}
+
 void ir_free(Graph *g) {
   if (!g) return;
   for (int i = 0; i < g->nparams; i++) {

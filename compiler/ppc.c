@@ -301,8 +301,8 @@ typedef struct Stage {
 /* One stage (or virtual stage) of the partition in plan: split -> shard -> autodiff -> split
  * backward, each once; NULL after a reported error. */
 static Graph *build_graph(const Graph *g, const Plan *plan, const Sched *sched, int r, bool backward) {
-  Graph *sg = pp_split(g, plan, r); /* pp_split.c: the stage, boundaries, params */
-  ir_transpose_sink(sg);            /* ir_transpose.c: the head as one product */
+  Graph *sg = pipe_split(g, plan, r); /* pipe_split.c: the stage, boundaries, params */
+  ir_transpose_sink(sg);              /* ir_transpose.c: the head as one product */
   if (g->cfg.tp > 1) {
     Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives */
     ir_free(sg);
@@ -343,10 +343,10 @@ static void free_stages(Stage *st, int pp) {
 static Plan *vstage_plan(Graph *g, bool balanced, int V) {
   int64_t pp = g->cfg.pp;
   g->cfg.pp = pp * V;
-  pp_partition(g, balanced); /* pp_plan.c */
-  Plan *p = pp_plan(g);
+  pipe_partition(g, balanced); /* pipe_plan.c */
+  Plan *p = pipe_plan(g);
   g->cfg.pp = pp;
-  pp_partition(g, balanced);
+  pipe_partition(g, balanced);
   return p;
 }
 
@@ -364,10 +364,10 @@ static Stage *build_stages(Graph *g, const Plan *plan, const Plan *vplan, const 
   if (V > 1) {
     vg = xcalloc((size_t)(pp * V), sizeof *vg);
     g->cfg.pp = pp * V; /* the graphs of the virtual stages, as vplan cuts g */
-    pp_partition(g, vplan->balanced);
+    pipe_partition(g, vplan->balanced);
     for (int v = 0; v < pp * V && ok; v++) ok = (vg[v] = build_graph(g, vplan, sched, v, backward)) != NULL;
     g->cfg.pp = pp;
-    pp_partition(g, vplan->balanced);
+    pipe_partition(g, vplan->balanced);
   }
   for (int r = 0; r < pp && ok; r++) {
     Stage *x = &st[r];
@@ -376,7 +376,7 @@ static Stage *build_stages(Graph *g, const Plan *plan, const Plan *vplan, const 
       ok = (x->graph = x->chunk[0] = build_graph(g, plan, sched, r, backward)) != NULL;
     } else {
       for (int c = 0; c < V; c++) x->chunk[c] = vg[sched_vstage(sched, r, c)], vg[sched_vstage(sched, r, c)] = NULL;
-      x->graph = pp_chunks_rank(g, vplan, sched, r, x->chunk, V); /* pp_chunks.c: the rank's parameters */
+      x->graph = pipe_chunks_rank(g, vplan, sched, r, x->chunk, V); /* pipe_chunks.c: the rank's parameters */
     }
     if (ok && lower) ok = !lower_stage(g, sched, r, x);
   }
@@ -413,12 +413,12 @@ static int choose_schedule(Graph *g, const Plan *plan, bool balanced, int64_t me
   if (!rc && pp > 1 && g->nlayers >= 2 * pp) { /* two chunks per rank: the virtual stages' costs */
     Plan *vp = vstage_plan(g, balanced, 2);
     g->cfg.pp = 2 * pp;
-    pp_partition(g, balanced);
+    pipe_partition(g, balanced);
     for (int split = 0; split < 2 && !rc; split++)
       rc = stage_costs(g, vp, M, split, cost[1][split] = xcalloc((size_t)(2 * pp), sizeof(StageCost)));
     g->cfg.pp = pp;
-    pp_partition(g, balanced);
-    pp_plan_free(vp);
+    pipe_partition(g, balanced);
+    pipe_plan_free(vp);
   }
   int k = -1;
   if (!rc) {
@@ -532,14 +532,14 @@ typedef struct Gen {
 static void free_gen(Gen *x) {
   if (x->g) free_stages(x->st, (int)x->g->cfg.pp);
   sched_free(x->sched);
-  pp_plan_free(x->plan);
-  pp_plan_free(x->vplan);
+  pipe_plan_free(x->plan);
+  pipe_plan_free(x->vplan);
   ir_free(x->g);
 }
 
 /* The generation programs of the training ones (st, on sched): the model built again with one
  * sequence a micro-batch (a replica each), cut into the same stages and chunks, each rank's chunks
- * forward only with .logits in the loss's place (pp_split.c), on sched_forward's schedule. Each
+ * forward only with .logits in the loss's place (pipe_split.c), on sched_forward's schedule. Each
  * rank's parameters are the training program's, in its order (ppr copies them from one to the
  * other). 0, or 1 after a reported error. */
 static int build_gen(const Cli *cli, Src *src, const Ast *ast, const Graph *g, const Sched *sched, const Stage *st,
@@ -555,8 +555,8 @@ static int build_gen(const Cli *cli, Src *src, const Ast *ast, const Graph *g, c
   if (!gg) return 1;
   gg->infer = true;
   snprintf(gg->cfg.schedule, sizeof gg->cfg.schedule, "%s", PP_SCHED_FORWARD);
-  pp_partition(gg, cli->balanced);
-  out->plan = pp_plan(gg);
+  pipe_partition(gg, cli->balanced);
+  out->plan = pipe_plan(gg);
   if (sched->V > 1) out->vplan = vstage_plan(gg, cli->balanced, sched->V);
   out->sched = sched_forward(sched); /* sched.c */
   if (sched_verify(out->sched, src, g->cfg.sched_loc)) return 1;
@@ -590,7 +590,7 @@ static int write_outputs(const char *dir, const Graph *g, const Plan *plan, cons
   }
   if (f) {
     int64_t *act = stage_acts(st, sched);
-    pp_plan_print(f, g, plan, sched, act);
+    pipe_plan_print(f, g, plan, sched, act);
     free(act);
   }
   if (f && why) fputs(why, f);
@@ -738,8 +738,8 @@ static int compile(const Cli *cli) {
     goto out;
   }
   if (!(g = ir_build(src, ast, &cli->opt))) goto out; /* ir_build.c: names, shapes, roles */
-  pp_partition(g, cli->balanced);                     /* pp_plan.c: stage boundaries */
-  plan = pp_plan(g);                                  /* pp_plan.c: layers to stages, params */
+  pipe_partition(g, cli->balanced);                   /* pipe_plan.c: stage boundaries */
+  plan = pipe_plan(g);                                /* pipe_plan.c: layers to stages, params */
   int V = cli->vpp;                                   /* --schedule auto: its choice's */
   if (!strcmp(g->cfg.schedule, "auto") ? choose_schedule(g, plan, cli->balanced, cli->mem_limit, &V, &why)
                                        : cli->mem_limit > 0) {
@@ -787,7 +787,7 @@ static int compile(const Cli *cli) {
     break;
   case EMIT_PLAN: {
     int64_t *act = st ? stage_acts(st, sched) : NULL;
-    pp_plan_print(stdout, g, vplan ? vplan : plan, sched, act);
+    pipe_plan_print(stdout, g, vplan ? vplan : plan, sched, act);
     if (!act)
       printf("\nactivations: not computed for %d layers (more than %d): --emit schedule, or -o DIR's plan.txt, "
              "states them\n",
@@ -817,8 +817,8 @@ out:
   free_gen(&gen);
   if (g) free_stages(st, (int)g->cfg.pp);
   sched_free(sched);
-  pp_plan_free(plan);
-  pp_plan_free(vplan);
+  pipe_plan_free(plan);
+  pipe_plan_free(vplan);
   ir_free(g);
   ast_free(ast);
   src_free(src);

@@ -7,12 +7,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "pp_dtype.h"    /* runtime/: element types, their names and sizes */
-#include "pp_limits.h"   /* runtime/: the limits ppr accepts */
-#include "pp_regions.h"  /* runtime/: the arena's regions and their names */
-#include "pp_boundary.h" /* runtime/: the pipeline messages ppr sends, their peers and tags */
-#include "pp_stagedir.h" /* runtime/: the files of a stage directory */
-#include "pp_tri.h"      /* runtime/: a gemm's triangle (causal attention) */
+#include "pp_dtype.h"    /* common/: element types, their names and sizes */
+#include "pp_limits.h"   /* common/: the limits ppr accepts */
+#include "pp_regions.h"  /* common/: the arena's regions and their names */
+#include "pp_boundary.h" /* common/: the pipeline messages ppr sends, their peers and tags */
+#include "pp_stagedir.h" /* common/: the files of a stage directory */
+#include "pp_tri.h"      /* common/: a gemm's triangle (causal attention) */
 
 #define PPC_VERSION "0.1.0"
 /* How ppc compiles the C kernels (PPC_CFLAGS overrides it): -fno-trapping-math and -fno-math-errno
@@ -340,22 +340,26 @@ typedef struct Graph {
   int nlayers;    /* the repeated layer's trip count; 0 when there is no for block */
   Loc layers_loc; /* the for block's range */
   Config cfg;
-  int stage, npp;       /* this graph is pipeline stage `stage` of npp (pp_split.c); 0 of 1: the whole model */
+  int stage, npp;       /* this graph is pipeline stage `stage` of npp (pipe_split.c); 0 of 1: the whole model */
   int64_t vocab;        /* rows of the token-embedding table: token ids and labels are below it */
   int ndropout;         /* dropout ops of the model: their dropid are 0 .. ndropout-1 */
   bool loss_masked;     /* the loss's cross_entropy has an ignore_index (the listing's vocab line) */
   int64_t ignore_index; /* the label that counts for nothing, when loss_masked */
-  int *bounds;          /* pp+1 layer boundaries of the stages (pp_partition); NULL: N*r//p */
+  int *bounds;          /* pp+1 layer boundaries of the stages (pipe_partition); NULL: N*r//p */
   int nfwd;             /* nodes [0, nfwd) are the forward graph; the rest, the backward */
   int seed;             /* the backward-seed node, -1 before autodiff */
   int *grad;            /* per forward node: its (summed) gradient node, -1 if none */
-  bool infer;           /* a generation program's: forward only, .logits in the loss's place (pp_split.c) */
+  bool infer;           /* a generation program's: forward only, .logits in the loss's place (pipe_split.c) */
 } Graph;
 
 int ir_add_node(Graph *g, Op op, Loc loc);
 int ir_add(Graph *g, Op op, int nin, const int *in, Shape shape); /* a node made by a pass */
 /* Append a copy of parameter q (strings duplicated) with a PARAM node like `like`; its index. */
 int ir_copy_param(Graph *dst, const IrParam *q, const IrNode *like);
+/* A new graph with g's header and no node or parameter: its source, model name, configuration,
+ * layers, vocabulary, loss settings, stage boundaries, stage; no loss or seed node yet (-1). The
+ * graphs made from another (a stage, its TP shard, a rank's chunks) start here. */
+Graph *ir_clone_header(const Graph *g);
 int64_t ir_shape_numel(const Shape *s);
 int ir_shape_eq(const Shape *a, const Shape *b);
 char *ir_shape_str(const Shape *s, char *buf, size_t n); /* "[16,2,64]" */
@@ -605,7 +609,7 @@ void cg_append(char **out, size_t *len, size_t *cap, const char *fmt, ...) __att
  * buffers; mem_plan.c places the buffers; cg_program.c writes the listing
  * ========================================================================================== */
 
-/* ORDER BufClass: the arena's regions, in the order they lie in it: runtime/pp_regions.h, which names them */
+/* ORDER BufClass: the arena's regions, in the order they lie in it: common/pp_regions.h, which names them */
 typedef enum BufClass {
   BC_PARAM,
   BC_GRAD,
@@ -718,7 +722,7 @@ typedef struct Program {
 } Program;
 
 /* The rank's program from its chunks' graphs (one: its stage's; rank is then that graph too) and
- * the rank's graph of parameters (pp_chunks.c), whose indices the buffers and the optimizer use. */
+ * the rank's graph of parameters (pipe_chunks.c), whose indices the buffers and the optimizer use. */
 Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch);
 void mem_plan(Program *p);
 /* The elements a parameter's buffer takes in each of its regions (params, grads, adam_m, adam_v,
@@ -990,7 +994,7 @@ int cg_nvrtc(const char *dir, const char *base, const char *src, size_t len, con
              uint64_t *cubin_hash, uint64_t *ptx_hash);
 
 /* ============================================================================================
- * pp_plan.c — the partition of layers and parameters over pipeline stages
+ * pipe_plan.c — the partition of layers and parameters over pipeline stages
  * ========================================================================================== */
 
 typedef struct StageInfo {
@@ -998,7 +1002,7 @@ typedef struct StageInfo {
   bool has_embedding, has_final_norm, has_head, has_loss;
   int64_t nparams;      /* elements of the dense parameters the stage owns */
   int64_t nparams_rank; /* elements one tensor-parallel rank of the stage holds */
-  double cost;          /* predicted compute (pp_node_cost) */
+  double cost;          /* predicted compute (pipe_node_cost) */
 } StageInfo;
 
 /* Which stages hold a parameter of the model (a tied embedding is on the first and the last). */
@@ -1016,25 +1020,25 @@ typedef struct Plan {
   int *held, *held_at; /* the parameters stage r holds, in index order: held[held_at[r] .. held_at[r+1]) */
 } Plan;
 
-int pp_layer_start(int nlayers, int rank, int pp); /* N*r//p */
-void pp_partition(Graph *g, bool balanced);        /* the stage boundaries: uniform or by cost */
-void pp_balance(const double *layer, int n, double pre, double post, int pp, int *bounds);
-double pp_node_cost(const Graph *g, const IrNode *n); /* forward + backward, in flop-equivalents */
-int pp_stage_of_node(const Graph *g, int pp, const IrNode *n);
+int pipe_layer_start(int nlayers, int rank, int pp); /* N*r//p */
+void pipe_partition(Graph *g, bool balanced);        /* the stage boundaries: uniform or by cost */
+void pipe_balance(const double *layer, int n, double pre, double post, int pp, int *bounds);
+double pipe_node_cost(const Graph *g, const IrNode *n); /* forward + backward, in flop-equivalents */
+int pipe_stage_of_node(const Graph *g, int pp, const IrNode *n);
 /* stage's forward graph with its boundary nodes; its parameters marked tied, shared, copy */
-Graph *pp_split(const Graph *g, const Plan *plan, int stage);
-Plan *pp_plan(const Graph *g);
+Graph *pipe_split(const Graph *g, const Plan *plan, int stage);
+Plan *pipe_plan(const Graph *g);
 /* s: the schedule when its ranks hold chunks of layers (the plan's stages are then virtual stages,
  * g cut into as many), else NULL */
 /* act: per (virtual) stage, one micro-batch's activation bytes on each of its ranks (the lowered
  * slot), or NULL */
-void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const struct Sched *s, const int64_t *act);
-void pp_plan_free(Plan *p);
+void pipe_plan_print(FILE *f, const Graph *g, const Plan *p, const struct Sched *s, const int64_t *act);
+void pipe_plan_free(Plan *p);
 
-/* pp_chunks.c: the graph of rank r's parameters when it holds chunks of layers (the virtual
+/* pipe_chunks.c: the graph of rank r's parameters when it holds chunks of layers (the virtual
  * stages of vplan, as s places them): each tensor once, shared and owned between ranks. */
-Graph *pp_chunks_rank(const Graph *model, const Plan *vplan, const struct Sched *s, int r, Graph *const *chunk,
-                      int nch);
+Graph *pipe_chunks_rank(const Graph *model, const Plan *vplan, const struct Sched *s, int r, Graph *const *chunk,
+                        int nch);
 
 /* ---- hf_import.c: ppc --from-hf -------------------------------------------------------------
  * A readable .pdl for the Hugging Face config at path (a config.json, or the directory holding

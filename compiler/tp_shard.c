@@ -496,24 +496,8 @@ static void node(T *t, int i) {
 
 Graph *tp_shard(const Graph *g) {
   T t = {.g = g, .tp = (int)g->cfg.tp, .sp = g->cfg.sp && g->cfg.tp > 1 && !g->infer};
-  Graph *s = xcalloc(1, sizeof *s);
+  Graph *s = ir_clone_header(g);
   t.s = s;
-  s->src = g->src;
-  s->model = xstrdup(g->model);
-  s->cfg = g->cfg;
-  s->nlayers = g->nlayers;
-  s->layers_loc = g->layers_loc;
-  s->vocab = g->vocab;
-  s->loss_masked = g->loss_masked;
-  s->ignore_index = g->ignore_index;
-  s->infer = g->infer;
-  s->loss = s->seed = -1;
-  s->stage = g->stage;
-  s->npp = g->npp;
-  if (g->bounds) {
-    s->bounds = xmalloc((size_t)(g->cfg.pp + 1) * sizeof *s->bounds);
-    memcpy(s->bounds, g->bounds, (size_t)(g->cfg.pp + 1) * sizeof *s->bounds);
-  }
   t.map = xmalloc((size_t)g->nnodes * sizeof *t.map);
   t.kvrep = xcalloc((size_t)g->nparams + 1, sizeof *t.kvrep);
   find_kv_replication(&t);

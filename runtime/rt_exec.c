@@ -3,7 +3,7 @@
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_prof.h"
-#include "rt_prog.h"
+#include "rt_exec.h"
 #include "rt_util.h"
 
 #include <math.h>

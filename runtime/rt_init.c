@@ -1,6 +1,6 @@
 /* rt_init.c - parameter initialisation: the mesh-independent seeded normal, ones, zeros, or a checkpoint (a safetensors
  * file, a sharded checkpoint's index, a model folder; rt_ckpt.c), its names mapped to the model's. */
-#include "rt_prog.h"
+#include "rt_exec.h"
 #include "rt_util.h"
 
 #include <math.h>

@@ -86,7 +86,7 @@ typedef struct RtCkpt RtCkpt;
 int rt_ckpt_open(const char *path, RtCkpt **out, char *err, size_t errlen);
 void rt_ckpt_close(RtCkpt *c); /* NULL ok */
 /* JSON as transformers writes it (config.json, the index; ppr's trainer_state.json): 2-space
- * indent, sorted keys, each number with the fewest digits that read back (runtime/pp_json.h), a
+ * indent, sorted keys, each number with the fewest digits that read back (common/pp_json.h), a
  * final newline; malloc'ed, NULL when out of memory. */
 struct json_t;
 char *rt_ckpt_json_text(const struct json_t *v);

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "rt_prog.h"
+#include "rt_exec.h"
 
 /*
  * The executor (rt_exec.c) reports what it timed; this file keeps the numbers and prints them.

@@ -1,5 +1,5 @@
 /* rt_text.c - the default training text of ppr (original English prose; its bytes are the tokens). */
-#include "rt_prog.h"
+#include "rt_exec.h"
 
 /* Written for this project; used when ppr runs without --data. */
 const char rt_default_text[] =

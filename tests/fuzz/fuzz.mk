@@ -22,7 +22,7 @@ FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_COV_DIR := $(BUILD)/fuzz-cov
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_COV     := -fprofile-instr-generate -fcoverage-mapping
-FUZZ_BASE    := -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -Icompiler -Iruntime -I$(GEN)
+FUZZ_BASE    := -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -Icommon -Icompiler -Iruntime -I$(GEN)
 # ppc's own sources: its exit() returns to the harness (fuzz_pdl.c says how); flex's and bison's
 # output is not judged by warnings
 FUZZ_PPC_DEF := -Dexit=fuzz_ppc_exit
@@ -33,7 +33,7 @@ FUZZ_PPC_SRC := $(sort $(COMPILER)) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/kernel
 # utilities)
 FUZZ_RT_SRC  := $(or $(RT_PROG),$(wildcard runtime/rt_prog.c runtime/rt_prog_*.c)) \
                 $(or $(RUNTIME),$(wildcard runtime/rt_safetensors.c runtime/rt_st_*.c runtime/rt_data.c runtime/rt_util.c))
-FUZZ_HDR     := compiler/ppc.h compiler/ops.def $(GEN)/parser.h $(wildcard runtime/*.h)
+FUZZ_HDR     := compiler/ppc.h compiler/ops.def $(GEN)/parser.h $(wildcard common/*.h runtime/*.h)
 
 .PHONY: fuzz fuzz-deps fuzz-seeds fuzz-smoke fuzz-cov
 

@@ -14,7 +14,7 @@
  *   - a sanitizer report (AddressSanitizer, UndefinedBehaviorSanitizer, LeakSanitizer);
  *   - an internal error (a line "ppc: error: internal: ...", diag_fatal's), or flex's fatal error;
  *   - ppc succeeding with --emit program while a listing it printed does not load in ppr's
- *     parser (rt_prog_parse): whatever ppc writes, ppr accepts (runtime/pp_limits.h).
+ *     parser (rt_prog_parse): whatever ppc writes, ppr accepts (common/pp_limits.h).
  * An exit() inside ppc that is not an internal error (bad usage, "too many errors") is an
  * ordinary rejection: fuzz_ppc_exit jumps back here and the memory ppc had allocated is freed
  * (with AddressSanitizer, whose allocator hooks log each allocation made while ppc runs).

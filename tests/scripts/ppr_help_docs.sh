@@ -1,7 +1,7 @@
 #!/bin/sh
 # ppr_help_docs.sh [BUILD_DIR] - every option `ppr --help` lists is in docs/ppr.md's options tables
 # (the first column of the tables under "## Options"), once, and every option those tables name
-# is one ppr --help lists; and every long option ppr's parser takes (runtime/ppr_cli.c's table) is
+# is one ppr --help lists; and every long option ppr's parser takes (ppr/ppr_cli.c's table) is
 # in --help: the option list in the docs cannot drift from the program. Last line: "N passed, M failed".
 set -u
 build=${1:-build}
@@ -20,7 +20,7 @@ if [ -s "$tmp/help" ] && [ -s "$tmp/doc" ] && [ -z "$missing" ] && [ -z "$unknow
   ok "docs/ppr.md's options tables: the $(wc -l <"$tmp/help") options of ppr --help, a row each"
 else bad "docs/ppr.md's options tables: missing ${missing:-none}; not ppr's: ${unknown:-none}; in two rows: ${twice:-none}"; fi
 # the parser's long options ({"name", required_argument|no_argument, ...} in ppr_cli.c)
-grep -oE '\{"[a-z0-9-]+", (required|no)_argument' runtime/ppr_cli.c | cut -d'"' -f2 | sed 's/^/--/' |
+grep -oE '\{"[a-z0-9-]+", (required|no)_argument' ppr/ppr_cli.c | cut -d'"' -f2 | sed 's/^/--/' |
   sort -u >"$tmp/parsed"
 hidden=$(comm -23 "$tmp/parsed" "$tmp/help" | tr '\n' ' ')
 if [ -s "$tmp/parsed" ] && [ -z "$hidden" ]; then ok "ppr --help: the $(wc -l <"$tmp/parsed") long options ppr parses"

@@ -1,4 +1,4 @@
-/* test_partition.c — the balanced pipeline partition (pp_balance) against the dynamic program it
+/* test_partition.c — the balanced pipeline partition (pipe_balance) against the dynamic program it
  * replaced: over prefixes, best[r][j] = min over i of max(best[r-1][i], cost of stage r on [i, j)),
  * taking the first i that reaches the minimum, O(p N^2). On random layer costs (uniform, heavy-
  * tailed, with ties and zeros) and every pp up to N, both must give the same boundaries. Then one
@@ -60,7 +60,7 @@ int main(void) {
       int want[65], got[65];
       reference(layer, N, pre, post, pp, want);
       memset(got, 0xff, sizeof got);
-      pp_balance(layer, N, pre, post, pp, got);
+      pipe_balance(layer, N, pre, post, pp, got);
       int same = !memcmp(want, got, (size_t)(pp + 1) * sizeof *got);
       check(same, "trial %d (kind %d): %d layers over %d stages: boundaries as the dynamic program's", trial, kind, N,
             pp);
@@ -77,7 +77,7 @@ int main(void) {
   double *layer = malloc((size_t)N * sizeof *layer);
   for (int l = 0; l < N; l++) layer[l] = 1 + uniform();
   int *b = malloc((size_t)(pp + 1) * sizeof *b);
-  pp_balance(layer, N, 50, 200, pp, b);
+  pipe_balance(layer, N, 50, 200, pp, b);
   int ok = b[0] == 0 && b[pp] == N;
   double worst = 0, sum = 0;
   for (int r = 0; r < pp; r++) {

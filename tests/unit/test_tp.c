@@ -16,7 +16,7 @@
 #include "rt_dev.h"
 #include "rt_io.h"
 #include "rt_mesh.h"
-#include "rt_prog.h"
+#include "rt_exec.h"
 
 #define CHECK_PRINT_ALL /* every result, as it runs */
 #include "check.h"

@@ -1,4 +1,4 @@
-/* pp_split.c — one pipeline stage's forward graph: the nodes of its layers (and the embedding on
+/* pipe_split.c — one pipeline stage's forward graph: the nodes of its layers (and the embedding on
  * the first stage, the final norm, head and loss on the last), only the parameters they read
  * (under their global names), and the boundary nodes: a recv_forward leaf standing for the
  * previous stage's hidden state and a send_forward of the hidden state the next stage reads. */
@@ -36,7 +36,7 @@ static int first_node(const Graph *g, int pp, int stage) {
   int lo = 0, hi = g->nfwd;
   while (lo < hi) {
     int mid = lo + (hi - lo) / 2;
-    if (pp_stage_of_node(g, pp, &g->nodes[mid]) < stage) lo = mid + 1;
+    if (pipe_stage_of_node(g, pp, &g->nodes[mid]) < stage) lo = mid + 1;
     else hi = mid;
   }
   return lo;
@@ -54,24 +54,9 @@ static void mark_params(Graph *s, const Plan *plan) {
   }
 }
 
-Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
+Graph *pipe_split(const Graph *g, const Plan *plan, int stage) {
   int pp = (int)g->cfg.pp;
-  Graph *s = xcalloc(1, sizeof *s);
-  s->src = g->src;
-  s->model = xstrdup(g->model);
-  s->cfg = g->cfg;
-  s->nlayers = g->nlayers;
-  s->vocab = g->vocab;
-  s->loss_masked = g->loss_masked;
-  s->ignore_index = g->ignore_index;
-  if (g->bounds) {
-    s->bounds = xmalloc((size_t)(pp + 1) * sizeof *s->bounds);
-    memcpy(s->bounds, g->bounds, (size_t)(pp + 1) * sizeof *s->bounds);
-  }
-  s->layers_loc = g->layers_loc;
-  s->infer = g->infer;
-  s->loss = -1;
-  s->seed = -1;
+  Graph *s = ir_clone_header(g);
   s->stage = stage;
   s->npp = pp;
   Map map = {.lo = first_node(g, pp, stage), .hi = first_node(g, pp, stage + 1)};
@@ -82,7 +67,7 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
   for (int i = map.lo; i < map.hi; i++) {
     const IrNode *n = &g->nodes[i];
     if (n->op == OP_PARAM || n->op == OP_INPUT) continue; /* copied when first read */
-    if (pp_stage_of_node(g, pp, n) != stage) diag_fatal("internal: node %%%d is out of the order of the stages", i);
+    if (pipe_stage_of_node(g, pp, n) != stage) diag_fatal("internal: node %%%d is out of the order of the stages", i);
     /* a generation program's graph ends with its logits: the loss and its labels are not read */
     bool out = g->infer && n->op == OP_CROSS_ENTROPY;
     int in[6], nin = out ? 1 : n->nin;
@@ -134,7 +119,7 @@ Graph *pp_split(const Graph *g, const Plan *plan, int stage) {
       if (n->op == OP_PARAM || n->op == OP_INPUT) continue;
       for (int k = 0; k < n->nin; k++) {
         const IrNode *sn = &g->nodes[n->in[k]];
-        if (sn->op != OP_PARAM && sn->op != OP_INPUT && pp_stage_of_node(g, pp, sn) == stage) out = n->in[k];
+        if (sn->op != OP_PARAM && sn->op != OP_INPUT && pipe_stage_of_node(g, pp, sn) == stage) out = n->in[k];
       }
     }
     if (out < 0 || *map_at(&map, out) < 0) diag_fatal("internal: stage %d sends nothing to stage %d", stage, stage + 1);

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "rt_lr.h"
-#include "rt_prog.h"
+#include "rt_exec.h"
 
 typedef struct {
   const char *dir, *init, *data, *save_grads, *save, *log, *trace, *device;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "rt_comm.h"
-#include "rt_prog.h"
+#include "rt_exec.h"
 
 /* How the next token is picked from the logits: temperature 0 is greedy (the argmax, the lowest
  * id among equals); else a draw from softmax(logits / temperature) over the top_k largest (0: the

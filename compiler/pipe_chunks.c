@@ -1,4 +1,4 @@
-/* pp_chunks.c — a rank that holds several chunks of layers (interleaved, zbv): the rank's graph of
+/* pipe_chunks.c — a rank that holds several chunks of layers (interleaved, zbv): the rank's graph of
  * parameters, each tensor once however many of its chunks read it (ZB-V's rank 0 holds the first
  * virtual stage's embedding and the last one's head: one tied tensor, whose gradient both chunks
  * add into), with the pipeline's sharing decided between ranks rather than virtual stages. The
@@ -19,19 +19,11 @@ static bool holds(const Plan *plan, int v, int x) {
   return lo < plan->held_at[v + 1] && plan->held[lo] == x;
 }
 
-Graph *pp_chunks_rank(const Graph *model, const Plan *vplan, const Sched *s, int r, Graph *const *chunk, int nch) {
-  Graph *g = xcalloc(1, sizeof *g);
-  g->src = model->src;
-  g->model = xstrdup(model->model);
-  g->cfg = model->cfg;
+Graph *pipe_chunks_rank(const Graph *model, const Plan *vplan, const Sched *s, int r, Graph *const *chunk, int nch) {
+  Graph *g = ir_clone_header(model);
+  free(g->bounds); /* a rank of chunks: its stages are the schedule's */
+  g->bounds = NULL;
   g->cfg.pp = s->pp;
-  g->nlayers = model->nlayers;
-  g->vocab = model->vocab;
-  g->loss_masked = model->loss_masked;
-  g->ignore_index = model->ignore_index;
-  g->layers_loc = model->layers_loc;
-  g->infer = model->infer;
-  g->loss = g->seed = -1;
   g->stage = r;
   g->npp = s->pp;
   int top = model->nparams;

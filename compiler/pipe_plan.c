@@ -1,4 +1,4 @@
-/* pp_plan.c — the partition plan: which layers and parameters each pipeline stage owns. */
+/* pipe_plan.c — the partition plan: which layers and parameters each pipeline stage owns. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,10 +6,10 @@
 
 /* Stage r of p runs layers [N*r//p, N*(r+1)//p): every stage gets floor(N/p) or ceil(N/p)
  * consecutive layers, and the boundaries of neighbouring stages are the same expression. */
-int pp_layer_start(int nlayers, int rank, int pp) { return (int)((int64_t)nlayers * rank / pp); }
+int pipe_layer_start(int nlayers, int rank, int pp) { return (int)((int64_t)nlayers * rank / pp); }
 
 static int stage_start(const Graph *g, int r, int pp) {
-  return g->bounds ? g->bounds[r] : pp_layer_start(g->nlayers, r, pp);
+  return g->bounds ? g->bounds[r] : pipe_layer_start(g->nlayers, r, pp);
 }
 
 /* The stage whose layers hold `layer`: the last r with start(r) <= layer (binary search; the
@@ -31,7 +31,7 @@ static int stage_of_layer(const Graph *g, int pp, int layer) {
 
 #define BYTE_WEIGHT 8.0
 
-double pp_node_cost(const Graph *g, const IrNode *n) {
+double pipe_node_cost(const Graph *g, const IrNode *n) {
   /* an element's bytes: the precision's activations and weight copies (f32: 4, bf16: 2) */
   double es = (double)pp_dtype_bytes(pp_precision_dtype[g->cfg.precision]);
   double out = (double)ir_shape_numel(&n->shape), flops = 0, bytes = es * out;
@@ -69,7 +69,7 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   case OP_ROPE:
   case OP_CHUNK:
   case OP_TRANSPOSE_SB:
-  /* made by pp_split and tp_shard, so in a stage's forward graph only (the partition costs the
+  /* made by pipe_split and tp_shard, so in a stage's forward graph only (the partition costs the
    * whole model's): the data they pass on, as an elementwise op */
   OP_CASES_PP:
   OP_CASES_TP:
@@ -79,7 +79,7 @@ double pp_node_cost(const Graph *g, const IrNode *n) {
   /* made by autodiff: costed with their forward op (the factor 3 below) */
   OP_CASES_BWD:
   OP_CASES_BWD_ELEM:
-    diag_fatal("internal: pp_node_cost of %s, a backward op: the forward op's cost counts it", ir_ops[n->op].name);
+    diag_fatal("internal: pipe_node_cost of %s, a backward op: the forward op's cost counts it", ir_ops[n->op].name);
   }
   return 3 * (flops + BYTE_WEIGHT * bytes);
 }
@@ -144,7 +144,7 @@ static double least_max(const Partition *q, int r, int j) {
 
 /* bounds[0..pp]: the balanced boundaries of n layers costing layer[l], pre on the first stage and
  * post on the last (1 <= pp <= n). */
-void pp_balance(const double *layer, int n, double pre, double post, int pp, int *bounds) {
+void pipe_balance(const double *layer, int n, double pre, double post, int pp, int *bounds) {
   double *prefix = xcalloc((size_t)n + 1, sizeof *prefix);
   for (int l = 0; l < n; l++) prefix[l + 1] = prefix[l] + layer[l];
   Partition q = {.prefix = prefix, .pre = pre, .post = post, .pp = pp, .n = n};
@@ -166,7 +166,7 @@ void pp_balance(const double *layer, int n, double pre, double post, int pp, int
   free(prefix);
 }
 
-void pp_partition(Graph *g, bool balanced) {
+void pipe_partition(Graph *g, bool balanced) {
   int pp = (int)g->cfg.pp, N = g->nlayers;
   free(g->bounds);
   g->bounds = NULL;
@@ -174,19 +174,19 @@ void pp_partition(Graph *g, bool balanced) {
   double *layer = xcalloc((size_t)N, sizeof *layer), pre = 0, post = 0;
   for (int i = 0; i < g->nnodes && i < (g->nfwd ? g->nfwd : g->nnodes); i++) {
     const IrNode *n = &g->nodes[i];
-    double c = pp_node_cost(g, n);
+    double c = pipe_node_cost(g, n);
     if (n->region == REG_LAYER) layer[n->layer] += c;
     else if (n->region == REG_PRE) pre += c;
     else post += c;
   }
   g->bounds = xmalloc((size_t)(pp + 1) * sizeof *g->bounds);
-  pp_balance(layer, N, pre, post, pp, g->bounds);
+  pipe_balance(layer, N, pre, post, pp, g->bounds);
   free(layer);
 }
 
 /* The stage a node runs on: its layer's stage, the first stage before the layers, the last
  * after them. */
-int pp_stage_of_node(const Graph *g, int pp, const IrNode *n) {
+int pipe_stage_of_node(const Graph *g, int pp, const IrNode *n) {
   if (n->region == REG_LAYER) return stage_of_layer(g, pp, n->layer);
   return n->region == REG_PRE ? 0 : pp - 1;
 }
@@ -216,7 +216,7 @@ static int cmp_pair(const void *a, const void *b) {
   return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : x[1] != y[1] ? (x[1] < y[1] ? -1 : 1) : 0;
 }
 
-Plan *pp_plan(const Graph *g) {
+Plan *pipe_plan(const Graph *g) {
   int pp = (int)g->cfg.pp, np = g->nparams;
   Plan *p = xcalloc(1, sizeof *p);
   p->pp = pp;
@@ -232,13 +232,13 @@ Plan *pp_plan(const Graph *g) {
   int *pairs = NULL, npairs = 0, cap = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
-    int r = pp_stage_of_node(g, pp, n);
+    int r = pipe_stage_of_node(g, pp, n);
     if (n->op == OP_EMBEDDING || n->op == OP_POS_EMBEDDING) p->stages[r].has_embedding = true;
     if (n->op == OP_CROSS_ENTROPY) p->stages[r].has_loss = true;
     if ((n->op == OP_RMSNORM || n->op == OP_LAYERNORM) && n->region == REG_POST) p->stages[r].has_final_norm = true;
     if ((n->op == OP_LINEAR || n->op == OP_MATMUL) && n->region == REG_POST) p->stages[r].has_head = true;
     if (n->op == OP_PARAM) continue;
-    if (i < (g->nfwd ? g->nfwd : g->nnodes)) p->stages[r].cost += pp_node_cost(g, n);
+    if (i < (g->nfwd ? g->nfwd : g->nnodes)) p->stages[r].cost += pipe_node_cost(g, n);
     for (int k = 0; k < n->nin; k++) {
       if (n->in[k] < 0) continue; /* a .concat part with no gradient */
       const IrNode *src = &g->nodes[n->in[k]];
@@ -279,7 +279,7 @@ Plan *pp_plan(const Graph *g) {
   return p;
 }
 
-void pp_plan_free(Plan *p) {
+void pipe_plan_free(Plan *p) {
   if (!p) return;
   free(p->stages);
   free(p->param);
@@ -331,7 +331,7 @@ static void human_bytes(char *buf, size_t n, int64_t bytes) {
   else snprintf(buf, n, "%lld B", (long long)bytes);
 }
 
-void pp_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch, const int64_t *act) {
+void pipe_plan_print(FILE *f, const Graph *g, const Plan *p, const Sched *sch, const int64_t *act) {
   const Config *c = &g->cfg;
   bool chunks = sch && sch->V > 1;
   long long pp = chunks ? sch->pp : (long long)c->pp;

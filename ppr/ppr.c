@@ -7,7 +7,7 @@
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_mesh.h"
-#include "rt_prog.h"
+#include "rt_exec.h"
 
 #include <dirent.h>
 #include <errno.h>
