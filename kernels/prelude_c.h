@@ -90,7 +90,7 @@ static inline float ppk_exp(float x) {
 /* bf16 <-> float: a bf16 is the upper 16 bits of a float. Loads widen exactly; stores round to
  * nearest, ties to even, on the 16 bits dropped (the largest floats round to infinity), and keep a
  * NaN a NaN (quietened, its sign kept). Branch-free, so loops over them vectorise; the OpenCL and
- * CUDA preludes compute the same bits (runtime/pp_dtype.h: the host's copy). */
+ * CUDA preludes compute the same bits (common/pp_dtype.h: the host's copy). */
 static inline float ppk_bf16_ld(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
