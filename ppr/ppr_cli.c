@@ -16,7 +16,7 @@ static const char usage[] =
     "usage: ppr DIR [options]\n"
     "\n"
     "Runs the programs written by ppc (docs/ppr.md): rank R of the MPI world runs\n"
-    "DIR/rankR.prog. A mesh of N = tp*pp*dp ranks: mpirun -np N ppr DIR (as root add\n"
+    "DIR/rankR.prog. A mesh of N = tp*pp*dp*cp ranks: mpirun -np N ppr DIR (as root add\n"
     "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
     "1-rank world.\n"
     "\n"
