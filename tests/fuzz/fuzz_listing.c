@@ -108,10 +108,12 @@ static void check(const RtProg *p) {
         check_geom(&in->geom);
         if (memcmp(&p->kgeom[in->kernel], &in->geom, sizeof in->geom))
           bad("kernel %lld called with another geometry than its first call (line %lld)", in->kernel, in->line);
-        if (in->kind == RT_I_GRAD_NORM) {
-          in_bounds(p, &in->p[0], in->bytes, "grad_norm partials");
-          if (in->bytes < 4 * in->geom.grid * (p->nparams ? p->nparams : 1))
-            bad("grad_norm partials of %lld bytes for %lld params", in->bytes, p->nparams);
+        if (in->kind == RT_I_GRAD_NORM) { /* p[0]: GRID partial sums; p[1]: the table, in->bytes rows of 8 bytes */
+          in_bounds(p, &in->p[0], 4 * in->geom.grid, "grad_norm partials");
+          in_bounds(p, &in->p[1], 8 * in->bytes, "grad_norm table");
+          if (in->bytes < (p->nparams ? p->nparams : 1) || in->geom.grid % in->bytes)
+            bad("grad_norm's table of %lld rows for %lld params, or GRID not a multiple of its rows", in->bytes,
+                p->nparams);
           break;
         }
         if (in->nargs < 0 || in->nargs > RT_MAX_KARGS || (in->nargs > 0 && !in->args))
