@@ -451,9 +451,8 @@ static void assign_buffers(FuseCtx *c, const int *rank_grad) {
     bool slot = c->saved[i] && !n->wgt; /* a forward value the backward reads, a B value W reads */
     if (c->norm_rope[i] < 0)            /* a norm whose kernel stores its rope's value has none of its own */
       p->node_vb[i] = fuse_prog_vbuf(c, name, slot ? BC_SLOT : BC_SCRATCH, n->shape, fuse_value_dtype(c, i));
-    for (int k = 0; n->op == OP_CONCAT && k < n->nin; k++) /* gradients written into it (concat_into) */
-      if (n->in[k] >= 0 && c->into[N(c, n->in[k])->in[0]] == i)
-        p->node_vb[n->in[k]] = p->node_vb[N(c, n->in[k])->in[0]] = p->node_vb[i];
+    for (int k = 0; n->op == OP_CONCAT && c->merged[i] && k < n->nin; k++) /* its parts write it (concat_into) */
+      p->node_vb[n->in[k]] = p->node_vb[N(c, n->in[k])->in[0]] = p->node_vb[i];
     /* saved statistics */
     int64_t R = n->shape.nd ? ir_shape_numel(&n->shape) / last_dim(&n->shape) : 1;
     Shape aux = {0};
