@@ -95,12 +95,6 @@ static void count_grad_norm(Cost *c, const Instr *in, int64_t runs, Tally *t) {
   launch(c, in->kernel, bytes, runs, t);
 }
 
-/* The elements a GEMM operand spans: batch stored matrices of rows x cols, leading dimension ld
- * and stride apart (docs/stage-format.md's extent of a gemm operand; ppr's rt_gemm_spans). */
-static double span(int64_t batch, int64_t stride, int64_t rows, int64_t ld, int64_t cols) {
-  return (double)(batch - 1) * (double)stride + (double)(rows - 1) * (double)ld + (double)cols;
-}
-
 /* A GEMM: 2·m·n·k·batch FLOPs, of a triangle (tri: causal attention's) the products it keeps alone
  * (sched_gemm_flops: about half; the cpu device skips the others, the opencl and cuda devices
  * compute the whole product today, so their time is predicted short by that much); its bytes the
@@ -109,9 +103,9 @@ static double span(int64_t batch, int64_t stride, int64_t rows, int64_t ld, int6
 static void count_gemm(Cost *c, const Instr *in, Tally *t) {
   const Program *p = c->p;
   bool ta = in->ta == 'T', tb = in->tb == 'T';
-  double n[3] = {span(in->batch, in->sa, ta ? in->k : in->m, in->lda, ta ? in->m : in->k),
-                 span(in->batch, in->sb, tb ? in->n : in->k, in->ldb, tb ? in->k : in->n),
-                 span(in->batch, in->sc, in->m, in->ldc, in->n)};
+  double n[3] = {(double)pp_gemm_span(in->batch, in->sa, ta ? in->k : in->m, in->lda, ta ? in->m : in->k),
+                 (double)pp_gemm_span(in->batch, in->sb, tb ? in->n : in->k, in->ldb, tb ? in->k : in->n),
+                 (double)pp_gemm_span(in->batch, in->sc, in->m, in->ldc, in->n)};
   double bytes = 0, flops = sched_gemm_flops(in);
   for (int k = 0; k < 3; k++) bytes += n[k] * (double)pp_dtype_bytes(p->vb[in->op[k].vb].dtype);
   for (int a = 3; a < in->nop; a++) bytes += (double)cg_extent(p, &in->op[a]);

@@ -13,6 +13,7 @@
 #include "pp_boundary.h" /* common/: the pipeline messages ppr sends, their peers and tags */
 #include "pp_stagedir.h" /* common/: the files of a stage directory */
 #include "pp_tri.h"      /* common/: a gemm's triangle (causal attention) */
+#include "pp_gemm.h"     /* common/: the elements a gemm operand spans */
 
 #define PPC_VERSION "0.1.0"
 /* How ppc compiles the C kernels (PPC_CFLAGS overrides it): -fno-trapping-math and -fno-math-errno

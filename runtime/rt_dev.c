@@ -1,5 +1,6 @@
 /* rt_dev.c - the devices by name (--device cpu|opencl[:N]|cuda[:N]), the device clock and the devices' failure
  * messages. */
+#include "pp_gemm.h"
 #include "rt_dev.h"
 #include "rt_util.h"
 
@@ -63,9 +64,9 @@ RtGemm rt_gemm_key(const RtGemm *g, int scalars) {
 
 void rt_gemm_spans(const RtGemm *g, int64_t n[3]) {
   int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k, br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
-  n[0] = (int64_t)(g->batch - 1) * g->sa + (ar - 1) * g->lda + ac;
-  n[1] = (int64_t)(g->batch - 1) * g->sb + (br - 1) * g->ldb + bc;
-  n[2] = (int64_t)(g->batch - 1) * g->sc + ((int64_t)g->m - 1) * g->ldc + g->n;
+  n[0] = pp_gemm_span(g->batch, g->sa, ar, g->lda, ac);
+  n[1] = pp_gemm_span(g->batch, g->sb, br, g->ldb, bc);
+  n[2] = pp_gemm_span(g->batch, g->sc, g->m, g->ldc, g->n);
 }
 
 RtGemm rt_gemm_colmajor(const RtGemm *g) {
