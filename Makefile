@@ -27,7 +27,7 @@ COMMON   := $(wildcard common/*.c)
 COMPILER := $(wildcard compiler/*.c) $(COMMON)
 RUNTIME  := runtime/rt_safetensors.c runtime/rt_st_write.c runtime/rt_ckpt.c runtime/rt_data.c runtime/rt_util.c
 RUNTIME_HDR := runtime/rt_io.h runtime/rt_st.h runtime/rt_util.h
-RT_LIBS  := -ljansson # the safetensors header JSON (Debian: libjansson-dev)
+RT_LIBS  := -ljansson -lxxhash # the safetensors header JSON; checksums (Debian: libjansson-dev, libxxhash-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
 TEMPLATES := $(sort $(wildcard kernels/*.h))
 OBJ      := $(patsubst %.c,$(BUILD)/%.o,$(COMPILER)) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/kernels_embed.o
@@ -70,9 +70,10 @@ RT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 LIBPPR   := $(BUILD)/libppr.a
 PPR_OBJ  := $(patsubst ppr/%.c,$(BUILD)/ppr-obj/%.o,$(wildcard ppr/*.c)) # beside the ppr binary, not in a ppr/
 PPR      := $(BUILD)/ppr
+PPRUN    := $(BUILD)/pprun # the launcher (pprun/): mpirun with a safe stop
 
 .PHONY: all deps test test-torch test-hf asan demo clean gpu-check format
-all: $(PPC) $(PPR)
+all: $(PPC) $(PPR) $(PPRUN)
 
 # ---- set-up: tools the build needs, installed with apt-get when root --------------------------
 deps:
@@ -132,7 +133,10 @@ $(BUILD)/ppr-obj/%.o: ppr/%.c | deps
 $(PPR): $(PPR_OBJ) $(LIBPPR)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PPR_LIBS)
 
--include $(patsubst %.o,%.d,$(OBJ) $(RT_OBJ) $(PPR_OBJ))
+$(PPRUN): pprun/pprun.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(RT_INC) -MF $(BUILD)/pprun.d -o $@ $< $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
+
+-include $(patsubst %.o,%.d,$(OBJ) $(RT_OBJ) $(PPR_OBJ)) $(BUILD)/pprun.d
 
 # ---- tests ------------------------------------------------------------------------------------
 UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_attention $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
@@ -187,7 +191,7 @@ $(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) $(RUNTIME_HDR)
 $(BUILD)/test_tp: tests/unit/test_tp.c $(LIBPPR)
 	$(CC) $(CFLAGS) $(TEST_INC) $(MPI_CFLAGS) -o $@ tests/unit/test_tp.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
-test: $(PPC) $(PPR) $(UNIT) $(BUILD)/kbench
+test: $(PPC) $(PPR) $(PPRUN) $(UNIT) $(BUILD)/kbench
 	@sh tests/run.sh $(BUILD) $(if $(UPDATE),--update)
 
 # the PyTorch reference, live: regenerate the fixtures with torch and compare ppr against them
@@ -237,20 +241,19 @@ MPIRUN     ?= mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1
 DEMO_OPTS   = --steps $(DEMO_STEPS) --lr 3e-3 --clip 1 --lr-schedule cosine --warmup 30 --val-frac 0.1 \
               --eval-every 50 --save $(DEMO_RUN) --save-every 100 --keep 2
 DEMO_SAMPLE = --prompt 'The clock ' --temperature 0.8 --top-k 20
-demo: $(PPC) $(PPR)
+demo: $(PPC) $(PPR) $(PPRUN)
 	$(PPC) examples/tiny.pdl $(DEMO_MESH) --micro-batch 4 --microbatches 8 --generate -o $(BUILD)/demo
 	rm -rf $(DEMO_RUN)
-	$(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo $(DEMO_OPTS) --sample-every $(DEMO_STEPS) --sample-len 200 \
-	  $(DEMO_SAMPLE)
+	$(PPRUN) $(BUILD)/demo $(DEMO_OPTS) --sample-every $(DEMO_STEPS) --sample-len 200 $(DEMO_SAMPLE)
 	@echo
 	@echo "Checkpoints: $$(ls -d $(DEMO_RUN)/step-* | tr '\n' ' ')(the last 2; Ctrl-C saves one and stops)."
 	@echo "Continue a stopped run from its last checkpoint (the same options, --resume CKPT):"
-	@echo "  $(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo $(DEMO_OPTS) --resume $(DEMO_RUN)/step-000200"
+	@echo "  $(PPRUN) $(BUILD)/demo $(DEMO_OPTS) --resume $(DEMO_RUN)/step-000200"
 	@echo "Sample from a checkpoint:"
-	@echo "  $(MPIRUN) -np $(DEMO_RANKS) $(PPR) $(BUILD)/demo --init $(DEMO_RUN)/step-$$(printf %06d $(DEMO_STEPS)) --generate 300 $(DEMO_SAMPLE)"
+	@echo "  $(PPRUN) $(BUILD)/demo --init $(DEMO_RUN)/step-$$(printf %06d $(DEMO_STEPS)) --generate 300 $(DEMO_SAMPLE)"
 
 # the one style of .clang-format, applied (tests/scripts/lint_format.sh checks it in make test)
-FORMATTED = $(shell git ls-files 'common/*.[ch]' 'compiler/*.[ch]' 'runtime/*.[ch]' 'ppr/*.[ch]' 'tests/unit/*.[ch]' \
+FORMATTED = $(shell git ls-files 'common/*.[ch]' 'compiler/*.[ch]' 'runtime/*.[ch]' 'ppr/*.[ch]' 'pprun/*.[ch]' 'tests/unit/*.[ch]' \
               'tests/fuzz/*.c' 2>/dev/null)
 format:
 	clang-format -i $(FORMATTED)

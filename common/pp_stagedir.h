@@ -5,7 +5,7 @@
 
 /* The version of the listing format: a listing's first line is 'ppr-program N', and ppr reads this
  * one alone (docs/stage-format.md, the listing's first line) */
-#define PP_PROG_VERSION 4
+#define PP_PROG_VERSION 5
 
 /* The training program of world rank R, and the kernels of stage S it names (NAME.so, .cl,
  * .cubin, .ptx; ppc keeps NAME.c and NAME.cu beside them). */

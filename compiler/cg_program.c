@@ -546,10 +546,25 @@ out:
   return rc;
 }
 
+uint64_t cg_fnv1a_more(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+  return h;
+}
+
+uint64_t cg_listing_fold(uint64_t id, const Program *p, const Sched *s, const Coord *w, const StageFiles *f) {
+  Buf body = {0};
+  listing_body(&body, p, s, cg_rank(&p->g->cfg, w, p->g->stage), w, f);
+  id = cg_fnv1a_more(id, body.s, body.len);
+  free(body.s);
+  return id;
+}
+
 /* rankR.prog, the listing of the rank at w of the stage whose kernels f names; dir NULL: to stdout. */
-int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f) {
+int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f,
+             uint64_t compile_id) {
   Buf body = {0}, all = {0};
   int rank = cg_rank(&p->g->cfg, w, p->g->stage);
+  OUT(&body, "compile %016llx\n", (unsigned long long)compile_id);
   listing_body(&body, p, s, rank, w, f);
   OUT(&all, "ppr-program %d\ncompiler ppc %s\nhash %016llx\n", PP_PROG_VERSION, PPC_VERSION,
       (unsigned long long)cg_fnv1a(body.s, body.len));

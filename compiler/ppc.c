@@ -500,24 +500,29 @@ static void print_stage_irs(const Graph *g, const Stage *st, const Sched *sched)
     }
 }
 
-/* Per stage its kernels, per rank its listing (dir NULL: printed). */
+/* Per stage its kernels, per rank its listing (dir NULL: printed), each listing carrying the
+ * compile id, a hash over them all (cg_listing_fold): ppr's ranks compare it at start-up. */
 static int write_programs(const char *dir, const Graph *g, const Sched *sched, const Stage *st, const char *arch) {
   char cache[4096] = "";
   const char *env = getenv("PPC_CACHE"), *home = getenv("HOME");
   if (env) snprintf(cache, sizeof cache, "%s", env);
   else if (home) snprintf(cache, sizeof cache, "%s/.cache/ppc", home);
   const Config *c = &g->cfg;
+  StageFiles *files = xcalloc((size_t)c->pp, sizeof *files); /* cg_program.c, cg_nvrtc.c: sizes, hashes */
   int rc = 0;
-  for (int r = 0; r < c->pp && !rc; r++) {
-    const Program *prog = st[r].prog;
-    StageFiles files; /* cg_program.c, cg_nvrtc.c: the stage's kernels, their sizes and hashes */
-    rc = cg_write_kernels(dir, prog, cache, arch, &files);
-    /* rank ((dp * pp + r) * cp + cp_rank) * tp + tp_rank, in order */
+  for (int r = 0; r < c->pp && !rc; r++) rc = cg_write_kernels(dir, st[r].prog, cache, arch, &files[r]);
+  /* rank ((dp * pp + r) * cp + cp_rank) * tp + tp_rank: in rank order for the id, twice */
+  uint64_t id = cg_fnv1a("", 0);
+  for (int pass = 0; pass < 2 && !rc; pass++)
     for (int dp = 0; dp < c->dp && !rc; dp++)
-      for (int cp = 0; cp < c->cp && !rc; cp++)
-        for (int tp = 0; tp < c->tp && !rc; tp++)
-          rc = cg_write(dir, prog, sched, &(Coord){.tp = tp, .cp = cp, .dp = dp}, &files); /* the listing */
-  }
+      for (int r = 0; r < c->pp && !rc; r++)
+        for (int cp = 0; cp < c->cp && !rc; cp++)
+          for (int tp = 0; tp < c->tp && !rc; tp++) {
+            Coord w = {.tp = tp, .cp = cp, .dp = dp};
+            if (pass == 0) id = cg_listing_fold(id, st[r].prog, sched, &w, &files[r]);
+            else rc = cg_write(dir, st[r].prog, sched, &w, &files[r], id); /* the listing */
+          }
+  free(files);
   return rc;
 }
 

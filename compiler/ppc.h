@@ -958,11 +958,16 @@ int cg_write_kernels(const char *dir, const Program *p, const char *cc_cache, co
 typedef struct Coord {
   int tp, cp, dp;
 } Coord;
-/* rankR.prog of the rank at w of p's stage; dir NULL: the listing to stdout. 0 on
- * success. */
-int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f);
-int cg_rank(const Config *c, const Coord *w, int stage); /* the world rank at w on stage */
-bool cg_replica(const IrParam *q, const Coord *w);       /* the listing's `replica`: not owned at w */
+/* rankR.prog of the rank at w of p's stage, its `compile` line compile_id; dir NULL: the listing to
+ * stdout. 0 on success. */
+int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, const StageFiles *f,
+             uint64_t compile_id);
+/* The compile id: FNV-1a 64 over every rank's listing (without its header and `compile` line), in
+ * rank order, from the offset basis: id folded with the listing of the rank at w. */
+uint64_t cg_listing_fold(uint64_t id, const Program *p, const Sched *s, const Coord *w, const StageFiles *f);
+uint64_t cg_fnv1a_more(uint64_t h, const char *s, size_t n); /* FNV-1a 64 continued from h */
+int cg_rank(const Config *c, const Coord *w, int stage);     /* the world rank at w on stage */
+bool cg_replica(const IrParam *q, const Coord *w);           /* the listing's `replica`: not owned at w */
 /* The bytes a buffer operand may touch, its offset to its buffer's end: the `:BYTES` the listing
  * writes after a kernel's pointer argument; 0 for an operand that is no buffer. */
 int64_t cg_extent(const Program *p, const Operand *o);

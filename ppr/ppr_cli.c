@@ -3,6 +3,7 @@
 #include "ppr_cli.h"
 #include "rt_comm.h"
 #include "rt_dev.h"
+#include "rt_dev_cpu.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -14,6 +15,7 @@
 
 static const char usage[] =
     "usage: ppr DIR [options]\n"
+    "       ppr --verify CKPT\n"
     "\n"
     "Runs the programs written by ppc (docs/ppr.md): rank R of the MPI world runs\n"
     "DIR/rankR.prog. A mesh of N = tp*pp*dp*cp ranks: mpirun -np N ppr DIR (as root add\n"
@@ -112,6 +114,12 @@ static const char usage[] =
     "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), the\n"
     "                              last step's drawn as FILE.svg, and each rank's measured bubble\n"
     "  --quiet                     no per-step lines on stdout\n"
+    "  --stop-file PATH            stop after the step in which PATH appears, as SIGTERM does (for\n"
+    "                              launchers that cannot signal the ranks); absent at the start\n"
+    "  --exit-file PATH            rank 0 writes the exit status there at the end (for launchers\n"
+    "                              that do not pass it on: mpirun without its abort)\n"
+    "  --verify CKPT               check a checkpoint (a file, an index or a folder) and the\n"
+    "                              training state beside it against their checksums; no DIR, no run\n"
     "\n"
     "  --timeout SECONDS           the watchdog: a rank whose message or collective makes no\n"
     "                              progress for this long says what it waits for, and the job\n"
@@ -119,9 +127,10 @@ static const char usage[] =
     "  -h, --help                  this text\n"
     "  --version                   ppr's version and the listing format it reads\n"
     "\n"
-    "SIGTERM or SIGINT (to a rank, or to mpirun, which passes SIGTERM on) stops every rank after\n"
-    "the current step; --save and --trace are written, and ppr exits with status 75. A second\n"
-    "signal ends the rank at once, without saving. docs/reliability.md has the details.\n";
+    "SIGTERM, SIGINT or SIGUSR1 (to a rank, or to mpirun, which passes SIGTERM on) stops every\n"
+    "rank after the current step; --save and --trace are written, and ppr exits with status 75.\n"
+    "A second signal ends the rank at once, without saving. pprun starts mpirun so that Ctrl-C\n"
+    "does this; docs/reliability.md has the details.\n";
 
 static void bad_usage(const char *fmt, ...) RT_FMT(1, 2);
 static void bad_usage(const char *fmt, ...) {
@@ -186,6 +195,180 @@ static uint64_t size_arg(const char *flag, const char *v) {
   return 0;
 }
 
+/* The long options: getopt_long's table and the codes its switch takes. */
+enum {
+  O_INIT = 256,
+  O_SEED,
+  O_DATA,
+  O_STEPS,
+  O_LR,
+  O_BETA1,
+  O_BETA2,
+  O_EPS,
+  O_WD,
+  O_CLIP,
+  O_SAVE_GRADS,
+  O_SAVE,
+  O_LOG,
+  O_TRACE,
+  O_DEVICE,
+  O_TIMEOUT,
+  O_QUIET,
+  O_TF32,
+  O_ONEDNN,
+  O_VERSION,
+  O_SHARD_SIZE,
+  O_TIED_HEAD,
+  O_LR_SCHEDULE,
+  O_WARMUP,
+  O_LR_MIN,
+  O_DECAY_STEPS,
+  O_VAL_DATA,
+  O_VAL_FRAC,
+  O_EVAL_EVERY,
+  O_VAL_BATCHES,
+  O_PEAK_FLOPS,
+  O_RESUME,
+  O_SAVE_EVERY,
+  O_KEEP,
+  O_GENERATE,
+  O_SAMPLE_EVERY,
+  O_SAMPLE_LEN,
+  O_PROMPT,
+  O_PROMPT_IDS,
+  O_TOKENIZER,
+  O_TEMPERATURE,
+  O_TOP_K,
+  O_SAMPLE_SEED,
+  O_DROPOUT_SEED,
+  O_VERIFY,
+  O_STOP_FILE,
+  O_EXIT_FILE
+};
+
+static const struct option longs[] = {
+    {"verify", required_argument, NULL, O_VERIFY},
+    {"stop-file", required_argument, NULL, O_STOP_FILE},
+    {"exit-file", required_argument, NULL, O_EXIT_FILE},
+    {"init", required_argument, NULL, O_INIT},
+    {"seed", required_argument, NULL, O_SEED},
+    {"data", required_argument, NULL, O_DATA},
+    {"steps", required_argument, NULL, O_STEPS},
+    {"lr", required_argument, NULL, O_LR},
+    {"beta1", required_argument, NULL, O_BETA1},
+    {"beta2", required_argument, NULL, O_BETA2},
+    {"eps", required_argument, NULL, O_EPS},
+    {"wd", required_argument, NULL, O_WD},
+    {"clip", required_argument, NULL, O_CLIP},
+    {"save-grads", required_argument, NULL, O_SAVE_GRADS},
+    {"save", required_argument, NULL, O_SAVE},
+    {"log", required_argument, NULL, O_LOG},
+    {"trace", required_argument, NULL, O_TRACE},
+    {"device", required_argument, NULL, O_DEVICE},
+    {"timeout", required_argument, NULL, O_TIMEOUT},
+    {"quiet", no_argument, NULL, O_QUIET},
+    {"tf32", no_argument, NULL, O_TF32},
+    {"onednn", no_argument, NULL, O_ONEDNN},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, O_VERSION},
+    {"save-shard-size", required_argument, NULL, O_SHARD_SIZE},
+    {"save-tied-head", no_argument, NULL, O_TIED_HEAD},
+    {"lr-schedule", required_argument, NULL, O_LR_SCHEDULE},
+    {"warmup", required_argument, NULL, O_WARMUP},
+    {"lr-min", required_argument, NULL, O_LR_MIN},
+    {"decay-steps", required_argument, NULL, O_DECAY_STEPS},
+    {"val-data", required_argument, NULL, O_VAL_DATA},
+    {"val-frac", required_argument, NULL, O_VAL_FRAC},
+    {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+    {"val-batches", required_argument, NULL, O_VAL_BATCHES},
+    {"peak-flops", required_argument, NULL, O_PEAK_FLOPS},
+    {"resume", required_argument, NULL, O_RESUME},
+    {"save-every", required_argument, NULL, O_SAVE_EVERY},
+    {"keep", required_argument, NULL, O_KEEP},
+    {"generate", required_argument, NULL, O_GENERATE},
+    {"sample-every", required_argument, NULL, O_SAMPLE_EVERY},
+    {"sample-len", required_argument, NULL, O_SAMPLE_LEN},
+    {"prompt", required_argument, NULL, O_PROMPT},
+    {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+    {"tokenizer", required_argument, NULL, O_TOKENIZER},
+    {"temperature", required_argument, NULL, O_TEMPERATURE},
+    {"top-k", required_argument, NULL, O_TOP_K},
+    {"sample-seed", required_argument, NULL, O_SAMPLE_SEED},
+    {"dropout-seed", required_argument, NULL, O_DROPOUT_SEED},
+    {NULL, 0, NULL, 0},
+};
+
+/* The positional DIR, the defaults that depend on other options, and the options checked against
+ * each other. */
+static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
+  int have_sampling;
+  for (int i = optind; i < argc; i++) {
+    if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
+    c->dir = argv[i];
+  }
+  if (c->verify && c->dir) bad_usage("--verify checks a checkpoint alone: drop DIR ('%s')", c->dir);
+  if (c->verify) return;
+  if (!c->dir) bad_usage("no program directory DIR");
+  have_sampling = c->prompt || c->prompt_ids || c->tokenizer || c->top_k || c->temperature != 1 || c->sample_seed != 1;
+  if (c->generate && c->sample_every) bad_usage("--generate and --sample-every exclude each other");
+  if (c->generate && have_steps)
+    bad_usage("--generate samples from the weights without training: drop --steps (while training: --sample-every)");
+  if (c->generate) c->steps = 0;
+  if (c->sample_len && !c->sample_every) bad_usage("--sample-len is an option of --sample-every");
+  if (!c->sample_len) c->sample_len = 64;
+  if (have_sampling && !c->generate && !c->sample_every)
+    bad_usage("the prompt and sampling options go with --generate N or --sample-every N");
+  if (c->prompt && c->prompt_ids) bad_usage("--prompt and --prompt-ids exclude each other");
+  if (c->generate && (c->save || c->save_grads || c->log || c->trace || c->val_data || c->val_frac > 0))
+    bad_usage("--generate writes text alone: %s is an option of training", c->save         ? "--save"
+                                                                           : c->save_grads ? "--save-grads"
+                                                                           : c->log        ? "--log"
+                                                                           : c->trace      ? "--trace"
+                                                                                           : "validation");
+  c->sched.lr = c->h.lr;
+  c->sched.steps = c->steps;
+  char m[512];
+  if (rt_lr_check(&c->sched, m, sizeof m)) bad_usage("%s", m);
+  if (c->val_data && c->val_frac > 0) bad_usage("--val-data and --val-frac exclude each other");
+  if (!c->val_data && c->val_frac == 0 && (c->eval_every || c->val_batches))
+    bad_usage("%s needs a validation set: --val-data FILE or --val-frac F",
+              c->eval_every ? "--eval-every" : "--val-batches");
+  if (!c->val_batches) c->val_batches = 8;
+  if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
+  RtDevKind kind;
+  int index;
+  if (rt_dev_parse(c->device, &kind, &index))
+    bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
+              getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
+  if (c->tf32 && kind != RT_DEV_CUDA)
+    bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
+  if (c->onednn && kind != RT_DEV_CPU) bad_usage("--onednn is for --device cpu, not %s", c->device);
+  if (c->onednn && !rt_dev_cpu_onednn())
+    bad_usage("--onednn: this ppr was built without oneDNN (apt-get install libdnnl-dev, then make)%s", "");
+  if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
+  if (c->resume && (c->init || c->have_seed))
+    bad_usage("--resume and %s exclude each other (--resume loads the weights)", c->init ? "--init" : "--seed");
+  if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
+  if ((c->save_shard_size || c->save_tied_head) && !c->save)
+    bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size" : "--save-tied-head");
+  if (c->save_every && !c->save) bad_usage("--save-every is an option of --save");
+  if (c->keep && !c->save_every) bad_usage("--keep is an option of --save-every");
+  if (c->save_every && rt_ckpt_is_file_path(c->save))
+    bad_usage("--save-every: --save %s is one .safetensors file; --save-every writes a folder of checkpoint folders",
+              c->save);
+  if (c->save_shard_size && c->save && rt_ckpt_is_file_path(c->save))
+    bad_usage("--save-shard-size: --save %s is one .safetensors file; a folder (a path without that ending) "
+              "has shards",
+              c->save);
+  /* the files rank 0 writes: not one file for two of them */
+  const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
+  static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
+  for (int a = 0; a < 4; a++)
+    for (int b = a + 1; b < 4; b++)
+      if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
+        bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
+}
+
 void ppr_cli_parse(int argc, char **argv, PprCli *c) {
   memset(c, 0, sizeof *c);
   c->seed = 1;
@@ -193,103 +376,9 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
   c->timeout = RT_COMM_TIMEOUT;
   c->temperature = 1;
   c->sample_seed = 1;
-  int have_steps = 0, have_sampling = 0;
+  int have_steps = 0;
   c->h = (RtHyper){
       .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0, .dropout_seed = 1};
-  enum {
-    O_INIT = 256,
-    O_SEED,
-    O_DATA,
-    O_STEPS,
-    O_LR,
-    O_BETA1,
-    O_BETA2,
-    O_EPS,
-    O_WD,
-    O_CLIP,
-    O_SAVE_GRADS,
-    O_SAVE,
-    O_LOG,
-    O_TRACE,
-    O_DEVICE,
-    O_TIMEOUT,
-    O_QUIET,
-    O_TF32,
-    O_ONEDNN,
-    O_VERSION,
-    O_SHARD_SIZE,
-    O_TIED_HEAD,
-    O_LR_SCHEDULE,
-    O_WARMUP,
-    O_LR_MIN,
-    O_DECAY_STEPS,
-    O_VAL_DATA,
-    O_VAL_FRAC,
-    O_EVAL_EVERY,
-    O_VAL_BATCHES,
-    O_PEAK_FLOPS,
-    O_RESUME,
-    O_SAVE_EVERY,
-    O_KEEP,
-    O_GENERATE,
-    O_SAMPLE_EVERY,
-    O_SAMPLE_LEN,
-    O_PROMPT,
-    O_PROMPT_IDS,
-    O_TOKENIZER,
-    O_TEMPERATURE,
-    O_TOP_K,
-    O_SAMPLE_SEED,
-    O_DROPOUT_SEED
-  };
-  static const struct option longs[] = {
-      {"init", required_argument, NULL, O_INIT},
-      {"seed", required_argument, NULL, O_SEED},
-      {"data", required_argument, NULL, O_DATA},
-      {"steps", required_argument, NULL, O_STEPS},
-      {"lr", required_argument, NULL, O_LR},
-      {"beta1", required_argument, NULL, O_BETA1},
-      {"beta2", required_argument, NULL, O_BETA2},
-      {"eps", required_argument, NULL, O_EPS},
-      {"wd", required_argument, NULL, O_WD},
-      {"clip", required_argument, NULL, O_CLIP},
-      {"save-grads", required_argument, NULL, O_SAVE_GRADS},
-      {"save", required_argument, NULL, O_SAVE},
-      {"log", required_argument, NULL, O_LOG},
-      {"trace", required_argument, NULL, O_TRACE},
-      {"device", required_argument, NULL, O_DEVICE},
-      {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"quiet", no_argument, NULL, O_QUIET},
-      {"tf32", no_argument, NULL, O_TF32},
-      {"onednn", no_argument, NULL, O_ONEDNN},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, O_VERSION},
-      {"save-shard-size", required_argument, NULL, O_SHARD_SIZE},
-      {"save-tied-head", no_argument, NULL, O_TIED_HEAD},
-      {"lr-schedule", required_argument, NULL, O_LR_SCHEDULE},
-      {"warmup", required_argument, NULL, O_WARMUP},
-      {"lr-min", required_argument, NULL, O_LR_MIN},
-      {"decay-steps", required_argument, NULL, O_DECAY_STEPS},
-      {"val-data", required_argument, NULL, O_VAL_DATA},
-      {"val-frac", required_argument, NULL, O_VAL_FRAC},
-      {"eval-every", required_argument, NULL, O_EVAL_EVERY},
-      {"val-batches", required_argument, NULL, O_VAL_BATCHES},
-      {"peak-flops", required_argument, NULL, O_PEAK_FLOPS},
-      {"resume", required_argument, NULL, O_RESUME},
-      {"save-every", required_argument, NULL, O_SAVE_EVERY},
-      {"keep", required_argument, NULL, O_KEEP},
-      {"generate", required_argument, NULL, O_GENERATE},
-      {"sample-every", required_argument, NULL, O_SAMPLE_EVERY},
-      {"sample-len", required_argument, NULL, O_SAMPLE_LEN},
-      {"prompt", required_argument, NULL, O_PROMPT},
-      {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
-      {"tokenizer", required_argument, NULL, O_TOKENIZER},
-      {"temperature", required_argument, NULL, O_TEMPERATURE},
-      {"top-k", required_argument, NULL, O_TOP_K},
-      {"sample-seed", required_argument, NULL, O_SAMPLE_SEED},
-      {"dropout-seed", required_argument, NULL, O_DROPOUT_SEED},
-      {NULL, 0, NULL, 0},
-  };
   opterr = 0; /* the messages below name the option as it was written */
   for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
     /* the option as written: argv's last for a missing value or an unknown one, else its name */
@@ -385,73 +474,72 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_TOP_K: c->top_k = (int64_t)count(flag, v, INT32_MAX); break;
     case O_SAMPLE_SEED: c->sample_seed = count(flag, v, UINT64_MAX); break;
     case O_DROPOUT_SEED: c->h.dropout_seed = count(flag, v, UINT64_MAX); break;
+    case O_VERIFY: c->verify = v; break;
+    case O_STOP_FILE: c->stop_file = v; break;
+    case O_EXIT_FILE: c->exit_file = v; break;
     case ':': bad_usage("%s needs a value", flag); break;
     default: /* '?': getopt_long's answer for an option it does not know */
       if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
       bad_usage("unknown option '%s'", a);
     }
   }
-  for (int i = optind; i < argc; i++) {
-    if (c->dir) bad_usage("more than one DIR ('%s' and '%s')", c->dir, argv[i]);
-    c->dir = argv[i];
-  }
-  if (!c->dir) bad_usage("no program directory DIR");
-  have_sampling = c->prompt || c->prompt_ids || c->tokenizer || c->top_k || c->temperature != 1 || c->sample_seed != 1;
-  if (c->generate && c->sample_every) bad_usage("--generate and --sample-every exclude each other");
-  if (c->generate && have_steps)
-    bad_usage("--generate samples from the weights without training: drop --steps (while training: --sample-every)");
-  if (c->generate) c->steps = 0;
-  if (c->sample_len && !c->sample_every) bad_usage("--sample-len is an option of --sample-every");
-  if (!c->sample_len) c->sample_len = 64;
-  if (have_sampling && !c->generate && !c->sample_every)
-    bad_usage("the prompt and sampling options go with --generate N or --sample-every N");
-  if (c->prompt && c->prompt_ids) bad_usage("--prompt and --prompt-ids exclude each other");
-  if (c->generate && (c->save || c->save_grads || c->log || c->trace || c->val_data || c->val_frac > 0))
-    bad_usage("--generate writes text alone: %s is an option of training", c->save         ? "--save"
-                                                                           : c->save_grads ? "--save-grads"
-                                                                           : c->log        ? "--log"
-                                                                           : c->trace      ? "--trace"
-                                                                                           : "validation");
-  c->sched.lr = c->h.lr;
-  c->sched.steps = c->steps;
-  char m[512];
-  if (rt_lr_check(&c->sched, m, sizeof m)) bad_usage("%s", m);
-  if (c->val_data && c->val_frac > 0) bad_usage("--val-data and --val-frac exclude each other");
-  if (!c->val_data && c->val_frac == 0 && (c->eval_every || c->val_batches))
-    bad_usage("%s needs a validation set: --val-data FILE or --val-frac F",
-              c->eval_every ? "--eval-every" : "--val-batches");
-  if (!c->val_batches) c->val_batches = 8;
-  if (!c->device) c->device = getenv("PPR_DEVICE") && *getenv("PPR_DEVICE") ? getenv("PPR_DEVICE") : "cpu";
-  RtDevKind kind;
-  int index;
-  if (rt_dev_parse(c->device, &kind, &index))
-    bad_usage("--device: expected cpu, opencl, opencl:N, cuda or cuda:N, found '%s'%s", c->device,
-              getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
-  if (c->tf32 && kind != RT_DEV_CUDA)
-    bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
-  if (c->onednn && kind != RT_DEV_CPU) bad_usage("--onednn is for --device cpu, not %s", c->device);
-  if (c->onednn && !rt_dev_cpu_onednn())
-    bad_usage("--onednn: this ppr was built without oneDNN (apt-get install libdnnl-dev, then make)%s", "");
-  if (c->init && c->have_seed) bad_usage("--init and --seed exclude each other");
-  if (c->resume && (c->init || c->have_seed))
-    bad_usage("--resume and %s exclude each other (--resume loads the weights)", c->init ? "--init" : "--seed");
-  if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
-  if ((c->save_shard_size || c->save_tied_head) && !c->save)
-    bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size" : "--save-tied-head");
-  if (c->save_every && !c->save) bad_usage("--save-every is an option of --save");
-  if (c->keep && !c->save_every) bad_usage("--keep is an option of --save-every");
-  if (c->save_every && rt_ckpt_is_file_path(c->save))
-    bad_usage("--save-every: --save %s is one .safetensors file; --save-every writes a folder of checkpoint folders",
-              c->save);
-  if (c->save_shard_size && c->save && rt_ckpt_is_file_path(c->save))
-    bad_usage("--save-shard-size: --save %s is one .safetensors file; a folder (a path without that ending) "
-              "has shards",
-              c->save);
-  /* the files rank 0 writes: not one file for two of them */
-  const char *outs[4] = {c->save, c->save_grads, c->log, c->trace};
-  static const char *const names[4] = {"--save", "--save-grads", "--log", "--trace"};
-  for (int a = 0; a < 4; a++)
-    for (int b = a + 1; b < 4; b++)
-      if (outs[a] && outs[b] && !strcmp(outs[a], outs[b]))
-        bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
+  check_options(c, argc, argv, have_steps);
+}
+
+/* One line "--NAME VALUE" of the agreed text (NULL strings as "-"). */
+static void agreed_str(char *b, size_t n, const char *name, const char *v) {
+  size_t l = strlen(b);
+  snprintf(b + l, n - l, "--%s %s\n", name, v ? v : "-");
+}
+
+static void agreed_num(char *b, size_t n, const char *name, double v) {
+  char t[40];
+  snprintf(t, sizeof t, "%.17g", v);
+  agreed_str(b, n, name, t);
+}
+
+char *ppr_cli_agreed(const PprCli *c) {
+  size_t n = 8192 + (c->prompt ? strlen(c->prompt) : 0) + (c->prompt_ids ? strlen(c->prompt_ids) : 0);
+  char *b = calloc(n, 1);
+  if (!b) return NULL;
+  const char *strs[][2] = {{"init", c->init},
+                           {"resume", c->resume},
+                           {"data", c->data},
+                           {"val-data", c->val_data},
+                           {"save", c->save},
+                           {"save-grads", c->save_grads},
+                           {"prompt", c->prompt},
+                           {"prompt-ids", c->prompt_ids},
+                           {"lr-schedule", rt_lr_name(c->sched.kind)}};
+  for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) agreed_str(b, n, strs[k][0], strs[k][1]);
+  const struct {
+    const char *name;
+    double v;
+  } nums[] = {{"steps", (double)c->steps},
+              {"lr", c->h.lr},
+              {"beta1", c->h.beta1},
+              {"beta2", c->h.beta2},
+              {"eps", c->h.eps},
+              {"wd", c->h.wd},
+              {"clip", c->h.use_clip ? c->h.clip : -1},
+              {"warmup", (double)c->sched.warmup},
+              {"lr-min", c->sched.lr_min},
+              {"decay-steps", (double)c->sched.decay},
+              {"seed", (double)c->seed},
+              {"dropout-seed", (double)c->h.dropout_seed},
+              {"val-frac", c->val_frac},
+              {"eval-every", (double)c->eval_every},
+              {"val-batches", (double)c->val_batches},
+              {"save-every", (double)c->save_every},
+              {"keep", (double)c->keep},
+              {"generate", (double)c->generate},
+              {"sample-every", (double)c->sample_every},
+              {"sample-len", (double)c->sample_len},
+              {"temperature", c->temperature},
+              {"top-k", (double)c->top_k},
+              {"sample-seed", (double)c->sample_seed},
+              {"tf32", c->tf32},
+              {"onednn", c->onednn}};
+  for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) agreed_num(b, n, nums[k].name, nums[k].v);
+  return b;
 }

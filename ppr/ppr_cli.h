@@ -35,11 +35,18 @@ typedef struct {
   double temperature;     /* --temperature: 0 greedy (default 1) */
   int64_t top_k;          /* --top-k: 0 the whole vocabulary */
   uint64_t sample_seed;   /* --sample-seed (default 1) */
+  const char *verify;     /* --verify CKPT: check a checkpoint's checksums, run nothing */
+  const char *stop_file;  /* --stop-file PATH: stop after the step in which PATH appears */
+  const char *exit_file;  /* --exit-file PATH: rank 0 writes the exit status there at the end */
 } PprCli;
 
 /* Parses argv into c, with the defaults of the options not given, and checks the options against
  * each other. --help and --version print on stdout and exit 0; a bad command line prints
  * "ppr: error: ..." and the usage line on stderr and exits 1. */
 void ppr_cli_parse(int argc, char **argv, PprCli *c);
+
+/* The options every rank must share, as text: a line "--NAME VALUE" each, in one order (values
+ * printed exactly). malloc'ed; NULL when out of memory. */
+char *ppr_cli_agreed(const PprCli *c);
 
 #endif /* PPR_CLI_H */

@@ -26,7 +26,7 @@ int64_t ppr_gen_pick(PprSampler *s, const float *row, int64_t vocab);
 /* Extends tok[0..n) by `count` tokens (tok has room for n + count): each the pick from the logits
  * after the last min(n, seq) tokens (the program's sequence: older ones fall out of the window),
  * through x (its `logits`, gathered on world rank 0, which picks and broadcasts). Every rank calls
- * it alike. 0; -1 with the message in err; -2 when this rank's device failed. */
+ * it alike. 0; RT_FAILED with the message in err; RT_DEVICE_FAILED when this rank's device failed. */
 int ppr_gen_extend(RtComm *comm, RtExec *x, const RtProg *p, PprSampler *s, int32_t *tok, int n, int count, char *err,
                    size_t errlen);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -300,6 +301,17 @@ const RtStFile *rt_ckpt_file(const RtCkpt *c, int i, int *idx) {
 
 int rt_ckpt_nfiles(const RtCkpt *c) { return c ? c->nfiles : 0; }
 
+int rt_ckpt_verify(const RtCkpt *c, int *nsummed, char *err, size_t errlen) {
+  int n = 0;
+  for (int k = 0; k < c->nfiles; k++) {
+    if (!rt_st_has_checksums(c->files[k])) continue;
+    for (int i = 0; i < rt_st_count(c->files[k]); i++, n++)
+      if (rt_st_verify(c->files[k], i, err, errlen)) return -1;
+  }
+  if (nsummed) *nsummed = n;
+  return 0;
+}
+
 /* ---------------- writing a folder ---------------- */
 
 /* The files a checkpoint folder holds (what --save writes, and generation_config.json): a folder of
@@ -397,6 +409,35 @@ char *rt_ckpt_json_text(const json_t *v) {
   return t;
 }
 
+#define WRITER_LOCK ".ppr-writing" /* in a temporary folder: locked (flock) while its writer lives */
+
+/* The writer's lock in its temporary folder tmp: the file, held locked until it closes the fd (a
+ * dead writer's lock is free). The fd, or -1. */
+static int lock_writer(const char *tmp) {
+  char *lp = join(tmp, WRITER_LOCK);
+  int fd = lp ? open(lp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) close(fd), fd = -1;
+  free(lp);
+  return fd;
+}
+
+/* The temporary folders NAME.tmp-XXXXXX in dir that a writer killed during a save left: those with
+ * a writer's lock that nobody holds. Others (a writer alive, a folder not ours) stay. */
+static void remove_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const char *t = strstr(e->d_name, ".tmp-");
+    if (!t || strlen(t) != 11) continue;
+    char *sub = join(dir, e->d_name), *lp = sub ? join(sub, WRITER_LOCK) : NULL;
+    int fd = lp ? open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(sub);
+    if (fd >= 0) close(fd);
+    free(lp);
+    free(sub);
+  }
+  if (d) closedir(d);
+}
+
 int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const int *ndims, const int64_t *const *shapes,
                       const float *const *data, const RtCkptOpts *o, char *err, size_t errlen) {
   if (!path || n < 0 || (n > 0 && (!names || !ndims || !shapes))) {
@@ -421,7 +462,7 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
   uint64_t *bytes = calloc((size_t)n + 1, sizeof *bytes), total = 0, cur = 0;
   char *dir = dir_of(path), *tmp = NULL, *old = NULL, *fp = NULL, *text = NULL;
   json_t *index = NULL;
-  int rc = -1, made = 0;
+  int rc = -1, made = 0, lock = -1;
   if (!shard || !bytes || !dir) goto oom;
   for (int k = 0; k < n; k++) {
     uint64_t b = 4;
@@ -444,6 +485,8 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
     goto done;
   }
   made = 1;
+  lock = lock_writer(tmp);
+  remove_stale(dir);      /* after our own lock is held: never a live writer's folder */
   mode_t mask = umask(0); /* mkdtemp's 0700, made what a new folder gets */
   umask(mask);
   chmod(tmp, 0777 & ~mask);
@@ -491,6 +534,10 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
     if (!(fp = join(tmp, RT_CKPT_STATE_NAME))) goto oom;
     if (write_text(fp, o->state_json, err, errlen)) goto done;
   }
+  /* the lock goes (a checkpoint folder holds a checkpoint's files alone); the fd keeps it held */
+  free(fp);
+  if (!(fp = join(tmp, WRITER_LOCK))) goto oom;
+  unlink(fp);
   /* swap it in: an earlier checkpoint folder moves aside, then goes */
   int had = is_dir(path);
   if (had) {
@@ -513,6 +560,7 @@ oom:
   rt_util_set_err(err, errlen, "%s: out of memory", path);
 done:
   if (made) remove_tree(tmp);
+  if (lock >= 0) close(lock);
   json_decref(index);
   json_decref(cfg);
   free(shard);

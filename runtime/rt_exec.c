@@ -83,10 +83,10 @@ void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms) {
   *compute_ms = x->compute_ms;
 }
 
-/* The device's failure as this call's message; -2 (this rank alone failed). */
+/* The device's failure as this call's message; RT_DEVICE_FAILED (this rank alone failed). */
 static int dev_failed(RtExec *x, char *err, size_t errlen) {
   if (err && errlen) snprintf(err, errlen, "%s", rt_dev_error(x->dev));
-  return -2;
+  return RT_DEVICE_FAILED;
 }
 
 /* Whether entry en may read or write the buffers of slot `slot`, whatever its chunk (the chunks of
@@ -311,7 +311,8 @@ static int64_t iscalar(const Step *s, int k, int mb) {
   return (int64_t)(((uint64_t)s->step << 32) | (m & 0xffffffffu));
 }
 
-/* Runs chunk c's block b for micro-batch mb in slot slot: 0; -1 the hook failed; -2 the device failed. */
+/* Runs chunk c's block b for micro-batch mb in slot slot: 0; RT_FAILED the hook failed; RT_DEVICE_FAILED the device
+ * failed. */
 static int run_block(Step *s, int c, int b, int mb, int slot) {
   RtExec *x = s->x;
   RtDev *dev = x->dev;
@@ -451,7 +452,7 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       rc = grad_norm(s, in);
       break;
     }
-    if (rc) return -2;
+    if (rc) return RT_DEVICE_FAILED;
     if (s->prof) rt_prof_instr(x->prof, c, b, in, rt_dev_time_ms(dev) - t0);
   }
   return 0;
@@ -560,7 +561,7 @@ static void post_early(Step *s, int after) {
 static int refresh(Step *s) {
   RtExec *x = s->x;
   if (!x->stale || !x->p->blk[RT_BLK_REFRESH].present) return 0;
-  if (run_block(s, 0, RT_BLK_REFRESH, -1, -1)) return -2;
+  if (run_block(s, 0, RT_BLK_REFRESH, -1, -1)) return RT_DEVICE_FAILED;
   x->stale = 0;
   return 0;
 }
@@ -617,7 +618,8 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
     switch (en->kind) {
     case RT_E_ZERO_GRADS:
       /* skipped after a step whose optimizer block left the gradients zero (clears_grads) */
-      if (!x->grads_zero) rc = rt_dev_zero(dev, g->reg[RT_REG_GRADS].base, g->reg[RT_REG_GRADS].bytes) ? -2 : 0;
+      if (!x->grads_zero)
+        rc = rt_dev_zero(dev, g->reg[RT_REG_GRADS].base, g->reg[RT_REG_GRADS].bytes) ? RT_DEVICE_FAILED : 0;
       x->grads_zero = 0; /* the step's B and W entries write them */
       if (timed) {
         double t1 = rt_dev_time_ms(dev);
@@ -652,7 +654,7 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
       break;
     }
     }
-    if (rc == -2) return dev_failed(x, err, errlen);
+    if (rc == RT_DEVICE_FAILED) return dev_failed(x, err, errlen);
     if (rc) return -1;
     post_early(&s, e);
   }
@@ -687,10 +689,10 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
 
 /* One run of a forward-only pass (rt_exec_eval, rt_exec_next_logits): the schedule's F entries of
  * the micro-batches fwd_runs keeps and their forward messages, in schedule order; then every send
- * taken. 0, or -2 when the device failed. */
+ * taken. 0, or RT_DEVICE_FAILED when the device failed. */
 static int forward_run(Step *s) {
   const RtProg *g = s->x->p;
-  if (refresh(s)) return -2;
+  if (refresh(s)) return RT_DEVICE_FAILED;
   for (int e = 0; e < g->nentries; e++) {
     const RtEntry *en = &g->sched[e];
     s->entry = e;
@@ -705,7 +707,7 @@ static int forward_run(Step *s) {
     case RT_E_W:
     case RT_E_OPT: break;
     }
-    if (rc) return -2;
+    if (rc) return RT_DEVICE_FAILED;
   }
   if (s->x->comm) rt_comm_p2p_flush(s->x->comm); /* this run's sends taken, before the next run's */
   return 0;
@@ -730,7 +732,7 @@ static Step forward_step(RtExec *x, int64_t step, const char *what, char *err, s
 static int forward_end(Step *s, const char *what) {
   rt_comm_set_where(s->x->comm,
                     &(RtWhere){.step = s->step, .entry = -1, .block = -1, .instr = -1, .mb = -1, .what = what});
-  return rt_comm_wait(s->x->comm, s->x->dev) ? -2 : 0;
+  return rt_comm_wait(s->x->comm, s->x->dev) ? RT_DEVICE_FAILED : 0;
 }
 
 /* A validation pass: the schedule's forward entries only, over validation micro-batches 0 .. k-1
@@ -803,7 +805,7 @@ int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, cha
       if (g->sched[e].kind == RT_E_F && g->sched[e].chunk == l->chunk && g->sched[e].mb == 0) slot = g->sched[e].slot;
     int64_t es = pp_dtype_bytes(l->dtype);
     int64_t off = at(g, &l->ptr, slot) + (int64_t)(n - 1) * l->vlocal * es; /* [B,S,VLOCAL]: sequence 0 */
-    rc = rt_dev_read(dev, off, mine + sizeof head, cnt * es) ? -2 : 0;
+    rc = rt_dev_read(dev, off, mine + sizeof head, cnt * es) ? RT_DEVICE_FAILED : 0;
     if (!rc && l->dtype == PP_BF16) { /* widened in place, from the last element down */
       uint16_t h;
       for (int64_t j = cnt - 1; j >= 0; j--) {
@@ -845,7 +847,7 @@ int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, cha
   }
   free(all);
   free(sizes);
-  if (rc == -2) return dev_failed(x, err, errlen);
+  if (rc == RT_DEVICE_FAILED) return dev_failed(x, err, errlen);
   return rc;
 }
 

@@ -73,12 +73,17 @@ void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms);
 int rt_exec_read_param(RtExec *x, int i, int region, float *dst, char *err, size_t errlen);
 int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t errlen);
 int rt_exec_write_region(RtExec *x, int i, int region, const float *src, char *err, size_t errlen);
+/* What the executor's collective calls return besides 0: a failure every rank shares (the hook's,
+ * a message the ranks agreed on), or this rank's device failing, which the other ranks do not know
+ * of (the caller ends the job). */
+enum { RT_FAILED = -1, RT_DEVICE_FAILED = -2 };
+
 /* One training step: step is 0-based (it selects the data; the AdamW t is step + 1).
  * *loss = the step loss (the sum of the last stage's loss instructions' values / microbatches (the
  * global M), summed over the last stage's ranks of tp_rank 0 of every replica: the same on every rank),
  * *grad_norm = the grad_norm instruction's norm over the world's owned params (pre-clip).
- * Returns 0; -1 when the hook failed (every rank has called it: a collective verdict); -2 when
- * this rank's device failed (the message in err; the other ranks do not know). */
+ * Returns 0; RT_FAILED when the hook failed (every rank has called it: a collective verdict);
+ * RT_DEVICE_FAILED when this rank's device failed (the message in err; the other ranks do not know). */
 int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtHook before_opt, void *ctx, double *loss,
                  double *grad_norm, char *err, size_t errlen);
 /* A validation pass after 0-based step `step` (named in the watchdog's messages): the schedule's
@@ -86,14 +91,14 @@ int rt_exec_step(RtExec *x, const RtData *d, int64_t step, const RtHyper *h, RtH
  * first k micro-batches of d (micro-batch i of the pass reads rt_data_batch(d, 0, i, k, ...), on
  * every mesh), in runs of the schedule's M micro-batches. *loss = the mean of the last (virtual)
  * stage's loss values over the k micro-batches, summed over the world as the step's loss: the same
- * on every rank. Collective. 0, or -2 when this rank's device failed (the message in err). */
+ * on every rank. Collective. 0, or RT_DEVICE_FAILED when this rank's device failed (the message in err). */
 int rt_exec_eval(RtExec *x, const RtData *d, int64_t step, int k, double *loss, char *err, size_t errlen);
 /* The logits that follow a sequence: one forward pass (rt_exec_eval's entries) of every replica's
  * local micro-batch 0, whose first sequence holds tokens[0..n) (1 <= n <= seq; the rest of it, the
  * other sequences and the labels token 0), then that sequence's logits at position n - 1 (the
  * program's `logits`: a generation program's output, or what a training program's loss reads),
  * gathered on world rank 0 into row[0..vocab) (elsewhere row is not touched, and may be NULL).
- * Collective. 0; -1 with the message in err; -2 when this rank's device failed. */
+ * Collective. 0; RT_FAILED with the message in err; RT_DEVICE_FAILED when this rank's device failed. */
 int rt_exec_next_logits(RtExec *x, const int32_t *tokens, int n, float *row, char *err, size_t errlen);
 /* The FLOPs of one step's GEMMs on this rank: 2*m*n*k*batch of each gemm of the blocks its
  * schedule's F, B and W entries run. */

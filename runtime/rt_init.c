@@ -103,8 +103,10 @@ int rt_init_seed(const RtProg *p, RtExec *x, uint64_t seed, char *err, size_t er
   return 0;
 }
 
-/* Read param q's values (its shard of the dense tensor t of file f, padding rows 0) into dst. */
+/* Read param q's values (its shard of the dense tensor t of file f, padding rows 0) into dst, the
+ * tensor's checksum checked first. */
 static int read_param(const RtStFile *f, int t, const RtParam *q, float *dst, char *err, size_t errlen) {
+  if (rt_st_verify(f, t, err, errlen)) return -1; /* the whole tensor, whatever part of it this rank reads */
   if (!q->sharded) return rt_st_read_f32(f, t, dst, (size_t)q->numel, err, errlen);
   int64_t start[RT_MAX_NDIM] = {0}, len[RT_MAX_NDIM];
   memcpy(len, q->dims, sizeof len);

@@ -50,6 +50,13 @@ int64_t rt_st_numel(const RtStFile *f, int i);     /* 1 for a scalar */
 int rt_st_dtype_id(const RtStFile *f, int i);      /* RtStDtype */
 const char *rt_st_dtype(const RtStFile *f, int i); /* "F32" / "F16" / "BF16" / "F64" */
 
+/* The checksums (RT_ST_SUM_KEY in the header's __metadata__, which ppr writes for every tensor;
+ * rt_st_open has checked that a file has them for all its tensors or none): 1 when f has them. */
+int rt_st_has_checksums(const RtStFile *f);
+/* Tensor i's bytes hashed and compared with its recorded checksum: 0 when they agree or it has none;
+ * -1 with a message naming the file and the tensor when they differ. */
+int rt_st_verify(const RtStFile *f, int i, char *err, size_t errlen);
+
 /* Read a whole tensor as float32 (F16/BF16 converted exactly, incl. subnormals,
  * +-0, inf, nan; F64 rounded to nearest, a finite value beyond the float range an
  * error naming the tensor and the element). n must equal the tensor's element count. */
@@ -66,7 +73,8 @@ int rt_st_read_f32_slice(const RtStFile *f, int i, const int64_t *start, const i
  * tensor has 0 elements). Header is space-padded to a multiple of 8. Written to
  * "<path>.tmp", fsync'ed, then renamed over path; on error nothing is left
  * behind and an existing file at path is untouched. Names must be unique,
- * valid UTF-8 without NUL and not "__metadata__"; they are JSON-escaped. */
+ * valid UTF-8 without NUL and not "__metadata__"; they are JSON-escaped. Each
+ * tensor's checksum goes into the header's __metadata__ (rt_st_verify). */
 int rt_st_write(const char *path, int n, const char *const *names, const int *ndims, const int64_t *const *shapes,
                 const float *const *data, char *err, size_t errlen);
 
@@ -94,6 +102,10 @@ int rt_ckpt_count(const RtCkpt *c);
 int rt_ckpt_nfiles(const RtCkpt *c);
 const char *rt_ckpt_name(const RtCkpt *c, int i);    /* tensors 0..count-1: file by file, header order */
 int rt_ckpt_find(const RtCkpt *c, const char *name); /* -1 if absent */
+/* Every tensor of every file hashed and checked against its recorded checksum (rt_st_verify);
+ * *nsummed: the tensors that have one (0: a checkpoint another program wrote). 0, or -1 with a
+ * message naming the file and the first tensor that differs. */
+int rt_ckpt_verify(const RtCkpt *c, int *nsummed, char *err, size_t errlen);
 /* The file holding tensor i, and its index there (read it with rt_st_*); NULL for a bad i. */
 const RtStFile *rt_ckpt_file(const RtCkpt *c, int i, int *idx);
 

@@ -269,6 +269,7 @@ typedef struct RtProg {
   char cuda_arch[16];     /* `cuda ARCH ...`: the target of NAME.cubin */
   RtFileSum file[RT_NKF]; /* per RtKernelFile: the file's bytes and hash, checked before it is loaded */
   char kernels_hash[17];
+  char compile_id[17]; /* `compile`: one id for every listing of one ppc run (ranks compare it) */
   char *ckpt_prefix; /* `checkpoint_prefix P`: a prefix of param names a checkpoint's names may all lack; NULL: none */
   char *hf_config;   /* `hf_config JSON`: the Hugging Face config the model came from (--save's config.json); NULL */
   uint64_t hash;

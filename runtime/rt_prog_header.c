@@ -15,6 +15,7 @@ static const char *const header_forms[H_COUNT] = {
     "ppr-program N",
     "compiler NAME VERSION",
     "hash HEX16",
+    "compile HEX16",
     "model NAME",
     "mesh tp N pp N dp N [cp N]",
     "rank R stage S tp_rank T dp_rank D [cp_rank C]",
@@ -122,13 +123,119 @@ static int finish_chunks(RtParser *s) {
   return rc;
 }
 
+/* `mesh tp N pp N dp N [cp N]`: the world's shape (with stop_at_mesh the parse stops after it). */
+static int mesh_line(RtParser *s, const char *form) {
+  RtProg *g = s->p;
+  g->cp = 1; /* without `cp C` */
+  if ((s->nf != 9 && rt_prog_want_nf(s, 7, form)) || rt_prog_want_word(s, 1, "tp", form) ||
+      rt_prog_want_word(s, 3, "pp", form) || rt_prog_want_word(s, 5, "dp", form) ||
+      rt_prog_want_i32(s, 2, "tp", 1, PP_MAX_RANKS, &g->tp) || rt_prog_want_i32(s, 4, "pp", 1, PP_MAX_RANKS, &g->pp) ||
+      rt_prog_want_i32(s, 6, "dp", 1, PP_MAX_RANKS, &g->dp) ||
+      (s->nf == 9 && (rt_prog_want_word(s, 7, "cp", form) || rt_prog_want_i32(s, 8, "cp", 2, PP_MAX_RANKS, &g->cp))))
+    return -1;
+  if ((int64_t)g->tp * g->pp * g->dp * g->cp > PP_MAX_RANKS)
+    return rt_prog_err(s, "mesh: more than %d ranks", PP_MAX_RANKS);
+  if (s->stop_at_mesh) s->stopped = 1;
+  return 0;
+}
+
+/* `cuda ARCH CUBIN-BYTES CUBIN-HEX PTX-BYTES PTX-HEX`: the GPU target and its two kernel files. */
+static int cuda_line(RtParser *s, const char *form) {
+  RtProg *g = s->p;
+  if (rt_prog_want_nf(s, 6, form)) return -1;
+  if (strncmp(s->f[1], "sm_", 3) || strlen(s->f[1]) > 8 || strlen(s->f[1]) < 5 ||
+      strspn(s->f[1] + 3, "0123456789") != strlen(s->f[1] + 3))
+    return rt_prog_err(s, "cuda: '%.60s' is not a GPU architecture (sm_80, sm_90, ...)", s->f[1]);
+  if (file_sum(s, 2, RT_KF_CUBIN, "cuda", &g->file[RT_KF_CUBIN]) ||
+      file_sum(s, 4, RT_KF_PTX, "cuda", &g->file[RT_KF_PTX]))
+    return -1;
+  if ((g->file[RT_KF_CUBIN].bytes < 0) != (g->file[RT_KF_PTX].bytes < 0))
+    return rt_prog_err(s, "cuda: the cubin and the PTX come together: both sizes and hashes, or all '-'");
+  snprintf(g->cuda_arch, sizeof g->cuda_arch, "%s", s->f[1]);
+  return 0;
+}
+
+/* `step micro_batch B seq S microbatches M schedule NAME`: the step's shape, checked against the mesh. */
+static int step_line(RtParser *s, const char *form) {
+  RtProg *g = s->p;
+  if (rt_prog_want_nf(s, 9, form) || rt_prog_want_word(s, 1, "micro_batch", form) ||
+      rt_prog_want_word(s, 3, "seq", form) || rt_prog_want_word(s, 5, "microbatches", form) ||
+      rt_prog_want_word(s, 7, "schedule", form) ||
+      rt_prog_want_i32(s, 2, "micro_batch", 1, PP_MAX_STEP_DIM, &g->micro_batch) ||
+      rt_prog_want_i32(s, 4, "seq", 1, PP_MAX_STEP_DIM, &g->seq) ||
+      rt_prog_want_i32(s, 6, "microbatches", 1, PP_MAX_STEP_DIM, &g->microbatches))
+    return -1;
+  if ((int64_t)g->micro_batch * g->seq > ((int64_t)1 << 30))
+    return rt_prog_err(s, "step: micro_batch * seq is more than 2^30 tokens");
+  if (g->cp > 1 && g->seq % g->cp)
+    return rt_prog_err(s, "step: seq %d is not a multiple of cp %d (each context-parallel rank holds seq/cp positions)",
+                       g->seq, g->cp);
+  if (g->microbatches % g->dp)
+    return rt_prog_err(s,
+                       "step: microbatches %d is not a multiple of dp %d (each data-parallel replica runs M/dp "
+                       "of the step's micro-batches)",
+                       g->microbatches, g->dp);
+  g->local_microbatches = g->microbatches / g->dp;
+  if (pp_name_bad_at(s->f[8]) >= 0) return rt_prog_err(s, "step: schedule '%.60s' is not a name", s->f[8]);
+  g->schedule_name = rt_prog_strdup(s->f[8]);
+  S_ALLOC(g->schedule_name);
+  g->generate = !strcmp(g->schedule_name, PP_SCHED_FORWARD);
+  if (g->generate && g->micro_batch != 1)
+    return rt_prog_err(s, "step: a generation program (schedule %s) runs one sequence: micro_batch 1, not %d",
+                       PP_SCHED_FORWARD, g->micro_batch);
+  if (g->generate && g->local_microbatches != 1)
+    return rt_prog_err(s,
+                       "step: a generation program (schedule %s) runs one micro-batch a replica: microbatches %d "
+                       "(dp), not %d",
+                       PP_SCHED_FORWARD, g->dp, g->microbatches);
+  return 0;
+}
+
+/* `rank R stage S tp_rank T dp_rank D [cp_rank C]`: this rank's place in the mesh. */
+static int rank_line(RtParser *s, const char *form) {
+  RtProg *g = s->p;
+  int64_t nranks = rt_prog_nranks(g);
+  /* cp_rank: exactly when the mesh has cp > 1 */
+  if ((g->cp > 1 && (rt_prog_want_nf(s, 10, form) || rt_prog_want_word(s, 8, "cp_rank", form) ||
+                     rt_prog_want_i32(s, 9, "cp_rank", 0, g->cp - 1, &g->cp_rank))) ||
+      (g->cp == 1 && rt_prog_want_nf(s, 8, form)) || rt_prog_want_word(s, 2, "stage", form) ||
+      rt_prog_want_word(s, 4, "tp_rank", form) || rt_prog_want_word(s, 6, "dp_rank", form) ||
+      rt_prog_want_i32(s, 1, "rank", 0, nranks - 1, &g->rank) ||
+      rt_prog_want_i32(s, 3, "stage", 0, g->pp - 1, &g->stage) ||
+      rt_prog_want_i32(s, 5, "tp_rank", 0, g->tp - 1, &g->tp_rank) ||
+      rt_prog_want_i32(s, 7, "dp_rank", 0, g->dp - 1, &g->dp_rank))
+    return -1;
+  return 0;
+}
+
+/* `peers prev P next N`: the pipeline neighbours. */
+static int peers_line(RtParser *s, const char *form) {
+  RtProg *g = s->p;
+  int64_t nranks = rt_prog_nranks(g);
+  int prev, next;
+  if (rt_prog_want_nf(s, 5, form) || rt_prog_want_word(s, 1, "prev", form) || rt_prog_want_word(s, 3, "next", form) ||
+      rt_prog_want_i32(s, 2, "peers: prev", -1, nranks - 1, &prev) ||
+      rt_prog_want_i32(s, 4, "peers: next", -1, nranks - 1, &next))
+    return -1;
+  if (prev == g->rank || next == g->rank) return rt_prog_err(s, "peers: a rank is not its own pipeline neighbour");
+  if ((g->stage == 0) != (prev < 0))
+    return rt_prog_err(s, "peers: prev %d, but stage %d %s", prev, g->stage,
+                       g->stage ? "has a previous stage" : "is the first stage (prev -1)");
+  if ((g->stage == g->pp - 1) != (next < 0))
+    return rt_prog_err(s, "peers: next %d, but stage %d of %d %s", next, g->stage, g->pp,
+                       g->stage == g->pp - 1 ? "is the last stage (next -1)" : "has a next stage");
+  g->prev = prev;
+  g->next = next;
+  return 0;
+}
+
 int rt_prog_header_line(RtParser *s, size_t after) {
   RtProg *g = s->p;
   const char *form = header_forms[s->hdr];
-  static const char *const keys[H_COUNT] = {
-      "ppr-program", "compiler", "hash",    "model",  "mesh",   "rank", "peers",
-      "step",        "vocab",    "kernels", "object", "object", "cuda", "checkpoint_prefix",
-      "hf_config"};
+  static const char *const keys[H_COUNT] = {"ppr-program", "compiler", "hash",   "compile", "model",
+                                            "mesh",        "rank",     "peers",  "step",    "vocab",
+                                            "kernels",     "object",   "object", "cuda",    "checkpoint_prefix",
+                                            "hf_config"};
   /* the optional lines after `cuda`; then the regions */
   while ((s->hdr == H_CKPT_PREFIX || s->hdr == H_HF_CONFIG) && strcmp(s->f[0], keys[s->hdr]) != 0) s->hdr++;
   if (s->hdr == H_COUNT) {
@@ -187,6 +294,11 @@ int rt_prog_header_line(RtParser *s, size_t after) {
     }
     break;
   }
+  case H_COMPILE:
+    if (rt_prog_want_nf(s, 2, form)) return -1;
+    if (!is_hex16(s->f[1])) return rt_prog_err(s, "compile: expected 16 lowercase hex digits, found '%.60s'", s->f[1]);
+    memcpy(g->compile_id, s->f[1], 17);
+    break;
   case H_MODEL:
     if (rt_prog_want_nf(s, 2, form)) return -1;
     if (pp_name_bad_at(s->f[1]) >= 0) return rt_prog_err(s, "model: '%.60s' is not a name", s->f[1]);
@@ -194,85 +306,17 @@ int rt_prog_header_line(RtParser *s, size_t after) {
     S_ALLOC(g->model);
     break;
   case H_MESH:
-    g->cp = 1; /* without `cp C` */
-    if ((s->nf != 9 && rt_prog_want_nf(s, 7, form)) || rt_prog_want_word(s, 1, "tp", form) ||
-        rt_prog_want_word(s, 3, "pp", form) || rt_prog_want_word(s, 5, "dp", form) ||
-        rt_prog_want_i32(s, 2, "tp", 1, PP_MAX_RANKS, &g->tp) ||
-        rt_prog_want_i32(s, 4, "pp", 1, PP_MAX_RANKS, &g->pp) ||
-        rt_prog_want_i32(s, 6, "dp", 1, PP_MAX_RANKS, &g->dp) ||
-        (s->nf == 9 && (rt_prog_want_word(s, 7, "cp", form) || rt_prog_want_i32(s, 8, "cp", 2, PP_MAX_RANKS, &g->cp))))
-      return -1;
-    if ((int64_t)g->tp * g->pp * g->dp * g->cp > PP_MAX_RANKS)
-      return rt_prog_err(s, "mesh: more than %d ranks", PP_MAX_RANKS);
-    if (s->stop_at_mesh) {
-      s->stopped = 1;
-      return 0;
-    }
+    if (mesh_line(s, form)) return -1;
+    if (s->stopped) return 0;
     break;
-  case H_RANK: {
-    int64_t nranks = rt_prog_nranks(g);
-    /* cp_rank: exactly when the mesh has cp > 1 */
-    if ((g->cp > 1 && (rt_prog_want_nf(s, 10, form) || rt_prog_want_word(s, 8, "cp_rank", form) ||
-                       rt_prog_want_i32(s, 9, "cp_rank", 0, g->cp - 1, &g->cp_rank))) ||
-        (g->cp == 1 && rt_prog_want_nf(s, 8, form)) || rt_prog_want_word(s, 2, "stage", form) ||
-        rt_prog_want_word(s, 4, "tp_rank", form) || rt_prog_want_word(s, 6, "dp_rank", form) ||
-        rt_prog_want_i32(s, 1, "rank", 0, nranks - 1, &g->rank) ||
-        rt_prog_want_i32(s, 3, "stage", 0, g->pp - 1, &g->stage) ||
-        rt_prog_want_i32(s, 5, "tp_rank", 0, g->tp - 1, &g->tp_rank) ||
-        rt_prog_want_i32(s, 7, "dp_rank", 0, g->dp - 1, &g->dp_rank))
-      return -1;
+  case H_RANK:
+    if (rank_line(s, form)) return -1;
     break;
-  }
-  case H_PEERS: {
-    int64_t nranks = rt_prog_nranks(g);
-    int prev, next;
-    if (rt_prog_want_nf(s, 5, form) || rt_prog_want_word(s, 1, "prev", form) || rt_prog_want_word(s, 3, "next", form) ||
-        rt_prog_want_i32(s, 2, "peers: prev", -1, nranks - 1, &prev) ||
-        rt_prog_want_i32(s, 4, "peers: next", -1, nranks - 1, &next))
-      return -1;
-    if (prev == g->rank || next == g->rank) return rt_prog_err(s, "peers: a rank is not its own pipeline neighbour");
-    if ((g->stage == 0) != (prev < 0))
-      return rt_prog_err(s, "peers: prev %d, but stage %d %s", prev, g->stage,
-                         g->stage ? "has a previous stage" : "is the first stage (prev -1)");
-    if ((g->stage == g->pp - 1) != (next < 0))
-      return rt_prog_err(s, "peers: next %d, but stage %d of %d %s", next, g->stage, g->pp,
-                         g->stage == g->pp - 1 ? "is the last stage (next -1)" : "has a next stage");
-    g->prev = prev;
-    g->next = next;
+  case H_PEERS:
+    if (peers_line(s, form)) return -1;
     break;
-  }
   case H_STEP:
-    if (rt_prog_want_nf(s, 9, form) || rt_prog_want_word(s, 1, "micro_batch", form) ||
-        rt_prog_want_word(s, 3, "seq", form) || rt_prog_want_word(s, 5, "microbatches", form) ||
-        rt_prog_want_word(s, 7, "schedule", form) ||
-        rt_prog_want_i32(s, 2, "micro_batch", 1, PP_MAX_STEP_DIM, &g->micro_batch) ||
-        rt_prog_want_i32(s, 4, "seq", 1, PP_MAX_STEP_DIM, &g->seq) ||
-        rt_prog_want_i32(s, 6, "microbatches", 1, PP_MAX_STEP_DIM, &g->microbatches))
-      return -1;
-    if ((int64_t)g->micro_batch * g->seq > ((int64_t)1 << 30))
-      return rt_prog_err(s, "step: micro_batch * seq is more than 2^30 tokens");
-    if (g->cp > 1 && g->seq % g->cp)
-      return rt_prog_err(s,
-                         "step: seq %d is not a multiple of cp %d (each context-parallel rank holds seq/cp positions)",
-                         g->seq, g->cp);
-    if (g->microbatches % g->dp)
-      return rt_prog_err(s,
-                         "step: microbatches %d is not a multiple of dp %d (each data-parallel replica runs M/dp "
-                         "of the step's micro-batches)",
-                         g->microbatches, g->dp);
-    g->local_microbatches = g->microbatches / g->dp;
-    if (pp_name_bad_at(s->f[8]) >= 0) return rt_prog_err(s, "step: schedule '%.60s' is not a name", s->f[8]);
-    g->schedule_name = rt_prog_strdup(s->f[8]);
-    S_ALLOC(g->schedule_name);
-    g->generate = !strcmp(g->schedule_name, PP_SCHED_FORWARD);
-    if (g->generate && g->micro_batch != 1)
-      return rt_prog_err(s, "step: a generation program (schedule %s) runs one sequence: micro_batch 1, not %d",
-                         PP_SCHED_FORWARD, g->micro_batch);
-    if (g->generate && g->local_microbatches != 1)
-      return rt_prog_err(s,
-                         "step: a generation program (schedule %s) runs one micro-batch a replica: microbatches %d "
-                         "(dp), not %d",
-                         PP_SCHED_FORWARD, g->dp, g->microbatches);
+    if (step_line(s, form)) return -1;
     break;
   case H_VOCAB:
     if (s->nf == 4) { /* a cross-entropy with ignore_index */
@@ -306,16 +350,7 @@ int rt_prog_header_line(RtParser *s, size_t after) {
     break;
   }
   case H_CUDA:
-    if (rt_prog_want_nf(s, 6, form)) return -1;
-    if (strncmp(s->f[1], "sm_", 3) || strlen(s->f[1]) > 8 || strlen(s->f[1]) < 5 ||
-        strspn(s->f[1] + 3, "0123456789") != strlen(s->f[1] + 3))
-      return rt_prog_err(s, "cuda: '%.60s' is not a GPU architecture (sm_80, sm_90, ...)", s->f[1]);
-    if (file_sum(s, 2, RT_KF_CUBIN, "cuda", &g->file[RT_KF_CUBIN]) ||
-        file_sum(s, 4, RT_KF_PTX, "cuda", &g->file[RT_KF_PTX]))
-      return -1;
-    if ((g->file[RT_KF_CUBIN].bytes < 0) != (g->file[RT_KF_PTX].bytes < 0))
-      return rt_prog_err(s, "cuda: the cubin and the PTX come together: both sizes and hashes, or all '-'");
-    snprintf(g->cuda_arch, sizeof g->cuda_arch, "%s", s->f[1]);
+    if (cuda_line(s, form)) return -1;
     break;
   case H_CKPT_PREFIX:
     if (rt_prog_want_nf(s, 2, form)) return -1;

@@ -29,6 +29,7 @@ enum {
   H_VERSION,
   H_COMPILER,
   H_HASH,
+  H_COMPILE,
   H_MODEL,
   H_MESH,
   H_RANK,

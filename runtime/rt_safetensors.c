@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 typedef struct {
   char *name;
@@ -21,6 +22,8 @@ typedef struct {
   int64_t *dims; /* ndim entries; NULL for a scalar */
   int64_t numel;
   uint64_t begin, end; /* byte offsets into the data section */
+  int has_sum;         /* the header records its checksum (RT_ST_SUM_KEY) */
+  uint64_t sum;
 } StTensor;
 
 struct RtStFile {
@@ -33,6 +36,7 @@ struct RtStFile {
   int n, cap;
   StTensor *t;
   StIdx *sorted; /* by name, for rt_st_find */
+  int sums;      /* every tensor's checksum is in the header */
 };
 
 static const char *dtype_name(int dt) {
@@ -167,7 +171,7 @@ static int uint_array(const char *path, const char *name, const char *key, const
   return 0;
 }
 
-/* "__metadata__": an object of string -> string, otherwise unused. */
+/* "__metadata__": an object of string -> string; only the checksums (read_sums) are used. */
 static int check_metadata(const char *path, json_t *m, char *err, size_t errlen) {
   const char *k;
   json_t *v;
@@ -306,6 +310,49 @@ oom:
   return -1;
 }
 
+/* The checksums of the metadata m (RT_ST_SUM_KEY NAME: RT_ST_SUM_ALGO ":" 16 hex digits): none at
+ * all (a file another program wrote), or one for each tensor and none for a tensor the file
+ * lacks. 0, or -1 with a message naming the file and the tensor. */
+static int read_sums(RtStFile *f, const char *path, json_t *m, char *err, size_t errlen) {
+  const size_t kl = strlen(RT_ST_SUM_KEY), al = strlen(RT_ST_SUM_ALGO);
+  const char *k;
+  json_t *v;
+  int nsums = 0;
+  json_object_foreach(m, k, v) {
+    if (strncmp(k, RT_ST_SUM_KEY, kl)) continue;
+    int i = 0;
+    while (i < f->n && strcmp(f->t[i].name, k + kl)) i++;
+    const char *val = json_string_value(v);
+    char *end = NULL;
+    uint64_t sum = 0;
+    int ok = val && strlen(val) == al + 17 && !strncmp(val, RT_ST_SUM_ALGO ":", al + 1) &&
+             strspn(val + al + 1, "0123456789abcdef") == 16;
+    if (ok) sum = strtoull(val + al + 1, &end, 16);
+    if (i == f->n) {
+      rt_util_set_err(err, errlen,
+                      "%s: \"__metadata__\" has a checksum for tensor '" NAME_FMT "', which the file lacks", path,
+                      k + kl);
+      return -1;
+    }
+    if (!ok) {
+      rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "': checksum '%.64s' is not %s:<16 hex digits>", path,
+                      k + kl, val ? val : "", RT_ST_SUM_ALGO);
+      return -1;
+    }
+    f->t[i].has_sum = 1;
+    f->t[i].sum = sum;
+    nsums++;
+  }
+  for (int i = 0; nsums && i < f->n; i++)
+    if (!f->t[i].has_sum) {
+      rt_util_set_err(err, errlen, "%s: tensor '" NAME_FMT "' has no checksum, while the file's other tensors do", path,
+                      f->t[i].name);
+      return -1;
+    }
+  f->sums = nsums > 0;
+  return 0;
+}
+
 /* The header h[0..hlen): one JSON object (then only whitespace: the padding) of tensor entries and
  * an optional "__metadata__"; no key twice in any object. */
 static int parse_header(RtStFile *f, const char *path, const unsigned char *h, size_t hlen, char *err, size_t errlen) {
@@ -336,11 +383,13 @@ static int parse_header(RtStFile *f, const char *path, const unsigned char *h, s
   }
   int rc = 0;
   const char *key;
-  json_t *v;
+  json_t *v, *meta = NULL;
   json_object_foreach(root, key, v) {
     rc = !strcmp(key, "__metadata__") ? check_metadata(path, v, err, errlen) : add_tensor(f, path, key, v, err, errlen);
     if (rc) break;
+    if (!strcmp(key, "__metadata__")) meta = v;
   }
+  if (!rc && meta) rc = read_sums(f, path, meta, err, errlen);
   json_decref(root);
   return rc;
 }
@@ -632,6 +681,21 @@ static const StTensor *check_read(const RtStFile *f, int i, const char *fn, char
   if (!t)
     rt_util_set_err(err, errlen, "%s: %s: tensor index %d out of range (file has %d tensors)", f->path, fn, i, f->n);
   return t;
+}
+
+int rt_st_has_checksums(const RtStFile *f) { return f && f->sums; }
+
+int rt_st_verify(const RtStFile *f, int i, char *err, size_t errlen) {
+  const StTensor *t = check_read(f, i, "rt_st_verify", err, errlen);
+  if (!t) return -1;
+  if (!t->has_sum) return 0;
+  uint64_t h = XXH3_64bits(f->data + t->begin, (size_t)(t->end - t->begin));
+  if (h == t->sum) return 0;
+  rt_util_set_err(err, errlen,
+                  "%s: tensor '" NAME_FMT "': its bytes do not match the checksum the file records (%s %016llx, "
+                  "read %016llx): the file is damaged",
+                  f->path, t->name, RT_ST_SUM_ALGO, (unsigned long long)t->sum, (unsigned long long)h);
+  return -1;
 }
 
 int rt_st_read_f32(const RtStFile *f, int i, float *dst, size_t n, char *err, size_t errlen) {

@@ -28,6 +28,8 @@ have_hdr dnnl.h        || need="$need libdnnl-dev"
 ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need="$need pocl-opencl-icd"
 # jansson for ppr's safetensors reader: it parses the header JSON
 have_hdr jansson.h     || need="$need libjansson-dev"
+# xxHash for the checksums of checkpoints and the compile id of a stage directory
+have_hdr xxhash.h      || need="$need libxxhash-dev"
 # clang-format: make test keeps the one style of .clang-format (tests/scripts/lint_format.sh)
 have_cmd clang-format  || need="$need clang-format"
 [ -z "$need" ] && exit 0

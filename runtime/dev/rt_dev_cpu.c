@@ -1,6 +1,7 @@
 /* rt_dev_cpu.c - the cpu device: the arena in host memory, the stage's C kernels as a shared object (dlopen), GEMMs
  * through OpenBLAS (attention's short products through rt_sgemm). */
 #define _GNU_SOURCE /* madvise's MADV_HUGEPAGE; sched_setaffinity */
+#include "rt_dev_cpu.h"
 #include "rt_dev.h"
 #include "rt_sgemm.h"
 #include "rt_util.h"

@@ -2,6 +2,7 @@
  * GEMMs through CLBlast. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "rt_dev.h"
+#include "rt_pocl_cache.h"
 
 #include <CL/cl.h>
 #include <clblast_c.h>
@@ -14,6 +15,7 @@
 typedef struct {
   RtDev d;
   cl_device_id dev;
+  int pocl; /* the platform is PoCL: its kernel cache is checked at open, recorded at close */
   cl_context ctx;
   cl_command_queue q;
   cl_mem arena;
@@ -147,6 +149,9 @@ static int cl_open(RtDev **out, int index, int local_rank, char *err, size_t err
   clGetDeviceInfo(c->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof c->max_wg, &c->max_wg, NULL);
   snprintf(c->d.desc, sizeof c->d.desc, "opencl:%d (%.100s: %.100s, %.1f GiB)", want, pname, dname,
            (double)c->global_mem / (1 << 30));
+  c->pocl = strstr(pname, "Portable Computing Language") != NULL;
+  char note[4600];
+  if (c->pocl && rt_pocl_cache_check(note, sizeof note)) fprintf(stderr, "ppr: note: %s\n", note);
   *out = &c->d;
   cl_int e = CL_SUCCESS;
   c->ctx = clCreateContext(NULL, 1, &c->dev, NULL, NULL, &e);
@@ -181,6 +186,7 @@ static void cl_close(RtDev *d) {
   if (c->arena) clReleaseMemObject(c->arena);
   if (c->q) clReleaseCommandQueue(c->q);
   if (c->ctx) clReleaseContext(c->ctx);
+  if (c->pocl) rt_pocl_cache_record(); /* what PoCL built for this run, for the next check */
   free(c);
 }
 

@@ -11,9 +11,10 @@
  *   - a rejection whose message does not name the file (rt_io.h's contract);
  *   - an accepted file whose accessors disagree (count, find, shape, numel), whose data does not
  *     fit in the file, or that cannot be read whole or by slice;
- *   - a round trip through rt_st_write that changes a name, a shape or a value's bits (values
- *     compared as the F32 the reader returns). A file the writer refuses is not a bug (the
- *     writer is stricter about names than the reader). */
+ *   - a checksum check (rt_st_verify) that fails without naming the file;
+ *   - a round trip through rt_st_write that changes a name, a shape or a value's bits, or writes a
+ *     tensor that fails its own checksum (values compared as the F32 the reader returns). A file the writer refuses is
+ * not a bug (the writer is stricter about names than the reader). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +96,9 @@ static void round_trip(const RtStFile *f, int n, float **vals) {
     RtStFile *g = NULL;
     if (rt_st_open(out_path, &g, err, sizeof err)) die("the reader refuses what the writer wrote", err);
     if (rt_st_count(g) != n) die("the round trip changed the tensor count", NULL);
+    if (n && !rt_st_has_checksums(g)) die("the writer wrote no checksums", NULL);
     for (int i = 0; i < n; i++) {
+      if (rt_st_verify(g, i, err, sizeof err)) die("a written tensor fails its own checksum", err);
       int64_t dims[RT_ST_MAX_NDIM];
       if (strcmp(rt_st_name(g, i), names[i]) || rt_st_dtype_id(g, i) != RT_ST_F32 ||
           rt_st_shape(g, i, dims, RT_ST_MAX_NDIM) != ndims[i] ||
@@ -150,6 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (numel != rt_st_numel(f, i)) die("rt_st_numel is not the product of the shape", name);
     if (numel > (int64_t)size / esize) die("a tensor larger than the file", name);
+    if (rt_st_verify(f, i, err, sizeof err) && (!strstr(err, in_path) || !strstr(err, "checksum")))
+      die("a checksum failure that does not name the file", err);
     vals[i] = read_all(f, i, numel, err, sizeof err);
     /* F64: a finite value beyond float's range is refused when read, by design */
     if (!vals[i] && id == RT_ST_F64 && strstr(err, "range")) {

@@ -3,6 +3,7 @@
 
 Run by hand (python3 tests/fuzz/make_st_seeds.py) when the seeds should change; its output is kept
 in the tree. Each file is a case the reader accepts, or one it must refuse, at a few hundred bytes.
+checksummed.safetensors beside them is ppr's own writer's (rt_st_write: a checksum per tensor).
 """
 import json
 import os

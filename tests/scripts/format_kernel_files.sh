@@ -60,7 +60,7 @@ fi
 cp -r "$tmp/d" "$tmp/clean"
 so=$tmp/d/kernels_s0.so
 cl=$tmp/d/kernels_s0.cl
-if [ "$(head -n 1 "$tmp/d/rank0.prog")" = "ppr-program 4" ] && [ "$(listed "$tmp/d" so)" = "$(size "$so")" ] &&
+if [ "$(head -n 1 "$tmp/d/rank0.prog")" = "ppr-program 5" ] && [ "$(listed "$tmp/d" so)" = "$(size "$so")" ] &&
   [ "$(listed "$tmp/d" cl)" = "$(size "$cl")" ]; then
   ok "the listing (format 3) names the sizes of kernels_s0.so and kernels_s0.cl"
 else
@@ -100,7 +100,7 @@ fi
 want=$(size "$so")
 truncate -s 1000 "$so"
 fails_clearly "a truncated kernel_s0.so is refused before dlopen" cpu "$so: has 1000 bytes, expected $want" \
-  "'object so' line, $tmp/d/rank0.prog:11"
+  "'object so' line, $tmp/d/rank0.prog:12"
 cp "$tmp/clean/kernels_s0.so" "$so"
 poke "$so" 4000
 fails_clearly "a kernel_s0.so with one byte changed is refused" cpu "$so: its content hash" "expected $(sed -n \

@@ -12,7 +12,7 @@ if ! command -v clang-format >/dev/null 2>&1; then
 fi
 pass=0
 fail=0
-for f in $(git ls-files 'common/*.[ch]' 'compiler/*.[ch]' 'runtime/*.[ch]' 'ppr/*.[ch]' 'tests/unit/*.[ch]' \
+for f in $(git ls-files 'common/*.[ch]' 'compiler/*.[ch]' 'runtime/*.[ch]' 'ppr/*.[ch]' 'pprun/*.[ch]' 'tests/unit/*.[ch]' \
   'tests/fuzz/*.c' 2>/dev/null); do
   if clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then pass=$((pass + 1))
   else fail=$((fail + 1)); echo "FAIL $f: not in the style of .clang-format (make format)"; fi

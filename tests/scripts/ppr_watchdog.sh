@@ -5,36 +5,12 @@
 set -u
 build=${1:?usage: ppr_watchdog.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
-mp=
-cleanup() {
-  [ -n "$mp" ] && kill -9 "$mp" 2>/dev/null
-  for p in $(cat "$tmp/pids" 2>/dev/null); do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. tests/scripts/lib/stop.sh
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 # CPU seconds (utime + stime) of a process, in clock ticks
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
-
-# the world rank of each ppr that mpirun started: "RANK PID" lines
-rank_pids() {
-  for p in $(pgrep -P "$1"); do
-    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-    [ -n "$r" ] && echo "$r $p"
-  done
-}
-
-# wait (up to $2 s, while mpirun runs) until file $1 has at least $3 lines
-wait_lines() {
-  i=0
-  while [ "$(cat "$1" 2>/dev/null | wc -l)" -lt "$3" ]; do
-    i=$((i + 1))
-    { [ "$i" -gt $(($2 * 10)) ] || ! kill -0 "$mp" 2>/dev/null; } && return 1
-    sleep 0.1
-  done
-}
 
 "$build/ppc" examples/tiny.pdl --tp 2 --pp 2 --microbatches 4 -o "$tmp/t2p2" >"$tmp/ppc.txt" 2>&1 || {
   cat "$tmp/ppc.txt"

@@ -140,9 +140,10 @@ static void test_roundtrip(T *t) {
   for (int i = 0; i < n; i++) expect_data += (size_t)numel[i] * 4;
   check(t, padok && fl == 8 + hl + expect_data, "roundtrip: header length %llu is a multiple of 8, file size %zu",
         (unsigned long long)hl, fl);
-  static const char meta[] = "{\"__metadata__\":{\"format\":\"pt\"},"; /* what transformers' loaders expect */
+  /* what transformers' loaders expect, then the checksums */
+  static const char meta[] = "{\"__metadata__\":{\"format\":\"pt\",\"checksum:";
   check(t, fl > 8 + sizeof meta && !memcmp(raw + 8, meta, sizeof meta - 1),
-        "roundtrip: the header starts with __metadata__ {\"format\": \"pt\"}");
+        "roundtrip: the header starts with __metadata__ {\"format\": \"pt\", \"checksum:...}");
   free(raw);
 
   RtStFile *f = NULL;
@@ -1252,6 +1253,77 @@ static int write_raw(const char *path, int n, const RawT *r) {
   return rc;
 }
 
+/* Checksums: written for every tensor, verified; a flipped byte of any tensor's data, or two
+ * tensors' names swapped, fails naming the tensor; a header's checksums must cover every tensor
+ * and only its tensors; a file without them (another program's) opens and verifies. */
+static void test_checksums(T *t) {
+  char p[256], err[512] = "";
+  tpath(t, "sums.safetensors", p, sizeof p);
+  float a[3] = {1, 2, 3}, b[3] = {4, 5, 6}, c[1] = {7};
+  const char *names[] = {"a", "b", "c"};
+  int ndims[] = {1, 1, 1};
+  int64_t s3[] = {3}, s1[] = {1};
+  const int64_t *shapes[] = {s3, s3, s1};
+  const float *data[] = {a, b, c};
+  check(t, rt_st_write(p, 3, names, ndims, shapes, data, err, sizeof err) == 0, "sums: write [%s]", err);
+  size_t fl;
+  unsigned char *raw = read_bytes(p, &fl);
+  RtStFile *f = NULL;
+  int rc = rt_st_open(p, &f, err, sizeof err), ok = !rc && rt_st_has_checksums(f);
+  for (int i = 0; ok && i < 3; i++) ok = rt_st_verify(f, i, err, sizeof err) == 0;
+  check(t, ok, "sums: a written file has them and they verify [%s]", err);
+  rt_st_close(f);
+  for (size_t at = fl - 28; at < fl; at += 4) { /* one byte of each element of each tensor */
+    raw[at] ^= 0x10;
+    write_bytes(p, raw, fl);
+    raw[at] ^= 0x10;
+    const char *want = at >= fl - 4 ? "'c'" : at >= fl - 16 ? "'b'" : "'a'";
+    rc = rt_st_open(p, &f, err, sizeof err);
+    int bad = -1;
+    for (int i = 0; !rc && i < 3 && bad < 0; i++)
+      if (rt_st_verify(f, i, err, sizeof err)) bad = i;
+    check(t, !rc && bad >= 0 && strstr(err, want) && strstr(err, "damaged") && strstr(err, p),
+          "sums: a flipped byte at %zu fails naming tensor %s [%s]", at, want, err);
+    rt_st_close(f);
+  }
+  /* a and b's names swapped in the header: each name's bytes are the other's */
+  char *h = (char *)raw + 8;
+  char *pa = strstr(h, "\"a\":{"), *pb = strstr(h, "\"b\":{");
+  pa[1] = 'b', pb[1] = 'a';
+  write_bytes(p, raw, fl);
+  rc = rt_st_open(p, &f, err, sizeof err);
+  int bad = rc ? 1 : rt_st_verify(f, 0, err, sizeof err);
+  check(t, !rc && bad && strstr(err, "damaged"), "sums: two tensors' names swapped fail [%s]", err);
+  rt_st_close(f);
+  free(raw);
+  unlink(p);
+  float z[2] = {1, 2};
+  unsigned char zb[8];
+  memcpy(zb, z, sizeof zb);
+  write_raw(p, 1, (RawT[]){{"w", "F32", 2, zb, sizeof zb}});
+  rc = rt_st_open(p, &f, err, sizeof err);
+  check(t, !rc && !rt_st_has_checksums(f) && rt_st_verify(f, 0, err, sizeof err) == 0,
+        "sums: a file without checksums opens and verifies [%s]", err);
+  rt_st_close(f);
+  unlink(p);
+  static const char sum[] = "\"xxh3-64:0123456789abcdef\"";
+  char hdr[512];
+  snprintf(hdr, sizeof hdr,
+           "{\"__metadata__\":{\"checksum:x\":%s},\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[0,4]}}",
+           sum);
+  expect_bad_hdr(t, "a checksum of a tensor the file lacks", hdr, 4, "'x'", "lacks");
+  snprintf(hdr, sizeof hdr,
+           "{\"__metadata__\":{\"checksum:w\":%s},\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[0,4]},\"v\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+           sum);
+  expect_bad_hdr(t, "one tensor without a checksum", hdr, 8, "'v'", "no checksum");
+  expect_bad_hdr(t, "a checksum not in its form",
+                 "{\"__metadata__\":{\"checksum:w\":\"crc:12\"},\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+                 "\"data_offsets\":[0,4]}}",
+                 4, "'w'", "16 hex digits");
+}
+
 static void test_f64(T *t) {
   char p[256], err[512] = "";
   tpath(t, "f64.safetensors", p, sizeof p);
@@ -1522,6 +1594,7 @@ int main(void) {
   test_fuzz(&t);
   test_data(&t);
   test_f64(&t);
+  test_checksums(&t);
   test_ckpt(&t);
   test_ckpt_write(&t);
   test_tokens(&t);

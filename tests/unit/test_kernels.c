@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_dev_cpu.h"
 #include "pp_limits.h"
 #include "rt_dev.h"
 #include "rt_prog.h"

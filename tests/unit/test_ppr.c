@@ -253,12 +253,22 @@ static uint64_t fnv(const char *s, size_t n) {
   return h;
 }
 
+#define COMPILE_LINE "compile 00000000000000c0\n" /* the hashed part's first line: every test listing's id */
+
+/* The header of a listing whose hashed part (COMPILE_LINE and b[0..n)) hashes to what it says, into
+ * t; its length. */
+static int header(char *t, size_t cap, const char *b, size_t n) {
+  uint64_t h = fnv(COMPILE_LINE, strlen(COMPILE_LINE));
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)b[i]) * 0x100000001b3ull;
+  return snprintf(t, cap, "ppr-program 5\ncompiler ppc test\nhash %016llx\n" COMPILE_LINE, (unsigned long long)h);
+}
+
 /* The full listing for a body: header with the body's hash. Caller frees. */
 static char *listing(const char *body) {
   size_t n = strlen(body) + 128;
   char *s = malloc(n);
-  snprintf(s, n, "ppr-program 4\ncompiler ppc test\nhash %016llx\n%s", (unsigned long long)fnv(body, strlen(body)),
-           body);
+  int hl = header(s, n, body, strlen(body));
+  snprintf(s + hl, n - (size_t)hl, "%s", body);
   return s;
 }
 
@@ -287,7 +297,7 @@ static char *replace(const char *body, const char *from, const char *to) {
 /* The listing line number of the first occurrence of text in body (3 header lines first). */
 static int line_of(const char *body, const char *text) {
   const char *at = strstr(body, text);
-  int line = 4;
+  int line = 5;
   for (const char *q = body; q < at; q++) line += *q == '\n';
   return line;
 }
@@ -891,7 +901,7 @@ static void test_listing_errors(void) {
   make_dir("v2", t);
   free(t);
   snprintf(args, sizeof args, "%s/v2", tdir);
-  snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 3, this ppr reads 4", tdir);
+  snprintf(want, sizeof want, "%s/v2/rank0.prog: format version 3, this ppr reads 5", tdir);
   expect_fail("format version 3", args, want);
 
   struct {
@@ -966,11 +976,11 @@ static void test_listing_errors(void) {
     const char *needle;
   } damaged[] = {
       {"so_trunc", "a truncated kernel object", 1000, -1,
-       "%s: has 1000 bytes, expected %zu (the listing's 'object so' line, %s:10)"},
+       "%s: has 1000 bytes, expected %zu (the listing's 'object so' line, %s:11)"},
       {"so_empty", "an empty kernel object", 0, -1,
-       "%s: has 0 bytes, expected %zu (the listing's 'object so' line, %s:10)"},
+       "%s: has 0 bytes, expected %zu (the listing's 'object so' line, %s:11)"},
       {"so_flip", "a kernel object with one byte changed", 0, 100,
-       "%s: its content hash (FNV-1a 64 of its %zu bytes) is %s, expected %s (the listing's 'object so' line, %s:10)"},
+       "%s: its content hash (FNV-1a 64 of its %zu bytes) is %s, expected %s (the listing's 'object so' line, %s:11)"},
   };
   for (size_t k = 0; kso && k < sizeof damaged / sizeof *damaged; k++) {
     size_t len = damaged[k].flip >= 0 ? kn : damaged[k].len;
@@ -998,7 +1008,7 @@ static void test_listing_errors(void) {
   make_prog("so_none", b);
   free(b);
   snprintf(args, sizeof args, "%s/so_none", tdir);
-  snprintf(want, sizeof want, "%s/so_none/rank0.prog:10: the listing's 'object so' line names no so file", tdir);
+  snprintf(want, sizeof want, "%s/so_none/rank0.prog:11: the listing's 'object so' line names no so file", tdir);
   expect_fail("a listing that names no kernel object ('object so - -')", args, want);
 
   b = replace(BODY, "mesh tp 1 pp 1 dp 1", "mesh tp 2 pp 1 dp 1");
@@ -1064,7 +1074,7 @@ static void test_cli(void) {
   rc = run("--help");
   check(rc == 0 && strstr(out, "usage: ppr DIR") && strstr(out, "--save-grads"), "--help: usage on stdout, exit 0");
   rc = run("--version");
-  check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 4"), "--version");
+  check(rc == 0 && strstr(out, "ppr ") && strstr(out, "reads ppr-program 5"), "--version");
   char p[512];
   path(p, sizeof p, "data.bin");
   snprintf(args, sizeof args, "%s/main --data=%s --steps=1 --save %s/no/such/dir/w.safetensors", tdir, p, tdir);
@@ -1453,8 +1463,8 @@ static void test_pipeline_mpi(const W *w) {
   free(b1);
   snprintf(args, sizeof args, "%s/pipe_deadlock --steps 1", tdir);
   expect_mpi_fail("schedules that would deadlock", 2, args, "the schedules' messages cannot all complete");
-  check(strstr(out, "pipe_deadlock/rank0.prog:54: rank 0 waits in 'comm recv_bwd 0 0'") &&
-            strstr(out, "pipe_deadlock/rank1.prog:76: rank 1 waits in 'comm recv_fwd 1 0'"),
+  check(strstr(out, "pipe_deadlock/rank0.prog:55: rank 0 waits in 'comm recv_bwd 0 0'") &&
+            strstr(out, "pipe_deadlock/rank1.prog:77: rank 1 waits in 'comm recv_fwd 1 0'"),
         "the deadlock message names where each rank waits");
 
   b0 = replace(STAGE0, "model_param gain [8]\n", "model_param gain [9]\n");
@@ -1512,7 +1522,7 @@ static void expect_parse_byte(const char *what, const char *from, const char *to
   for (const char *q = to; *q != '\001'; q++) line += *q == '\n';
   *strchr(b, '\001') = (char)byte;
   char *t = malloc(n + 128);
-  int hl = snprintf(t, n + 128, "ppr-program 4\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
+  int hl = header(t, n + 128, b, n);
   memcpy(t + hl, b, n);
   char err[2048] = "", n2[512] = "";
   RtProg *p = NULL;
@@ -1555,9 +1565,9 @@ static void test_pipeline_parser(void) {
   /* boundaries */
   expect_parse_error_in(S0, "a boundary toward no stage", "boundary recv_bwd @2432 256 [2,4,8]\n",
                         "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_fwd $0 64\n",
-                        ":25: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
+                        ":26: boundary recv_fwd: stage 0 has no previous stage (peers prev -1 next 1)");
   expect_parse_error_in(S0, "a missing boundary", "boundary recv_bwd @2432 256 [2,4,8]\n", "",
-                        ":24: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
+                        ":25: no 'boundary recv_bwd' line before this one: stage 0 has a next stage (rank 1)");
   expect_parse_error_in(
       S1, "recv_fwd in the arena", "boundary recv_fwd $0 256", "boundary recv_fwd @0 256",
       ":%d: boundary recv_fwd: '@0': the received hidden state lives in the micro-batch's slot ($OFF)");
@@ -1567,7 +1577,7 @@ static void test_pipeline_parser(void) {
                         ":%d: boundary recv_bwd: @2436 + 256 bytes leaves the arena (2688 bytes)");
   expect_parse_error_in(S0, "a boundary given twice", "boundary recv_bwd @2432 256 [2,4,8]\n",
                         "boundary recv_bwd @2432 256 [2,4,8]\nboundary recv_bwd @2432 256\n",
-                        ":25: boundary recv_bwd is given twice (first on line 24)");
+                        ":26: boundary recv_bwd is given twice (first on line 25)");
   expect_parse_error_in(S0, "a boundary after the params", "model_param emb.weight [16,8]\n",
                         "boundary send_bwd @0 4\nmodel_param emb.weight [16,8]\n",
                         ":%d: boundary after a param line (boundaries come first)");
@@ -1585,22 +1595,22 @@ static void test_pipeline_parser(void) {
   expect_parse_error("shared with one stage", " decay 1 tied\n", " decay 1 tied shared\n",
                      ":%d: param emb.weight: shared, but the mesh has one pipeline stage (pp 1)");
   expect_parse_error_in(S1, "a param not among the model params", "model_param gain [8]\n", "",
-                        "t.prog:25: param gain is not one of the model's params");
+                        "t.prog:26: param gain is not one of the model's params");
   expect_parse_error_in(S1, "a param of another shape than its model_param", "model_param gain [8]",
                         "model_param gain [4]", "param gain: its shape differs from its model_param line");
   expect_parse_error_in(S1, "a model_param twice", "model_param gain [8]\n",
                         "model_param gain [8]\nmodel_param gain [8]\n",
-                        ":30: model_param gain is given twice (first on line 29)");
+                        ":31: model_param gain is given twice (first on line 30)");
   expect_parse_error_in(S1, "a param after the model params", "model_param proj.weight [8,8]\n",
                         "model_param proj.weight [8,8]\nparam 3 z f32 [1] @832 init ones decay 0\n",
-                        ":31: param after a model_param line (params come first)");
+                        ":32: param after a model_param line (params come first)");
   /* allreduce_tied */
   expect_parse_error_in(S1, "allreduce_tied after grad_norm",
                         "  allreduce_tied @1280 512\n  grad_norm sumsq <<<3,1,0>>> @6272:12 @6288:24\n",
                         "  grad_norm sumsq <<<3,1,0>>> @6272:12 @6288:24\n  allreduce_tied @1280 512\n",
-                        ":65: allreduce_tied after grad_norm (line 64): the norm needs the summed gradients");
+                        ":66: allreduce_tied after grad_norm (line 65): the norm needs the summed gradients");
   expect_parse_error_in(S1, "no allreduce_tied for a shared param", "  allreduce_tied @1280 512\n", "",
-                        "param emb.weight (line 27) is shared, but no allreduce_tied of the optimizer block sums its "
+                        "param emb.weight (line 28) is shared, but no allreduce_tied of the optimizer block sums its "
                         "gradient (@1280, 512 bytes)");
   expect_parse_error_in(S1, "allreduce_tied outside the grads", "allreduce_tied @1280 512", "allreduce_tied @384 512",
                         ":%d: allreduce_tied: @384 + 512 bytes is not inside the grads region [896, 1792)");
@@ -1612,7 +1622,7 @@ static void test_pipeline_parser(void) {
                      ":%d: allreduce_tied, but no param is marked shared");
   /* comm entries */
   expect_parse_error("comm in a one-stage program", "  F 1 1\n", "  F 1 1\n  comm send_fwd 1 1\n",
-                     ":71: comm send_fwd: this stage has no 'boundary send_fwd' line");
+                     ":72: comm send_fwd: this stage has no 'boundary send_fwd' line");
   expect_parse_error_in(S0, "an unknown comm op", "  comm send_fwd 0 0\n", "  comm send 0 0\n",
                         ":%d: comm: unknown op 'send' (expected send_fwd, recv_fwd, send_bwd or recv_bwd)");
   expect_parse_error_in(S0, "comm with 3 fields", "  comm send_fwd 0 0\n", "  comm send_fwd 0\n",
@@ -1622,24 +1632,24 @@ static void test_pipeline_parser(void) {
   expect_parse_error_in(
       S0, "send_fwd from the arena after another F", "  F 0 0\n  comm send_fwd 0 0\n  F 1 1\n",
       "  F 0 0\n  F 1 1\n  comm send_fwd 0 0\n",
-      ":53: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F, B or W between");
+      ":54: send_fwd 0 0: its buffer is in the arena (@2176), so it must follow F 0 with no F, B or W between");
   expect_parse_error_in(S0, "send_fwd in another slot", "  comm send_fwd 0 0\n", "  comm send_fwd 0 1\n",
                         ":%d: send_fwd 0 1: micro-batch 0's forward ran in slot 0");
   expect_parse_error_in(S0, "a second send_fwd", "  comm recv_bwd 1 1\n", "  comm recv_bwd 1 1 send_fwd 1 1\n",
                         ":%d: a second send_fwd for micro-batch 1");
   expect_parse_error_in(
       S0, "B before its recv_bwd", "  comm recv_bwd 1 1\n", "",
-      ":56: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
+      ":57: B 1 1 before recv_bwd 1 1 (the gradient of the stage's output comes from the next stage)");
   expect_parse_error_in(
       S0, "an F while a received gradient waits in the arena", "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n",
       "  comm send_fwd 1 1 recv_bwd 0 0\n  F 0 0\n",
-      ":55: F 0 0: the gradient received for micro-batch 0 (line 54) is in the arena, where this block may write");
+      ":56: F 0 0: the gradient received for micro-batch 0 (line 55) is in the arena, where this block may write");
   expect_parse_error_in(S0, "two received gradients in one arena buffer",
                         "  comm send_fwd 1 1 recv_bwd 0 0\n  B 0 0\n  comm recv_bwd 1 1\n",
                         "  comm send_fwd 1 1 recv_bwd 0 0\n  comm recv_bwd 1 1\n  B 0 0\n",
-                        ":55: recv_bwd 1 1: the gradient received for micro-batch 0 (line 54) is still waiting");
+                        ":56: recv_bwd 1 1: the gradient received for micro-batch 0 (line 55) is still waiting");
   expect_parse_error_in(S0, "OPT before every message", "  comm send_fwd 1 1 recv_bwd 0 0\n", "  comm recv_bwd 0 0\n",
-                        ":58: OPT before send_fwd of micro-batch 1");
+                        ":59: OPT before send_fwd of micro-batch 1");
   expect_parse_error_in(S1, "F before its recv_fwd", "  comm recv_fwd 0 0\n  F 0 0\n", "  F 0 0\n  comm recv_fwd 0 0\n",
                         ":%d: F 0 0 before recv_fwd 0 0 (the stage's input comes from the previous stage)");
   expect_parse_error_in(S1, "recv_fwd into a busy slot", "  B 0 0\n  comm send_bwd 0 0 recv_fwd 1 0\n",
@@ -1649,7 +1659,7 @@ static void test_pipeline_parser(void) {
                         "  comm send_bwd 0 0\n  B 0 0\n  comm recv_fwd 1 0\n", ":%d: send_bwd 0 0 before B 0");
   expect_parse_error_in(S1, "two buffers of one comm entry overlap", "boundary send_bwd @6016 256",
                         "boundary send_bwd @3584 256",
-                        ":76: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
+                        ":77: comm: the buffers of send_bwd 0 and recv_fwd 1 overlap (they are in flight together)");
   expect_parse_error_in(S1, "comm after OPT", "  OPT\n", "  OPT\n  comm send_bwd 1 0\n",
                         "'comm' after OPT (OPT is the schedule's last entry)");
 }
@@ -1737,7 +1747,7 @@ static void test_tp_parser(void) {
                         ":%d: param proj.weight: 'parts P' belongs after 'shard DIM START LEN DENSE'");
   expect_parse_error_in(tb, "a dense shape other than the model_param's", "model_param proj.weight [8,8]",
                         "model_param proj.weight [8,6]",
-                        "t.prog:24: param proj.weight: its dense shape differs from its model_param line (line 27)");
+                        "t.prog:25: param proj.weight: its dense shape differs from its model_param line (line 28)");
   /* allreduce */
   expect_parse_error_in(tb, "allreduce tp/R with R not dividing tp", "allreduce tp/2 sum", "allreduce tp/3 sum",
                         ":%d: allreduce: group tp/3: 3 does not divide tp 2");
@@ -1761,7 +1771,7 @@ static void test_tp_parser(void) {
   expect_parse_error_in(tb, "allreduce of gradients after grad_norm",
                         "  allreduce tp sum @1344 32\n  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n",
                         "  grad_norm sumsq <<<3,1,0>>> @7552:12 @7568:24\n  allreduce tp sum @1344 32\n",
-                        ":68: allreduce of gradients after grad_norm (line 67): the norm needs the summed gradients");
+                        ":69: allreduce of gradients after grad_norm (line 68): the norm needs the summed gradients");
   free(tb);
 
   /* data parallelism: microbatches is the step's M, each replica's schedule runs M/dp of them */
@@ -1778,12 +1788,12 @@ static void test_tp_parser(void) {
   rt_prog_free(p);
   free(t);
   expect_parse_error_in(db, "a schedule running the step's M micro-batches in one replica", "  F 0 0\n  B 0 0\n",
-                        "  F 0 0\n  B 0 0\n  F 1 1\n", ":72: micro-batch: expected an integer in [0, 0], found '1'");
+                        "  F 0 0\n  B 0 0\n  F 1 1\n", ":73: micro-batch: expected an integer in [0, 0], found '1'");
   expect_parse_error_in(db, "microbatches not a multiple of dp", "microbatches 2", "microbatches 3",
                         ":%d: step: microbatches 3 is not a multiple of dp 2");
   expect_parse_error_in(
       db, "allreduce dp over part of the gradients", "allreduce dp sum @832 832", "allreduce dp sum @832 512",
-      "param gain (line 23): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
+      "param gain (line 24): dp 2, but no 'allreduce dp sum' of the optimizer block sums its gradient "
       "(@1344, 32 bytes) over the replicas");
   free(db);
 }
@@ -1860,17 +1870,17 @@ static void test_parser(void) {
   free(b2);
   expect_parse_error("a peers line naming the rank itself", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
                      "rank 0 stage 0 tp_rank 0 dp_rank 0\npeers prev -1 next 0\n",
-                     ":7: peers: a rank is not its own pipeline neighbour");
+                     ":8: peers: a rank is not its own pipeline neighbour");
   expect_parse_error("a peers line out of range", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
                      "rank 0 stage 0 tp_rank 0 dp_rank 0\npeers prev -2 next -1\n",
-                     ":7: peers: prev: expected an integer in [-1, 0], found '-2'");
+                     ":8: peers: prev: expected an integer in [-1, 0], found '-2'");
   expect_parse_error("a data-parallel mesh whose replicas' gradients are never summed", "mesh tp 1 pp 1 dp 1",
                      "mesh tp 1 pp 1 dp 2",
-                     "param emb.weight (line 22): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
+                     "param emb.weight (line 23): dp 2, but no 'allreduce dp sum' of the optimizer block sums its "
                      "gradient (@832, 512 bytes) over the replicas");
   expect_parse_error(
       "a pipeline mesh without a peers line", "mesh tp 1 pp 1 dp 1", "mesh tp 1 pp 2 dp 1",
-      ":7: expected 'peers prev P next N' (a pipeline-parallel program names its neighbours), found 'step'");
+      ":8: expected 'peers prev P next N' (a pipeline-parallel program names its neighbours), found 'step'");
   expect_parse_error("schedule with two words", "schedule\n", "schedule a b\n",
                      ":%d: expected 'schedule' or 'schedule NAME'");
   expect_parse_error("CRLF line ends", "model testlin\n", "model testlin\r\n", ":%d: carriage return");
@@ -1891,7 +1901,7 @@ static void test_parser(void) {
   expect_parse_error("header order", "mesh tp 1 pp 1 dp 1\nrank",
                      "rank 0 stage 0 tp_rank 0 dp_rank 0\nmesh tp 1 pp 1 dp 1\nrank",
                      ":%d: expected 'mesh tp N pp N dp N [cp N]' (the header lines come in a fixed order)");
-  expect_parse_error("no vocab line", "vocab 16\n", "", ":8: expected 'vocab N [ignore_index I]'");
+  expect_parse_error("no vocab line", "vocab 16\n", "", ":9: expected 'vocab N [ignore_index I]'");
   expect_parse_error("vocab line with a word other than ignore_index", "vocab 16\n", "vocab 16 ignore -100\n",
                      ":%d: expected 'ignore_index', found 'ignore' (the line reads 'vocab N [ignore_index I]')");
   expect_parse_error("an ignore_index past int32", "vocab 16\n", "vocab 16 ignore_index 2147483648\n",
@@ -1908,7 +1918,7 @@ static void test_parser(void) {
   expect_parse_error("cp 2 whose gradients are never summed over the cp ranks",
                      "mesh tp 1 pp 1 dp 1\nrank 0 stage 0 tp_rank 0 dp_rank 0\n",
                      "mesh tp 1 pp 1 dp 1 cp 2\nrank 0 stage 0 tp_rank 0 dp_rank 0 cp_rank 0\n",
-                     "param emb.weight (line 22): dp 1 with cp > 1, but no 'allreduce dp sum' of the optimizer block");
+                     "param emb.weight (line 23): dp 1 with cp > 1, but no 'allreduce dp sum' of the optimizer block");
   expect_parse_error("cp 2 without a cp_rank", "mesh tp 1 pp 1 dp 1\n", "mesh tp 1 pp 1 dp 1 cp 2\n",
                      "expected 10 fields, found 8 (the line reads 'rank R stage S tp_rank T dp_rank D [cp_rank C]')");
   expect_parse_error("a cp_rank without cp", "rank 0 stage 0 tp_rank 0 dp_rank 0\n",
@@ -1947,12 +1957,12 @@ static void test_parser(void) {
                      ":%d: expected 6 fields, found 4 (the line reads 'cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- "
                      "PTX-BYTES|- PTX-HEX16|-')");
   expect_parse_error("no cuda line", "cuda sm_90 - - - -\n", "",
-                     ":13: expected 'cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- PTX-BYTES|- PTX-HEX16|-' (the header lines "
+                     ":14: expected 'cuda ARCH CUBIN-BYTES|- CUBIN-HEX16|- PTX-BYTES|- PTX-HEX16|-' (the header lines "
                      "come in a fixed order)");
   /* the kernel files' sizes and hashes (version 3) */
   expect_parse_error(
       "no object lines", "object cl - -\n", "",
-      ":11: expected 'object cl BYTES|- HEX16|-' (the header lines come in a fixed order), found 'cuda'");
+      ":12: expected 'object cl BYTES|- HEX16|-' (the header lines come in a fixed order), found 'cuda'");
   expect_parse_error("object lines out of order", "object cl - -\n", "object so - -\n",
                      ":%d: expected 'cl', found 'so' (the line reads 'object cl BYTES|- HEX16|-')");
   expect_parse_error("an object line of an unknown file", "object cl - -", "object dll - -",
@@ -1968,14 +1978,14 @@ static void test_parser(void) {
   expect_parse_error("kernel files with a path", "kernels k ", "kernels ../k ",
                      ":%d: kernels: '../k' is not a name (letters, digits, '_')");
   expect_parse_error("regions overlap", "region scratch 6272 1344", "region scratch 6208 1344",
-                     "regions slots (line 18) and scratch (line 19) overlap");
+                     "regions slots (line 19) and scratch (line 20) overlap");
   expect_parse_error("region past the arena", "arena 7616", "arena 7600",
-                     "region scratch (line 19) ends at byte 7616, past the arena (7600 bytes)");
+                     "region scratch (line 20) ends at byte 7616, past the arena (7600 bytes)");
   expect_parse_error("grads size differs", "region grads   832  832", "region grads   832  768",
-                     "region grads (line 15) has 768 bytes, region params 832: they share one layout");
+                     "region grads (line 16) has 768 bytes, region params 832: they share one layout");
   /* grads may be longer (a tied embedding's gradient after the layout); the moments may not */
   expect_parse_error("adam_m size differs", "region adam_m  1664 832", "region adam_m  1664 768",
-                     "region adam_m (line 16) has 768 bytes, region params 832: they share one layout");
+                     "region adam_m (line 17) has 768 bytes, region params 832: they share one layout");
   expect_parse_error("missing region", "region adam_v  2496 832\n", "",
                      "region adam_v is missing (every region is given before 'arena')");
   expect_parse_error("unaligned slot size", "region slots   3328 1472 2", "region slots   3328 1480 2",
@@ -1983,7 +1993,7 @@ static void test_parser(void) {
   expect_parse_error("param outside the params region", "@576 init normal", "@640 init normal",
                      "param proj.weight: @640 + 256 bytes is not inside the params region [0, 832)");
   expect_parse_error("params overlap", "[8] @512 init ones", "[8] @448 init ones",
-                     "params emb.weight (line 22) and gain (line 23) overlap");
+                     "params emb.weight (line 23) and gain (line 24) overlap");
   expect_parse_error("duplicate param index", "param 2 proj.weight", "param 1 proj.weight",
                      "param index 1 is given twice");
   expect_parse_error("param index gap", "param 2 proj.weight", "param 5 proj.weight",
@@ -2059,7 +2069,7 @@ static void test_parser(void) {
                      "[clears_grads]|refresh')");
   expect_parse_ok("block optimizer clears_grads", "block optimizer\n", "block optimizer clears_grads\n");
   expect_parse_error("two forward blocks", "block backward", "block forward",
-                     ":49: a second forward block (the first is on line 39)");
+                     ":50: a second forward block (the first is on line 40)");
   expect_parse_error("block not ended", "  loss $1408\nend\n", "  loss $1408\n", "'block' inside block forward");
   expect_parse_error("B before F", "  F 0 0\n  F 1 1\n  B 0 0\n", "  B 0 0\n  F 0 0\n  F 1 1\n",
                      ":%d: B 0 0 before F 0");
@@ -2084,7 +2094,7 @@ static void test_parser(void) {
                  err, sizeof err);
   check(rc && strstr(err, "t.prog:1: control character 0x02"), "parser: binary garbage [%s]", err);
   rc = parse_msg("hello world\n", err, sizeof err);
-  check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 4'"),
+  check(rc && strstr(err, "t.prog:1: not a ppr program listing: the first line must be 'ppr-program 5'"),
         "parser: text that is not a listing");
 }
 
@@ -2445,15 +2455,14 @@ static void fuzz_body(const char *what, const char *body, int iters) {
     RtProg *p = NULL;
     int rc;
     if (rnd(10) == 0) { /* raw: the hash is stale */
-      char *t = malloc(n + 64);
-      int hl =
-          snprintf(t, n + 64, "ppr-program 4\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(body, blen));
+      char *t = malloc(n + 128);
+      int hl = header(t, n + 128, body, blen);
       memcpy(t + hl, b, n);
       rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
       free(t);
     } else { /* rehashed, with embedded NULs kept (n bytes) */
-      char *t = malloc(n + 64);
-      int hl = snprintf(t, n + 64, "ppr-program 4\ncompiler ppc test\nhash %016llx\n", (unsigned long long)fnv(b, n));
+      char *t = malloc(n + 128);
+      int hl = header(t, n + 128, b, n);
       memcpy(t + hl, b, n);
       rc = rt_prog_parse("f.prog", t, (size_t)hl + n, &p, err, sizeof err);
       free(t);
@@ -2701,9 +2710,9 @@ static void test_chunk_parser(void) {
                         "chunk 1 vstage 4 prev 1 next -1\n",
                         ":%d: chunk 1: vstage 4 is not in [0, 3] (pp 2 \u00d7 2 chunks)");
   expect_parse_error_in(C0, "a lone chunk 0 line", "chunk 1 vstage 3 prev 1 next -1\n", "",
-                        ":8: chunk 0 is the only chunk line: a program with chunks has 2 to 16");
+                        ":9: chunk 0 is the only chunk line: a program with chunks has 2 to 16");
   expect_parse_error_in(C0, "a vstage twice", "chunk 1 vstage 3 prev 1 next -1\n", "chunk 1 vstage 0 prev -1 next 1\n",
-                        ":%d: chunk 1: vstage 0 is also chunk 0's (line 8)");
+                        ":%d: chunk 1: vstage 0 is also chunk 0's (line 9)");
   expect_parse_error_in(C0, "next -1 before the last vstage", "chunk 1 vstage 3 prev 1 next -1\n",
                         "chunk 1 vstage 2 prev 1 next -1\n",
                         ":%d: chunk 1: next -1, but vstage 2 of 4 has a next virtual stage");
@@ -2737,22 +2746,22 @@ static void test_chunk_parser(void) {
                         "boundary send_fwd:1: chunk 1 (vstage 3) has no next virtual stage (prev 1 next -1)");
   expect_parse_error_in(C1, "a boundary of a chunk given twice", "boundary send_bwd:1 $256 256 [2,4,8]\n",
                         "boundary send_bwd:1 $256 256 [2,4,8]\nboundary send_bwd:1 $256 256\n",
-                        "boundary send_bwd:1 is given twice (first on line 30)");
+                        "boundary send_bwd:1 is given twice (first on line 31)");
   /* the schedule's rules per unit */
   expect_parse_error_in(C0, "a second F of a unit", "  F:1 0 1\n", "  F:1 0 1\n  F:1 0 1\n",
-                        ":69: a second F:1 for micro-batch 0 of chunk 1");
+                        ":70: a second F:1 for micro-batch 0 of chunk 1");
   expect_parse_error_in(C0, "an F into a slot another chunk's unit holds", "  B:1 0 1\n", "  F 1 1\n  B:1 0 1\n",
                         ":%d: F:0 1 1: slot 1 still holds micro-batch 0 of chunk 1 (its B has not run)");
   expect_parse_error_in(C0, "recv_fwd into a slot another chunk's unit holds", "  comm recv_fwd:1 0 1\n  F:1 0 1\n",
                         "  comm recv_fwd:1 0 0\n  F:1 0 0\n",
                         ":%d: recv_fwd:1 0 0: slot 0 still holds micro-batch 0 of chunk 0 (its B has not run)");
   expect_parse_error_in(C0, "OPT before a unit's B", "  B:1 1 1\n  comm send_bwd:1 1 1\n", "",
-                        ":79: OPT before B:1 1 ran (every chunk's micro-batches come first: 3 of 4 B ran)");
+                        ":80: OPT before B:1 1 ran (every chunk's micro-batches come first: 3 of 4 B ran)");
   expect_parse_error_in(
       C1, "OPT before a chunk's message", "  comm send_fwd:1 1 1\n", "",
-      ":70: OPT before send_fwd:1 of micro-batch 1 of chunk 1 (every micro-batch's messages come first)");
+      ":71: OPT before send_fwd:1 of micro-batch 1 of chunk 1 (every micro-batch's messages come first)");
   expect_parse_error_in(C1, "a chunk's B before its recv_bwd", "  comm recv_bwd:1 0 1\n", "",
-                        ":53: B:1 0 1 before recv_bwd:1 0 1 (the gradient of the stage's output");
+                        ":54: B:1 0 1 before recv_bwd:1 0 1 (the gradient of the stage's output");
   expect_parse_error_in(C0, "send_bwd of a chunk from the arena after another B",
                         "  comm send_bwd:1 0 1\n  comm recv_bwd 0 0\n  B 0 0\n",
                         "  comm recv_bwd 0 0\n  B 0 0\n  comm send_bwd:1 0 1\n",
@@ -2839,7 +2848,7 @@ static void test_chunks_mpi(const W *w) {
   snprintf(args, sizeof args, "%s/chunks_stuck --steps 1", tdir);
   expect_mpi_fail("chunked schedules whose messages cannot complete", 2, args,
                   "the schedules' messages cannot all complete (with sends that do not wait");
-  check(strstr(out, "chunks_stuck/rank1.prog:49: rank 1 waits in 'comm recv_fwd:1 0 1'") != NULL,
+  check(strstr(out, "chunks_stuck/rank1.prog:50: rank 1 waits in 'comm recv_fwd:1 0 1'") != NULL,
         "the message names where the stuck rank waits, with the op's chunk");
 }
 
