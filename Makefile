@@ -25,8 +25,6 @@ LDLIBS := -lm
 GEN      := $(BUILD)/gen
 COMMON   := $(wildcard common/*.c)
 COMPILER := $(wildcard compiler/*.c) $(COMMON)
-RUNTIME  := runtime/rt_safetensors.c runtime/rt_st_write.c runtime/rt_ckpt.c runtime/rt_data.c runtime/rt_util.c
-RUNTIME_HDR := runtime/rt_io.h runtime/rt_st.h runtime/rt_util.h
 RT_LIBS  := -ljansson -lxxhash # the safetensors header JSON; checksums (Debian: libjansson-dev, libxxhash-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
 TEMPLATES := $(sort $(wildcard kernels/*.h))
@@ -140,8 +138,8 @@ $(PPRUN): pprun/pprun.c $(LIBPPR)
 
 # ---- tests ------------------------------------------------------------------------------------
 UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_attention $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
-$(BUILD)/test_io: tests/unit/test_io.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_io.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+$(BUILD)/test_io: tests/unit/test_io.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_io.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
 $(BUILD)/test_gemm: tests/unit/test_gemm.c $(LIBPPR)
 	$(CC) $(CFLAGS) $(TEST_INC) $(BLAS_INC) -o $@ tests/unit/test_gemm.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
@@ -176,16 +174,16 @@ $(BUILD)/kbench: bench/kbench.c $(LIBPPR)
 	$(CC) $(CFLAGS) $(TEST_INC) -fopenmp -o $@ bench/kbench.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # golden numerics against the PyTorch reference's fixtures
-$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_fixtures.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+$(BUILD)/test_fixtures: tests/unit/test_fixtures.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_fixtures.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # per-op finite-difference gradient checks of the small models in tests/gradcheck/
-$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_gradcheck.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+$(BUILD)/test_gradcheck: tests/unit/test_gradcheck.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_gradcheck.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # every mesh and schedule against the one-rank run, over MPI
-$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(RUNTIME) $(RUNTIME_HDR)
-	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_pipeline.c $(RUNTIME) $(LDFLAGS) $(LDLIBS) $(RT_LIBS)
+$(BUILD)/test_pipeline: tests/unit/test_pipeline.c $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_pipeline.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # tensor and data parallelism: the allreduce (run by itself under mpirun), shards, start-up checks
 $(BUILD)/test_tp: tests/unit/test_tp.c $(LIBPPR)
