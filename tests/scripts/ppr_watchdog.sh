@@ -44,23 +44,8 @@ if wait_lines "$tmp/log.jsonl" 120 3; then
     cpu="$cpu rank $r ${pct}%"
     [ "$pct" -gt "$worst" ] && worst=$pct
   done
-  # the job ends by itself: give it 30 s at most
-  i=0
-  while kill -0 "$mp" 2>/dev/null && [ "$i" -lt 300 ]; do
-    sleep 0.1
-    i=$((i + 1))
-  done
-  t1=$(now)
-  hung=0
-  if kill -0 "$mp" 2>/dev/null; then
-    hung=1
-    kill -9 "$mp" 2>/dev/null
-  fi
-  wait "$mp"
-  rc=$?
-  [ "$hung" -eq 1 ] && rc=hung
-  mp=
-  took=$(elapsed "$t0" "$t1")
+  finish 30 # the job ends by itself: 30 s at most
+  took=$(elapsed "$t0" "$(now)")
   if [ "$rc" != hung ] && [ "$rc" -ne 0 ] && awk -v t="$took" 'BEGIN { exit !(t < 10) }'; then
     ok "tp 2 x pp 2, rank 3 stopped (SIGSTOP) during training, --timeout 2: the job ends non-zero (exit $rc) ${took} s after the stop"
   else
