@@ -489,7 +489,10 @@ void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t do
                  .state_json = me == 0 ? json : "",
                  .opt_path = opt,
                  .state_path = st};
-  ppr_settle_root(save_params(p, x, path, RT_REG_PARAMS, &so, e, elen));
+  if (save_params(p, x, path, RT_REG_PARAMS, &so, e, elen)) { /* rank 0's verdict, on every rank */
+    if (me == 0) ppr_print_err(e);
+    ppr_exit_all(1);
+  }
   if (c->keep) ppr_settle_root(me == 0 ? keep_last(c->save, c->keep, e, elen) : 0); /* rank 0 prunes */
   if (!c->quiet && me == 0 && c->save_every) {
     printf("ppr: saved %s (step %lld)\n", path, (long long)done);

@@ -1,6 +1,7 @@
 /* ppr_world.c - this rank in the world, and how failures end the job (ppr_world.h). */
 #include "ppr_world.h"
 #include "pp_stagedir.h"
+#include "ppr_state.h"
 #include "ppr_stop.h"
 
 #include <errno.h>
@@ -21,17 +22,13 @@ void ppr_print_err(const char *msg) {
   fflush(stderr);
 }
 
-/* --exit-file: code and a newline, through a temporary file renamed over it (a reader sees all or
- * nothing); a failure is reported, the code kept. */
+/* --exit-file: code and a newline, through ppr_state_write's temporary file renamed over it (a
+ * reader sees all or nothing); a failure is reported, the code kept. */
 static void write_exit_file(int code) {
   if (!world.exit_file || world.me != 0) return;
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", world.exit_file);
-  FILE *f = fopen(tmp, "w");
-  int ok = f && fprintf(f, "%d\n", code) > 0;
-  if (f) ok = fclose(f) == 0 && ok;
-  if (ok) ok = rename(tmp, world.exit_file) == 0;
-  if (!ok) fprintf(stderr, "ppr: error: --exit-file %s: cannot write: %s\n", world.exit_file, strerror(errno));
+  char text[16], e[4400];
+  snprintf(text, sizeof text, "%d\n", code);
+  if (ppr_state_write(world.exit_file, text, e, sizeof e)) fprintf(stderr, "ppr: error: --exit-file: %s\n", e);
 }
 
 int ppr_exit(int code) {
