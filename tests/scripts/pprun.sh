@@ -67,7 +67,8 @@ for k in $(seq 1 "$runs"); do
     finish 120
     before=$fail
     [ "$rc" = 75 ] || bad "run $k: Ctrl-C to pprun: exit status 75 expected (exit $rc)"
-    check_stop "$tmp/out.txt" "$tmp/log.jsonl" "$tmp/w.safetensors" --stop-file 0 "run $k: Ctrl-C to pprun" "$mesh" \
+    # every rank looks for the stop file: the first in rank order that saw it is named
+    check_stop "$tmp/out.txt" "$tmp/log.jsonl" "$tmp/w.safetensors" --stop-file "[0-3]" "run $k: Ctrl-C to pprun" "$mesh" \
       >"$tmp/check.txt"
     cat "$tmp/check.txt"
     grep -q '^FAIL' "$tmp/check.txt" || [ "$fail" -ne "$before" ] || good=$((good + 1))
