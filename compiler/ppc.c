@@ -25,7 +25,7 @@ static const char usage[] =
     "  --micro-batch N    micro-batch size B\n"
     "  --seq N            sequence length S\n"
     "  --microbatches N   micro-batches per step M\n"
-    "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted whose activations fit\n"
+    "  --schedule NAME    " SCHED_NAMES ", or auto: the fastest predicted that fits --mem-limit\n"
     "  --vpp V            chunks of layers per rank (interleaved: any; zbv: 2)\n"
     "  --precision P      fp32 (the default) or bf16: activations, their gradients and the weights'\n"
     "                     working copies in bf16; f32 master weights, gradients and AdamW\n"
@@ -41,8 +41,9 @@ static const char usage[] =
     "                     backward (B x heads x S x S of the activations' type a layer and\n"
     "                     micro-batch in flight), or recomputed there from the saved log-sum-exp\n"
     "                     (the default: the scores' product again and an exponential a score)\n"
-    "  --mem-limit SIZE   with --schedule auto: activation bytes per rank at most (K, M, G: KiB, MiB,\n"
-    "                     GiB)\n"
+    "  --mem-limit SIZE   the device memory a rank may use (K, M, G: KiB, MiB, GiB): a plan whose\n"
+    "                     arena is larger is an error naming the region and what shrinks it;\n"
+    "                     --schedule auto chooses among the schedules that fit\n"
     "\n"
     "Compiling:\n"
     "  --partition NAME   uniform (layers [N*r//p, N*(r+1)//p)) or balanced (by a cost model)\n"
@@ -57,8 +58,10 @@ static const char usage[] =
     "                     or a stage directory of an earlier compile, replaced whole at the end\n"
     "  --emit WHAT        print ast, ir, plan, schedule (the predicted timeline), svg (it drawn),\n"
     "                     program (every rank's listing), the kernel sources in c, opencl or cuda,\n"
-    "                     or cost (per rank a step's kernel launches and bytes, GEMM FLOPs, and a\n"
-    "                     roofline time on H100, H200 and a CPU), to stdout\n"
+    "                     cost (per rank a step's kernel launches and bytes, GEMM FLOPs, and a\n"
+    "                     roofline time on H100, H200 and a CPU), or memory (per stage each\n"
+    "                     region of its ranks' arena beside Megatron-LM's estimate, and the most\n"
+    "                     loaded rank), to stdout\n"
     "\n"
     "Importing (no model file, no other option):\n"
     "  --from-hf PATH     print a .pdl for a Hugging Face config (PATH: its config.json, or the directory\n"
@@ -87,11 +90,12 @@ typedef enum Emit {
   EMIT_C,
   EMIT_OPENCL,
   EMIT_CUDA,
-  EMIT_COST
+  EMIT_COST,
+  EMIT_MEMORY
 } Emit;
 static const char *const emit_names[] = {"",        "ast", "ir",     "plan", "schedule", "svg",
-                                         "program", "c",   "opencl", "cuda", "cost"};
-#define EMIT_WORDS "ast, ir, plan, schedule, svg, program, c, opencl, cuda or cost" /* for the message */
+                                         "program", "c",   "opencl", "cuda", "cost",     "memory"};
+#define EMIT_WORDS "ast, ir, plan, schedule, svg, program, c, opencl, cuda, cost or memory" /* for the message */
 
 typedef struct Cli {
   const char *model;
@@ -248,8 +252,8 @@ static Cli parse_args(int argc, char **argv) {
       break;
     case O_EMIT: {
       int e = EMIT_AST;
-      while (e <= EMIT_COST && strcmp(emit_names[e], optarg)) e++;
-      if (e > EMIT_COST) bad_usage("--emit expects " EMIT_WORDS ", got '%s'", optarg);
+      while (e <= EMIT_MEMORY && strcmp(emit_names[e], optarg)) e++;
+      if (e > EMIT_MEMORY) bad_usage("--emit expects " EMIT_WORDS ", got '%s'", optarg);
       c.emit = (Emit)e;
       break;
     }
@@ -431,7 +435,7 @@ static int choose_schedule(Graph *g, const Plan *plan, bool balanced, int64_t me
   for (int i = 0; i < 4; i++) free(cost[i / 2][i % 2]);
   if (rc) return 1;
   if (k < 0) {
-    fprintf(stderr, "ppc: error: no schedule's activations fit --mem-limit:\n%s", *why);
+    fprintf(stderr, "ppc: error: no schedule fits --mem-limit:\n%s", *why);
     return 1;
   }
   snprintf(g->cfg.schedule, sizeof g->cfg.schedule, "%s", sched_name(k));
@@ -481,12 +485,11 @@ static void print_kernels(const Graph *g, const Stage *st, Lang lang) {
   }
 }
 
-/* --emit cost (cost.c): every stage's program, each at its ranks */
-static void print_costs(const Graph *g, const Stage *st, const Sched *sched) {
+/* Every stage's program, in stage order (freed by the caller). */
+static const Program **stage_programs(const Graph *g, const Stage *st) {
   const Program **prog = xcalloc((size_t)g->cfg.pp, sizeof *prog);
   for (int r = 0; r < g->cfg.pp; r++) prog[r] = st[r].prog;
-  cost_print(stdout, sched, prog);
-  free(prog);
+  return prog;
 }
 
 static void print_stage_irs(const Graph *g, const Stage *st, const Sched *sched) {
@@ -746,11 +749,7 @@ static int compile(const Cli *cli) {
   pipe_partition(g, cli->balanced);                   /* pipe_plan.c: stage boundaries */
   plan = pipe_plan(g);                                /* pipe_plan.c: layers to stages, params */
   int V = cli->vpp;                                   /* --schedule auto: its choice's */
-  if (!strcmp(g->cfg.schedule, "auto") ? choose_schedule(g, plan, cli->balanced, cli->mem_limit, &V, &why)
-                                       : cli->mem_limit > 0) {
-    if (!why) fprintf(stderr, "ppc: error: --mem-limit goes with --schedule auto\n");
-    goto out;
-  }
+  if (!strcmp(g->cfg.schedule, "auto") && choose_schedule(g, plan, cli->balanced, cli->mem_limit, &V, &why)) goto out;
   /* each data-parallel replica runs its share of the micro-batches */
   int M = (int)(g->cfg.microbatches / g->cfg.dp);
   char fit[320];
@@ -768,8 +767,8 @@ static int compile(const Cli *cli) {
   /* the plan states each stage's activations, which take the lowered program: not for a model of
    * more than PPC_PLAN_LOWER_LAYERS layers, whose plan is asked for to see the partition quickly;
    * EMIT_PROGRAM and the kinds after it (the kernel sources, cost) read the lowered programs */
-  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->emit == EMIT_SCHEDULE || cli->emit == EMIT_SVG ||
-               (cli->emit == EMIT_PLAN && g->nlayers <= PPC_PLAN_LOWER_LAYERS);
+  bool lower = cli->outdir || cli->emit >= EMIT_PROGRAM || cli->mem_limit > 0 || cli->emit == EMIT_SCHEDULE ||
+               cli->emit == EMIT_SVG || (cli->emit == EMIT_PLAN && g->nlayers <= PPC_PLAN_LOWER_LAYERS);
   bool backward = lower || (cli->emit == EMIT_IR && !dense_ir);
   if (V > 1) vplan = vstage_plan(g, cli->balanced, V); /* the virtual stages of chunks of layers */
   if ((g->cfg.tp > 1 || backward) && !(st = build_stages(g, plan, vplan, sched, backward, lower))) goto out;
@@ -780,6 +779,11 @@ static int compile(const Cli *cli) {
     goto out;
   }
   if (gen_out && build_gen(cli, src, ast, g, sched, st, &gen)) goto out; /* the generation programs */
+  const Program **prog = st && lower ? stage_programs(g, st) : NULL;
+  if (cli->mem_limit > 0 && mem_fit_check(g, prog, cli->mem_limit)) { /* mem_report.c */
+    free(prog);
+    goto out;
+  }
 
   rc = 0;
   switch (cli->emit) {
@@ -812,8 +816,10 @@ static int compile(const Cli *cli) {
   case EMIT_C: print_kernels(g, st, LANG_C); break;
   case EMIT_OPENCL: print_kernels(g, st, LANG_OPENCL); break;
   case EMIT_CUDA: print_kernels(g, st, LANG_CUDA); break;
-  case EMIT_COST: print_costs(g, st, sched); break;
+  case EMIT_COST: cost_print(stdout, sched, prog); break;            /* cost.c */
+  case EMIT_MEMORY: mem_report_print(stdout, g, sched, prog); break; /* mem_report.c */
   }
+  free(prog);
   if (!rc && cli->outdir)
     rc = write_stage_dir(cli->outdir, g, vplan ? vplan : plan, why, sched, st, cli->arch, gen_out ? &gen : NULL);
   if (!rc && !cli->emit && !cli->outdir)

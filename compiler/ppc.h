@@ -726,6 +726,7 @@ typedef struct Program {
  * the rank's graph of parameters (pipe_chunks.c), whose indices the buffers and the optimizer use. */
 Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch);
 void mem_plan(Program *p);
+int64_t mem_region_total(const Program *p, int region); /* its bytes in the arena: slots times nslots */
 /* The elements a parameter's buffer takes in each of its regions (params, grads, adam_m, adam_v,
  * copies): numel rounded up to a unit that puts a working copy at its value's element offset. */
 int64_t mem_param_elems(const Program *p, int64_t numel);
@@ -914,13 +915,16 @@ void sched_debug_break(Sched *s, const char *how); /* --debug-schedule: corrupt 
 /* sched_time.c — predicted timelines. Costs are flop-equivalents: flops + SCHED_BYTE_WEIGHT x bytes. */
 #define SCHED_BYTE_WEIGHT 8.0
 typedef struct StageCost {
-  double f, b, w;     /* one micro-batch's forward, backward (B) and weight gradients (W) */
-  int64_t slot_bytes; /* one micro-batch's activations */
+  double f, b, w;        /* one micro-batch's forward, backward (B) and weight gradients (W) */
+  int64_t slot_bytes;    /* one micro-batch's activations */
+  int64_t state_bytes;   /* the parameters' regions: weights, gradients, moments, working copies */
+  int64_t scratch_bytes; /* the scratch region and the workspace */
 } StageCost;
 typedef struct SchedPrediction {
-  double step;        /* predicted step time, flop-equivalents */
-  double bubble;      /* idle share of all ranks' time */
-  int64_t peak_bytes; /* the most activation bytes a rank holds */
+  double step;         /* predicted step time, flop-equivalents */
+  double bubble;       /* idle share of all ranks' time */
+  int64_t peak_bytes;  /* the most activation bytes a rank holds */
+  int64_t peak_memory; /* the most device memory a rank needs: its parameters' regions, scratch, activations */
 } SchedPrediction;
 void sched_stage_cost(const Program *p, int chunk, StageCost *c); /* from a chunk's lowered blocks */
 double sched_kernel_flops(const Kernel *k);                       /* a launch's: its rows times its rough work a row */
@@ -930,9 +934,9 @@ void sched_print(FILE *f, const Sched *s, const StageCost *cost);               
 void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model); /* --emit svg */
 /* --schedule auto: the table's schedules predicted with the stages' costs, cost[chunks][split]:
  * [0] per stage, [1] per virtual stage of two chunks per rank (NULL: not considered); [.][0] the
- * backward whole, [.][1] as B and W. The fastest that fits (nlayers, M) and whose most activation
- * bytes on a rank fit mem_limit (0: none) is chosen. Writes the comparison and the choice to why;
- * the schedule's index (*vpp its chunks per rank), or -1. */
+ * backward whole, [.][1] as B and W. The fastest that fits (nlayers, M) and whose most device
+ * memory on a rank (SchedPrediction.peak_memory) fits mem_limit (0: none) is chosen. Writes the comparison and the
+ * choice to why; the schedule's index (*vpp its chunks per rank), or -1. */
 int sched_choose(int pp, int M, int nlayers, const StageCost *const cost[2][2], int64_t mem_limit, FILE *why, int *vpp);
 
 /* A file's size and FNV-1a hash as it was written; bytes -1: not written ('- -' in a listing). */
@@ -981,6 +985,13 @@ void cg_mkdir_p(const char *dir);
  * one training step's kernel launches and bytes, GEMM FLOPs and bytes, their roofline time on a
  * table of devices, and the kernels spanning the most bytes. */
 void cost_print(FILE *f, const Sched *s, const Program *const *prog);
+
+/* mem_report.c — --emit memory: per stage (prog[stage]) the arena of each of its ranks, region by
+ * region, beside Megatron-LM's estimate, and the most loaded rank; --mem-limit: 0 when every
+ * rank's arena fits limit bytes, else 1 after an error naming the rank, its largest region and
+ * the options that shrink it. */
+void mem_report_print(FILE *f, const Graph *model, const Sched *s, const Program *const *prog);
+int mem_fit_check(const Graph *model, const Program *const *prog, int64_t limit);
 
 /* ============================================================================================
  * cg_nvrtc.c — a stage's CUDA C compiled with NVRTC: a cubin for the target GPU and PTX for

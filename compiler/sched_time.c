@@ -67,6 +67,9 @@ void sched_stage_cost(const Program *p, int chunk, StageCost *c) {
   for (int i = 0; i < p->nvb; i++)
     if (p->vb[i].cls == BC_SLOT && p->vb[i].chunk == chunk)
       c->slot_bytes += (p->vb[i].bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
+  c->state_bytes = c->scratch_bytes = 0; /* the program's: a one-chunk program's are its chunk's */
+  for (int r = BC_PARAM; r <= BC_COPY; r++) c->state_bytes += mem_region_total(p, r);
+  c->scratch_bytes = mem_region_total(p, BC_SCRATCH) + mem_region_total(p, BC_WORKSPACE);
 }
 
 /* ============================================================================================
@@ -167,11 +170,25 @@ static int64_t held(const Sched *s, const StageCost *cost, int r) {
 
 static int sets(const Sched *s, int r) { return s->st[r].nslots; }
 
+/* The device memory rank r needs: its chunks' parameters' regions, the largest scratch and
+ * workspace of them, and its activations. */
+static int64_t rank_bytes(const Sched *s, const StageCost *cost, int r) {
+  int64_t state = 0, scratch = 0;
+  for (int c = 0; c < s->V; c++) {
+    const StageCost *x = &cost[sched_vstage(s, r, c)];
+    state += x->state_bytes;
+    if (x->scratch_bytes > scratch) scratch = x->scratch_bytes;
+  }
+  return state + scratch + held(s, cost, r);
+}
+
 SchedPrediction sched_predict(const Sched *s, const StageCost *cost) {
   Timeline *t = predict(s, cost);
   SchedPrediction out = {.step = t->total, .bubble = t->bubble};
-  for (int r = 0; r < s->pp; r++)
+  for (int r = 0; r < s->pp; r++) {
     if (held(s, cost, r) > out.peak_bytes) out.peak_bytes = held(s, cost, r);
+    if (rank_bytes(s, cost, r) > out.peak_memory) out.peak_memory = rank_bytes(s, cost, r);
+  }
   timeline_free(t);
   return out;
 }
@@ -275,7 +292,7 @@ void sched_svg(FILE *f, const Sched *s, const StageCost *cost, const char *model
 }
 
 /* ============================================================================================
- * --schedule auto: every schedule predicted, the fastest whose activations fit
+ * --schedule auto: every schedule predicted, the fastest whose ranks' memory fits
  * ========================================================================================== */
 
 static void gib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.3f GiB", (double)bytes / (1 << 30)); }
@@ -284,8 +301,9 @@ int sched_choose(int pp, int M, int nlayers, const StageCost *const cost[2][2], 
                  int *vpp) {
   char lim[32] = "none";
   if (mem_limit > 0) gib(lim, sizeof lim, mem_limit);
-  fprintf(why, "# schedule auto: %d stages, %d micro-batches; activation memory limit per rank: %s\n", pp, M, lim);
-  fprintf(why, "#   %-19s %14s %8s %26s\n", "schedule", "step", "bubble", "activations (most on a rank)");
+  fprintf(why, "# schedule auto: %d stages, %d micro-batches; device memory limit per rank: %s\n", pp, M, lim);
+  fprintf(why, "#   %-19s %14s %8s %14s %14s\n", "schedule", "step", "bubble", "activations", "memory");
+  fprintf(why, "#   %-19s %14s %8s %14s %14s\n", "", "", "", "(most on a rank)", "(most on a rank)");
   int best = -1;
   SchedPrediction bp = {0};
   const char *un = "Mfe";
@@ -299,21 +317,22 @@ int sched_choose(int pp, int M, int nlayers, const StageCost *const cost[2][2], 
     Sched *s = sched_build(pp, V, M, kind);
     SchedPrediction p = sched_predict(s, cost[chunked][s->split]);
     if (k == 0) u = unit_of(p.step, &un);
-    bool fits = mem_limit <= 0 || p.peak_bytes <= mem_limit;
-    char b[32], name[32];
+    bool fits = mem_limit <= 0 || p.peak_memory <= mem_limit;
+    char b[32], mem[32], name[32];
     gib(b, sizeof b, p.peak_bytes);
+    gib(mem, sizeof mem, p.peak_memory);
     if (chunked) snprintf(name, sizeof name, "%s (vpp %d)", kind, V);
     else snprintf(name, sizeof name, "%s", kind);
-    fprintf(why, "#   %-19s %10.4g %s %7.1f%% %26s%s\n", name, p.step / u, un, 100 * p.bubble, b,
+    fprintf(why, "#   %-19s %10.4g %s %7.1f%% %14s %14s%s\n", name, p.step / u, un, 100 * p.bubble, b, mem,
             fits ? "" : "  over the limit");
     /* the fastest; between equal steps, the one holding less */
-    if (fits &&
-        (best < 0 || p.step < bp.step * (1 - 1e-9) || (p.step <= bp.step * (1 + 1e-9) && p.peak_bytes < bp.peak_bytes)))
+    if (fits && (best < 0 || p.step < bp.step * (1 - 1e-9) ||
+                 (p.step <= bp.step * (1 + 1e-9) && p.peak_memory < bp.peak_memory)))
       best = k, bp = p, *vpp = V;
     sched_free(s);
   }
   if (best >= 0)
-    fprintf(why, "# chosen: %s%s, the fastest predicted step whose activations fit\n", sched_name(best),
+    fprintf(why, "# chosen: %s%s, the fastest predicted step that fits\n", sched_name(best),
             *vpp > 1 ? " --vpp 2" : "");
   return best;
 }
