@@ -55,7 +55,7 @@ int main(void) {
         StageCost *c = calloc((size_t)p, sizeof *c);
         /* F = B = W = 1 for a split backward; otherwise a backward twice a forward, and thrice */
         for (int ratio = 1; ratio <= (s->split ? 1 : 2); ratio++) {
-          for (int r = 0; r < p; r++) c[r] = (StageCost){1, s->split ? 1 : ratio, s->split ? 1 : ratio, 1};
+          for (int r = 0; r < p; r++) c[r] = (StageCost){1, s->split ? 1 : ratio, s->split ? 1 : ratio, 1, 0, 0};
           SchedPrediction pr = sched_predict(s, c);
           double want = expected(kind, p, M);
           if (s->split && M < p) continue; /* too few micro-batches for W to fill the bubble */
@@ -88,7 +88,7 @@ int main(void) {
           check(slots_ok(s, r), "interleaved p=%d V=%d M=%d rank %d: no slot reused early", p, V, M, r);
         StageCost *c = calloc((size_t)(p * V), sizeof *c);
         for (int ratio = 1; ratio <= 2; ratio++) {
-          for (int v = 0; v < p * V; v++) c[v] = (StageCost){1.0 / V, (double)ratio / V, (double)ratio / V, 1};
+          for (int v = 0; v < p * V; v++) c[v] = (StageCost){1.0 / V, (double)ratio / V, (double)ratio / V, 1, 0, 0};
           double want = (double)(p - 1) / (V * M + p - 1), got = sched_predict(s, c).bubble;
           check(fabs(got - want) < 1e-12, "interleaved p=%d V=%d M=%d ratio %d: bubble %.6f, formula %.6f", p, V, M,
                 ratio, got, want);
@@ -120,8 +120,8 @@ int main(void) {
       for (int r = 0; r < p; r++)
         check(slots_ok(s, r), "zbv p=%d M=%d rank %d: each chunk in its own slots, none reused early", p, M, r);
       StageCost *c = calloc((size_t)(2 * p), sizeof *c), *ch = calloc((size_t)p, sizeof *ch);
-      for (int v = 0; v < 2 * p; v++) c[v] = (StageCost){0.5, 0.5, 0.5, 1};
-      for (int r = 0; r < p; r++) ch[r] = (StageCost){1, 1, 1, 1};
+      for (int v = 0; v < 2 * p; v++) c[v] = (StageCost){0.5, 0.5, 0.5, 1, 0, 0};
+      for (int r = 0; r < p; r++) ch[r] = (StageCost){1, 1, 1, 1, 0, 0};
       double z = sched_predict(s, c).bubble, zh = sched_predict(h, ch).bubble;
       check(z < (M > p ? 0.6 : 1.0) * zh, "zbv p=%d M=%d: bubble %.4f, zb-h1's %.4f", p, M, z, zh);
       for (int r = 0; r < p; r++)
