@@ -105,6 +105,11 @@ static void print_expr(FILE *f, const Expr *e) {
     print_expr(f, e->lhs);
     fputc(')', f);
     break;
+  case E_RANGE:
+    print_expr(f, e->lhs);
+    fputs("..", f);
+    print_expr(f, e->rhs);
+    break;
   case E_BIN:
     fputc('(', f);
     print_expr(f, e->lhs);

@@ -279,6 +279,9 @@ static void analyse(FuseCtx *c) {
     if ((n->op != OP_RMSNORM && n->op != OP_LAYERNORM) || n->bwd || a < 0) continue;
     const IrNode *x = N(c, a);
     if (x->op != OP_ADD || x->bwd || x->wgt != n->wgt || c->inlined[a] || c->merged[a] || c->acc[a] >= 0) continue;
+    /* with recomputation, the add that ends a layer stays the layer's: the next layer's norm
+     * reading it back is a kernel the next layer's backward can run again from the kept sum */
+    if (g->cfg.recompute != RECOMPUTE_NONE && x->layer != n->layer) continue;
     bool first = true;
     for (int j = a + 1; j < i && first; j++)
       for (int k = 0; k < N(c, j)->nin; k++) first &= N(c, j)->in[k] != a;

@@ -162,6 +162,7 @@ void fuse_rows_norm(FuseCtx *c, int id) {
   /* x an add this kernel computes (c->normed): its first pass over the row stores it, each thread
    * the elements it reads again in the later passes (norm_x) */
   int x0 = n->in[0], xs = c->normed[x0] ? fuse_kc_node(c, &kc, x0, true) : -1;
+  if (xs >= 0) k->bufs[xs].reread = true;
   if (!rms) {
     int j = kir_reduce(k, kir_i(k, D));
     int sum = kir_reduce_end(k, '+', norm_x(c, &kc, x0, xs, idx2(k, r, D, j), true));

@@ -248,6 +248,7 @@ int ir_build_eval_int(Builder *b, const Expr *e, int64_t *out) {
   case E_CALL: ir_build_err(b, e->loc, "expected an integer, found a call of '%s'", e->name); return 1;
   case E_STR:
   case E_WORD: ir_build_err(b, e->loc, "expected an integer"); return 1;
+  case E_RANGE: ir_build_err(b, e->loc, "expected an integer, found a range"); return 1;
   }
   return 1;
 overflow:
@@ -290,6 +291,7 @@ int ir_build_eval_float(Builder *b, const Expr *e, double *out) {
     return 0;
   case E_CALL:
   case E_STR:
+  case E_RANGE:
   case E_WORD: ir_build_err(b, e->loc, "expected a number"); return 1;
   }
   return 1;
@@ -366,6 +368,7 @@ int ir_build_tensor(Builder *b, const Expr *e) {
   case E_FLOAT: ir_build_err(b, e->loc, "expected a tensor, found the number %g", e->fval); return -1;
   case E_NEG: ir_build_err(b, e->loc, "unary '-' does not apply to tensors"); return -1;
   case E_STR:
+  case E_RANGE:
   case E_WORD: ir_build_err(b, e->loc, "expected a tensor"); return -1;
   }
   return -1;

@@ -11,7 +11,7 @@
 
 /* ============================================================================================
  * Settings: mesh { tp pp dp sp cp } and train { micro_batch seq microbatches schedule precision
- * attention_probs }
+ * attention_probs attention recompute recompute_layers }
  * ========================================================================================== */
 
 static int setting_int(Builder *b, const Setting *t, int64_t *out) {
@@ -35,8 +35,8 @@ static const char *word(const Expr *v) {
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
   static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp"};
-  static const char *train_keys[] = {"micro_batch",     "seq",      "microbatches", "schedule", "precision",
-                                     "attention_probs", "attention"};
+  static const char *train_keys[] = {"micro_batch",     "seq",       "microbatches", "schedule",        "precision",
+                                     "attention_probs", "attention", "recompute",    "recompute_layers"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
   int nkeys = mesh ? (int)(sizeof mesh_keys / sizeof *mesh_keys) : (int)(sizeof train_keys / sizeof *train_keys);
@@ -52,7 +52,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       ir_build_err(b, t->key_loc,
                    mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp or cp)"
                         : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule, precision, "
-                          "attention_probs or attention)",
+                          "attention_probs, attention, recompute or recompute_layers)",
                    t->key);
       continue;
     }
@@ -114,6 +114,29 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
         continue;
       }
       c->att_gemm = gemm;
+      continue;
+    }
+    if (!mesh && k == 7) {
+      const Expr *v = t->val;
+      int r = word(v) ? ir_config_recompute(word(v)) : -1;
+      if (r < 0) {
+        ir_build_err(b, v->loc,
+                     "recompute is " RECOMPUTE_WORDS " (what a layer's backward computes again instead of keeping it "
+                     "from the forward)");
+        continue;
+      }
+      c->recompute = r;
+      continue;
+    }
+    if (!mesh && k == 8) { /* recompute_layers = A..B: layers A to B-1, as a for loop's range */
+      const Expr *v = t->val;
+      if (v->kind != E_RANGE || v->lhs->kind != E_INT || v->rhs->kind != E_INT) {
+        ir_build_err(b, v->loc, "recompute_layers is a range of layers A..B (integers: layers A to B-1)");
+        continue;
+      }
+      c->rc_lo = (int)(v->lhs->ival < 0 ? -1 : v->lhs->ival > INT32_MAX ? INT32_MAX : v->lhs->ival);
+      c->rc_hi = (int)(v->rhs->ival < 0 ? -1 : v->rhs->ival > INT32_MAX ? INT32_MAX : v->rhs->ival);
+      c->rc_loc = v->loc;
       continue;
     }
     int64_t v;
@@ -211,6 +234,9 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
                 .cp_loc = NOLOC,
                 .sched_loc = NOLOC,
                 .probs_loc = NOLOC,
+                .rc_lo = 0,
+                .rc_hi = INT32_MAX,
+                .rc_loc = NOLOC,
                 .sp_loc = NOLOC,
                 .prefix_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
@@ -240,9 +266,17 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->sp >= 0) c->sp = o->sp, c->sp_loc = NOLOC;
   if (o->keep_probs >= 0) c->keep_probs = o->keep_probs, c->probs_loc = NOLOC;
   if (o->att_gemm >= 0) c->att_gemm = o->att_gemm;
+  if (o->recompute >= 0) c->recompute = o->recompute;
+  if (o->rc_lo >= 0) c->rc_lo = o->rc_lo, c->rc_hi = o->rc_hi, c->rc_loc = NOLOC;
 }
 
 int ir_config_att_gemm(const char *name) { return !strcmp(name, "gemm") ? 1 : !strcmp(name, "fused") ? 0 : -1; }
+
+int ir_config_recompute(const char *name) {
+  for (int r = 0; r < (int)(sizeof recompute_names / sizeof *recompute_names); r++)
+    if (!strcmp(name, recompute_names[r])) return r;
+  return -1;
+}
 
 int ir_config_keep_probs(const char *name) { return !strcmp(name, "keep") ? 1 : !strcmp(name, "recompute") ? 0 : -1; }
 
@@ -339,6 +373,14 @@ void ir_config_check(Builder *b, Loc end) {
     ir_build_err(b, c->probs_loc.first >= 0 ? c->probs_loc : end,
                  "attention_probs = keep applies to attention = gemm: the fused attention (the default) keeps "
                  "no probabilities");
+  if (c->rc_lo != 0 || c->rc_hi != INT32_MAX) { /* recompute_layers: a range of the model's layers */
+    Loc at = c->rc_loc.first >= 0 ? c->rc_loc : end;
+    if (c->recompute == RECOMPUTE_NONE)
+      ir_build_err(b, at, "recompute_layers names the layers to recompute: it needs recompute = selective or full");
+    else if (c->rc_lo < 0 || c->rc_lo >= c->rc_hi || c->rc_hi > g->nlayers)
+      ir_build_err(b, at, "recompute_layers %d..%d is not a range of the model's layers 0..%d (A..B: layers A to B-1)",
+                   c->rc_lo, c->rc_hi, g->nlayers);
+  }
   if (c->sp) { /* sequence parallelism: S split over the TP ranks */
     Loc at = c->sp_loc.first >= 0 ? c->sp_loc : end;
     if (c->tp < 2)

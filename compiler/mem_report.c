@@ -63,7 +63,8 @@ static int64_t widened_bytes(const Program *p) {
  * weights and optimizer 18 bytes a parameter (bf16 weights, fp32 gradients, master weights and
  * two moments); activations per layer s·b·h·(18 + 4·ffn/h)/tp bytes with sequence parallelism
  * (and selective recompute, which a fused attention makes the default: no S x S values), else
- * s·b·h·(10 + 24/tp), times the layers of the stage and the micro-batches in flight on it; the
+ * s·b·h·(10 + 24/tp), or with full recomputation the layer's input alone, 2·s·b·h (/tp with
+ * sequence parallelism); times the layers of the stage and the micro-batches in flight on it; the
  * first stage adds the embedding's input and output, a one-stage model the head's. In fp32 its
  * bytes are scaled to what the same count takes there: 4-byte activations, 16 bytes a parameter.
  * ========================================================================================== */
@@ -112,6 +113,8 @@ static Megatron megatron(const Graph *m, const Program *p, const Sched *s, int s
     if (first) extra += 8 * S * B + S * B * h;
     if (only) extra += (S * B * (double)m->vocab / t + S * B * h) * 2;
   }
+  /* full recomputation keeps a layer's input alone: 2·s·b·h bytes, split over tp with sp (Table 2) */
+  if (c->recompute == RECOMPUTE_FULL) per_layer = 2 * S * B * h / (c->sp ? t : 1);
   /* fp32: its 2-byte activations take 4 bytes, and a parameter 16 (no working copy) */
   bool fp32 = c->precision == PP_PREC_FP32;
   /* a slot holds one chunk's micro-batch: with chunks of layers, 1/nch of the rank's layers */
@@ -238,6 +241,8 @@ int mem_fit_check(const Graph *m, const Program *const *prog, int64_t limit) {
   fprintf(stderr, "  what shrinks it:");
   if (big == BC_SLOT) {
     fprintf(stderr, " a smaller --micro-batch;");
+    if (c->recompute != RECOMPUTE_FULL)
+      fprintf(stderr, " --recompute %s;", c->recompute == RECOMPUTE_NONE ? "selective or full" : "full");
     if (c->tp > 1 && !c->sp) fprintf(stderr, " --sp;");
     if (c->precision == PP_PREC_FP32) fprintf(stderr, " --precision bf16;");
     if (!strcmp(c->schedule, "gpipe")) fprintf(stderr, " --schedule 1f1b (gpipe keeps every micro-batch's);");

@@ -41,6 +41,13 @@ static const char usage[] =
     "                     backward (B x heads x S x S of the activations' type a layer and\n"
     "                     micro-batch in flight), or recomputed there from the saved log-sum-exp\n"
     "                     (the default: the scores' product again and an exponential a score)\n"
+    "  --recompute none|selective|full\n"
+    "                     what a layer's backward computes again instead of keeping it from the\n"
+    "                     forward: nothing (the default); its norms, elementwise work and RoPE\n"
+    "                     (selective: the outputs of its GEMMs and attention are kept); or its\n"
+    "                     whole forward (full: its input alone is kept). Gradients are the same bits\n"
+    "  --recompute-layers A..B\n"
+    "                     with --recompute: layers A to B-1 only (the default: every layer)\n"
     "  --mem-limit SIZE   the device memory a rank may use (K, M, G: KiB, MiB, GiB): a plan whose\n"
     "                     arena is larger is an error naming the region and what shrinks it;\n"
     "                     --schedule auto chooses among the schedules that fit\n"
@@ -159,6 +166,8 @@ static Cli parse_args(int argc, char **argv) {
     O_SP,
     O_ATT_PROBS,
     O_ATTENTION,
+    O_RECOMPUTE,
+    O_RC_LAYERS,
     O_PARTITION,
     O_ARCH,
     O_EMIT,
@@ -182,6 +191,8 @@ static Cli parse_args(int argc, char **argv) {
       {"sp", no_argument, NULL, O_SP},
       {"attention-probs", required_argument, NULL, O_ATT_PROBS},
       {"attention", required_argument, NULL, O_ATTENTION},
+      {"recompute", required_argument, NULL, O_RECOMPUTE},
+      {"recompute-layers", required_argument, NULL, O_RC_LAYERS},
       {"partition", required_argument, NULL, O_PARTITION},
       {"arch", required_argument, NULL, O_ARCH},
       {"emit", required_argument, NULL, O_EMIT},
@@ -204,7 +215,10 @@ static Cli parse_args(int argc, char **argv) {
                    .precision = -1,
                    .sp = -1,
                    .keep_probs = -1,
-                   .att_gemm = -1},
+                   .att_gemm = -1,
+                   .recompute = -1,
+                   .rc_lo = -1,
+                   .rc_hi = -1},
            .arch = "sm_90",
            .vpp = 1};
   opterr = 0;                /* the messages below name the option as it was written */
@@ -233,6 +247,17 @@ static Cli parse_args(int argc, char **argv) {
       c.opt.keep_probs = ir_config_keep_probs(optarg);
       if (c.opt.keep_probs < 0) bad_usage("--attention-probs expects keep or recompute, got '%s'", optarg);
       break;
+    case O_RECOMPUTE:
+      c.opt.recompute = ir_config_recompute(optarg);
+      if (c.opt.recompute < 0) bad_usage("--recompute expects " RECOMPUTE_WORDS ", got '%s'", optarg);
+      break;
+    case O_RC_LAYERS: {
+      int lo, hi, end = 0;
+      if (sscanf(optarg, "%d..%d%n", &lo, &hi, &end) != 2 || optarg[end] || lo < 0 || lo >= hi)
+        bad_usage("--recompute-layers expects a range of layers A..B (layers A to B-1), got '%s'", optarg);
+      c.opt.rc_lo = lo, c.opt.rc_hi = hi;
+      break;
+    }
     case O_ATTENTION:
       c.opt.att_gemm = ir_config_att_gemm(optarg);
       if (c.opt.att_gemm < 0) bad_usage("--attention expects fused or gemm, got '%s'", optarg);
@@ -323,7 +348,8 @@ static int lower_stage(const Graph *g, const Sched *sched, int r, Stage *st) {
   Program *prog = st->prog = fuse_lower(st->graph, st->chunk, st->nch); /* fuse_lower.c: kernels, instructions */
   prog->model = g;
   prog->nslots = sched->st[r].nslots;
-  mem_plan(prog); /* mem_plan.c: the arena */
+  recompute(prog, &g->cfg); /* recompute.c: layers' forwards again in their backward */
+  mem_plan(prog);           /* mem_plan.c: the arena */
   if (prog->arena > PP_MAX_ARENA) {
     fprintf(stderr, "ppc: error: stage %d needs an arena of %lld bytes per rank, more than ppr's %lld\n", r,
             (long long)prog->arena, (long long)PP_MAX_ARENA);

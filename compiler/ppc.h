@@ -82,6 +82,7 @@ typedef enum ExprKind {
   E_BIN,   /* op in "+-*_/", lhs, rhs */
   E_NEG,   /* -lhs */
   E_CALL,  /* name(args) */
+  E_RANGE, /* lhs..rhs (setting values only: recompute_layers) */
 } ExprKind;
 
 typedef struct Arg Arg;
@@ -306,6 +307,12 @@ typedef struct IrInput {
 /* The mesh and step shape: the .pdl's mesh/train blocks with command-line flags on top; the
  * checkpoint block's prefix a checkpoint's names may all lack (ppr --init). */
 #define PPC_MAX_PREFIX 64
+/* train { recompute }: what a layer's backward computes again rather than keeping it from the
+ * forward (recompute.c). ORDER Recompute */
+typedef enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+static const char *const recompute_names[] = {"none", "selective", "full"};
+#define RECOMPUTE_WORDS "none, selective or full"
+
 typedef struct Config {
   int64_t tp, pp, dp;
   int64_t cp; /* context parallelism: each rank of a cp group holds seq/cp consecutive positions */
@@ -315,6 +322,9 @@ typedef struct Config {
   bool sp;               /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
   bool keep_probs; /* attention_probs = keep: the softmax's probabilities saved for the backward, not recomputed */
   bool att_gemm;   /* attention = gemm: GEMMs around softmax kernels (S x S scores); else fused (fuse_attn.c) */
+  int recompute;   /* Recompute: what the layers in [rc_lo, rc_hi) run again in their backward (recompute.c) */
+  int rc_lo, rc_hi;
+  Loc rc_loc;                 /* recompute_layers; NOLOC for the flag or the default (every layer) */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
   Loc cp_loc;
   Loc sp_loc;
@@ -382,6 +392,8 @@ typedef struct Options {
   int sp;                                             /* --sp: 1; -1: not given */
   int keep_probs;                                     /* --attention-probs keep: 1, recompute: 0; -1: not given */
   int att_gemm;                                       /* --attention gemm: 1, fused: 0; -1: not given */
+  int recompute;                                      /* --recompute: a Recompute; -1: not given */
+  int rc_lo, rc_hi;                                   /* --recompute-layers A..B; -1: not given */
 } Options;
 
 Graph *ir_build(Src *src, const Ast *ast, const Options *opt); /* NULL after reporting errors */
@@ -400,6 +412,8 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c);
 int ir_config_keep_probs(const char *name);
 /* attention's value: gemm 1, fused 0, anything else -1 (the train setting and ppc's flag) */
 int ir_config_att_gemm(const char *name);
+/* recompute's value: a Recompute, or -1 (the train setting and ppc's flag) */
+int ir_config_recompute(const char *name);
 void ir_config_check(Builder *b, Loc end);
 /* The .pdl's `# hf-config: JSON` comment (ppc --from-hf's), re-serialised for the listing's
  * `hf_config` line: compact, ASCII, spaces and '#' as \u escapes (*out malloc'd; NULL without the
@@ -516,6 +530,8 @@ typedef struct KBuf {
   char name[16];
   DType dtype; /* PP_I32: token ids, labels; PP_BF16: loaded as float, stored rounded to nearest even */
   bool written;
+  bool reread; /* written, and read by the kernel only where it wrote it first (a value it stores and reads
+                * back): what the buffer held before the kernel does not matter (recompute.c) */
 } KBuf;
 
 typedef enum KMode {
@@ -726,6 +742,9 @@ typedef struct Program {
  * the rank's graph of parameters (pipe_chunks.c), whose indices the buffers and the optimizer use. */
 Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch);
 void mem_plan(Program *p);
+/* recompute.c: train { recompute }: each layer of [c->rc_lo, c->rc_hi) of the program's chunks runs
+ * (part of) its forward again at the start of its backward; what it no longer keeps leaves the slot */
+void recompute(Program *p, const Config *c);
 int64_t mem_region_total(const Program *p, int region); /* its bytes in the arena: slots times nslots */
 /* The elements a parameter's buffer takes in each of its regions (params, grads, adam_m, adam_v,
  * copies): numel rounded up to a unit that puts a working copy at its value's element offset. */

@@ -147,6 +147,8 @@ setting_key
 
 setting_value
   : expr
+  | expr DOTDOT expr         { $$ = ast_expr(E_RANGE, @$); $$->lhs = $1; $$->rhs = $3;
+                               DEPTH($$, ($1->depth > $3->depth ? $1->depth : $3->depth) + 1); }
   | WORD                     { $$ = ast_expr(E_WORD, @$); $$->name = $1; }
   | STRING                   { $$ = ast_expr(E_STR, @$); $$->name = $1; }
   ;
