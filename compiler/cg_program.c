@@ -43,8 +43,9 @@ static void operand_x(Buf *b, const Program *p, const Coord *w, const Operand *o
   switch (o->kind) {
   case 'b': {
     const VBuf *v = &p->vb[o->vb];
-    if (v->cls == BC_SLOT) OUT(b, " $%lld", (long long)(v->off + o->add));
-    else OUT(b, " @%lld", (long long)(p->region_off[v->cls] + v->off + o->add));
+    int64_t add = o->add + o->zadd * cg_zero_rank(p->g, w); /* a ZeRO-1 shard: this rank's */
+    if (v->cls == BC_SLOT) OUT(b, " $%lld", (long long)(v->off + add));
+    else OUT(b, " @%lld", (long long)(p->region_off[v->cls] + v->off + add));
     if (extent) OUT(b, ":%lld", (long long)cg_extent(p, o)); /* the bytes a kernel may touch */
     break;
   }
@@ -212,6 +213,15 @@ bool cg_replica(const IrParam *q, const Coord *w) {
          w->cp != 0;
 }
 
+/* The listing's replica flag: with ZeRO-1 every rank of the dp x cp group holds a shard of each
+ * parameter's summed gradient, so none of them is a replica for the gradient norm (ppr saves from
+ * dp rank 0, cp rank 0 alone either way) */
+bool cg_listed_replica(const Graph *g, const IrParam *q, const Coord *w) {
+  return cg_replica(q, g->cfg.zero ? &(Coord){.tp = w->tp} : w);
+}
+
+int cg_zero_rank(const Graph *g, const Coord *w) { return g->cfg.zero ? (int)(w->dp * g->cfg.cp + w->cp) : 0; }
+
 /* What the listing says of a kernel file: its bytes and FNV-1a hash; '- -' for none. */
 static void file_sum_out(Buf *b, const FileSum *f) {
   if (f->bytes < 0) OUT(b, " - -");
@@ -265,7 +275,21 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     if (r == BC_SLOT) OUT(b, " %d", p->nslots);
     OUT(b, "\n");
   }
-  OUT(b, "arena %lld\n\n", (long long)p->arena);
+  /* ZeRO-1: the group's size and this rank's place in it; per part of the parameters' regions, its
+   * start in the params region, its elements (padded to Z shards), a shard's, and where this
+   * rank's shard of its moments starts in adam_m (adam_v alike) */
+  if (mem_zero_ranks(p) > 1) {
+    OUT(b, "zero %d %d\n", mem_zero_ranks(p), cg_zero_rank(p->g, w));
+    for (int k = 0; k < 2; k++) {
+      if (p->zview[k][0] < 0) continue;
+      const VBuf *v = &p->vb[p->zview[k][0]], *m = &p->vb[p->zview[k][1]];
+      OUT(b, "zero_part @%lld %lld %lld @%lld\n", (long long)(p->region_off[BC_PARAM] + v->off),
+          (long long)ir_shape_numel(&v->shape), (long long)p->zshard[k],
+          (long long)(p->region_off[BC_ADAM_M] + m->off));
+    }
+  }
+  OUT(b, "arena %lld\n", (long long)p->arena);
+  OUT(b, "\n");
   char cs[16];
   for (int ch = 0; ch < p->nch; ch++)
     for (int k = 0; k < PP_NBND; k++) {
@@ -281,7 +305,7 @@ static void listing_body(Buf *b, const Program *p, const Sched *s, int rank, con
     const VBuf *v = &p->vb[i];
     if (v->cls != BC_PARAM || v->view >= 0) continue;
     const IrParam *q = &g->params[v->param];
-    bool replica = cg_replica(q, w);
+    bool replica = cg_listed_replica(g, q, w);
     OUT(b, "param %d %s f32 %s @%lld init %s decay %d%s%s%s%s", v->param, q->name,
         ir_shape_str(&q->shape, sb, sizeof sb), (long long)(p->region_off[BC_PARAM] + v->off),
         init_name(q, ib, sizeof ib), ir_param_decays(q), q->tied ? " tied" : "", q->shared ? " shared" : "",

@@ -89,7 +89,7 @@ static void count_grad_norm(Cost *c, const Instr *in, int64_t runs, Tally *t) {
   double bytes = (double)cg_extent(p, &in->op[0]) + (double)cg_extent(p, &in->op[1]);
   for (int i = 0; i < p->nvb; i++) {
     const VBuf *v = &p->vb[i];
-    if (v->cls != BC_PARAM || v->view >= 0 || cg_replica(&p->g->params[v->param], c->w)) continue;
+    if (v->cls != BC_PARAM || v->view >= 0 || cg_listed_replica(p->g, &p->g->params[v->param], c->w)) continue;
     bytes += (double)ir_shape_numel(&p->g->params[v->param].shape) * pp_dtype_bytes(PP_F32);
   }
   launch(c, in->kernel, bytes, runs, t);

@@ -70,7 +70,7 @@ static void tied_grad(FuseCtx *c, const IrParam *q, int g, int e) {
 static AdamPart part(FuseCtx *c, int which) {
   static const BufClass cls[5] = {BC_PARAM, BC_GRAD, BC_ADAM_M, BC_ADAM_V, BC_COPY};
   Program *p = c->p;
-  AdamPart a = {.n = 0, .vb = {-1, -1, -1, -1, -1}, .decays = false};
+  AdamPart a = {.n = 0, .vb = {-1, -1, -1, -1, -1}, .decays = false, .svb = {-1, -1, -1, -1, -1}};
   int first[5] = {-1, -1, -1, -1, -1};
   for (int b = 0; b < p->nvb; b++) {
     const VBuf *v = &p->vb[b];
@@ -81,10 +81,16 @@ static AdamPart part(FuseCtx *c, int which) {
   }
   if (!a.n) return a;
   a.decays = ir_param_decays(&c->g->params[p->vb[first[0]].param]);
+  a.shard = a.n;
+  if (mem_zero_ranks(p) > 1) a.shard = mem_zero_shard(p, a.n), a.n = a.shard * mem_zero_ranks(p); /* mem_plan.c */
   for (int k = 0; k < 5; k++) {
     if (first[k] < 0) continue;
-    a.vb[k] = fuse_prog_vbuf(c, a.decays ? "decayed" : "undecayed", cls[k], (Shape){1, {a.n}}, p->vb[first[k]].dtype);
+    int64_t n = k == 2 || k == 3 ? a.shard : a.n; /* the moments: this rank's shard (all of it without zero) */
+    a.vb[k] = fuse_prog_vbuf(c, a.decays ? "decayed" : "undecayed", cls[k], (Shape){1, {n}}, p->vb[first[k]].dtype);
     p->vb[a.vb[k]].view = first[k];
+    if (a.shard == a.n || k == 2 || k == 3) continue;
+    a.svb[k] = fuse_prog_vbuf(c, "shard", cls[k], (Shape){1, {a.shard}}, p->vb[first[k]].dtype);
+    p->vb[a.svb[k]].view = first[k];
   }
   return a;
 }
@@ -121,8 +127,21 @@ void fuse_adamw(FuseCtx *c, const AdamPart parts[2]) {
                                             : "a kv head replicated over ranks: each saw its own query heads");
   }
   /* data and context parallelism: every replica's gradients summed (each already carries
-   * 1/microbatches; a cp rank's, its share of the micro-batch's tokens) */
-  if (c->g->cfg.dp * c->g->cfg.cp > 1) {
+   * 1/microbatches; a cp rank's, its share of the micro-batch's tokens); with ZeRO-1 each part's
+   * sums reduce-scattered, every rank its shard's */
+  bool zero = mem_zero_ranks(p) > 1;
+  for (int which = 0; which < 2 && zero; which++) {
+    AdamPart a = parts[which];
+    if (!a.n) continue;
+    Instr *in = fuse_prog_instr(c, I_REDUCE_SCATTER, -1);
+    snprintf(in->group, sizeof in->group, "dp");
+    in->op[in->nop++] = fuse_prog_ob(a.vb[1], 0);
+    in->op[in->nop] = fuse_prog_ob(a.svb[1], 0);
+    in->op[in->nop++].zadd = a.shard * 4;
+    in->bytes = a.shard * 4;
+    in->why = "ZeRO-1: the replicas' gradients summed, each rank its shard";
+  }
+  if (c->g->cfg.dp * c->g->cfg.cp > 1 && !zero) {
     int first = parts[0].n ? parts[0].vb[1] : parts[1].vb[1]; /* the grads region's start */
     if (first >= 0)
       fuse_prog_allreduce(c, -1, first, -1, "dp", "sum",
@@ -134,9 +153,11 @@ void fuse_adamw(FuseCtx *c, const AdamPart parts[2]) {
   for (int which = 0; which < 2; which++) {
     AdamPart a = parts[which];
     if (!a.n) continue;
-    KCall kc = fuse_kc_flat("adamw", a.n, -1);
+    /* with ZeRO-1: this rank's shard of the params, grads and copies, and its moments */
+    const int *pv = zero ? a.svb : a.vb;
+    KCall kc = fuse_kc_flat("adamw", a.shard, -1);
     Kernel *k = kc.k;
-    int P = fuse_kc_vbuf(c, &kc, a.vb[0], true), G = fuse_kc_vbuf(c, &kc, a.vb[1], true),
+    int P = fuse_kc_vbuf(c, &kc, pv[0], true), G = fuse_kc_vbuf(c, &kc, pv[1], true),
         M = fuse_kc_vbuf(c, &kc, a.vb[2], true), V = fuse_kc_vbuf(c, &kc, a.vb[3], true);
     int lr = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "lr"});
     int b1 = fuse_kc_scalar(&kc, (Operand){.kind = 's', .s = "beta1"});
@@ -163,11 +184,29 @@ void fuse_adamw(FuseCtx *c, const AdamPart parts[2]) {
         kir_e(k, K_SUB, pd,
               kir_e(k, K_MUL, lr, kir_e(k, K_DIV, mh, kir_e(k, K_ADD, kir_e(k, K_SQRT, vh, 0, 0), eps, 0), 0), 0), 0));
     kir_store(k, P, r, '=', np);
-    if (a.vb[4] >= 0) kir_store(k, fuse_kc_vbuf(c, &kc, a.vb[4], true), r, '=', np); /* the working copies */
+    int C = a.vb[4] >= 0 ? fuse_kc_vbuf(c, &kc, pv[4], true) : -1;
+    if (C >= 0) kir_store(k, C, r, '=', np); /* the working copies */
     k->work = 12;
+    if (zero) {
+      kc.ops[P].zadd = kc.ops[G].zadd = a.shard * 4;
+      if (C >= 0) kc.ops[C].zadd = a.shard * pp_dtype_bytes(p->vb[a.vb[4]].dtype);
+    }
     fuse_kc_emit(c, &kc);
+    /* ZeRO-1: every rank's updated shard to every rank: the f32 weights (what --save reads, and the
+     * forward in f32) and the working copies where there are */
+    for (int k2 = 0; k2 < 5 && zero; k2 += 4) {
+      if (a.vb[k2] < 0) continue;
+      Instr *in = fuse_prog_instr(c, I_ALLGATHER, -1);
+      snprintf(in->group, sizeof in->group, "dp");
+      in->op[in->nop] = fuse_prog_ob(a.svb[k2], 0);
+      in->op[in->nop++].zadd = p->vb[a.svb[k2]].bytes;
+      in->op[in->nop++] = fuse_prog_ob(a.vb[k2], 0);
+      in->bytes = p->vb[a.svb[k2]].bytes;
+      in->why = k2 ? "ZeRO-1: the working copies of every rank's shard" : "ZeRO-1: the weights of every rank's shard";
+    }
   }
-  p->opt_clears_grads = true; /* every gradient zeroed above, and the padding between them */
+  /* every gradient zeroed above, and the padding between them; with ZeRO-1 the rank's shard alone */
+  p->opt_clears_grads = !zero;
 }
 
 /* The refresh block: each parameter's working copy (--precision bf16) from its f32 value, rounded

@@ -654,6 +654,7 @@ Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
   p->opt.name = "optimizer";
   p->refresh.name = "refresh";
   p->nslots = 1;
+  for (int k = 0; k < 2; k++) p->zview[k][0] = p->zview[k][1] = -1;
   FuseCtx c = {.p = p, .g = rank};
   int *rank_grad = xmalloc((size_t)(rank->nparams ? rank->nparams : 1) * sizeof *rank_grad);
   param_buffers(&c, rank_grad);
@@ -674,6 +675,8 @@ Program *fuse_lower(const Graph *rank, Graph *const *chunk, int nch) {
   if (!rank->infer) {
     AdamPart parts[2];
     fuse_adamw_parts(&c, parts);
+    for (int k = 0; k < 2; k++)
+      p->zview[k][0] = parts[k].vb[0], p->zview[k][1] = parts[k].vb[2], p->zshard[k] = parts[k].shard;
     fuse_adamw(&c, parts);
     fuse_adamw_refresh(&c, parts);
   }

@@ -34,7 +34,7 @@ static const char *word(const Expr *v) {
 }
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
-  static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp"};
+  static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp", "zero"};
   static const char *train_keys[] = {"micro_batch",     "seq",       "microbatches", "schedule",        "precision",
                                      "attention_probs", "attention", "recompute",    "recompute_layers"};
   int mesh = s->kind == S_MESH;
@@ -50,7 +50,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     while (k < nkeys && strcmp(keys[k], t->key)) k++;
     if (k == nkeys) {
       ir_build_err(b, t->key_loc,
-                   mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp or cp)"
+                   mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp, cp or zero)"
                         : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule, precision, "
                           "attention_probs, attention, recompute or recompute_layers)",
                    t->key);
@@ -137,6 +137,16 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       c->rc_lo = (int)(v->lhs->ival < 0 ? -1 : v->lhs->ival > INT32_MAX ? INT32_MAX : v->lhs->ival);
       c->rc_hi = (int)(v->rhs->ival < 0 ? -1 : v->rhs->ival > INT32_MAX ? INT32_MAX : v->rhs->ival);
       c->rc_loc = v->loc;
+      continue;
+    }
+    if (mesh && k == 5) { /* zero = 0 | 1 */
+      const Expr *v = t->val;
+      if (v->kind != E_INT || (v->ival != 0 && v->ival != 1)) {
+        ir_build_err(b, v->loc, "zero is 0 or 1 (1: the optimizer's state sharded over the data-parallel ranks)");
+        continue;
+      }
+      c->zero = (int)v->ival;
+      c->zero_loc = v->loc;
       continue;
     }
     int64_t v;
@@ -237,6 +247,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
                 .rc_lo = 0,
                 .rc_hi = INT32_MAX,
                 .rc_loc = NOLOC,
+                .zero_loc = NOLOC,
                 .sp_loc = NOLOC,
                 .prefix_loc = NOLOC};
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
@@ -267,6 +278,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->keep_probs >= 0) c->keep_probs = o->keep_probs, c->probs_loc = NOLOC;
   if (o->att_gemm >= 0) c->att_gemm = o->att_gemm;
   if (o->recompute >= 0) c->recompute = o->recompute;
+  if (o->zero >= 0) c->zero = o->zero, c->zero_loc = NOLOC;
   if (o->rc_lo >= 0) c->rc_lo = o->rc_lo, c->rc_hi = o->rc_hi, c->rc_loc = NOLOC;
 }
 
@@ -373,6 +385,9 @@ void ir_config_check(Builder *b, Loc end) {
     ir_build_err(b, c->probs_loc.first >= 0 ? c->probs_loc : end,
                  "attention_probs = keep applies to attention = gemm: the fused attention (the default) keeps "
                  "no probabilities");
+  if (c->zero && c->dp * c->cp < 2)
+    ir_build_err(b, c->zero_loc.first >= 0 ? c->zero_loc : end,
+                 "zero = 1 shards the optimizer's state over the data-parallel ranks: it needs dp (or cp) > 1");
   if (c->rc_lo != 0 || c->rc_hi != INT32_MAX) { /* recompute_layers: a range of the model's layers */
     Loc at = c->rc_loc.first >= 0 ? c->rc_loc : end;
     if (c->recompute == RECOMPUTE_NONE)

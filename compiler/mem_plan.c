@@ -169,6 +169,16 @@ int64_t mem_param_elems(const Program *p, int64_t numel) {
   return (numel + unit - 1) / unit * unit;
 }
 
+int mem_zero_ranks(const Program *p) {
+  const Config *c = &p->g->cfg;
+  return c->zero ? (int)(c->dp * c->cp) : 1;
+}
+
+int64_t mem_zero_shard(const Program *p, int64_t n) {
+  int64_t Z = mem_zero_ranks(p), unit = mem_param_elems(p, 1);
+  return (n + Z * unit - 1) / (Z * unit) * unit;
+}
+
 int mem_param_part(const Program *p, int i) { return ir_param_decays(&p->g->params[i]) ? 0 : 1; }
 
 void mem_plan(Program *p) {
@@ -192,16 +202,32 @@ void mem_plan(Program *p) {
   }
   /* the parameters' regions, alike: their parts in order (mem_param_part), each part's
    * parameters in order, so that AdamW updates a part with one kernel (fuse_adamw.c); then, as a
-   * third part, a tied embedding's gradient (grads only: the params' layout, then it) */
-  for (int part = 0; part < 3; part++)
+   * third part, a tied embedding's gradient (grads only: the params' layout, then it). ZeRO-1: each
+   * of the two parts padded to Z shards, and the moments' regions hold this rank's shard alone
+   * (the part's moment buffers all start at it: only its view is read, fuse_adamw.c) */
+  int Z = mem_zero_ranks(p);
+  for (int part = 0; part < 3; part++) {
+    int64_t start[BC__COUNT];
+    memcpy(start, size, sizeof start);
     for (int i = 0; i < p->nvb; i++) {
       VBuf *v = &p->vb[i];
       if (v->cls == BC_SLOT || v->cls == BC_SCRATCH || v->view >= 0 ||
           (v->tail ? 2 : mem_param_part(p, v->param)) != part)
         continue;
       v->off = size[v->cls];
+      if (Z > 1 && part < 2 && (v->cls == BC_ADAM_M || v->cls == BC_ADAM_V)) continue;
       size[v->cls] += mem_param_elems(p, ir_shape_numel(&v->shape)) * pp_dtype_bytes(v->dtype);
     }
+    int64_t n = (size[BC_PARAM] - start[BC_PARAM]) / 4; /* the part's elements */
+    if (Z == 1 || part == 2 || !n) continue;
+    int64_t S = mem_zero_shard(p, n);
+    size[BC_PARAM] = start[BC_PARAM] + Z * S * 4;
+    size[BC_GRAD] = start[BC_GRAD] + Z * S * 4;
+    if (size[BC_COPY] > start[BC_COPY])
+      size[BC_COPY] = start[BC_COPY] + Z * S * pp_dtype_bytes(pp_precision_dtype[p->g->cfg.precision]);
+    size[BC_ADAM_M] = start[BC_ADAM_M] + S * 4;
+    size[BC_ADAM_V] = start[BC_ADAM_V] + S * 4;
+  }
   for (int i = 0; i < p->nvb; i++)
     if (p->vb[i].view >= 0) p->vb[i].off = p->vb[p->vb[i].view].off;
   size[BC_SCRATCH] = place_scratch(scratch, ns);

@@ -118,7 +118,10 @@ static Megatron megatron(const Graph *m, const Program *p, const Sched *s, int s
   /* fp32: its 2-byte activations take 4 bytes, and a parameter 16 (no working copy) */
   bool fp32 = c->precision == PP_PREC_FP32;
   /* a slot holds one chunk's micro-batch: with chunks of layers, 1/nch of the rank's layers */
-  Megatron r = {.weights = (fp32 ? 16.0 : 18.0) * (double)rank_params(p),
+  /* its distributed optimizer shards the f32 master weights and both moments: 6 + 12/dp bytes a
+   * parameter (ppc's ZeRO-1 shards the moments alone: 10 + 8/dp) */
+  double Z = mem_zero_ranks(p), per_param = c->zero ? (fp32 ? 8 + 8 / Z : 6 + 12 / Z) : fp32 ? 16.0 : 18.0;
+  Megatron r = {.weights = per_param * (double)rank_params(p),
                 .acts = (per_layer * layers / p->nch + extra) * inflight * (fp32 ? 2 : 1)};
   if (!c->sp) r.acts *= 1.05; /* its allowance for temporaries without sequence parallelism */
   return r;
@@ -167,6 +170,8 @@ static void print_stage(FILE *f, const Graph *m, const Program *p, const Sched *
     } else if (c == BC_SLOT)
       snprintf(what, sizeof what, "%s: %d set%s held at once under %s, x %lld bytes (a micro-batch's)", region_what[c],
                p->nslots, p->nslots == 1 ? "" : "s", s->kind, (long long)p->region_bytes[c]);
+    else if ((c == BC_ADAM_M || c == BC_ADAM_V) && m->cfg.zero)
+      snprintf(what, sizeof what, "%s: this rank's shard, 1/%d", region_what[c], mem_zero_ranks(p));
     else snprintf(what, sizeof what, "%s", region_what[c]);
     region_row(f, pp_region_name(c), b, what);
   }
@@ -211,6 +216,9 @@ void mem_report_print(FILE *f, const Graph *m, const Sched *s, const Program *co
                 : "without sequence parallelism: s*b*h*(10 + 24/tp) bytes a layer, x1.05");
   if (c->precision == PP_PREC_FP32)
     fprintf(f, "# (its bf16 bytes scaled to fp32: activations x2, 16 bytes a parameter)\n");
+  if (c->zero)
+    fprintf(f, "# zero 1: its distributed optimizer's 6 + 12/dp bytes a parameter (it shards the fp32 master weights "
+               "too; ppc shards the moments: 10 + 8/dp)\n");
   for (int r = 0; r < c->pp; r++) print_stage(f, m, prog[r], s, r);
   int64_t wide = 0;
   for (int r = 0; r < c->pp; r++)
@@ -251,6 +259,8 @@ int mem_fit_check(const Graph *m, const Program *const *prog, int64_t limit) {
     fprintf(stderr, " a smaller --micro-batch or --seq;");
     if (c->att_gemm) fprintf(stderr, " --attention fused;");
   }
+  if (big <= BC_COPY && !c->zero && c->dp * c->cp > 1)
+    fprintf(stderr, " --zero 1 (AdamW's moments over the dp ranks);");
   fprintf(stderr, " a larger --tp or --pp (fewer weights and activations a rank); --emit memory shows every region\n");
   return 1;
 }

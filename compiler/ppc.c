@@ -41,6 +41,8 @@ static const char usage[] =
     "                     backward (B x heads x S x S of the activations' type a layer and\n"
     "                     micro-batch in flight), or recomputed there from the saved log-sum-exp\n"
     "                     (the default: the scores' product again and an exponential a score)\n"
+    "  --zero 0|1         1: ZeRO-1, AdamW's moments and update sharded over the data-parallel\n"
+    "                     ranks (dp x cp): gradients reduce-scattered, weights all-gathered\n"
     "  --recompute none|selective|full\n"
     "                     what a layer's backward computes again instead of keeping it from the\n"
     "                     forward: nothing (the default); its norms, elementwise work and RoPE\n"
@@ -167,6 +169,7 @@ static Cli parse_args(int argc, char **argv) {
     O_ATT_PROBS,
     O_ATTENTION,
     O_RECOMPUTE,
+    O_ZERO,
     O_RC_LAYERS,
     O_PARTITION,
     O_ARCH,
@@ -192,6 +195,7 @@ static Cli parse_args(int argc, char **argv) {
       {"attention-probs", required_argument, NULL, O_ATT_PROBS},
       {"attention", required_argument, NULL, O_ATTENTION},
       {"recompute", required_argument, NULL, O_RECOMPUTE},
+      {"zero", required_argument, NULL, O_ZERO},
       {"recompute-layers", required_argument, NULL, O_RC_LAYERS},
       {"partition", required_argument, NULL, O_PARTITION},
       {"arch", required_argument, NULL, O_ARCH},
@@ -217,6 +221,7 @@ static Cli parse_args(int argc, char **argv) {
                    .keep_probs = -1,
                    .att_gemm = -1,
                    .recompute = -1,
+                   .zero = -1,
                    .rc_lo = -1,
                    .rc_hi = -1},
            .arch = "sm_90",
@@ -246,6 +251,10 @@ static Cli parse_args(int argc, char **argv) {
     case O_ATT_PROBS:
       c.opt.keep_probs = ir_config_keep_probs(optarg);
       if (c.opt.keep_probs < 0) bad_usage("--attention-probs expects keep or recompute, got '%s'", optarg);
+      break;
+    case O_ZERO:
+      if (strcmp(optarg, "0") && strcmp(optarg, "1")) bad_usage("--zero expects 0 or 1, got '%s'", optarg);
+      c.opt.zero = optarg[0] - '0';
       break;
     case O_RECOMPUTE:
       c.opt.recompute = ir_config_recompute(optarg);

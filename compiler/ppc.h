@@ -322,7 +322,9 @@ typedef struct Config {
   bool sp;               /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
   bool keep_probs; /* attention_probs = keep: the softmax's probabilities saved for the backward, not recomputed */
   bool att_gemm;   /* attention = gemm: GEMMs around softmax kernels (S x S scores); else fused (fuse_attn.c) */
-  int recompute;   /* Recompute: what the layers in [rc_lo, rc_hi) run again in their backward (recompute.c) */
+  int zero;        /* 1: the optimizer's state sharded over the data-parallel group (dp x cp ranks): ZeRO-1 */
+  Loc zero_loc;
+  int recompute; /* Recompute: what the layers in [rc_lo, rc_hi) run again in their backward (recompute.c) */
   int rc_lo, rc_hi;
   Loc rc_loc;                 /* recompute_layers; NOLOC for the flag or the default (every layer) */
   Loc tp_loc, pp_loc, dp_loc; /* where the value came from; NOLOC for a flag or default */
@@ -392,6 +394,7 @@ typedef struct Options {
   int sp;                                             /* --sp: 1; -1: not given */
   int keep_probs;                                     /* --attention-probs keep: 1, recompute: 0; -1: not given */
   int att_gemm;                                       /* --attention gemm: 1, fused: 0; -1: not given */
+  int zero;                                           /* --zero N: 0 or 1; -1: not given */
   int recompute;                                      /* --recompute: a Recompute; -1: not given */
   int rc_lo, rc_hi;                                   /* --recompute-layers A..B; -1: not given */
 } Options;
@@ -677,7 +680,8 @@ typedef struct Operand {
   char kind; /* 'b' buffer (+ byte offset), 'f' float, 'i' int, 's' runtime scalar, '-' none; 'v' int
               * times the listing's tp_rank, 'c' int times its cp_rank */
   int vb;
-  int64_t add; /* bytes past the buffer's start */
+  int64_t add;  /* bytes past the buffer's start */
+  int64_t zadd; /* 'b': bytes past that per ZeRO rank (its index in the dp x cp group): its shard */
   double f;
   int64_t i;
   const char *s;
@@ -732,6 +736,10 @@ typedef struct Program {
   int *emb_vb;           /* per rank parameter: a tied one's embedding-gradient buffer (fuse_lower.c), or -1 */
   int64_t region_off[BC__COUNT], region_bytes[BC__COUNT]; /* per BufClass; BC_SLOT: bytes of one slot */
   int nslots;
+  /* ZeRO-1 (mem_zero_ranks > 1): per part of the parameters' regions, its view in the params and
+   * adam_m regions (-1: an empty part) and the elements of its shard (the listing's zero_part) */
+  int zview[2][2];
+  int64_t zshard[2];
   int64_t arena;
   int *node_vb;    /* per IR node of the chunk being lowered: its buffer, -1 for none */
   int *node_aux;   /* per IR node: its saved-statistics buffer, -1 */
@@ -745,7 +753,12 @@ void mem_plan(Program *p);
 /* recompute.c: train { recompute }: each layer of [c->rc_lo, c->rc_hi) of the program's chunks runs
  * (part of) its forward again at the start of its backward; what it no longer keeps leaves the slot */
 void recompute(Program *p, const Config *c);
-int64_t mem_region_total(const Program *p, int region); /* its bytes in the arena: slots times nslots */
+int64_t mem_region_total(const Program *p, int region);
+/* ZeRO-1 (cfg.zero): the ranks sharing a part's optimizer state (dp x cp; 1 without zero), and the
+ * elements of a part of n elements each of them owns (a multiple of the buffers' alignment unit;
+ * the part's buffers are padded to zero_ranks times it) */
+int mem_zero_ranks(const Program *p);
+int64_t mem_zero_shard(const Program *p, int64_t n); /* its bytes in the arena: slots times nslots */
 /* The elements a parameter's buffer takes in each of its regions (params, grads, adam_m, adam_v,
  * copies): numel rounded up to a unit that puts a working copy at its value's element offset. */
 int64_t mem_param_elems(const Program *p, int64_t numel);
@@ -862,6 +875,10 @@ typedef struct AdamPart {
   int64_t n;
   int vb[5];
   bool decays;
+  int64_t shard; /* ZeRO-1: the elements of the part each rank of the dp x cp group owns (n = Z x shard, the
+                  * moments' views shard long); n without zero */
+  int svb[5];    /* ZeRO-1: views of shard elements at the part's start, of the params, grads and copies
+                  * (an operand's zadd moves them to the rank's shard); -1 otherwise */
 } AdamPart;
 void fuse_adamw_parts(FuseCtx *c, AdamPart parts[2]); /* the two parts' views, made once */
 void fuse_adamw(FuseCtx *c, const AdamPart parts[2]);
@@ -989,8 +1006,14 @@ int cg_write(const char *dir, const Program *p, const Sched *s, const Coord *w, 
  * rank order, from the offset basis: id folded with the listing of the rank at w. */
 uint64_t cg_listing_fold(uint64_t id, const Program *p, const Sched *s, const Coord *w, const StageFiles *f);
 uint64_t cg_fnv1a_more(uint64_t h, const char *s, size_t n); /* FNV-1a 64 continued from h */
-int cg_rank(const Config *c, const Coord *w, int stage);     /* the world rank at w on stage */
-bool cg_replica(const IrParam *q, const Coord *w);           /* the listing's `replica`: not owned at w */
+/* the world rank at w on stage */
+int cg_rank(const Config *c, const Coord *w, int stage);
+/* the rank's index in the ZeRO-1 group (dp x cp); 0 without zero */
+int cg_zero_rank(const Graph *g, const Coord *w);
+/* not owned at w: another rank holds the same values */
+bool cg_replica(const IrParam *q, const Coord *w);
+/* the param line's `replica` flag: cg_replica, but with ZeRO-1 no dp or cp rank is one */
+bool cg_listed_replica(const Graph *g, const IrParam *q, const Coord *w);
 /* The bytes a buffer operand may touch, its offset to its buffer's end: the `:BYTES` the listing
  * writes after a kernel's pointer argument; 0 for an operand that is no buffer. */
 int64_t cg_extent(const Program *p, const Operand *o);

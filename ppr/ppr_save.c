@@ -253,7 +253,11 @@ static int pack_params(const RtProg *p, RtExec *x, int region, int nreg, PprBuf 
   float *host = malloc((size_t)most * sizeof *host);
   int rc = host ? 0 : rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
   ppr_put_u64(b, count * (uint64_t)nreg);
-  for (int g = 0; g < nreg && !rc; g++)
+  for (int g = 0; g < nreg; g++) {
+    int reg = g ? moments[g - 1] : region;
+    /* ZeRO-1: the summed gradients and the moments are sharded over the data-parallel group: every
+     * member takes part in gathering them whole, whether it writes them or not */
+    if (p->zero && reg != RT_REG_PARAMS && rt_exec_zero_gather(x, reg, e, elen) && !rc) rc = -1;
     for (int i = 0; i < p->nparams && mine && !rc; i++) {
       const RtParam *q = &p->params[i];
       if (!q->owned) continue;
@@ -271,9 +275,11 @@ static int pack_params(const RtProg *p, RtExec *x, int region, int nreg, PprBuf 
       ppr_put(b, q->dims, (size_t)q->ndim * sizeof *q->dims);
       int64_t sh[SH_N] = {q->sharded, q->shard_dim, q->shard_start, q->shard_dense, q->tied, q->shard_parts, g};
       ppr_put(b, sh, sizeof sh);
-      rc = rt_exec_read_param(x, i, g ? moments[g - 1] : region, host, e, elen);
+      rc = rt_exec_read_param(x, i, reg, host, e, elen);
       ppr_put(b, host, (size_t)q->numel * sizeof(float));
     }
+  }
+  rt_exec_zero_release(x);
   free(host);
   if (!rc && b->oom) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "out of memory");
   return rc;

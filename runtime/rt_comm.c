@@ -248,6 +248,16 @@ void rt_comm_bcast(RtComm *c, void *buf, size_t bytes, int root) {
   }
 }
 
+void rt_comm_dp_bcast(RtComm *c, void *buf, size_t bytes, int root) {
+  if (!c || !c->mpi || c->dp == MPI_COMM_NULL) return;
+  for (size_t off = 0; off < bytes; off += CHUNK) {
+    size_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
+    MPI_Request rq;
+    MPI_CHECK(MPI_Ibcast((unsigned char *)buf + off, (int)n, MPI_BYTE, root, c->dp, &rq));
+    rt_comm_coll_wait(c, c->dp, &rq, "ZeRO-1's gather of the shards", (int64_t)n, "bytes");
+  }
+}
+
 int rt_comm_gather(RtComm *c, const void *mine, size_t n, unsigned char **all, size_t *sizes, char *err,
                    size_t errlen) {
   *all = NULL;

@@ -92,6 +92,9 @@ void rt_comm_barrier(RtComm *c);
 double rt_comm_sum(RtComm *c, double v);
 void rt_comm_allgather(RtComm *c, const void *mine, void *all, size_t bytes); /* all: size * bytes */
 void rt_comm_bcast(RtComm *c, void *buf, size_t bytes, int root);
+/* The same over the data-parallel group (every dp and cp rank of this rank's stage and tp_rank):
+ * root is the member's index in it (ZeRO-1's shards, gathered on the host to be saved). */
+void rt_comm_dp_bcast(RtComm *c, void *buf, size_t bytes, int root);
 /* Gathers a block of bytes from every rank on rank 0: there *all (malloc'd; free it) holds the
  * blocks in rank order and sizes[r] (sizes has world-size entries) their lengths. Elsewhere *all
  * is NULL and sizes is not touched. Returns non-zero (on rank 0 only) when out of memory; the

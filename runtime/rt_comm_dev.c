@@ -451,7 +451,8 @@ void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t 
 }
 
 /* Sequence and context parallelism's collectives over the TP group (RT_G_TP) or the cp group
- * (RT_G_CP), on arrays of the arena: the all-gather (every member's count elements at part, in
+ * (RT_G_CP), and ZeRO-1's over the dp x cp group (RT_G_DP), on arrays of the arena (a member's
+ * part may lie inside the whole at its place, in place): the all-gather (every member's count elements at part, in
  * rank order, into whole) and the reduce-scatter (the n·count floats at whole summed over the
  * group; member r's part the sums of elements [r·count, (r+1)·count)). The sums are the
  * deterministic all-reduce's: each element folded in rank order (reduce_rows), so a reduce-scatter
@@ -459,17 +460,19 @@ void rt_comm_allreduce(RtComm *c, RtDev *d, int group, int sub, int op, int64_t 
  * arena is not host memory; with NCCL, ncclAllGather and ncclReduceScatter on the device queue. */
 static void seq_coll(RtComm *c, RtDev *d, int group, int gather, int64_t part, int64_t whole, int64_t count,
                      PpDType dt) {
-  MPI_Comm g = c && c->mpi ? (group == RT_G_CP ? c->cp : c->tp) : MPI_COMM_NULL;
+  MPI_Comm g = c && c->mpi ? (group == RT_G_CP ? c->cp : group == RT_G_DP ? c->dp : c->tp) : MPI_COMM_NULL;
   if (g == MPI_COMM_NULL) RT_INTERNAL("a sequence-parallel collective without its group");
-  static const char *const names[2][2] = {{"reduce_scatter tp", "allgather tp"}, {"reduce_scatter cp", "allgather cp"}};
-  const char *name = names[group == RT_G_CP][gather != 0];
+  static const char *const names[3][2] = {{"reduce_scatter tp", "allgather tp"},
+                                          {"reduce_scatter cp", "allgather cp"},
+                                          {"reduce_scatter dp", "allgather dp"}};
+  const char *name = names[group == RT_G_CP ? 1 : group == RT_G_DP ? 2 : 0][gather != 0];
   int n = 1, me = 0;
   MPI_CHECK(MPI_Comm_size(g, &n));
   MPI_CHECK(MPI_Comm_rank(g, &me));
 #ifdef PPR_CUDA
   if (c->nccl) {
     void *stream = NULL, *p = rt_dev_native(d, part, &stream), *w = rt_dev_native(d, whole, &stream);
-    ncclComm_t nc = group == RT_G_CP ? c->ncp : c->ntp;
+    ncclComm_t nc = group == RT_G_CP ? c->ncp : group == RT_G_DP ? c->ndp : c->ntp;
     int gid = 0;
     int64_t seq = rt_comm_next_seq(c, g, &gid);
     if (!c->nccl_busy) {
@@ -487,6 +490,8 @@ static void seq_coll(RtComm *c, RtDev *d, int group, int gather, int64_t part, i
   int es = pp_dtype_bytes(dt);
   char *hp = rt_dev_host(d, part), *hw = rt_dev_host(d, whole);
   int staged = !hp || !hw;
+  /* in place: the part is the whole's member-me block (MPI's MPI_IN_PLACE for the gather) */
+  int inplace = !staged && hp == hw + (int64_t)me * count * es;
   if (staged) { /* the part and the whole in one host buffer */
     char *h = room((void **)&c->host, &c->host_cap, (size_t)count * (size_t)(n + 1) * (size_t)es);
     hp = h, hw = h + count * es;
@@ -495,7 +500,8 @@ static void seq_coll(RtComm *c, RtDev *d, int group, int gather, int64_t part, i
   MPI_Request rq;
   if (gather) {
     MPI_Datatype t = dt == PP_BF16 ? MPI_UINT16_T : MPI_FLOAT;
-    MPI_CHECK(MPI_Iallgather(hp, (int)count, t, hw, (int)count, t, g, &rq));
+    MPI_CHECK(MPI_Iallgather(inplace ? MPI_IN_PLACE : hp, inplace ? 0 : (int)count, inplace ? MPI_DATATYPE_NULL : t, hw,
+                             (int)count, t, g, &rq));
     rt_comm_coll_wait(c, g, &rq, name, count * n, dt == PP_BF16 ? "bf16 elements" : "floats");
   } else {
     float *parts = red_scratch(c, (size_t)count * (size_t)n + 1);

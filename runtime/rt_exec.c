@@ -38,6 +38,10 @@ struct RtExec {
    * order: the indices posted ahead, by early[] (a step posts them in this order) */
   int *early, *handle, *order;
   int norder;
+  /* ZeRO-1: a region's parts gathered whole on the host (rt_exec_zero_gather), read by
+   * rt_exec_read_param until rt_exec_zero_release; zregion -1: none */
+  int zregion;
+  float *zhost[2];
 };
 
 /* One step's state. */
@@ -146,8 +150,20 @@ static int run_cmp(const void *a, const void *b) {
  * stages), whatever else the rank holds. Returns their number. */
 static int grad_runs(const RtProg *p, RtRun *runs) {
   int n = 0;
-  for (int i = 0; i < p->nparams; i++)
-    if (p->params[i].owned) runs[n++] = (RtRun){p->params[i].off, p->params[i].numel};
+  for (int i = 0; i < p->nparams; i++) {
+    if (!p->params[i].owned) continue;
+    RtRun r = {p->params[i].off, p->params[i].numel};
+    if (!p->zero) {
+      runs[n++] = r;
+      continue;
+    }
+    /* ZeRO-1: this rank's summed gradients are its shard of each part: the param's run inside it */
+    for (int k = 0; k < p->nzpart; k++) {
+      int64_t lo = p->zpart[k].off + 4 * p->zpart[k].shard * p->zrank, hi = lo + 4 * p->zpart[k].shard;
+      int64_t a = r.off > lo ? r.off : lo, e = r.off + 4 * r.n < hi ? r.off + 4 * r.n : hi;
+      if (a < e) runs[n++] = (RtRun){a, (e - a) / 4};
+    }
+  }
   qsort(runs, (size_t)n, sizeof *runs, run_cmp);
   return n;
 }
@@ -178,6 +194,7 @@ int rt_exec_open(const RtProg *p, const char *dir, RtDev *dev, RtExec **out, cha
   x->p = p;
   x->dev = dev;
   x->loss_chunk = -1;
+  x->zregion = -1;
   x->stale = 1;
   for (int c = 0; c < rt_prog_nchunks(p); c++)
     if (p->chunk[c].vstage == p->pp * rt_prog_nchunks(p) - 1 && p->tp_rank == 0) x->loss_chunk = c;
@@ -222,14 +239,59 @@ void rt_exec_close(RtExec *x) {
   free(x->partials);
   free(x->runs);
   free(x->norm_tab);
+  rt_exec_zero_release(x);
   free(x);
 }
 
 /* Where param values sit in region (params, grads, adam_m, adam_v) relative to the params region. */
 static int64_t region_shift(const RtProg *p, int region) { return p->reg[region].base - p->reg[RT_REG_PARAMS].base; }
 
+/* ZeRO-1: the part of the parameters' regions param (at params offset off) lies in; -1: none. */
+static int zero_part(const RtProg *p, int64_t off) {
+  for (int k = 0; k < p->nzpart; k++)
+    if (off >= p->zpart[k].off && off < p->zpart[k].off + 4 * p->zpart[k].n) return k;
+  return -1;
+}
+
+/* Where this rank's shard of part k of region (grads, adam_m, adam_v) starts in the arena. */
+static int64_t zero_shard_at(const RtProg *p, int k, int region) {
+  if (region == RT_REG_GRADS) return p->zpart[k].off + region_shift(p, region) + 4 * p->zpart[k].shard * p->zrank;
+  return p->zpart[k].moff + (p->reg[region].base - p->reg[RT_REG_ADAM_M].base);
+}
+
+int rt_exec_zero_gather(RtExec *x, int region, char *err, size_t errlen) {
+  const RtProg *p = x->p;
+  rt_exec_zero_release(x);
+  if (!p->zero) return 0;
+  int rc = 0;
+  for (int k = 0; k < p->nzpart; k++) { /* every member's shard, broadcast from it in turn */
+    int64_t S = p->zpart[k].shard;
+    x->zhost[k] = malloc((size_t)p->zpart[k].n * sizeof(float));
+    if (!x->zhost[k]) RT_INTERNAL("out of memory for ZeRO-1's gathered shards"); /* every member must take part */
+    if (!rc && (rt_comm_before_host(x->comm, x->dev) ||
+                rt_dev_read(x->dev, zero_shard_at(p, k, region), x->zhost[k] + S * p->zrank, S * 4)))
+      rc = dev_failed(x, err, errlen);
+    for (int r = 0; r < p->zero; r++) rt_comm_dp_bcast(x->comm, x->zhost[k] + S * r, (size_t)S * 4, r);
+  }
+  x->zregion = region;
+  return rc;
+}
+
+void rt_exec_zero_release(RtExec *x) {
+  for (int k = 0; k < 2; k++) free(x->zhost[k]), x->zhost[k] = NULL;
+  x->zregion = -1;
+}
+
 int rt_exec_read_param(RtExec *x, int i, int region, float *dst, char *err, size_t errlen) {
   const RtParam *q = &x->p->params[i];
+  if (x->p->zero && region != RT_REG_PARAMS) { /* ZeRO-1: from the gathered parts */
+    int k = zero_part(x->p, q->off);
+    if (k < 0 || x->zregion != region || !x->zhost[k])
+      return rt_fail_at(err, errlen, __FILE__, __LINE__, "internal: %s of param %s read without its ZeRO-1 gather",
+                        rt_region_name(region), q->name);
+    memcpy(dst, x->zhost[k] + (q->off - x->p->zpart[k].off) / 4, (size_t)q->numel * sizeof *dst);
+    return 0;
+  }
   if (rt_comm_before_host(x->comm, x->dev) ||
       rt_dev_read(x->dev, q->off + region_shift(x->p, region), dst, q->numel * 4))
     return dev_failed(x, err, errlen);
@@ -242,6 +304,17 @@ int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t er
 
 int rt_exec_write_region(RtExec *x, int i, int region, const float *src, char *err, size_t errlen) {
   const RtParam *q = &x->p->params[i];
+  const RtProg *p = x->p;
+  if (p->zero && (region == RT_REG_ADAM_M || region == RT_REG_ADAM_V)) { /* ZeRO-1: this rank's shard of it */
+    int k = zero_part(p, q->off);
+    if (k < 0)
+      return rt_fail_at(err, errlen, __FILE__, __LINE__, "internal: param %s outside the ZeRO-1 parts", q->name);
+    int64_t S = p->zpart[k].shard, first = (q->off - p->zpart[k].off) / 4, lo = S * p->zrank;
+    int64_t a = first > lo ? first : lo, e = first + q->numel < lo + S ? first + q->numel : lo + S;
+    if (a < e && rt_dev_write(x->dev, zero_shard_at(p, k, region) + 4 * (a - lo), src + (a - first), (e - a) * 4))
+      return dev_failed(x, err, errlen);
+    return 0;
+  }
   if (rt_dev_write(x->dev, q->off + region_shift(x->p, region), src, q->numel * 4)) return dev_failed(x, err, errlen);
   if (region == RT_REG_PARAMS) x->stale = 1; /* the working copies: refreshed before the next pass */
   return 0;
@@ -433,7 +506,10 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       else rt_comm_seq_scatter(x->comm, dev, in->group, a, z, in->bytes / 4);
       if (s->tr)
         rt_trace_add(x->prof, RT_EV_COLL, s->step, c0, rt_now_ms(), "%s %s",
-                     in->kind == RT_I_ALLGATHER ? "allgather" : "reduce_scatter", in->group == RT_G_CP ? "cp" : "tp");
+                     in->kind == RT_I_ALLGATHER ? "allgather" : "reduce_scatter",
+                     in->group == RT_G_CP   ? "cp"
+                     : in->group == RT_G_DP ? "dp"
+                                            : "tp");
       break;
     }
     case RT_I_GRAD_NORM:

@@ -73,6 +73,13 @@ void rt_exec_step_times(const RtExec *x, double *wall_ms, double *compute_ms);
 int rt_exec_read_param(RtExec *x, int i, int region, float *dst, char *err, size_t errlen);
 int rt_exec_write_param(RtExec *x, int i, const float *src, char *err, size_t errlen);
 int rt_exec_write_region(RtExec *x, int i, int region, const float *src, char *err, size_t errlen);
+/* ZeRO-1 (the listing's zero line): each rank holds its shard of the summed gradients and of the
+ * moments alone. rt_exec_zero_gather, a collective over the data-parallel group, gathers every
+ * member's shard of region (RT_REG_GRADS, RT_REG_ADAM_M or RT_REG_ADAM_V) on the host, where
+ * rt_exec_read_param then reads that region's params until rt_exec_zero_release; writing a
+ * moment writes the rank's shard of it. Without zero, nothing to do. */
+int rt_exec_zero_gather(RtExec *x, int region, char *err, size_t errlen);
+void rt_exec_zero_release(RtExec *x);
 /* What the executor's collective calls return besides 0: a failure every rank shares (the hook's,
  * a message the ranks agreed on), or this rank's device failing, which the other ranks do not know
  * of (the caller ends the job). */

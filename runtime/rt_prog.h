@@ -288,6 +288,14 @@ typedef struct RtProg {
   int ignore_index; /* I */
   RtRegion reg[RT_NREG];
   int nslots;
+  /* ZeRO-1 (`zero Z R`, `zero_part` lines): the optimizer's state sharded over the Z ranks of the
+   * dp x cp group, this rank the R-th; per part of the parameters' regions: its start in the
+   * params region (the grads and copies alike), its elements (Z shards), a shard's elements, and
+   * where this rank's shard of the moments starts in adam_m (adam_v alike). zero 0: none. */
+  int zero, zrank, nzpart;
+  struct {
+    int64_t off, n, shard, moff;
+  } zpart[2];
   int64_t arena;
   int nparams;
   RtParam *params;

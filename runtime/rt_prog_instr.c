@@ -321,7 +321,9 @@ static int parse_allreduce(RtParser *s, RtInstr *in) {
 }
 
 /* At the optimizer block's end, with dp·cp > 1: every param's gradient is inside one `allreduce dp
- * sum` (before grad_norm), or the replicas (and context-parallel ranks) would drift apart. */
+ * sum` (before grad_norm), or the replicas (and context-parallel ranks) would drift apart. With
+ * ZeRO-1: inside one `reduce_scatter dp` whose part is this rank's block of it, and the param's
+ * values inside the whole of one `allgather dp`. */
 int rt_prog_check_dp_sums(RtParser *s) {
   const RtProg *g = s->p;
   if (g->dp * g->cp == 1) return 0;
@@ -330,12 +332,34 @@ int rt_prog_check_dp_sums(RtParser *s) {
   for (int i = 0; i < g->nparams; i++) {
     const RtParam *q = &g->params[i];
     int64_t a = q->off + shift, e = a + 4 * q->numel;
-    int covered = 0;
+    int covered = 0, gathered = 0;
     for (int n = 0; n < o->n && !covered; n++) {
       const RtInstr *x = &o->ins[n];
       covered = x->kind == RT_I_ALLREDUCE && x->group == RT_G_DP && x->op == RT_OP_SUM && x->p[0].off <= a &&
                 x->p[0].off + x->bytes >= e;
+      if (g->zero && x->kind == RT_I_REDUCE_SCATTER && x->group == RT_G_DP && x->p[0].off <= a &&
+          x->p[0].off + x->bytes * g->zero >= e) {
+        if (x->p[1].off != x->p[0].off + x->bytes * g->zrank)
+          return rt_prog_err(s,
+                             "reduce_scatter dp (line %d): this rank's part is @%lld, not its block @%lld of the whole",
+                             x->line, (long long)x->p[1].off, (long long)(x->p[0].off + x->bytes * g->zrank));
+        covered = 1;
+      }
     }
+    for (int n = 0; n < o->n && g->zero && !gathered; n++) {
+      const RtInstr *x = &o->ins[n];
+      gathered = x->kind == RT_I_ALLGATHER && x->group == RT_G_DP && x->p[1].off <= q->off &&
+                 x->p[1].off + x->bytes * g->zero >= q->off + 4 * q->numel;
+    }
+    if (covered && g->zero && !gathered)
+      return rt_prog_err(
+          s, "param %.200s (line %d): zero, but no 'allgather dp' of the optimizer block gathers its values", q->name,
+          q->line);
+    if (!covered && g->zero)
+      return rt_prog_err(s,
+                         "param %.200s (line %d): zero, but no 'reduce_scatter dp' of the optimizer block sums its "
+                         "gradient (@%lld, %lld bytes) over the replicas",
+                         q->name, q->line, (long long)a, (long long)(e - a));
     if (!covered)
       return rt_prog_err(s,
                          "param %.200s (line %d): dp %d%s, but no 'allreduce dp sum' of the optimizer block sums its "
@@ -417,17 +441,20 @@ int rt_prog_instr_line(RtParser *s) {
     rc = parse_allreduce(s, in);
   } else if (!strcmp(op, "allgather") || !strcmp(op, "reduce_scatter")) {
     int gather = op[0] == 'a';
-    const char *form = gather ? "allgather tp|cp PART WHOLE BYTES [bf16]" : "reduce_scatter tp|cp WHOLE PART BYTES";
+    const char *form =
+        gather ? "allgather tp|cp|dp PART WHOLE BYTES [bf16]" : "reduce_scatter tp|cp|dp WHOLE PART BYTES";
     in->kind = gather ? RT_I_ALLGATHER : RT_I_REDUCE_SCATTER;
-    in->group = s->nf > 1 && !strcmp(s->f[1], "cp") ? RT_G_CP : RT_G_TP;
-    int n = in->group == RT_G_CP ? g->cp : g->tp; /* the group's size */
+    int dp = s->nf > 1 && !strcmp(s->f[1], "dp"); /* ZeRO-1's, in the optimizer block */
+    in->group = dp ? RT_G_DP : s->nf > 1 && !strcmp(s->f[1], "cp") ? RT_G_CP : RT_G_TP;
+    int n = in->group == RT_G_CP ? g->cp : in->group == RT_G_DP ? g->dp * g->cp : g->tp; /* the group's size */
     int dt = gather && s->nf == 6 ? pp_dtype_parse(s->f[5]) : PP_F32;
-    rc = only_in(s, op, 1, 0) || ((!gather || s->nf != 6) && rt_prog_want_nf(s, 5, form)) ||
+    rc = only_in(s, op, !dp, dp) || ((!gather || s->nf != 6) && rt_prog_want_nf(s, 5, form)) ||
          (in->group == RT_G_TP && rt_prog_want_word(s, 1, "tp", form)) ||
          rt_prog_parse_ptr(s, s->f[2], op, &in->p[0], NULL) || rt_prog_parse_ptr(s, s->f[3], op, &in->p[1], NULL) ||
          rt_prog_want_int(s, 4, "bytes", 2, (int64_t)4 * INT32_MAX / (n > 0 ? n : 1), &in->bytes);
     if (!rc && in->group == RT_G_CP && n < 2)
       rc = rt_prog_err(s, "%s cp, but the mesh has cp %d: a group of one rank", op, n);
+    if (!rc && dp && !g->zero) rc = rt_prog_err(s, "%s dp in a listing without 'zero' (ZeRO-1's collectives)", op);
     if (!rc && (dt != PP_F32 && dt != PP_BF16))
       rc = rt_prog_err(s, "%s: element type '%.60s' (expected bf16, or none for f32)", op, s->f[5]);
     in->dt[0] = dt < 0 ? PP_F32 : (PpDType)dt;

@@ -74,6 +74,37 @@ int rt_prog_region_line(RtParser *s) {
                          (long long)g->reg[r].base);
     return 0;
   }
+  if (!strcmp(s->f[0], "zero")) {
+    int64_t z, r;
+    if (g->zero) return rt_prog_err(s, "a second 'zero' line");
+    if (rt_prog_want_nf(s, 3, "zero RANKS RANK") || rt_prog_want_int(s, 1, "zero: ranks", 2, PP_MAX_RANKS, &z) ||
+        rt_prog_want_int(s, 2, "zero: rank", 0, z - 1, &r))
+      return -1;
+    if (z != (int64_t)g->dp * g->cp || r != (int64_t)g->dp_rank * g->cp + g->cp_rank)
+      return rt_prog_err(s, "zero %lld %lld: the dp x cp group of this mesh has %d ranks, this rank the %d-th",
+                         (long long)z, (long long)r, g->dp * g->cp, g->dp_rank * g->cp + g->cp_rank);
+    g->zero = (int)z, g->zrank = (int)r;
+    return 0;
+  }
+  if (!strcmp(s->f[0], "zero_part")) {
+    if (!g->zero) return rt_prog_err(s, "zero_part before 'zero RANKS RANK'");
+    if (g->nzpart == 2) return rt_prog_err(s, "a third zero_part line (a program has two parts at most)");
+    int k = g->nzpart;
+    RtPtr a, m;
+    if (rt_prog_want_nf(s, 5, "zero_part @PARAMS ELEMENTS SHARD @ADAM_M") ||
+        rt_prog_parse_ptr(s, s->f[1], "zero_part", &a, NULL) ||
+        rt_prog_want_int(s, 2, "zero_part: elements", 1, PP_MAX_ARENA / 4, &g->zpart[k].n) ||
+        rt_prog_want_int(s, 3, "zero_part: shard", 1, PP_MAX_ARENA / 4, &g->zpart[k].shard) ||
+        rt_prog_parse_ptr(s, s->f[4], "zero_part", &m, NULL))
+      return -1;
+    if (a.in_slot || m.in_slot) return rt_prog_err(s, "zero_part: arena offsets @OFF, not slot offsets");
+    if (g->zpart[k].n != g->zpart[k].shard * g->zero)
+      return rt_prog_err(s, "zero_part: %lld elements are not %d shards of %lld", (long long)g->zpart[k].n, g->zero,
+                         (long long)g->zpart[k].shard);
+    g->zpart[k].off = a.off, g->zpart[k].moff = m.off;
+    g->nzpart++;
+    return 0;
+  }
   if (!strcmp(s->f[0], "arena")) {
     if (rt_prog_want_nf(s, 2, "arena BYTES") || rt_prog_want_int(s, 1, "arena", 1, PP_MAX_ARENA, &g->arena)) return -1;
     for (int r = 0; r < RT_NREG; r++)
@@ -88,8 +119,30 @@ int rt_prog_region_line(RtParser *s) {
         return rt_prog_err(s, "region %s (line %d) ends at byte %lld, past the arena (%lld bytes)", rt_region_name(r),
                            s->reg_line[r], (long long)end[r], (long long)g->arena);
     }
+    if (g->zero && (g->generate || !g->nzpart))
+      return rt_prog_err(s, "'zero' in %s", g->generate ? "a generation program" : "a listing without zero_part lines");
+    const RtRegion *pr = &g->reg[RT_REG_PARAMS], *mr = &g->reg[RT_REG_ADAM_M];
+    int64_t shards = 0;
+    for (int k = 0; k < g->nzpart; k++) { /* each part inside params, its shard inside adam_m, in order */
+      int64_t o = g->zpart[k].off, mo = g->zpart[k].moff, n = g->zpart[k].n, sh = g->zpart[k].shard;
+      if (o % 64 || o < pr->base || o + 4 * n > pr->base + pr->bytes ||
+          (k && o < g->zpart[k - 1].off + 4 * g->zpart[k - 1].n))
+        return rt_prog_err(
+            s, "zero_part %d: @%lld + %lld floats is not a part of region params [%lld, %lld) after the last", k,
+            (long long)o, (long long)n, (long long)pr->base, (long long)(pr->base + pr->bytes));
+      if (mo < mr->base || mo + 4 * sh > mr->base + mr->bytes ||
+          (k && mo < g->zpart[k - 1].moff + 4 * g->zpart[k - 1].shard))
+        return rt_prog_err(
+            s, "zero_part %d: @%lld + %lld floats is not a shard of region adam_m [%lld, %lld) after the last", k,
+            (long long)mo, (long long)sh, (long long)mr->base, (long long)(mr->base + mr->bytes));
+      shards += 4 * sh;
+    }
+    if (g->zero && (mr->bytes != shards || g->reg[RT_REG_ADAM_V].bytes != shards))
+      return rt_prog_err(s, "regions adam_m and adam_v have %lld and %lld bytes: with zero, the %lld of the shards",
+                         (long long)mr->bytes, (long long)g->reg[RT_REG_ADAM_V].bytes, (long long)shards);
     for (int r = RT_REG_GRADS; r <= RT_REG_ADAM_V; r++)
-      if (g->generate && g->reg[r].bytes)
+      if (g->zero && r != RT_REG_GRADS) continue; /* the moments: checked above */
+      else if (g->generate && g->reg[r].bytes)
         return rt_prog_err(s, "region %s (line %d) has %lld bytes: a generation program has no gradients or moments",
                            rt_region_name(r), s->reg_line[r], (long long)g->reg[r].bytes);
       else if (!g->generate && (r == RT_REG_GRADS ? g->reg[r].bytes < g->reg[RT_REG_PARAMS].bytes
