@@ -223,8 +223,8 @@ void mem_report_print(FILE *f, const Graph *m, const Sched *s, const Program *co
   int64_t wide = 0;
   for (int r = 0; r < c->pp; r++)
     if (widened_bytes(prog[r]) > wide) wide = widened_bytes(prog[r]);
-  fprintf(f, "\noutside the arena: the device runtime's context and its collectives' buffers (NCCL), the host's copy "
-             "of a step's tokens");
+  fprintf(f, "\noutside the arena: the device runtime's context and its collectives' buffers (NCCL; over MPI, a "
+             "host scratch of at most 64 MiB), the host's copy of a step's tokens");
   if (wide)
     fprintf(f, "; on cpu and opencl, bf16 GEMM operands widened to fp32: at most %lld bytes a rank", (long long)wide);
   fprintf(f, "\n");

@@ -504,10 +504,28 @@ static void seq_coll(RtComm *c, RtDev *d, int group, int gather, int64_t part, i
                              (int)count, t, g, &rq));
     rt_comm_coll_wait(c, g, &rq, name, count * n, dt == PP_BF16 ? "bf16 elements" : "floats");
   } else {
-    float *parts = red_scratch(c, (size_t)count * (size_t)n + 1);
-    MPI_CHECK(MPI_Ialltoall(hw, (int)count, MPI_FLOAT, parts, (int)count, MPI_FLOAT, g, &rq));
-    rt_comm_coll_wait(c, g, &rq, name, count * n, "floats");
-    reduce_rows((float *)(void *)hp, parts, count, n, count, RT_OP_SUM);
+    /* in runs of at most SEGMENT floats from all members together: the scratch stays bounded (a
+     * ZeRO-1 part is the whole of a rank's gradients) */
+    int64_t run = SEGMENT / n > 0 ? SEGMENT / n : 1;
+    if (n > c->ints_cap) {
+      free(c->ints);
+      c->ints = malloc((size_t)n * 4 * sizeof *c->ints);
+      if (!c->ints) RT_INTERNAL("out of memory");
+      c->ints_cap = n;
+    }
+    int *counts = c->ints, *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
+    for (int64_t o = 0; o < count; o += run) {
+      int64_t len = count - o < run ? count - o : run;
+      float *parts = red_scratch(c, (size_t)(len * n) + 1);
+      for (int q = 0; q < n; q++) {
+        counts[q] = rcounts[q] = (int)len;
+        displs[q] = (int)(q * count + o); /* member q's block of the whole, this run of it */
+        rdispls[q] = (int)(q * len);
+      }
+      MPI_CHECK(MPI_Ialltoallv(hw, counts, displs, MPI_FLOAT, parts, rcounts, rdispls, MPI_FLOAT, g, &rq));
+      rt_comm_coll_wait(c, g, &rq, name, len * n, "floats");
+      reduce_rows((float *)(void *)hp + o, parts, len, n, len, RT_OP_SUM);
+    }
   }
   if (staged && rt_dev_write(d, gather ? whole : part, gather ? hw : hp, (gather ? n : 1) * count * es)) dev_fail(c, d);
 }

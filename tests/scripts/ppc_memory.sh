@@ -6,7 +6,8 @@
 # what does not fit: the most loaded rank's arena less one byte is refused, the arena itself
 # compiles. On the cpu device the arena is what a run holds: ppr's peak RSS over a step is at
 # least the arena (with bf16, and the GEMM operands widened to fp32 that --emit memory states) and
-# at most 1.15 times it (the rest: the libraries, MPI, the step's host copies).
+# at most 1.15 times it (the rest: the libraries, MPI, the step's host copies), in fp32, bf16, with
+# --recompute full and with --zero 1 at dp 2.
 # Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppc_memory.sh BUILD_DIR}
@@ -65,24 +66,30 @@ compare "minimind pp 4, zbv" examples/minimind.pdl --pp 4 --microbatches 8 --sch
 compare "tiny cp 2 x pp 2, gpipe" examples/tiny.pdl --cp 2 --pp 2 --microbatches 4 --schedule gpipe
 compare "gpt2 tp 2, fp32" examples/gpt2.pdl --tp 2 --micro-batch 1 --seq 128 --microbatches 2
 
-# the cpu device: peak RSS against the arena over one step
+# the cpu device: peak RSS against the arena over one step. rss NAME NP [FLAGS]: on NP ranks (each
+# its own /usr/bin/time; the most of them against the largest arena)
 rss() {
-  name=$1
-  shift
+  name=$1 np=$2
+  shift 2
   rm -rf "$tmp/run"
-  "$ppc" examples/minimind.pdl --micro-batch 4 --seq 512 --microbatches 1 "$@" -o "$tmp/run" >/dev/null 2>&1
-  arena=$(awk '$1 == "arena" { print $2 }' "$tmp/run/rank0.prog")
-  wide=$("$ppc" examples/minimind.pdl --micro-batch 4 --seq 512 --microbatches 1 "$@" --emit memory |
+  "$ppc" examples/minimind.pdl --micro-batch 4 --seq 512 "$@" -o "$tmp/run" >/dev/null 2>&1
+  arena=$(cat "$tmp/run"/rank*.prog | awk '$1 == "arena" && $2 > m { m = $2 } END { print m }')
+  wide=$("$ppc" examples/minimind.pdl --micro-batch 4 --seq 512 "$@" --emit memory |
     sed -n 's/.*widened to fp32: at most \([0-9]*\) bytes.*/\1/p')
   arena=$((arena + ${wide:-0}))
-  kb=$(/usr/bin/time -f '%M' "$ppr" "$tmp/run" --device cpu --steps 1 --quiet 2>&1 >/dev/null | tail -n 1)
+  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
+  # shellcheck disable=SC2086
+  kb=$($launch /usr/bin/time -f 'rss %M' "$ppr" "$tmp/run" --device cpu --steps 1 --quiet 2>&1 >/dev/null |
+    awk '$1 == "rss" && $2 > m { m = $2 } END { print m }')
   if awk -v a="$arena" -v k="$kb" 'BEGIN { r = k * 1024 / a; exit !(r >= 1 && r <= 1.15) }'; then
     ok "$name: peak RSS $kb KiB, $(awk -v a="$arena" -v k="$kb" 'BEGIN { printf "%.3f", k * 1024 / a }') times the arena ($arena bytes)"
   else bad "$name: peak RSS ${kb:-?} KiB against an arena of ${arena:-?} bytes (1 to 1.15 times)"; fi
 }
 if [ -x /usr/bin/time ]; then
-  rss "minimind, fp32, cpu"
-  rss "minimind, bf16, cpu" --precision bf16
+  rss "minimind, fp32, cpu" 1 --microbatches 1
+  rss "minimind, bf16, cpu" 1 --microbatches 1 --precision bf16
+  rss "minimind, --recompute full, seq 1024, cpu" 1 --microbatches 1 --recompute full --seq 1024
+  rss "minimind, dp 2 --zero 1, seq 1024, cpu" 2 --microbatches 2 --dp 2 --zero 1 --seq 1024
 else echo "SKIP peak RSS: no /usr/bin/time (Debian's package time)"; fi
 
 echo "$pass passed, $fail failed"
