@@ -314,6 +314,17 @@ static float *red_scratch(RtComm *c, size_t n) {
   return c->red;
 }
 
+/* Room for the four int arrays of n an MPI_Ialltoallv takes (counts, displacements; sent, received). */
+static int *v_counts(RtComm *c, int n) {
+  if (n > c->ints_cap) {
+    free(c->ints);
+    c->ints = malloc((size_t)n * 4 * sizeof *c->ints);
+    if (!c->ints) RT_INTERNAL("out of memory");
+    c->ints_cap = n;
+  }
+  return c->ints;
+}
+
 /* dst[i] = src[0][i] op src[1][i] op ... op src[n-1][i], left to right (src[q] = all + q * stride) */
 static void reduce_rows(float *dst, const float *all, int64_t stride, int n, int64_t len, int op) {
   for (int64_t i = 0; i < len; i++) {
@@ -353,13 +364,7 @@ static void reduce_part(RtComm *c, MPI_Comm g, int n, int me, int op, float *buf
     reduce_rows(buf, all, count, n, count, op);
     return;
   }
-  if (n > c->ints_cap) {
-    free(c->ints);
-    c->ints = malloc((size_t)n * 4 * sizeof *c->ints);
-    if (!c->ints) RT_INTERNAL("out of memory");
-    c->ints_cap = n;
-  }
-  int *counts = c->ints, *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
+  int *counts = v_counts(c, n), *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
   for (int q = 0; q < n; q++) {
     int64_t a = count * q / n, e = count * (q + 1) / n;
     displs[q] = (int)a;
@@ -507,13 +512,7 @@ static void seq_coll(RtComm *c, RtDev *d, int group, int gather, int64_t part, i
     /* in runs of at most SEGMENT floats from all members together: the scratch stays bounded (a
      * ZeRO-1 part is the whole of a rank's gradients) */
     int64_t run = SEGMENT / n > 0 ? SEGMENT / n : 1;
-    if (n > c->ints_cap) {
-      free(c->ints);
-      c->ints = malloc((size_t)n * 4 * sizeof *c->ints);
-      if (!c->ints) RT_INTERNAL("out of memory");
-      c->ints_cap = n;
-    }
-    int *counts = c->ints, *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
+    int *counts = v_counts(c, n), *displs = counts + n, *rcounts = displs + n, *rdispls = rcounts + n;
     for (int64_t o = 0; o < count; o += run) {
       int64_t len = count - o < run ? count - o : run;
       float *parts = red_scratch(c, (size_t)(len * n) + 1);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # ppr_recompute.sh BUILD_DIR - activation recomputation changes no bit: for each mesh below, the
 # programs compiled with --recompute selective and --recompute full (and full over a range of
-# layers) run three clipped AdamW steps (--clip 1) from the same seed and give the losses, the
+# layers) run five clipped AdamW steps (--clip 1) from the same seed and give the losses, the
 # first step's gradients and the final weights of --recompute none on the same mesh, element for
 # element (compare.py at tolerance 0): the copies are the forward's own instructions on the same
 # inputs (compiler/recompute.c). The meshes: one rank (and full over layers 1..3); pp 4 under 1f1b
@@ -18,18 +18,6 @@ export PPC_CACHE="$tmp/cache"
 needs_python3 ppr_recompute
 args="--seed 11"
 
-# run3 NP DIR [ARGS]: three clipped steps of $tmp/DIR: DIR.losses, DIR.g/w.safetensors
-run3() {
-  np=$1 dir=$2
-  shift 2
-  if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
-  # shellcheck disable=SC2086
-  $launch "$ppr" "$tmp/$dir" $args --steps 3 --clip 1 --quiet --log "$tmp/$dir.jsonl" \
-    --save-grads "$tmp/$dir.g.safetensors" --save "$tmp/$dir.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
-    { tail -n 5 "$tmp/out.txt"; return 1; }
-  losses "$tmp/$dir.jsonl" >"$tmp/$dir.losses"
-}
-
 # case NAME NP MODEL "PPC FLAGS" [PPR ARGS]: none, and each of $modes (MODE or MODE:MORE-FLAGS) alike
 modes="selective full"
 case_() {
@@ -44,7 +32,7 @@ case_() {
       bad "$name, --recompute $rc: ppc failed: $(head -n 3 "$tmp/ppc.txt")"
       continue
     fi
-    if ! run3 "$np" "r$i" "$@"; then
+    if ! run5 "$np" "r$i" "r$i" "$@"; then # compare.sh
       bad "$name, --recompute $rc: ppr failed"
       continue
     fi

@@ -20,17 +20,6 @@ export PPC_CACHE="$tmp/cache"
 needs_python3 ppr_zero
 args="--seed 7"
 
-# run NP DIR [ARGS]: five clipped steps of $tmp/DIR: DIR.losses, DIR.g/w(.optimizer).safetensors
-run() {
-  np=$1 dir=$2
-  shift 2
-  # shellcheck disable=SC2086
-  $MPIRUN -np "$np" "$ppr" "$tmp/$dir" $args --steps 5 --clip 1 --quiet --log "$tmp/$dir.jsonl" \
-    --save-grads "$tmp/$dir.g.safetensors" --save "$tmp/$dir.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
-    { tail -n 5 "$tmp/out.txt"; return 1; }
-  losses "$tmp/$dir.jsonl" >"$tmp/$dir.losses"
-}
-
 region() { sed -n "s/^region $1 *[0-9][0-9]* \\([0-9][0-9]*\\).*/\\1/p" "$2" | head -n 1; }
 
 # case NAME NP Z "PPC FLAGS" [PPR ARGS]: --zero 1 against --zero 0 on the same mesh; Z: the shards
@@ -43,7 +32,7 @@ case_() {
       bad "$name, --zero $zero: ppc failed: $(head -n 3 "$tmp/ppc.txt")"
       return
     fi
-    run "$np" "z$zero" "$@" || { bad "$name, --zero $zero: ppr failed"; return; }
+    run5 "$np" "z$zero" "z$zero" "$@" || { bad "$name, --zero $zero: ppr failed"; return; } # compare.sh
   done
   if same_losses "$tmp/z1.losses" "$tmp/z0.losses" 0 && tensors "$tmp/z1.g.safetensors" "$tmp/z0.g.safetensors" 0 &&
     tensors "$tmp/z1.w.safetensors" "$tmp/z0.w.safetensors" 0 &&
