@@ -171,7 +171,7 @@ int64_t mem_param_elems(const Program *p, int64_t numel) {
 
 int mem_zero_ranks(const Program *p) {
   const Config *c = &p->g->cfg;
-  return c->zero ? (int)(c->dp * c->cp) : 1;
+  return c->zero && !p->g->infer ? (int)(c->dp * c->cp) : 1; /* a generation program has no optimizer */
 }
 
 int64_t mem_zero_shard(const Program *p, int64_t n) {

@@ -11,7 +11,8 @@
 # checkpoint saved at dp 4 with zero resumes at dp 2 without it and on one rank, and the resumed
 # steps' losses are within 1e-5 of the uninterrupted run's (another summation order, as any
 # change of mesh; ppr_resume.sh); resumed on its own mesh, the run ends on the same bytes as one
-# that was never stopped. Last line: "N passed, M failed".
+# that was never stopped. A zero compile's generation programs (no optimizer, nothing sharded)
+# sample beside its training. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_zero.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
@@ -83,6 +84,12 @@ if $MPIRUN -np 4 "$ppr" "$tmp/d4" --steps 6 $opts --resume "$tmp/s4/step-000003"
   cmp -s "$tmp/s4/step-000006/optimizer.safetensors" "$tmp/s4b/optimizer.safetensors"; then
   ok "dp 4 with zero -> itself: 3 + resumed 3 steps, the weights and moments byte-identical to 6 steps"
 else bad "dp 4 with zero -> itself: $(tail -n 2 "$tmp/out.txt")"; fi
+
+# the generation programs of a zero compile (no optimizer: nothing sharded) sample beside training
+if "$ppc" examples/tiny.pdl --dp 2 --microbatches 2 --zero 1 --generate -o "$tmp/g" >"$tmp/ppc.txt" 2>&1 &&
+  $MPIRUN -np 2 "$ppr" "$tmp/g" --steps 2 --quiet --sample-every 2 >"$tmp/out.txt" 2>&1 &&
+  grep -q '^sample after step 2: ' "$tmp/out.txt"; then ok "dp 2 with zero and --generate: a sample after step 2"
+else bad "dp 2 with zero and --generate: $(tail -n 2 "$tmp/ppc.txt" "$tmp/out.txt")"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
