@@ -1911,9 +1911,15 @@ static void test_parser(void) {
                      ":%d: kernel xent_fwd: argument 7: s:tokscale weighs a masked loss's rows: the vocab line has no "
                      "ignore_index");
   expect_parse_ok("int runtime scalars of dropout", "$1408:4 i:8 i:16\n", "$1408:4 i:8 i:16 s:seed s:rngctr s:train\n");
-  expect_parse_error("allgather outside a TP group's form", "  loss $1408\n",
+  expect_parse_error("allgather of an unknown group", "  loss $1408\n", "  loss $1408\n  allgather xx $128 $384 256\n",
+                     "expected 'tp', found 'xx' (the line reads 'allgather tp|cp|dp PART WHOLE BYTES [bf16]')");
+  expect_parse_error("zero in a mesh of one data-parallel rank", "arena 7616\n", "zero 2 0\narena 7616\n",
+                     "zero 2 0: the dp x cp group of this mesh has 1 ranks, this rank the 0-th");
+  expect_parse_error("zero_part before zero", "arena 7616\n", "zero_part @0 208 104 @1664\narena 7616\n",
+                     "zero_part before 'zero RANKS RANK'");
+  expect_parse_error("allgather dp (ZeRO-1's) in a forward block", "  loss $1408\n",
                      "  loss $1408\n  allgather dp $128 $384 256\n",
-                     "expected 'tp', found 'dp' (the line reads 'allgather tp|cp PART WHOLE BYTES [bf16]')");
+                     "'allgather' is not allowed in the forward block (only in the optimizer block)");
   /* context parallelism: `cp C` on the mesh line, `cp_rank C` on the rank line exactly then */
   expect_parse_error("cp 2 whose gradients are never summed over the cp ranks",
                      "mesh tp 1 pp 1 dp 1\nrank 0 stage 0 tp_rank 0 dp_rank 0\n",
