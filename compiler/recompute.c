@@ -167,14 +167,14 @@ static void settle(const Program *p, Layer *L, const bool *pinned, bool *renamed
 
 static bool in_layer(const Graph *g, const Instr *in, int layer) { return node_layer(g, in) == layer; }
 
-/* Whether any instruction of block b (of the layer, when layer >= 0) reads or writes buffer v. */
-static bool block_uses(const Graph *g, const Block *b, int layer, int v) {
+/* Marks in used[] every buffer an instruction of block b (of the layer, when layer >= 0) reads or
+ * writes: one pass, whatever the number of buffers asked about. */
+static void mark_uses(const Graph *g, const Block *b, int layer, bool *used) {
   for (int i = 0; i < b->n; i++) {
     if (layer >= 0 && !in_layer(g, &b->ins[i], layer)) continue;
     for (int k = 0; k < b->ins[i].nop; k++)
-      if (b->ins[i].op[k].kind == 'b' && b->ins[i].op[k].vb == v) return true;
+      if (b->ins[i].op[k].kind == 'b') used[b->ins[i].op[k].vb] = true;
   }
-  return false;
 }
 
 static void remap(Instr *in, const int *to) {
@@ -182,16 +182,12 @@ static void remap(Instr *in, const int *to) {
     if (in->op[k].kind == 'b' && to[in->op[k].vb] >= 0) in->op[k].vb = to[in->op[k].vb];
 }
 
-/* The copies' place in the backward block: before the first instruction reading a copy's buffer;
- * else before the layer's first; else at the end. */
-static int insert_at(const Graph *g, const Block *b, int layer, const int *to, int nvb) {
+/* The copies' place in the backward block: before the first instruction reading a copy's buffer
+ * (fresh[vb]); else before the layer's first; else at the end. */
+static int insert_at(const Graph *g, const Block *b, int layer, const bool *fresh) {
   for (int i = 0; i < b->n; i++)
-    for (int k = 0; k < b->ins[i].nop; k++) {
-      const Operand *o = &b->ins[i].op[k];
-      if (o->kind != 'b') continue;
-      for (int v = 0; v < nvb; v++)
-        if (to[v] == o->vb) return i;
-    }
+    for (int k = 0; k < b->ins[i].nop; k++)
+      if (b->ins[i].op[k].kind == 'b' && fresh[b->ins[i].op[k].vb]) return i;
   for (int i = 0; i < b->n; i++)
     if (in_layer(g, &b->ins[i], layer)) return i;
   return b->n;
@@ -218,8 +214,9 @@ static void recompute_layer(Program *p, int ch, int layer, bool full, const bool
   settle(p, &L, pinned, renamed);
   /* what the layer's backward (B and W) reads of the renamed buffers, then back through the copies */
   const Block *bw[2] = {&c->bwd, &c->wgt};
-  for (int v = 0; v < nvb; v++)
-    needed[v] = renamed[v] && (block_uses(g, bw[0], layer, v) || block_uses(g, bw[1], layer, v));
+  mark_uses(g, bw[0], layer, needed);
+  mark_uses(g, bw[1], layer, needed);
+  for (int v = 0; v < nvb; v++) needed[v] = needed[v] && renamed[v];
   for (int i = L.n - 1; i >= 0; i--) {
     for (int k = 0; k < L.acc[i].nw && L.ok[i] && !L.take[i]; k++) L.take[i] = needed[L.acc[i].w[k]];
     for (int k = 0; k < L.acc[i].nr && L.take[i]; k++)
@@ -247,11 +244,17 @@ static void recompute_layer(Program *p, int ch, int layer, bool full, const bool
     for (int b = 0; b < 2; b++)
       for (int i = 0; i < bw[b]->n; i++)
         if (in_layer(g, &bw[b]->ins[i], layer)) remap(&bw[b]->ins[i], to);
-    int at = insert_at(g, &c->bwd, layer, to, nvb);
+    bool *mark = xcalloc((size_t)p->nvb, sizeof *mark); /* the copies' buffers, then W's */
+    for (int v = 0; v < nvb; v++)
+      if (to[v] >= 0) mark[to[v]] = true;
+    int at = insert_at(g, &c->bwd, layer, mark);
     for (int i = 0; i < ncopy; i++) insert(&c->bwd, at + i, &copy[i]);
     /* a copy W reads waits in the slot from B to W */
+    memset(mark, 0, (size_t)p->nvb * sizeof *mark);
+    mark_uses(g, &c->wgt, -1, mark);
     for (int v = 0; v < nvb; v++)
-      if (to[v] >= 0 && block_uses(g, &c->wgt, -1, to[v])) p->vb[to[v]].cls = BC_SLOT, p->vb[to[v]].chunk = ch;
+      if (to[v] >= 0 && mark[to[v]]) p->vb[to[v]].cls = BC_SLOT, p->vb[to[v]].chunk = ch;
+    free(mark);
   }
   free(copy);
   free(to);
@@ -274,14 +277,17 @@ static bool boundary(const Program *p, int v) {
 
 /* A slot buffer no backward instruction reads any more lives inside its forward: scratch. */
 static void release(Program *p) {
+  bool *used = xcalloc((size_t)p->nvb + 1, sizeof *used);
+  for (int ch = 0; ch < p->nch; ch++) {
+    mark_uses(p->ch[ch].g, &p->ch[ch].bwd, -1, used);
+    mark_uses(p->ch[ch].g, &p->ch[ch].wgt, -1, used);
+  }
   for (int v = 0; v < p->nvb; v++) {
     VBuf *b = &p->vb[v];
-    if (b->cls != BC_SLOT || b->view >= 0 || b->pin_start || b->pin_end || boundary(p, v)) continue;
-    bool used = false;
-    for (int ch = 0; ch < p->nch && !used; ch++)
-      used = block_uses(p->ch[ch].g, &p->ch[ch].bwd, -1, v) || block_uses(p->ch[ch].g, &p->ch[ch].wgt, -1, v);
-    if (!used) b->cls = BC_SCRATCH;
+    if (b->cls == BC_SLOT && b->view < 0 && !b->pin_start && !b->pin_end && !boundary(p, v) && !used[v])
+      b->cls = BC_SCRATCH;
   }
+  free(used);
 }
 
 void recompute(Program *p, const Config *c) {
