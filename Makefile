@@ -6,7 +6,8 @@
 #   make asan          the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo          the main job: compile tiny.pdl for a mesh, train it over MPI
 #   make gpu-check     on a machine with an NVIDIA GPU: the cuda device's first run, one table
-#   make test-hf       ppr against Hugging Face transformers (installed from PyPI into a virtualenv)
+#   make test-hf       ppr against Hugging Face transformers, and --tensorboard's files read by the
+#                      tensorboard package (both installed from PyPI into a virtualenv)
 
 BUILD  ?= build
 CC     ?= gcc
@@ -205,15 +206,19 @@ test-torch: $(PPC) $(PPR) $(BUILD)/test_fixtures
 # (its system site packages: Debian's torch) with transformers from PyPI, which works with torch 1.13
 HF_VENV ?= $(BUILD)/hf-venv
 TRANSFORMERS_VERSION ?= 4.45.2
+TENSORBOARD_VERSION ?= 2.21.0
 test-hf: $(PPC) $(PPR)
 	@$(TORCH_PY) -c 'import torch' 2>/dev/null || { \
 	  echo "test-hf needs PyTorch for $(TORCH_PY): apt-get install python3-torch"; exit 1; }
-	@$(HF_VENV)/bin/python -c 'import transformers' 2>/dev/null || { \
+	@$(HF_VENV)/bin/python -c 'import transformers, tensorboard' 2>/dev/null || { \
 	  rm -rf $(HF_VENV) && $(TORCH_PY) -m venv --system-site-packages $(HF_VENV) && \
-	  $(HF_VENV)/bin/pip install -q "transformers==$(TRANSFORMERS_VERSION)"; } || { \
-	  echo "test-hf: could not install transformers $(TRANSFORMERS_VERSION) from PyPI into $(HF_VENV) (no network?)"; \
+	  $(HF_VENV)/bin/pip install -q "transformers==$(TRANSFORMERS_VERSION)" "tensorboard==$(TENSORBOARD_VERSION)" \
+	    "numpy<2"; } || { \
+	  echo "test-hf: could not install transformers $(TRANSFORMERS_VERSION) and tensorboard $(TENSORBOARD_VERSION)" \
+	    "from PyPI into $(HF_VENV) (no network?)"; \
 	  rm -rf $(HF_VENV); exit 1; }
 	$(HF_VENV)/bin/python tests/hf_client/check_hf.py $(BUILD)
+	$(HF_VENV)/bin/python tests/hf_client/check_tb.py $(BUILD)
 
 # the cuda device on a real GPU: fixtures, two ranks on one GPU, GPT-2 124M throughput (tests/gpu/)
 gpu-check: $(PPC) $(PPR) $(BUILD)/test_fixtures $(BUILD)/test_pipeline
@@ -237,16 +242,17 @@ DEMO_STEPS ?= 300
 DEMO_RUN   ?= $(BUILD)/demo-run
 MPIRUN     ?= mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1
 DEMO_OPTS   = --steps $(DEMO_STEPS) --lr 3e-3 --clip 1 --lr-schedule cosine --warmup 30 --val-frac 0.1 \
-              --eval-every 50 --save $(DEMO_RUN) --save-every 100 --keep 2
+              --eval-every 50 --save $(DEMO_RUN) --save-every 100 --keep 2 --log $(DEMO_RUN).jsonl
 DEMO_SAMPLE = --prompt 'The clock ' --temperature 0.8 --top-k 20
 demo: $(PPC) $(PPR) $(PPRUN)
 	$(PPC) examples/tiny.pdl $(DEMO_MESH) --micro-batch 4 --microbatches 8 --generate -o $(BUILD)/demo
-	rm -rf $(DEMO_RUN)
+	rm -rf $(DEMO_RUN) $(DEMO_RUN).jsonl $(DEMO_RUN).svg
 	$(PPRUN) $(BUILD)/demo $(DEMO_OPTS) --sample-every $(DEMO_STEPS) --sample-len 200 $(DEMO_SAMPLE)
 	@echo
 	@echo "Checkpoints: $$(ls -d $(DEMO_RUN)/step-* | tr '\n' ' ')(the last 2; Ctrl-C saves one and stops)."
-	@echo "Continue a stopped run from its last checkpoint (the same options, --resume CKPT):"
-	@echo "  $(PPRUN) $(BUILD)/demo $(DEMO_OPTS) --resume $(DEMO_RUN)/step-000200"
+	@echo "The curves: $(DEMO_RUN).svg (from the log $(DEMO_RUN).jsonl)."
+	@echo "Continue a stopped run from its last checkpoint (it keeps the run's options and log):"
+	@echo "  $(PPRUN) $(BUILD)/demo --resume $(DEMO_RUN)/step-000200"
 	@echo "Sample from a checkpoint:"
 	@echo "  $(PPRUN) $(BUILD)/demo --init $(DEMO_RUN)/step-$$(printf %06d $(DEMO_STEPS)) --generate 300 $(DEMO_SAMPLE)"
 

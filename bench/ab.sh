@@ -50,11 +50,12 @@ while [ $# -ge 2 ]; do
       for side in A B; do
         build=$A
         [ $side = B ] && build=$B
+        rm -f "$work/$side.jsonl" # a new run's log
         PPR_PROFILE=1 OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$build/ppr" "$work/$name.$side" --seed 1 \
           --steps "$STEPS" --clip 1 --quiet --log "$work/$side.jsonl" >"$work/$side.out" 2>"$work/$side.prof" ||
           { tail -n 3 "$work/$side.out" "$work/$side.prof"; exit 1; }
         r=$(ms "$work/$side.prof")
-        loss=$(sed -n '1s/.*"loss":\([0-9.e+-]*\).*/\1/p' "$work/$side.jsonl")
+        loss=$(sed -n 's/^{"step":1,"loss":\([0-9.e+-]*\).*/\1/p' "$work/$side.jsonl")
         echo "$name $args threads $t $side: step ms, kernel ms $r; step-1 loss $loss"
         echo "$r" >>"$work/$side.runs"
       done

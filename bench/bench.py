@@ -49,6 +49,8 @@ import time
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import ppr_log  # noqa: E402  (tools/ppr_log.py: a --log's step records)
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 
 import torch  # noqa: E402
@@ -128,6 +130,8 @@ def run_ppr(build, work, spec, weights, tokens, nsteps, precision="fp32", flags=
         compile_prog(build, spec, precision, prog)
         COMPILED.add(prog)
     log = os.path.join(work, "ppr.jsonl")
+    if os.path.exists(log):
+        os.remove(log)  # each run its own log
     cmd = [os.path.join(build, "ppr"), prog, "--init", weights, "--data", tokens, "--steps", str(nsteps),
            "--lr", str(HP["lr"]), "--beta1", str(HP["beta1"]), "--beta2", str(HP["beta2"]),
            "--eps", str(HP["eps"]), "--wd", str(HP["wd"]), "--clip", str(HP["clip"]), "--log", log, "--quiet"] + list(flags)
@@ -137,8 +141,7 @@ def run_ppr(build, work, spec, weights, tokens, nsteps, precision="fp32", flags=
         sys.exit("bench: ppr failed (%s):\n%s" % (how(r.returncode), r.stdout))
     if r.stdout.strip() and os.environ.get("PPR_PROFILE"):
         sys.stderr.write(r.stdout)  # the PPR_PROFILE summary, asked for
-    with open(log) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = ppr_log.records(log)
     res = [row["loss"] for row in rows], [row["ms"] for row in rows]
     return res + (profile_of(r.stdout),) if profile else res
 

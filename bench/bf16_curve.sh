@@ -45,6 +45,7 @@ train() { # NAME PRECISION FLAGS...
   name=$1 p=$2
   shift 2
   [ -d "$work/$p" ] || "$BUILD/ppc" "$MODEL" --precision "$p" -o "$work/$p" >/dev/null # the control reuses fp32's
+  rm -f "$work/$name.jsonl" # a new run's log
   # shellcheck disable=SC2086
   "$BUILD/ppr" "$work/$p" --seed 1 --data "$work/text.bin" --steps "$STEPS" --lr 1e-3 $SCHEDULE --clip 1 --quiet \
     --val-frac 0.1 --eval-every 20 --val-batches "${VAL_BATCHES:-32}" --log "$work/$name.jsonl" "$@"
@@ -60,7 +61,7 @@ python3 - "$work" "$MODEL" <<'PY'
 import json, os, sys
 def load(name):
     p = os.path.join(sys.argv[1], name + ".jsonl")
-    return [json.loads(l) for l in open(p)] if os.path.exists(p) else None
+    return [o for o in map(json.loads, open(p)) if "step" in o] if os.path.exists(p) else None
 f, b, c = load("fp32"), load("bf16"), load("control")
 def mean20(r, i):
     lo = max(0, i - 19)

@@ -39,7 +39,8 @@ for s in $SCHEDULES; do
     cat "$out/$s.out"
     exit 1
   }
-  ranks=$(sed -n 's/^  mean 2\.\.[[:space:]]*//p' "$out/$s.out")
+  ranks=$(sed -n 's/^ppr: bubble .*, mean of steps [0-9.]*: \(.*\) (each step.*/\1/p' "$out/$s.out" |
+    sed 's/rank [0-9]*\/s[0-9]* //g; s/,//g')
   meas=$(echo "$ranks" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.1f", 100 * s / NF }')
   ms=$(awk '/^step [0-9]+\// { split($2, a, "/"); if (a[1] > 1) { for (i = 3; i < NF; i++) if ($(i + 1) == "ms") { t += $i; n++ } } }
     END { if (n) printf "%.1f", t / n }' "$out/$s.out")

@@ -4,6 +4,8 @@
 #include "ppr_cli.h"
 #include "ppr_sample.h"
 #include "ppr_save.h"
+#include "ppr_log.h"
+#include "ppr_tb.h"
 #include "ppr_state.h"
 #include "ppr_stop.h"
 #include "ppr_trace.h"
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 /* Everything one run holds, from the listing to the log. */
@@ -36,6 +39,7 @@ typedef struct {
   const char *data_name;
   PprSample text;
   FILE *log;
+  PprTb *tb;             /* --tensorboard */
   double *walls, *comps; /* --trace: the per-step wall and compute times */
   double step_flops;     /* --peak-flops: the world's GEMM FLOPs in a step */
   int64_t tokens;        /* a step's tokens over all replicas */
@@ -54,6 +58,13 @@ static void json_num(FILE *fp, const char *key, double v, const char *fmt) {
   fprintf(fp, ",\"%s\":", key);
   if (isfinite(v)) fprintf(fp, fmt, v);
   else fputs("null", fp);
+}
+
+/* v as --log writes it with fmt, read back: --tensorboard shows the log's numbers */
+static double as_logged(double v, const char *fmt) {
+  char b[64];
+  snprintf(b, sizeof b, fmt, v);
+  return isfinite(v) ? strtod(b, NULL) : v;
 }
 
 /* ---- start-up ------------------------------------------------------------------------------- */
@@ -135,11 +146,12 @@ static void resume(Run *r) {
   ppr_settle(rc);
   ppr_settle(rt_init_load(r->p, r->x, c->resume, r->model_tied, NULL, world.err, sizeof world.err));
   ppr_settle(rt_init_load_moments(r->p, r->x, ro, world.err, sizeof world.err));
-  if (world.me == 0 && !c->quiet) {
+  if (world.me == 0 && !c->quiet)
     printf("ppr: --resume %s: %lld steps done; steps %lld to %lld\n", c->resume, (long long)r->start,
            (long long)r->start + 1, (long long)c->steps);
-    ppr_flush_stdout();
-  }
+  if (world.me == 0 && c->resume_notes) /* what this command line changed of the checkpoint's run */
+    printf("ppr: --resume: the checkpoint's options, and from this command line:%s\n", c->resume_notes);
+  if (world.me == 0) ppr_flush_stdout();
   free(rp);
   free(ro);
 }
@@ -300,11 +312,15 @@ static void print_banner(const Run *r) {
 static void open_outputs(Run *r) {
   const PprCli *c = &r->c;
   int rc = 0;
-  if (c->log && world.me == 0 && !(r->log = fopen(c->log, "w")))
-    rc = rt_fail_at(world.err, sizeof world.err, __FILE__, __LINE__, "%s: cannot open for writing: %s", c->log,
-                    strerror(errno));
-  ppr_settle(rc);
+  int64_t dropped = 0;
   r->tokens = (int64_t)r->p->micro_batch * r->p->seq * r->p->microbatches; /* M: the step's, over all replicas */
+  if (c->log && world.me == 0)
+    rc = ppr_log_open(c, r->p->model, r->start, r->tokens, &r->log, &dropped, world.err, sizeof world.err);
+  if (!rc && c->tensorboard && world.me == 0) rc = ppr_tb_open(c, &r->tb, world.err, sizeof world.err);
+  ppr_settle(rc);
+  if (dropped && world.me == 0)
+    printf("ppr: --log %s: %lld step lines after step %lld dropped (the run went on past its checkpoint)\n", c->log,
+           (long long)dropped, (long long)r->start);
   r->step_flops = c->peak_flops > 0 ? rt_comm_sum(world.comm, rt_exec_gemm_flops(r->x)) : 0;
 }
 
@@ -319,6 +335,23 @@ static void start_trace(Run *r) {
   rt_exec_trace(r->x, rt_now_ms());
 }
 
+/* Seconds since the epoch, for --tensorboard's events. */
+static double wall_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --log's curves (rank 0): LOG.svg redrawn from the log. A picture that cannot be written is said,
+ * and the run goes on. */
+static void plot(const PprCli *c) {
+  char m[1024];
+  if (c->log && world.me == 0 && ppr_log_plot(c->log, m, sizeof m)) {
+    fprintf(stderr, "ppr: warning: --log's picture: %s\n", m);
+    fflush(stderr);
+  }
+}
+
 /* What one step measured, for its line and its --log record. */
 typedef struct {
   int64_t step; /* 1-based */
@@ -329,7 +362,8 @@ typedef struct {
 /* The step's line on stdout (rank 0) and its JSON record in --log. */
 static void report(const Run *r, const StepReport *s) {
   const PprCli *c = &r->c;
-  if (!c->quiet && world.me == 0) {
+  int every = !c->log_every || s->step % c->log_every == 0 || s->step == r->start + 1 || s->step == c->steps || s->eval;
+  if (!c->quiet && every && world.me == 0) {
     char m[32] = "", el[32], et[32], v[32] = "";
     if (r->step_flops > 0) snprintf(m, sizeof m, "  mfu %.2f%%", 100 * s->mfu);
     if (s->eval) snprintf(v, sizeof v, "  val_loss %.4f", s->vloss);
@@ -349,8 +383,18 @@ static void report(const Run *r, const StepReport *s) {
   json_num(r->log, "elapsed_s", s->elapsed, "%.3f");
   json_num(r->log, "eta_s", s->eta, "%.3f");
   if (s->eval) json_num(r->log, "val_loss", s->vloss, "%.9g");
-  fputs("}\n", r->log);
+  fprintf(r->log, ",\"tokens\":%lld}\n", (long long)(s->step * r->tokens));
   PPR_CHECK(fflush(r->log) == 0, "%s: write failed: %s", c->log, strerror(errno));
+  PprTbScalars tb = {s->step,
+                     wall_clock(),
+                     as_logged(s->loss, "%.9g"),
+                     s->eval ? as_logged(s->vloss, "%.9g") : NAN,
+                     as_logged(s->lr, "%.9g"),
+                     as_logged(s->gnorm, "%.9g"),
+                     as_logged(s->tps, "%.1f"),
+                     r->step_flops > 0 ? as_logged(s->mfu, "%.6f") : NAN};
+  if (r->tb && ppr_tb_step(r->tb, &tb, world.err, sizeof world.err)) ppr_die(world.err);
+  if (s->eval) plot(c);
 }
 
 /* Evaluation alone (no step to run): the initial or resumed weights' validation loss. */
@@ -364,8 +408,11 @@ static void eval_only(const Run *r) {
   if (!r->log) return;
   fprintf(r->log, "{\"step\":%lld", (long long)r->start);
   json_num(r->log, "val_loss", vloss, "%.9g");
-  fputs("}\n", r->log);
+  fprintf(r->log, ",\"tokens\":%lld}\n", (long long)(r->start * r->tokens));
   PPR_CHECK(fflush(r->log) == 0, "%s: write failed: %s", r->c.log, strerror(errno));
+  PprTbScalars tb = {r->start, wall_clock(), NAN, as_logged(vloss, "%.9g"), NAN, NAN, NAN, NAN};
+  if (r->tb && ppr_tb_step(r->tb, &tb, world.err, sizeof world.err)) ppr_die(world.err);
+  plot(&r->c);
 }
 
 /* Step s (0-based) on every rank, its validation and its report. */
@@ -428,13 +475,17 @@ static int train(Run *r) {
   }
   if (r->log) PPR_CHECK(fclose(r->log) == 0, "%s: close failed: %s", c->log, strerror(errno));
   r->log = NULL;
+  ppr_tb_close(r->tb);
+  r->tb = NULL;
+  plot(c);
   if (stop_sig && world.me == 0) {
     printf("ppr: %s on rank %d: stopped after step %lld of %lld%s%s\n", ppr_stop_cause(stop_sig), stop_rank,
            (long long)done, (long long)c->steps, c->save ? "; saving the weights to " : "", c->save ? c->save : "");
     ppr_flush_stdout();
   }
   if (c->save && saved != done) ppr_save_checkpoint(c, r->p, r->x, done, &r->data_id);
-  if (c->trace) ppr_write_trace(r->p, r->x, c->trace, r->walls, r->comps, done);
+  if (c->trace)
+    ppr_write_trace(r->p, r->x, c->trace, r->walls + r->start, r->comps + r->start, r->start, done - r->start);
   return stop_sig ? PPR_EXIT_STOPPED : 0;
 }
 

@@ -1,6 +1,7 @@
 /* ppr_cli.c - ppr's command line: the --help text, and the options parsed (getopt_long) and checked, each failure
  * a message naming the option as it was written. */
 #include "ppr_cli.h"
+#include "ppr_args.h"
 #include "rt_comm.h"
 #include "rt_dev.h"
 #include "rt_dev_cpu.h"
@@ -22,6 +23,9 @@ static const char usage[] =
     "--allow-run-as-root, with fewer cores than ranks --oversubscribe). Without mpirun ppr is a\n"
     "1-rank world.\n"
     "\n"
+    "An argument @FILE stands for FILE's options: one a line (\"--lr 3e-4\", \"--quiet\"; a value\n"
+    "with spaces at its ends in double quotes), DIR alone on a line, '#' starting a comment line.\n"
+    "\n"
     "Where it runs:\n"
     "  --device D                  cpu (the default; also PPR_DEVICE), opencl, opencl:N (the N-th\n"
     "                              OpenCL device), cuda, cuda:N\n"
@@ -39,9 +43,11 @@ static const char usage[] =
     "  --seed N                    initialise each param from its init with seed N (default 1)\n"
     "  --dropout-seed N            the key of dropout's masks, which the step, the micro-batch, the\n"
     "                              op and the element's index pick from (default 1; any mesh)\n"
-    "  --resume CKPT               continue a run from a --save: its weights, AdamW moments and step\n"
-    "                              count (trainer_state.json); the model, optimizer settings, lr\n"
-    "                              schedule, data and batch must be the same; any mesh. Step k+1 on:\n"
+    "  --resume CKPT               continue a run from a --save: its weights, AdamW moments, step\n"
+    "                              count and options (trainer_state.json: what shapes the run, not\n"
+    "                              --device, --init, --trace, --timeout...); an option given again\n"
+    "                              replaces the checkpoint's, and ppr says so. DIR holds the model\n"
+    "                              and batch: the same as the checkpoint's; any mesh. Step k+1 on:\n"
     "                              the run ends at --steps, the total. Not with --init or --seed\n"
     "  --data FILE                 training tokens: an llm.c token file (magic 20240520, version 1\n"
     "                              uint16 or 2 uint32 tokens; a *.bin file must be one; tools/\n"
@@ -103,14 +109,22 @@ static const char usage[] =
     "                              W.trainer_state.json beside the file\n"
     "  --save-every N              also every N steps: --save X is then a folder of checkpoint\n"
     "                              folders X/step-NNNNNN (the step count, 6 digits), the last\n"
-    "                              step's too\n"
+    "                              step's too (0: none, the default)\n"
     "  --keep K                    with --save-every: keep the last K of them (default all)\n"
     "  --save-shard-size SIZE      a folder's shard size: bytes, or with kB, MB, GB (1000s) or\n"
     "                              KiB, MiB, GiB (default 5GB, as transformers)\n"
     "  --save-tied-head            also write a tied embedding as lm_head.weight\n"
     "  --save-grads G.safetensors  the first step's gradients, accumulated over the micro-batches,\n"
     "                              before clipping\n"
-    "  --log FILE.jsonl            one JSON object per step\n"
+    "  --log FILE.jsonl            one JSON object per step, written as it ends; each start adds\n"
+    "                              a line {\"start\": STEP, \"run\": ID, ...}. --resume appends to\n"
+    "                              its run's log (the steps after the checkpoint's dropped); a\n"
+    "                              log of another run, or any other file, is refused\n"
+    "  --log-every N               a step line on stdout every N steps (and the first, the last\n"
+    "                              and each evaluation); --log keeps every step\n"
+    "  --tensorboard DIR           also the log's scalars (loss, val_loss, lr, grad_norm,\n"
+    "                              tokens_per_s, mfu) as TensorBoard event files in DIR, one file\n"
+    "                              a run, written again from --log at each start; needs --log\n"
     "  --trace FILE.json           every rank's timeline (Chrome trace events, for Perfetto), the\n"
     "                              last step's drawn as FILE.svg, and each rank's measured bubble\n"
     "  --quiet                     no per-step lines on stdout\n"
@@ -196,7 +210,7 @@ static uint64_t size_arg(const char *flag, const char *v) {
 }
 
 /* The long options: getopt_long's table and the codes its switch takes. */
-enum {
+typedef enum {
   O_INIT = 256,
   O_SEED,
   O_DATA,
@@ -243,13 +257,80 @@ enum {
   O_DROPOUT_SEED,
   O_VERIFY,
   O_STOP_FILE,
-  O_EXIT_FILE
-};
+  O_EXIT_FILE,
+  O_LOG_EVERY,
+  O_TENSORBOARD,
+  O_END /* the count's end: not an option */
+} OptCode;
+
+#define NOPT (O_END - O_INIT)
+_Static_assert(NOPT <= 64, "PprCli.given holds a bit per option");
+
+/* Whether a --resume takes option o from its checkpoint when the command line does not give it: what
+ * shapes the run does; where it runs, where its weights come from and one run's own outputs do not.
+ * A --generate takes only the data (its default prompt) and the tokenizer. */
+static int inherited(OptCode o, int generating) {
+  switch (o) {
+  case O_DATA:
+  case O_TOKENIZER: return 1;
+  case O_STEPS:
+  case O_LR:
+  case O_BETA1:
+  case O_BETA2:
+  case O_EPS:
+  case O_WD:
+  case O_CLIP:
+  case O_SAVE:
+  case O_LOG:
+  case O_QUIET:
+  case O_SHARD_SIZE:
+  case O_TIED_HEAD:
+  case O_LR_SCHEDULE:
+  case O_WARMUP:
+  case O_LR_MIN:
+  case O_DECAY_STEPS:
+  case O_VAL_DATA:
+  case O_VAL_FRAC:
+  case O_EVAL_EVERY:
+  case O_VAL_BATCHES:
+  case O_PEAK_FLOPS:
+  case O_SAVE_EVERY:
+  case O_KEEP:
+  case O_SAMPLE_EVERY:
+  case O_SAMPLE_LEN:
+  case O_PROMPT:
+  case O_PROMPT_IDS:
+  case O_TEMPERATURE:
+  case O_TOP_K:
+  case O_SAMPLE_SEED:
+  case O_DROPOUT_SEED:
+  case O_LOG_EVERY:
+  case O_TENSORBOARD: return !generating;
+  case O_INIT:
+  case O_SEED:
+  case O_RESUME:
+  case O_VERIFY:
+  case O_GENERATE:
+  case O_DEVICE:
+  case O_TF32:
+  case O_ONEDNN:
+  case O_TIMEOUT:
+  case O_STOP_FILE:
+  case O_EXIT_FILE:
+  case O_SAVE_GRADS:
+  case O_TRACE:
+  case O_VERSION:
+  case O_END: return 0;
+  }
+  return 0;
+}
 
 static const struct option longs[] = {
     {"verify", required_argument, NULL, O_VERIFY},
     {"stop-file", required_argument, NULL, O_STOP_FILE},
     {"exit-file", required_argument, NULL, O_EXIT_FILE},
+    {"log-every", required_argument, NULL, O_LOG_EVERY},
+    {"tensorboard", required_argument, NULL, O_TENSORBOARD},
     {"init", required_argument, NULL, O_INIT},
     {"seed", required_argument, NULL, O_SEED},
     {"data", required_argument, NULL, O_DATA},
@@ -319,12 +400,17 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
   if (have_sampling && !c->generate && !c->sample_every)
     bad_usage("the prompt and sampling options go with --generate N or --sample-every N");
   if (c->prompt && c->prompt_ids) bad_usage("--prompt and --prompt-ids exclude each other");
+  if (c->tensorboard && !c->log) bad_usage("--tensorboard draws from the log: give --log FILE.jsonl too");
   if (c->generate && (c->save || c->save_grads || c->log || c->trace || c->val_data || c->val_frac > 0))
     bad_usage("--generate writes text alone: %s is an option of training", c->save         ? "--save"
                                                                            : c->save_grads ? "--save-grads"
                                                                            : c->log        ? "--log"
                                                                            : c->trace      ? "--trace"
                                                                                            : "validation");
+  if (c->resume && !c->generate && c->resume_step > c->steps)
+    bad_usage("--steps %lld: the checkpoint %s has done %lld steps (--steps counts the total, the resumed run's "
+              "steps included)",
+              (long long)c->steps, c->resume, c->resume_step);
   c->sched.lr = c->h.lr;
   c->sched.steps = c->steps;
   char m[512];
@@ -352,10 +438,13 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
   if ((c->save_shard_size || c->save_tied_head) && !c->save)
     bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size" : "--save-tied-head");
   if (c->save_every && !c->save) bad_usage("--save-every is an option of --save");
+  const char *from_ckpt =
+      (c->given >> (O_SAVE_EVERY - O_INIT)) & 1 ? "" : " (--resume's checkpoint's; --save-every 0: none)";
+  if (c->keep && !c->save_every && !((c->given >> (O_KEEP - O_INIT)) & 1)) c->keep = 0; /* --resume's, off with it */
   if (c->keep && !c->save_every) bad_usage("--keep is an option of --save-every");
   if (c->save_every && rt_ckpt_is_file_path(c->save))
-    bad_usage("--save-every: --save %s is one .safetensors file; --save-every writes a folder of checkpoint folders",
-              c->save);
+    bad_usage("--save-every%s: --save %s is one .safetensors file; --save-every writes a folder of checkpoint folders",
+              from_ckpt, c->save);
   if (c->save_shard_size && c->save && rt_ckpt_is_file_path(c->save))
     bad_usage("--save-shard-size: --save %s is one .safetensors file; a folder (a path without that ending) "
               "has shards",
@@ -369,17 +458,22 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
         bad_usage("%s and %s name the same file '%s'", names[a], names[b], outs[a]);
 }
 
-void ppr_cli_parse(int argc, char **argv, PprCli *c) {
+/* The options of argv into c (from the defaults), each one's value (as written; "" for a switch) in
+ * vals and its bit in *set; *have_steps: --steps was given. No check across options. */
+static void parse_opts(int argc, char **argv, PprCli *c, const char **vals, uint64_t *set, int *have_steps) {
   memset(c, 0, sizeof *c);
+  memset(vals, 0, NOPT * sizeof *vals);
+  *set = 0;
   c->seed = 1;
   c->steps = 1;
   c->timeout = RT_COMM_TIMEOUT;
   c->temperature = 1;
   c->sample_seed = 1;
-  int have_steps = 0;
+  *have_steps = 0;
   c->h = (RtHyper){
       .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .clip = 0, .use_clip = 0, .dropout_seed = 1};
   opterr = 0; /* the messages below name the option as it was written */
+  optind = 0; /* getopt_long from the start, again for --resume's second pass */
   for (int o, li = -1; (o = getopt_long(argc, argv, ":h", longs, &li)) != -1; li = -1) {
     /* the option as written: argv's last for a missing value or an unknown one, else its name */
     const char *a = argv[optind - 1], *v = optarg;
@@ -395,10 +489,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_ONEDNN: c->onednn = 1; break;
     case O_INIT: c->init = v; break;
     case O_RESUME: c->resume = v; break;
-    case O_SAVE_EVERY:
-      c->save_every = (int64_t)count(flag, v, 1000000000);
-      if (!c->save_every) bad_usage("%s: expected at least 1 step, found '%s'", flag, v);
-      break;
+    case O_SAVE_EVERY: c->save_every = (int64_t)count(flag, v, 1000000000); break; /* 0: none */
     case O_KEEP:
       c->keep = (int64_t)count(flag, v, 1000000000);
       if (!c->keep) bad_usage("%s: expected at least 1 checkpoint, found '%s'", flag, v);
@@ -410,7 +501,7 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_DATA: c->data = v; break;
     case O_STEPS:
       c->steps = (int64_t)count(flag, v, 1000000000);
-      have_steps = 1;
+      *have_steps = 1;
       break;
     case O_LR: c->h.lr = num(flag, v, 0, 1e9, 0, 0); break;
     case O_BETA1: c->h.beta1 = num(flag, v, 0, 1, 0, 1); break;
@@ -477,13 +568,131 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     case O_VERIFY: c->verify = v; break;
     case O_STOP_FILE: c->stop_file = v; break;
     case O_EXIT_FILE: c->exit_file = v; break;
+    case O_TENSORBOARD: c->tensorboard = v; break;
+    case O_LOG_EVERY:
+      c->log_every = (int64_t)count(flag, v, 1000000000);
+      if (!c->log_every) bad_usage("%s: expected at least 1 step, found '%s'", flag, v);
+      break;
     case ':': bad_usage("%s needs a value", flag); break;
     default: /* '?': getopt_long's answer for an option it does not know */
       if (optopt && a[0] == '-' && a[1] != '-') bad_usage("unknown option '-%c'", optopt);
       bad_usage("unknown option '%s'", a);
     }
+    if (o >= O_INIT && o < O_END) {
+      vals[o - O_INIT] = v ? v : "";
+      *set |= 1ull << (o - O_INIT);
+    }
   }
-  check_options(c, argc, argv, have_steps);
+}
+
+/* The option named name (without "--"; n bytes of it), or O_END. */
+static OptCode code_of(const char *name, size_t n) {
+  for (const struct option *l = longs; l->name; l++)
+    if (l->val >= O_INIT && strlen(l->name) == n && !strncmp(l->name, name, n)) return (OptCode)l->val;
+  return O_END;
+}
+
+static const char *name_of(OptCode o) {
+  for (const struct option *l = longs; l->name; l++)
+    if (l->val == (int)o) return l->name;
+  return "?";
+}
+
+/* "--name=value" (or "--name" for a switch): malloc'ed, exits when out of memory. */
+static char *option_text(OptCode o, const char *v) {
+  const char *name = name_of(o);
+  char *t = malloc(strlen(name) + strlen(v) + 4);
+  if (!t) bad_usage("out of memory");
+  sprintf(t, "--%s%s%s", name, *v ? "=" : "", v);
+  return t;
+}
+
+/* --resume: argv with the checkpoint's options before this command line's (which, later, win), and
+ * the line that says what this command line changed. Exits on a damaged list. */
+static char **resume_argv(PprCli *c, int argc, char **argv, const char **given, uint64_t given_set, int *oargc) {
+  char err[1024], **saved;
+  int ns;
+  char *run_id;
+  long long step;
+  if (ppr_args_saved(c->resume, &saved, &ns, &run_id, &step, err, sizeof err)) bad_usage("--resume: %s", err);
+  c->resume_step = step;
+  c->run_id = run_id;
+  char **m = calloc((size_t)(argc + ns + 1), sizeof *m);
+  size_t cap = 256;
+  for (int k = 0; k < ns; k++) cap += strlen(saved[k]) + 64;
+  for (int i = 0; i < argc; i++) cap += strlen(argv[i]) + 64;
+  char *notes = calloc(cap, 1);
+  if (!m || !notes) bad_usage("out of memory");
+  int n = 0, generating = (given_set >> (O_GENERATE - O_INIT)) & 1;
+  m[n++] = argv[0];
+  for (int k = 0; k < ns; k++) {
+    const char *eq = strchr(saved[k], '=');
+    size_t len = eq ? (size_t)(eq - saved[k] - 2) : strlen(saved[k] + 2);
+    OptCode o = code_of(saved[k] + 2, len);
+    if (o == O_END || !inherited(o, 0))
+      bad_usage("--resume: %s's training state lists '%s', not an option a resumed run takes", c->resume, saved[k]);
+    if (!inherited(o, generating)) continue;
+    m[n++] = saved[k];
+    const char *was = eq ? eq + 1 : "", *now = given[o - O_INIT];
+    if (now && strcmp(now, was))
+      snprintf(notes + strlen(notes), cap - strlen(notes), "%s --%s %s (was %s)", *notes ? "," : "", name_of(o),
+               *now ? now : "on", *was ? was : "on");
+  }
+  for (int o = O_INIT; o < O_END; o++) {
+    int listed = 0;
+    for (int k = 0; k < ns && !listed; k++) {
+      const char *eq = strchr(saved[k], '=');
+      listed = code_of(saved[k] + 2, eq ? (size_t)(eq - saved[k] - 2) : strlen(saved[k] + 2)) == (OptCode)o;
+    }
+    if (given[o - O_INIT] && !listed && inherited((OptCode)o, generating))
+      snprintf(notes + strlen(notes), cap - strlen(notes), "%s --%s %s (new)", *notes ? "," : "", name_of((OptCode)o),
+               *given[o - O_INIT] ? given[o - O_INIT] : "on");
+  }
+  for (int i = 1; i < argc; i++) m[n++] = argv[i];
+  c->resume_notes = *notes ? notes : NULL;
+  if (!*notes) free(notes);
+  *oargc = n;
+  return m;
+}
+
+void ppr_cli_parse(int argc, char **argv, PprCli *c) {
+  char err[1024], **av;
+  int ac, have_steps;
+  if (ppr_args_expand(argc, argv, &ac, &av, err, sizeof err)) bad_usage("%s", err);
+  const char *given[NOPT], *vals[NOPT];
+  uint64_t given_set, set;
+  parse_opts(ac, av, c, given, &given_set, &have_steps);
+  memcpy(vals, given, sizeof vals);
+  set = given_set;
+  const char *run_id = NULL, *notes = NULL;
+  long long resume_step = -1;
+  if (c->resume) {
+    int mc;
+    char **mv = resume_argv(c, ac, av, given, given_set, &mc);
+    run_id = c->run_id;
+    notes = c->resume_notes;
+    resume_step = c->resume_step;
+    parse_opts(mc, mv, c, vals, &set, &have_steps);
+    ac = mc;
+    av = mv;
+  }
+  c->given = given_set;
+  c->resume_step = resume_step;
+  check_options(c, ac, av, have_steps);
+  c->run_id = run_id ? run_id : ppr_args_new_run_id();
+  c->resume_notes = notes;
+  /* the run's options as trainer_state.json keeps them, for the next --resume */
+  int n = 0;
+  c->args = calloc(NOPT + 1, sizeof *c->args);
+  if (!c->args || !c->run_id) bad_usage("out of memory");
+  for (int o = O_INIT; o < O_END; o++)
+    if (((set >> (o - O_INIT)) & 1) && inherited((OptCode)o, 0))
+      c->args[n++] = option_text((OptCode)o, vals[o - O_INIT]);
+}
+
+int ppr_cli_given(const PprCli *c, const char *flag) {
+  OptCode o = strncmp(flag, "--", 2) ? O_END : code_of(flag + 2, strlen(flag + 2));
+  return o != O_END && ((c->given >> (o - O_INIT)) & 1);
 }
 
 /* One line "--NAME VALUE" of the agreed text (NULL strings as "-"). */

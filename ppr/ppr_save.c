@@ -1,6 +1,7 @@
 /* ppr_save.c - the output paths checked before the first step; checkpoints and gradients gathered on
  * rank 0 and written there; a checkpoint checked whole (ppr_save.h). */
 #include "ppr_save.h"
+#include "ppr_log.h"
 #include "ppr_pack.h"
 #include "ppr_world.h"
 
@@ -204,6 +205,7 @@ void ppr_check_outputs(const PprCli *c) {
     free(so);
     free(ss);
   }
+  if (!rc && world.me == 0) rc = ppr_log_check(c, e, elen); /* a log of another run is not appended to */
   if (!rc && world.me == 0 && c->stop_file && access(c->stop_file, F_OK) == 0)
     rc = rt_fail_at(e, elen, __FILE__, __LINE__,
                     "--stop-file %s exists already: remove it (the run would stop after its first step)", c->stop_file);

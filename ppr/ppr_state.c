@@ -107,6 +107,10 @@ static json_t *state_object(const PprCli *c, const RtProg *p, const PprStateData
   json_object_set_new(batch, "microbatches", json_integer(p->microbatches));
   json_object_set_new(o, "batch", batch);
   json_object_set_new(o, "rng", json_null()); /* --seed only initialises: no random state after */
+  json_object_set_new(o, "run_id", json_string(c->run_id));
+  json_t *args = json_array();
+  for (char **a = c->args; args && a && *a; a++) json_array_append_new(args, json_string(*a));
+  json_object_set_new(o, "args", args);
   return o;
 }
 
@@ -118,24 +122,58 @@ char *ppr_state_json(const PprCli *c, const RtProg *p, const PprStateData *d, in
   return t;
 }
 
-/* The first key of section `sec` whose value differs between saved and now, as a message. */
-static int differs(const char *path, const char *sec, const json_t *saved, const json_t *now, char *err,
-                   size_t errlen) {
+/* The option that sets key of section sec of the state (NULL: none, the program's: DIR's). */
+static const char *key_flag(const char *sec, const char *key) {
+  static const char *const flags[][3] = {
+      {"optimizer", "beta1", "--beta1"},     {"optimizer", "beta2", "--beta2"},
+      {"optimizer", "eps", "--eps"},         {"optimizer", "weight_decay", "--wd"},
+      {"optimizer", "clip", "--clip"},       {"lr_schedule", "schedule", "--lr-schedule"},
+      {"lr_schedule", "lr", "--lr"},         {"lr_schedule", "lr_min", "--lr-min"},
+      {"lr_schedule", "warmup", "--warmup"}, {"lr_schedule", "decay_steps", "--decay-steps"},
+      {"lr_schedule", "steps", "--steps"},   {"data", "name", "--data"},
+      {"data", "bytes", "--data"},           {"data", "id", "--data"},
+      {"data", "val_frac", "--val-frac"}};
+  for (size_t k = 0; key && k < sizeof flags / sizeof flags[0]; k++)
+    if (!strcmp(flags[k][0], sec) && !strcmp(flags[k][1], key)) return flags[k][2];
+  return NULL;
+}
+
+static char *value_text(const json_t *v) {
+  return v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(pp_json_precision(v))) : NULL;
+}
+
+/* The first key of section `sec` whose value differs between saved and now, unless this command line
+ * gave the option that sets it (then it is the change the user asked for): a message naming the
+ * option and the value that continues the checkpoint's run. */
+static int differs(const char *path, const char *sec, const json_t *saved, const json_t *now, const PprCli *c,
+                   char *err, size_t errlen) {
   const json_t *a = json_object_get(saved, sec), *b = json_object_get(now, sec);
   if (json_equal(a, b)) return 0;
   const char *key = NULL, *k;
   json_t *v;
   if (json_is_object(a) && json_is_object(b)) {
-    json_object_foreach((json_t *)b, k, v) if (!key && !json_equal(v, json_object_get(a, k))) key = k;
+    json_object_foreach((json_t *)b, k, v) {
+      const char *f = key_flag(sec, k);
+      if (!key && !json_equal(v, json_object_get(a, k)) && !(f && ppr_cli_given(c, f))) key = k;
+    }
     json_object_foreach((json_t *)a, k, v) if (!key && !json_object_get(b, k)) key = k;
+    if (!key) return 0;
   }
   const json_t *x = key ? json_object_get(a, key) : a, *y = key ? json_object_get(b, key) : b;
-  int px = pp_json_precision(x), py = pp_json_precision(y);
-  char *xs = x ? json_dumps(x, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(px)) : NULL;
-  char *ys = y ? json_dumps(y, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(py)) : NULL;
-  RT_FAIL("%s: the checkpoint's %s%s%s is %.200s, this run's is %.200s: --resume needs the same model, optimizer "
-          "settings, lr schedule, data and batch",
-          path, sec, key ? "." : "", key ? key : "", xs ? xs : "absent", ys ? ys : "absent");
+  char *xs = value_text(x), *ys = value_text(y);
+  const char *flag = key_flag(sec, key);
+  if (flag && !strcmp(flag, "--data"))
+    RT_FAIL("%s: the checkpoint's data.%s is %.200s, this run's is %.200s: the data changed since; give --data again "
+            "to go on with it as it is now",
+            path, key, xs ? xs : "absent", ys ? ys : "absent");
+  else if (flag)
+    RT_FAIL("%s: the checkpoint's %s.%s is %.200s, this run's would be %.200s: give %s %.200s to go on with the "
+            "checkpoint's, or %s with the value you want",
+            path, sec, key, xs ? xs : "absent", ys ? ys : "absent", flag, xs ? xs : "", flag);
+  else
+    RT_FAIL("%s: the checkpoint's %s%s%s is %.200s, this run's is %.200s: --resume needs DIR compiled for the "
+            "checkpoint's model and batch",
+            path, sec, key ? "." : "", key ? key : "", xs ? xs : "absent", ys ? ys : "absent");
   free(xs);
   free(ys);
   return -1;
@@ -165,7 +203,8 @@ int ppr_state_check(const char *path, const PprCli *c, const RtProg *p, const Pp
   json_t *now = rc ? NULL : state_object(c, p, d, rc ? 0 : json_integer_value(s));
   if (!rc && !now) rc = RT_FAIL("out of memory");
   static const char *const secs[] = {"model", "params", "optimizer", "lr_schedule", "data", "batch"};
-  for (size_t k = 0; k < sizeof secs / sizeof secs[0] && !rc; k++) rc = differs(path, secs[k], saved, now, err, errlen);
+  for (size_t k = 0; k < sizeof secs / sizeof secs[0] && !rc; k++)
+    rc = differs(path, secs[k], saved, now, c, err, errlen);
   if (!rc) *step = (int64_t)json_integer_value(s);
   json_decref(now);
   json_decref(saved);

@@ -102,9 +102,21 @@ static void unpack_rank(const unsigned char *q, RankTrace *t) {
   t->ev = (const RtEvent *)(const void *)q;
 }
 
+/* 1 - compute / wall of rank r's k-th traced step */
+static double bubble(const RankTrace *t, int64_t k) { return t->wall[k] > 0 ? 1 - t->comp[k] / t->wall[k] : 0.0; }
+
+/* Rank r's mean bubble over its traced steps from k0 on. */
+static double mean_bubble(const RankTrace *t, int64_t k0, int64_t ns) {
+  double sum = 0;
+  for (int64_t k = k0; k < ns; k++) sum += bubble(t, k);
+  return ns > k0 ? sum / (double)(ns - k0) : 0.0;
+}
+
 /* The Chrome trace: a process per rank (named by its stage), its events on thread 0 and its steps
- * on thread 1. */
-static void write_json(FILE *fp, const RankTrace *t) {
+ * on thread 1; and, as the trace's metadata, the bubble of every rank in each of the ns steps after
+ * step `first` (steps first+1 ..), with its mean over them without the first (the warm-up) when
+ * there are two or more. */
+static void write_json(FILE *fp, const RankTrace *t, int64_t first, int64_t ns) {
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", fp);
   for (int r = 0; r < world.nranks; r++) {
     fprintf(
@@ -125,43 +137,33 @@ static void write_json(FILE *fp, const RankTrace *t) {
     }
     fputs(r + 1 < world.nranks ? ",\n" : "\n", fp);
   }
-  fputs("]}\n", fp);
+  int64_t k0 = ns > 1;
+  fprintf(fp,
+          "],\n\"ppr_bubble\":{\"what\":\"1 - compute / step time\",\"first_step\":%lld,\"mean_from_step\":%lld,"
+          "\"ranks\":[",
+          (long long)first + 1, (long long)(first + 1 + k0));
+  for (int r = 0; r < world.nranks; r++) {
+    fprintf(fp, "%s\n{\"rank\":%d,\"stage\":%d,\"steps\":[", r ? "," : "", r, t[r].stage);
+    for (int64_t k = 0; k < ns; k++) fprintf(fp, "%s%.4f", k ? "," : "", bubble(&t[r], k));
+    fprintf(fp, "],\"mean\":%.4f}", mean_bubble(&t[r], k0, ns));
+  }
+  fputs("]}}\n", fp);
 }
 
-/* 1 - compute / wall of rank r's step k */
-static double bubble(const RankTrace *t, int64_t k) { return t->wall[k] > 0 ? 1 - t->comp[k] / t->wall[k] : 0.0; }
-
-/* The bubble fraction of each rank in each of the first ns steps, and its means. */
-static void print_bubble(const RankTrace *t, int64_t ns) {
-  printf("ppr: bubble fraction per rank, 1 - compute / step time (compute: F, B, W, and OPT without its "
-         "collectives):\n");
-  printf("  %-10s", "step");
-  for (int r = 0; r < world.nranks; r++) {
-    char h[32];
-    snprintf(h, sizeof h, "rank %d/s%d", r, t[r].stage);
-    printf(" %11s", h);
-  }
-  printf("\n");
-  for (int64_t k = 0; k < ns; k++) {
-    printf("  %-10lld", (long long)(k + 1));
-    for (int r = 0; r < world.nranks; r++) printf(" %11.3f", bubble(&t[r], k));
-    printf("\n");
-  }
-  for (int from = 0; from < 2; from++) {
-    if (from == 1 && ns < 2) break;
-    printf("  %-10s", from ? "mean 2.." : "mean");
-    for (int r = 0; r < world.nranks; r++) {
-      double sum = 0;
-      for (int64_t k = from; k < ns; k++) sum += bubble(&t[r], k);
-      printf(" %11.3f", ns > from ? sum / (double)(ns - from) : 0.0);
-    }
-    printf("\n");
-  }
+/* The bubble's one line: each rank's mean over the traced steps (without the first when there are
+ * two or more). */
+static void print_bubble(const RankTrace *t, int64_t first, int64_t ns, const char *path) {
+  int64_t k0 = ns > 1;
+  printf("ppr: bubble (1 - compute / step time), mean of steps %lld..%lld:", (long long)(first + 1 + k0),
+         (long long)(first + ns));
+  for (int r = 0; r < world.nranks; r++)
+    printf("%s rank %d/s%d %.3f", r ? "," : "", r, t[r].stage, mean_bubble(&t[r], k0, ns));
+  printf(" (each step's: %s, \"ppr_bubble\")\n", path);
   fflush(stdout);
 }
 
 /* Rank 0: the gathered blocks written out. 0, or -1 with the message in world.err. */
-static int write_all(const RtProg *p, const char *path, const unsigned char *all, const size_t *sizes) {
+static int write_all(const RtProg *p, const char *path, const unsigned char *all, const size_t *sizes, int64_t first) {
   char *e = world.err;
   size_t elen = sizeof world.err;
   int n = world.nranks;
@@ -182,15 +184,15 @@ static int write_all(const RtProg *p, const char *path, const unsigned char *all
   FILE *fp = fopen(path, "w");
   if (!fp) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: cannot open for writing: %s", path, strerror(errno));
   else {
-    write_json(fp, t);
+    write_json(fp, t, first, ns);
     if (fclose(fp) != 0) rc = rt_fail_at(e, elen, __FILE__, __LINE__, "%s: write failed: %s", path, strerror(errno));
   }
   if (!rc) {
     printf("ppr: trace: %s: %lld events of %d rank%s%s\n", path, (long long)total, n, n > 1 ? "s" : "",
            lost ? " (some ranks ran out of memory: events lost)" : "");
-    if (ns > 0) rc = write_trace_svg(path, p, evs, nevs, ns);
+    if (ns > 0) rc = write_trace_svg(path, p, evs, nevs, first + ns);
   }
-  if (!rc) print_bubble(t, ns);
+  if (!rc && ns > 0) print_bubble(t, first, ns, path);
   free(t);
   free((void *)evs);
   free(nevs);
@@ -198,7 +200,7 @@ static int write_all(const RtProg *p, const char *path, const unsigned char *all
 }
 
 void ppr_write_trace(const RtProg *p, RtExec *x, const char *path, const double *walls, const double *comps,
-                     int64_t nsteps) {
+                     int64_t first, int64_t nsteps) {
   rt_comm_set_what(world.comm, "--trace: the timelines to rank 0");
   int64_t nev = 0;
   int oom = 0;
@@ -217,7 +219,7 @@ void ppr_write_trace(const RtProg *p, RtExec *x, const char *path, const double 
   if (!sizes) ppr_die("out of memory");
   int rc = rt_comm_gather(world.comm, b.b, b.n, &all, sizes, world.err, sizeof world.err);
   free(b.b);
-  if (world.me == 0 && !rc) rc = write_all(p, path, all, sizes);
+  if (world.me == 0 && !rc) rc = write_all(p, path, all, sizes, first);
   free(all);
   free(sizes);
   ppr_settle_root(rc);

@@ -59,6 +59,7 @@ tail -n 1 "$work/pipeline.txt" | grep -q '^[1-9][0-9]* passed, 0 failed$' || { s
 d=tests/fixtures/tiny_minimind
 if "$build/ppc" examples/tiny.pdl --precision bf16 -o "$work/tiny_bf16" >"$work/tiny_bf16.log" 2>&1; then
   for dev in cpu cuda; do
+    rm -f "$work/tiny_bf16_$dev.jsonl" # a new run's log
     timeout 120 "$build/ppr" "$work/tiny_bf16" --device $dev --init $d/weights.safetensors --data $d/tokens.bin \
       --steps 1 --quiet --log "$work/tiny_bf16_$dev.jsonl" >"$work/tiny_bf16_$dev.out" 2>&1
   done
@@ -82,9 +83,10 @@ if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o 
   for mode in fp32 tf32 bf16; do
     flag=""; [ $mode = tf32 ] && flag=--tf32
     dir=$work/gpt2; [ $mode = bf16 ] && dir=$work/gpt2_bf16
+    rm -f "$work/gpt2_$mode.jsonl"
     timeout 300 "$build/ppr" "$dir" --device cuda $flag --steps 12 --log "$work/gpt2_$mode.jsonl" \
       >"$work/gpt2_$mode.out" 2>&1
-    tps=$(sed -n '4,$s/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$work/gpt2_$mode.jsonl" | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+    tps=$(sed -n '5,$s/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$work/gpt2_$mode.jsonl" | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
     if [ -z "$tps" ]; then
       status=1; row "GPT-2 124M, B $B, S $S, $mode" "FAIL" "$(tail -n 2 "$work/gpt2_$mode.out" | tr '\n' ' ')"; continue
     fi

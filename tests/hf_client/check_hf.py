@@ -95,8 +95,8 @@ def compare_grads(label, path, ref):
 
 
 def step_loss(log):
-    with open(log) as f:
-        return json.loads(f.readline())["loss"]
+    with open(log) as f:  # the first step's record, after the start line
+        return [o for o in map(json.loads, f) if "step" in o][0]["loss"]
 
 
 def check(name, cfg_dir, build, tmp):

@@ -79,7 +79,7 @@ print("\n".join(bad))
 EOF
 
 # loss LOG N: the loss of step N (1-based) of a --log file
-loss() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2]) - 1])["loss"])' "$@" 2>/dev/null || echo "?"; }
+loss() { python3 tools/ppr_log.py "$1" loss --step "$2" 2>/dev/null | grep . || echo "?"; }
 
 for p in fp32 bf16; do
   for mesh in "1" "4 --pp 2 --dp 2"; do
@@ -106,7 +106,7 @@ for p in fp32 bf16; do
       $MPIRUN -np 4 $ppr "$d" --seed 5 --steps 3 --quiet --log "$d.jsonl" >"$tmp/out.txt" 2>&1
     fi
     rc=$?
-    if [ $rc -eq 0 ] && [ "$(wc -l <"$d.jsonl")" -eq 3 ]; then ok "odd sizes, $p, $n rank(s): 3 steps trained"; else
+    if [ $rc -eq 0 ] && [ "$(python3 tools/ppr_log.py "$d.jsonl" loss | wc -l)" -eq 3 ]; then ok "odd sizes, $p, $n rank(s): 3 steps trained"; else
       bad "odd sizes, $p, $n rank(s): ppr exit $rc"
       tail -n 5 "$tmp/out.txt"
     fi

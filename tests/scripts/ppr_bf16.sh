@@ -14,7 +14,7 @@ export PPC_CACHE="$tmp/cache"
 needs_python3 ppr_bf16
 
 # loss LOG: the first step's loss of a --log file
-loss() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' "$1"; }
+loss() { python3 tools/ppr_log.py "$1" loss | head -n 1; }
 # near A B LIMIT: |A - B| <= LIMIT |B|
 near() { python3 -c 'import sys; a,b,l=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b)<=l*abs(b) else 1)' "$@"; }
 
@@ -73,8 +73,9 @@ if $ppr --help 2>&1 | grep -q -- --onednn && PPR_DNNL_TRACE=1 $ppr "$tmp/tiny_mi
   $ppr "$tmp/tiny_minimind.fp32" --init "$d/weights.safetensors" --data "$d/tokens.bin" --steps 3 --quiet \
     --log "$tmp/blas32.jsonl" >"$tmp/out2.txt" 2>&1; then
   if grep -v ': ref' "$tmp/out.txt" | grep -q '^onednn: gemm' && python3 -c '
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+import sys
+sys.path.insert(0, "tools"); import ppr_log
+a = [o["loss"] for o in ppr_log.records(sys.argv[1])]; b = [o["loss"] for o in ppr_log.records(sys.argv[2])]
 sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * y for x, y in zip(a, b)) else 1)' \
     "$tmp/dnnl32.jsonl" "$tmp/blas32.jsonl"; then
     ok "tiny fp32 --onednn: oneDNN's f32 GEMMs, three losses within 1e-5 of OpenBLAS's"
@@ -126,7 +127,7 @@ for w in w16 w32; do
   $ppr "$tmp/tiny_minimind.bf16" --init "$tmp/$w.safetensors" --data "$d/tokens.bin" --steps 2 --quiet \
     --log "$tmp/$w.jsonl" >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
 done
-steps() { python3 -c 'import json,sys; print([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(sys.argv[1]))])' "$1"; }
+steps() { python3 tools/ppr_log.py "$1" loss grad_norm; }
 if [ -s "$tmp/w16.jsonl" ] && [ "$(steps "$tmp/w16.jsonl")" = "$(steps "$tmp/w32.jsonl")" ]; then
   ok "--init from a BF16 checkpoint: the same two steps as from its values in F32"
 else bad "--init from a BF16 checkpoint: the same two steps as from its values in F32"; fi

@@ -60,8 +60,9 @@ $ppr "$tmp/plain" --init "$fx/weights.safetensors" --data "$fx/tokens.bin" --ste
 $ppr "$tmp/one" $args --val-data "$fx/tokens.bin" --val-batches 4 --eval-every 1 --steps 1 --lr 0 --quiet \
   --log "$tmp/val.jsonl" >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
 if python3 -c '
-import json, sys
-v = json.loads(open(sys.argv[1]).readline()); p = json.loads(open(sys.argv[2]).readline())
+import sys
+sys.path.insert(0, "tools"); import ppr_log
+v = ppr_log.records(sys.argv[1])[0]; p = ppr_log.records(sys.argv[2])[0]
 sys.exit(0 if abs(v["val_loss"] - p["loss"]) <= 1e-6 * p["loss"] and abs(v["loss"] - p["loss"]) > 1e-6 * p["loss"] else 1)' \
   "$tmp/val.jsonl" "$tmp/plain.jsonl"; then
   ok "the validation pass runs without dropout: val_loss is the dropout-free model's loss, the step's is not"

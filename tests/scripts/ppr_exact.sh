@@ -24,6 +24,7 @@ args="--seed 7"
 # run3 NP DIR: three clipped steps of $tmp/DIR on NP ranks: DIR.losses, DIR.g/w.safetensors
 run3() {
   if [ "$1" -gt 1 ]; then launch="$MPIRUN -np $1"; else launch=; fi
+  rm -f "$tmp/$2.jsonl" # a new run's log
   # shellcheck disable=SC2086
   $launch "$ppr" "$tmp/$2" $args --steps 3 --clip 1 --quiet --log "$tmp/$2.jsonl" --save-grads "$tmp/$2.g.safetensors" \
     --save "$tmp/$2.w.safetensors" >"$tmp/out.txt" 2>&1 || { tail -n 5 "$tmp/out.txt"; return 1; }

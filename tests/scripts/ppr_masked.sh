@@ -94,8 +94,9 @@ else bad "all-ones mask: $(tr '\n' ' ' <"$tmp/ones.losses") against $(tr '\n' ' 
 $ppr "$tmp/one" $init --data "$fm/masked.bin" --val-data "$fm/masked.bin" --val-batches 4 --eval-every 1 \
   --steps 1 --lr 0 --quiet --log "$tmp/val.jsonl" >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
 if python3 -c '
-import json, sys
-r = json.loads(open(sys.argv[1]).readline())
+import sys
+sys.path.insert(0, "tools"); import ppr_log
+r = ppr_log.records(sys.argv[1])[0]
 sys.exit(0 if abs(r["val_loss"] - r["loss"]) <= 1e-6 * abs(r["loss"]) else 1)' "$tmp/val.jsonl"; then
   ok "the validation pass divides by its batches' counted tokens: val_loss is the step's loss at --lr 0"
 else bad "masked validation loss: $(cat "$tmp/val.jsonl")"; fi

@@ -65,14 +65,22 @@ done
 run 2 "--save and --log of one file" "ppr: error: --save and --log name the same file '$tmp/x'" \
   "$build/ppr" "$tmp/one" --steps 1000000 --quiet --save "$tmp/x" --log "$tmp/x"
 
-# what can be written is: an existing file (replaced), a new file in the current directory
-echo old >"$tmp/log.jsonl"
+# --log appends to its own run's log alone: a file of something else, or another run's log, is refused
+echo old >"$tmp/old.txt"
+run 2 "--log of a file that is no ppr log" "--log $tmp/old.txt:1: not a line of a ppr log" \
+  "$build/ppr" "$tmp/one" --steps 1000000 --quiet --log "$tmp/old.txt"
+"$build/ppr" "$tmp/one" --steps 1 --quiet --log "$tmp/run1.jsonl" >"$tmp/out.txt" 2>&1 || cat "$tmp/out.txt"
+run 2 "--log of another run" "--log $tmp/run1.jsonl holds a log already (run " \
+  "$build/ppr" "$tmp/one" --steps 1000000 --quiet --log "$tmp/run1.jsonl"
+
+# what can be written is: an existing empty file, a new file in the current directory
+: >"$tmp/log.jsonl"
 ppr=$(cd "$build" && pwd)/ppr
 if (cd "$tmp" && "$ppr" one --steps 2 --quiet --log log.jsonl --save w.safetensors --save-grads g.safetensors \
-  --trace t.json >out.txt 2>&1) && grep -q '"step":2' "$tmp/log.jsonl" && ! grep -q old "$tmp/log.jsonl" &&
+  --trace t.json >out.txt 2>&1) && grep -q '"step":2' "$tmp/log.jsonl" && [ -s "$tmp/log.svg" ] &&
   [ -s "$tmp/w.safetensors" ] && [ -s "$tmp/g.safetensors" ] && [ -s "$tmp/t.json" ] &&
   [ -z "$(find "$tmp" -name '.ppr-check-*')" ]; then
-  ok "an existing --log file is replaced; --save, --save-grads, --trace without a directory part are written; no check file is left"
+  ok "an empty --log file, its .svg, --save, --save-grads, --trace without a directory part are written; no check file is left"
 else
   bad "writable paths should be written"
   cat "$tmp/out.txt"

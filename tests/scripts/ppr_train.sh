@@ -56,6 +56,7 @@ PY
 run() {
   np=$1 dir=$2 log=$3
   shift 3
+  rm -f "$tmp/$log" # a new run's log
   if [ "$np" -eq 1 ]; then
     "$ppr" "$tmp/$dir" --log "$tmp/$log" "$@" >"$tmp/out.txt" 2>&1
   else
@@ -116,8 +117,8 @@ for c in "1 one" "2 pp2" "2 il"; do
   set -- $c
   if run "$1" "$2" a.jsonl --steps 4 --lr 3e-3 --val-data "$tmp/tail.bin" --eval-every 1 &&
     run "$1" "$2" b.jsonl --steps 4 --lr 3e-3; then
-    a=$(python3 -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1])])" "$tmp/a.jsonl")
-    b=$(python3 -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1])])" "$tmp/b.jsonl")
+    a=$(python3 tools/ppr_log.py "$tmp/a.jsonl" loss)
+    b=$(python3 tools/ppr_log.py "$tmp/b.jsonl" loss)
     if [ "$a" = "$b" ]; then ok "$2: the losses of 4 steps are the same with --eval-every 1"; else
       bad "$2: evaluating changed the training: $a vs $b"
     fi
@@ -130,10 +131,12 @@ done
 for c in "constant --warmup 3" "cosine --warmup 2 --lr-min 1e-4" "linear --decay-steps 4" \
   "wsd --warmup 2 --decay-steps 3 --lr-min 1e-5"; do
   # shellcheck disable=SC2086
+  rm -f "$tmp/lr.jsonl"
   if run 1 one lr.jsonl --steps 8 --lr 2e-3 --lr-schedule $c --quiet; then
     # shellcheck disable=SC2086
     if python3 - "$tmp/lr.jsonl" $c <<'PY'; then
-import json, math, sys
+import math, sys
+sys.path.insert(0, "tools"); import ppr_log
 kind, args = sys.argv[2], sys.argv[3:]
 opt = dict(zip(args[::2], args[1::2]))
 lr, n, w = 2e-3, 8, int(opt.get("--warmup", 0))
@@ -150,7 +153,7 @@ def want(t):
         return lo + (lr - lo) * (1 - math.sqrt(min(1, (t - (n - d)) / d)))
     p = min(1, (t - w) / d)
     return lo + (lr - lo) * (1 + math.cos(math.pi * p)) / 2 if kind == "cosine" else lr - (lr - lo) * p
-got = [json.loads(l)["lr"] for l in open(sys.argv[1])]
+got = [o["lr"] for o in ppr_log.records(sys.argv[1])]
 bad = [(t, g, want(t)) for t, g in enumerate(got, 1) if abs(g - want(t)) > 1e-8 * lr]
 print(got)
 sys.exit(1 if bad or len(got) != n else 0)
@@ -169,9 +172,10 @@ if run 1 one p.jsonl --steps 3 --peak-flops 8.3e10 --val-frac 0.1; then
   if grep -qE '^step 3/3  loss [0-9.]+  grad_norm [^ ]+  lr 1\.00e-03  [0-9.]+ ms  [0-9]+ tok/s  mfu [0-9.]+%  elapsed [0-9.]+s  eta [0-9.]+s  val_loss [0-9.]+$' "$tmp/out.txt" &&
     grep -q 'FLOPs per step in GEMMs' "$tmp/out.txt" &&
     python3 -c "
-import json, sys
-o = [json.loads(l) for l in open(sys.argv[1])]
-need = {'step', 'loss', 'grad_norm', 'lr', 'ms', 'tokens_per_s', 'mfu', 'elapsed_s', 'eta_s'}
+import sys
+sys.path.insert(0, 'tools'); import ppr_log
+o = ppr_log.records(sys.argv[1])
+need = {'step', 'loss', 'grad_norm', 'lr', 'ms', 'tokens_per_s', 'mfu', 'elapsed_s', 'eta_s', 'tokens'}
 sys.exit(not (len(o) == 3 and all(need <= set(x) for x in o) and 'val_loss' in o[2] and 'val_loss' not in o[0]
               and o[2]['eta_s'] == 0 and 0 < o[0]['mfu'] < 1))" "$tmp/p.jsonl"; then
     ok "the step line and --log show mfu, elapsed, eta and (after the last step) val_loss"

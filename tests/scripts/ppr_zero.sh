@@ -68,7 +68,8 @@ resumed() {
   name=$1
   shift
   # shellcheck disable=SC2086
-  if "$@" --steps 6 $opts --resume "$tmp/s4/step-000003" --log "$tmp/r.jsonl" >"$tmp/out.txt" 2>&1 &&
+  rm -f "$tmp/r.jsonl"
+  if "$@" --steps 6 $opts --resume "$tmp/s4/step-000003" --log "$tmp/r.jsonl" --save "$tmp/r" >"$tmp/out.txt" 2>&1 &&
     losses "$tmp/r.jsonl" >"$tmp/r.loss" && [ "$(wc -l <"$tmp/r.loss")" -eq 3 ] &&
     paste "$tmp/s4.tail" "$tmp/r.loss" |
     awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) bad = 1} END {exit bad}'; then
@@ -80,8 +81,8 @@ resumed "one rank" "$ppr" "$tmp/d1"
 # the same program resumed: each rank takes its shard of the saved moments; the end is the same bytes
 # shellcheck disable=SC2086
 if $MPIRUN -np 4 "$ppr" "$tmp/d4" --steps 6 $opts --resume "$tmp/s4/step-000003" --save "$tmp/s4b" >"$tmp/out.txt" 2>&1 &&
-  cmp -s "$tmp/s4/step-000006/model.safetensors" "$tmp/s4b/model.safetensors" &&
-  cmp -s "$tmp/s4/step-000006/optimizer.safetensors" "$tmp/s4b/optimizer.safetensors"; then
+  cmp -s "$tmp/s4/step-000006/model.safetensors" "$tmp/s4b/step-000006/model.safetensors" &&
+  cmp -s "$tmp/s4/step-000006/optimizer.safetensors" "$tmp/s4b/step-000006/optimizer.safetensors"; then
   ok "dp 4 with zero -> itself: 3 + resumed 3 steps, the weights and moments byte-identical to 6 steps"
 else bad "dp 4 with zero -> itself: $(tail -n 2 "$tmp/out.txt")"; fi
 

@@ -247,6 +247,12 @@ static char *read_text(const char *p) {
   return b;
 }
 
+/* A --log's step records: its text after the start line ({"start": ...}) that opens it. */
+static char *records(char *log) {
+  char *nl = !strncmp(log, "{\"start\":", 9) ? strchr(log, '\n') : NULL;
+  return nl ? nl + 1 : log;
+}
+
 static uint64_t fnv(const char *s, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
@@ -573,10 +579,13 @@ static void test_gradients(const W *w) {
   char *log = read_text(lp);
   double l = NAN, gn = NAN, lr = NAN, ms = NAN, tps = NAN;
   int step = 0;
-  int got = log ? sscanf(log, "{\"step\":%d,\"loss\":%lf,\"grad_norm\":%lf,\"lr\":%lf,\"ms\":%lf,\"tokens_per_s\":%lf}",
+  int got = log ? sscanf(records(log),
+                         "{\"step\":%d,\"loss\":%lf,\"grad_norm\":%lf,\"lr\":%lf,\"ms\":%lf,\"tokens_per_s\":%lf}",
                          &step, &l, &gn, &lr, &ms, &tps)
                 : 0;
-  check(got == 6 && step == 1 && lr == 1e-3 && ms >= 0 && tps >= 0, "--log: one JSON object with the six keys");
+  check(log && !strncmp(log, "{\"start\":0,\"run\":\"", 18) && got == 6 && step == 1 && lr == 1e-3 && ms >= 0 &&
+            tps >= 0,
+        "--log: the start line, then one JSON object with the six keys");
   check(fabs(l - loss) < 1e-5 * loss, "loss %.7f equals the direct computation %.7f", l, loss);
   check(fabs(gn - norm) < 1e-5 * norm, "grad_norm %.7f equals the direct computation %.7f", gn, norm);
   free(log);
@@ -637,6 +646,7 @@ static void test_gradients(const W *w) {
            "%s/main --init %s --data %s --steps 2 --lr 0.01 --beta1 0.8 --beta2 0.9 --eps 1e-3 --wd 0.05 "
            "--clip %.9g --save %s --log %s",
            tdir, wp, dp, clipv, sp, lp);
+  remove(lp); /* a new run's log */
   expect_ok("two AdamW steps with --clip, custom betas, eps, wd", args);
   W u;
   if (check(read_weights(sp, &u, 0) == 0, "--save wrote the final weights")) {
@@ -648,8 +658,8 @@ static void test_gradients(const W *w) {
   double l1 = NAN, l2 = NAN;
   int n1 = 0, n2 = 0;
   if (log) {
-    char *second = strchr(log, '\n');
-    sscanf(log, "{\"step\":%d,\"loss\":%lf", &n1, &l1);
+    char *second = strchr(records(log), '\n');
+    sscanf(records(log), "{\"step\":%d,\"loss\":%lf", &n1, &l1);
     if (second) sscanf(second + 1, "{\"step\":%d,\"loss\":%lf", &n2, &l2);
   }
   check(n1 == 1 && n2 == 2 && fabs(l1 - losses[0]) < 1e-5 * losses[0] && fabs(l2 - losses[1]) < 1e-5 * losses[1],
@@ -1345,7 +1355,7 @@ static void test_pipeline_mpi(const W *w) {
   char *log = read_text(lp);
   double l = NAN, gn = NAN;
   int step = 0;
-  int got = log ? sscanf(log, "{\"step\":%d,\"loss\":%lf,\"grad_norm\":%lf", &step, &l, &gn) : 0;
+  int got = log ? sscanf(records(log), "{\"step\":%d,\"loss\":%lf,\"grad_norm\":%lf", &step, &l, &gn) : 0;
   check(got == 3 && fabs(l - loss) < 1e-5 * loss && fabs(gn - norm) < 1e-5 * norm,
         "pipeline loss %.7f and grad_norm %.7f (the copy counted once) equal the direct computation", l, gn);
   free(log);
@@ -1357,15 +1367,18 @@ static void test_pipeline_mpi(const W *w) {
            tdir, wp, dp, sp, tp);
   rc = mpi_run(2, args);
   check(rc == 0 && sane(rc), "mpirun -np 2: three clipped steps with --save and --trace");
-  check(strstr(out, "bubble fraction per rank") && strstr(out, "rank 1/s1") && strstr(out, "mean "),
-        "--trace prints the bubble fraction of every rank");
+  check(strstr(out, "ppr: bubble (1 - compute / step time), mean of steps 2..3: rank 0/s0 0.") &&
+            strstr(out, ", rank 1/s1 ") && strstr(out, "\"ppr_bubble\")\n"),
+        "--trace prints the mean bubble of every rank in one line");
   char *tr = read_text(tp);
   check(tr && strstr(tr, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[") &&
             strstr(tr, "\"args\":{\"name\":\"rank 1 (stage 1)\"}") &&
             strstr(tr, "\"name\":\"F 1\",\"cat\":\"compute\",\"ph\":\"X\"") &&
             strstr(tr, "\"name\":\"send_bwd 0 + recv_fwd 1: wait\"") && strstr(tr, "\"name\":\"allreduce_tied\"") &&
-            strstr(tr, "\"pid\":1,\"tid\":0") && tr[strlen(tr) - 2] == '}',
-        "--trace writes Chrome trace events: both ranks, F/B, comm post/wait, allreduce_tied");
+            strstr(tr, "\"pid\":1,\"tid\":0") && tr[strlen(tr) - 2] == '}' &&
+            strstr(tr, "\"ppr_bubble\":{\"what\":\"1 - compute / step time\",\"first_step\":1,\"mean_from_step\":2,") &&
+            strstr(tr, "{\"rank\":1,\"stage\":1,\"steps\":[0."),
+        "--trace writes Chrome trace events: both ranks, F/B, comm post/wait, allreduce_tied; each step's bubble");
   free(tr);
   path(tp, sizeof tp, "trace.svg");
   tr = read_text(tp);
@@ -2803,7 +2816,7 @@ static void test_chunks_mpi(const W *w) {
   char *log = read_text(lp);
   double l = NAN;
   int step = 0;
-  int got = log ? sscanf(log, "{\"step\":%d,\"loss\":%lf", &step, &l) : 0;
+  int got = log ? sscanf(records(log), "{\"step\":%d,\"loss\":%lf", &step, &l) : 0;
   check(got == 2 && fabs(l - loss) < 1e-5 * loss,
         "chunks: the loss %.7f (counted on rank 0, which holds the last vstage) equals the direct computation %.7f", l,
         loss);

@@ -2,7 +2,7 @@
 # --log file, two lists of losses within a limit, and two safetensors files within a tolerance.
 
 # losses LOG: the losses of a --log file, one per line
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
+losses() { python3 tools/ppr_log.py "$1" loss; }
 # same_losses A B LIMIT: the two lists (files, one number a line) are as long and agree to LIMIT relative
 same_losses() {
   python3 -c '
@@ -24,6 +24,7 @@ run5() {
   np=$1 dir=$2 tag=$3
   shift 3
   if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
+  rm -f "$tmp/$tag.jsonl" # a new run's log
   # shellcheck disable=SC2086
   $launch "$ppr" "$tmp/$dir" $args --steps 5 --clip 1 --quiet --log "$tmp/$tag.jsonl" \
     --save-grads "$tmp/$tag.g.safetensors" --save "$tmp/$tag.w.safetensors" "$@" >"$tmp/out.txt" 2>&1 ||
