@@ -6,6 +6,8 @@
 #   make asan          the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo          the main job: compile tiny.pdl for a mesh, train it over MPI
 #   make gpu-check     on a machine with an NVIDIA GPU: the cuda device's first run, one table
+#   make install       ppc, ppr, pprun, their man pages, the tools and examples under PREFIX
+#                      (default /usr/local; DESTDIR too)
 #   make test-hf       ppr against Hugging Face transformers, and --tensorboard's files read by the
 #                      tensorboard package (both installed from PyPI into a virtualenv)
 
@@ -71,7 +73,7 @@ PPR_OBJ  := $(patsubst ppr/%.c,$(BUILD)/ppr-obj/%.o,$(wildcard ppr/*.c)) # besid
 PPR      := $(BUILD)/ppr
 PPRUN    := $(BUILD)/pprun # the launcher (pprun/): mpirun with a safe stop
 
-.PHONY: all deps test test-torch test-hf asan demo clean gpu-check format
+.PHONY: all deps test test-torch test-hf asan demo clean gpu-check format install
 all: $(PPC) $(PPR) $(PPRUN)
 
 # ---- set-up: tools the build needs, installed with apt-get when root --------------------------
@@ -261,6 +263,25 @@ FORMATTED = $(shell git ls-files 'common/*.[ch]' 'compiler/*.[ch]' 'runtime/*.[c
               'tests/fuzz/*.c' 2>/dev/null)
 format:
 	clang-format -i $(FORMATTED)
+
+# ---- install: the binaries (the kernels' preludes are inside ppc), man pages made from --help by
+# help2man (so they say what the binaries do), the tools and the examples --------------------------
+PREFIX  ?= /usr/local
+MANDIR   = $(DESTDIR)$(PREFIX)/share/man/man1
+SHAREDIR = $(DESTDIR)$(PREFIX)/share/ppr
+MAN1    := $(BUILD)/man/ppc.1 $(BUILD)/man/ppr.1 $(BUILD)/man/pprun.1
+MAN_WHAT_ppc   = compiles a model written in the .pdl language into one program per rank
+MAN_WHAT_ppr   = runs one rank of the programs ppc writes: training, evaluation, text
+MAN_WHAT_pprun = starts ppr on every rank of a stage directory with mpirun, so that Ctrl-C saves
+$(BUILD)/man/%.1: $(BUILD)/% | deps
+	@mkdir -p $(BUILD)/man
+	help2man --no-info --no-discard-stderr -n "$(MAN_WHAT_$*)" -o $@ ./$<
+install: all $(MAN1)
+	install -d $(DESTDIR)$(PREFIX)/bin $(MANDIR) $(SHAREDIR)/tools $(SHAREDIR)/examples
+	install -m 755 $(PPC) $(PPR) $(PPRUN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(MAN1) $(MANDIR)/
+	install -m 755 tools/tokenize.py tools/ppr_log.py $(SHAREDIR)/tools/
+	install -m 644 examples/*.pdl $(SHAREDIR)/examples/
 
 clean:
 	rm -rf build build-asan

@@ -34,6 +34,7 @@ static const char usage[] =
     "                              size at 100 MB/s)\n"
     "  --dry-run                   print the command and exit\n"
     "  -h, --help                  this text\n"
+    "  --version                   pprun's version\n"
     "\n"
     "Environment: MPIRUN (default mpirun), PPR (default the ppr beside pprun, else ppr).\n";
 
@@ -146,6 +147,7 @@ int main(int argc, char **argv) {
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) return fputs(usage, stdout), 0;
+    else if (!strcmp(o, "--version")) return printf("pprun %s\n", RT_PPR_VERSION), 0;
     else if (!strcmp(o, "--dry-run")) dry = 1;
     else if (!v) fail("%s needs a value%s", o, "");
     else if (!strcmp(o, "-H") || !strcmp(o, "--host") || !strcmp(o, "--hostfile")) {

@@ -32,6 +32,8 @@ have_hdr jansson.h     || need="$need libjansson-dev"
 have_hdr xxhash.h      || need="$need libxxhash-dev"
 # clang-format: make test keeps the one style of .clang-format (tests/scripts/lint_format.sh)
 have_cmd clang-format  || need="$need clang-format"
+# help2man: make install writes the man pages from --help
+have_cmd help2man      || need="$need help2man"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
   echo "deps: installing$need"
