@@ -377,6 +377,7 @@ static void run_device(const char *dir, const RtProg *p, const char *csrc, const
 static double step(const char *dir, const char *name, const char *dev, const char *grads) {
   char cmd[4096], log[1200];
   snprintf(log, sizeof log, "%s/%s.jsonl", dir, name);
+  remove(log); /* a new run's log */
   snprintf(cmd, sizeof cmd,
            "%s/ppr %s/%s --device %s --quiet --steps 1 --lr 0 --log %s --save-grads %s > %s/%s.out 2>&1", bin, dir,
            name, dev, log, grads, dir, name);

@@ -142,9 +142,10 @@ static void fixture(const char *name, const char *model, const char *device) {
            json_num(exp, "eps"), json_num(exp, "wd"), json_num(exp, "clip"));
   for (int steps = 1; steps <= 5; steps += 4) {
     snprintf(cmd, sizeof cmd,
+             "rm -f %s/log%d.jsonl && " /* a new run's log */
              "%s/ppr %s/prog --device %s --quiet --init %s/weights.safetensors --data %s/tokens.bin --steps %d %s "
              "--save-grads %s/grads.safetensors --save %s/w%d.safetensors --log %s/log%d.jsonl",
-             bin, tmp, device, dir, dir, steps, hp, tmp, tmp, steps, tmp, steps);
+             tmp, steps, bin, tmp, device, dir, dir, steps, hp, tmp, tmp, steps, tmp, steps);
     if (sh(cmd)) {
       fail++;
       continue;

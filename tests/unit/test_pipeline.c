@@ -99,10 +99,11 @@ static int run(const char *model, int tp, int pp, int dp, int c, const char *sch
            out, out, bin, model, tp, pp, dp, c, sched, V, M, precision, sp && tp > 1 ? " --sp" : "", out);
   if (sh(cmd)) return 1;
   snprintf(cmd, sizeof cmd,
+           "rm -f %s/log.jsonl && " /* a new run's log */
            MPIRUN "-np %d %s/ppr %s/prog --device %s --quiet --seed 7 --steps 5 --clip 1 --eps 1e-6 --save-grads "
-                  "%s/g.safetensors --save %s/w.safetensors --log %s/log.jsonl > %s/out.txt 2>&1 || { cat %s/out.txt; "
-                  "exit 1; }",
-           tp * pp * dp * c, bin, out, device, out, out, out, out, out);
+           "%s/g.safetensors --save %s/w.safetensors --log %s/log.jsonl > %s/out.txt 2>&1 || { cat %s/out.txt; "
+           "exit 1; }",
+           out, tp * pp * dp * c, bin, out, device, out, out, out, out, out);
   return sh(cmd);
 }
 

@@ -464,10 +464,15 @@ static void test_shards(void) {
   snprintf(ref, sizeof ref, "%s/pad_1_w.safetensors", dir);
   snprintf(args, sizeof args, "--init %s --steps 3 --clip 1 --eps 1e-6 --save %s --log %s/pad_1.jsonl --quiet", rnd,
            ref, dir);
+  char lp[700];
+  snprintf(lp, sizeof lp, "%s/pad_1.jsonl", dir);
+  remove(lp); /* a new run's log */
   ppr(1, "pad_1", args, NULL);
   snprintf(got, sizeof got, "%s/pad_t4p2_w.safetensors", dir);
   snprintf(args, sizeof args, "--init %s --steps 3 --clip 1 --eps 1e-6 --save %s --log %s/pad_t4p2.jsonl --quiet", rnd,
            got, dir);
+  snprintf(lp, sizeof lp, "%s/pad_t4p2.jsonl", dir);
+  remove(lp);
   rc = ppr(8, "pad_t4p2", args, NULL);
   {
     double worst = rc ? 1 : 0;
