@@ -649,6 +649,7 @@ static char **resume_argv(PprCli *c, int argc, char **argv, const char **given, 
                *given[o - O_INIT] ? given[o - O_INIT] : "on");
   }
   for (int i = 1; i < argc; i++) m[n++] = argv[i];
+  free(saved); /* its strings are m's now */
   c->resume_notes = *notes ? notes : NULL;
   if (!*notes) free(notes);
   *oargc = n;
@@ -673,9 +674,11 @@ void ppr_cli_parse(int argc, char **argv, PprCli *c) {
     notes = c->resume_notes;
     resume_step = c->resume_step;
     parse_opts(mc, mv, c, vals, &set, &have_steps);
+    free(av); /* its strings are mv's now */
     ac = mc;
     av = mv;
   }
+  c->argv = av; /* the options point into it for the whole run */
   c->given = given_set;
   c->resume_step = resume_step;
   check_options(c, ac, av, have_steps);

@@ -44,6 +44,7 @@ typedef struct {
    * NULL-terminated), those this command line gave (a bit per option: ppr_cli_given), and, under --resume,
    * what this command line changed (", --lr 2e-4 (was 1e-3)"; NULL: nothing) */
   const char *run_id;
+  char **argv; /* the arguments (after @FILE and --resume's), which the strings above point into */
   char **args;
   uint64_t given;
   const char *resume_notes;
