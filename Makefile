@@ -8,8 +8,9 @@
 #   make gpu-check     on a machine with an NVIDIA GPU: the cuda device's first run, one table
 #   make install       ppc, ppr, pprun, their man pages, the tools and examples under PREFIX
 #                      (default /usr/local; DESTDIR too)
-#   make test-hf       ppr against Hugging Face transformers, and --tensorboard's files read by the
-#                      tensorboard package (both installed from PyPI into a virtualenv)
+#   make test-hf       ppr against Hugging Face transformers, --tensorboard's files read by the
+#                      tensorboard package, ppr's tokenizer.json encoder against the tokenizers
+#                      package's (installed from PyPI into a virtualenv)
 
 BUILD  ?= build
 CC     ?= gcc
@@ -28,7 +29,8 @@ LDLIBS := -lm
 GEN      := $(BUILD)/gen
 COMMON   := $(wildcard common/*.c)
 COMPILER := $(wildcard compiler/*.c) $(COMMON)
-RT_LIBS  := -ljansson -lxxhash # the safetensors header JSON; checksums (Debian: libjansson-dev, libxxhash-dev)
+RT_LIBS  := -ljansson -lxxhash -lpcre2-8 -lutf8proc # the safetensors header JSON; checksums; tokenizer.json's
+            # regexes and NFC (Debian: libjansson-dev, libxxhash-dev, libpcre2-dev, libutf8proc-dev)
 PARSER   := $(GEN)/parser.c $(GEN)/lexer.c
 TEMPLATES := $(sort $(wildcard kernels/*.h))
 OBJ      := $(patsubst %.c,$(BUILD)/%.o,$(COMPILER)) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/kernels_embed.o
@@ -140,7 +142,7 @@ $(PPRUN): pprun/pprun.c $(LIBPPR)
 -include $(patsubst %.o,%.d,$(OBJ) $(RT_OBJ) $(PPR_OBJ)) $(BUILD)/pprun.d
 
 # ---- tests ------------------------------------------------------------------------------------
-UNIT := $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_attention $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
+UNIT := $(BUILD)/test_bpe $(BUILD)/test_io $(BUILD)/test_gemm $(BUILD)/test_kernels $(BUILD)/test_attention $(BUILD)/test_nvrtc $(BUILD)/test_ppr $(BUILD)/test_fixtures $(BUILD)/test_pipeline $(BUILD)/test_gradcheck $(BUILD)/test_tp $(BUILD)/test_partition $(BUILD)/test_sched $(BUILD)/test_kmath $(BUILD)/test_kir
 $(BUILD)/test_io: tests/unit/test_io.c $(LIBPPR)
 	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_io.c $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 # the row-major to column-major GEMM mapping of the cuda device, through OpenBLAS
@@ -168,9 +170,13 @@ $(BUILD)/test_kir: tests/unit/test_kir.c tests/unit/check.h tests/unit/test_util
 	$(CC) $(CFLAGS) $(TEST_INC) -o $@ $< $(PPC_LIB) $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
 $(BUILD)/test_sched: tests/unit/test_sched.c $(PPC_LIB)
 	$(CC) $(CFLAGS) $(TEST_INC) -o $@ $^ $(LDFLAGS) $(LDLIBS) $(RT_LIBS) $(NVRTC_LIBS)
+# ppr's tokenizer.json encoder against the tokenizers package's ids (tests/fixtures/tokenizers)
+$(BUILD)/test_bpe: tests/unit/test_bpe.c tests/unit/check.h $(BUILD)/ppr-obj/ppr_bpe.o
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_bpe.c $(BUILD)/ppr-obj/ppr_bpe.o $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
-$(BUILD)/test_ppr: tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(LIBPPR)
-	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
+$(BUILD)/test_ppr: tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(BUILD)/ppr-obj/ppr_bpe.o $(LIBPPR)
+	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(BUILD)/ppr-obj/ppr_bpe.o \
+	  $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # bench/kbench.sh's harness: each kernel of a listing alone (tests/scripts/kbench.sh runs it)
 $(BUILD)/kbench: bench/kbench.c $(LIBPPR)
@@ -209,7 +215,7 @@ test-torch: $(PPC) $(PPR) $(BUILD)/test_fixtures
 HF_VENV ?= $(BUILD)/hf-venv
 TRANSFORMERS_VERSION ?= 4.45.2
 TENSORBOARD_VERSION ?= 2.21.0
-test-hf: $(PPC) $(PPR)
+test-hf: $(PPC) $(PPR) $(BUILD)/test_bpe
 	@$(TORCH_PY) -c 'import torch' 2>/dev/null || { \
 	  echo "test-hf needs PyTorch for $(TORCH_PY): apt-get install python3-torch"; exit 1; }
 	@$(HF_VENV)/bin/python -c 'import transformers, tensorboard' 2>/dev/null || { \
@@ -221,6 +227,9 @@ test-hf: $(PPC) $(PPR)
 	  rm -rf $(HF_VENV); exit 1; }
 	$(HF_VENV)/bin/python tests/hf_client/check_hf.py $(BUILD)
 	$(HF_VENV)/bin/python tests/hf_client/check_tb.py $(BUILD)
+	@# the tokenizer fixtures made again by this tokenizers package, ppr's encoder against them
+	d=$$(mktemp -d) && $(HF_VENV)/bin/python tests/reference/make_tokenizers.py $$d && \
+	  $(BUILD)/test_bpe $$d; rc=$$?; rm -rf $$d; exit $$rc
 
 # the cuda device on a real GPU: fixtures, two ranks on one GPU, GPT-2 124M throughput (tests/gpu/)
 gpu-check: $(PPC) $(PPR) $(BUILD)/test_fixtures $(BUILD)/test_pipeline

@@ -1,6 +1,7 @@
 /* ppr_gen.c - text from a model: the autoregressive loop over a program's logits, the samplers, and tokens
  * written as text. */
 #include "ppr_gen.h"
+#include "ppr_bpe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -84,6 +85,8 @@ int ppr_gen_extend(RtComm *comm, RtExec *x, const RtProg *p, PprSampler *s, int3
 /* ---- tokens as text ------------------------------------------------------------------------ */
 
 struct PprTokenizer {
+  const char *path;
+  PprBpe *bpe; /* a tokenizer.json; else the llm.c table: */
   int64_t n;
   unsigned char **bytes; /* token i: bytes[i][0] its length, then its bytes */
 };
@@ -95,8 +98,21 @@ int ppr_gen_tokenizer_open(const char *path, int64_t vocab, PprTokenizer **out, 
   FILE *f = fopen(path, "rb");
   if (!f) return RT_FAIL("--tokenizer %s: %s", path, strerror(errno));
   int32_t h[256];
-  int rc = 0;
+  int rc = 0, c;
   PprTokenizer *t = NULL;
+  while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+  if (c == '{') { /* a tokenizer.json */
+    fclose(f);
+    if (!(t = calloc(1, sizeof *t))) return RT_FAIL("out of memory");
+    t->path = path;
+    if (ppr_bpe_open(path, &t->bpe, err, errlen)) {
+      free(t);
+      return -1;
+    }
+    *out = t;
+    return 0;
+  }
+  rewind(f);
   if (fread(h, sizeof h, 1, f) != 1) rc = RT_FAIL("--tokenizer %s: shorter than llm.c's 1024-byte header", path);
   else if (h[0] != LLMC_TOKENIZER_MAGIC)
     rc = RT_FAIL("--tokenizer %s: not an llm.c tokenizer file (its magic is %d, expected %d)", path, h[0],
@@ -131,8 +147,31 @@ int ppr_gen_tokenizer_open(const char *path, int64_t vocab, PprTokenizer **out, 
   return rc;
 }
 
+int ppr_gen_tokenizer_encodes(const PprTokenizer *t) { return t && t->bpe; }
+
+int ppr_gen_tokenizer_encode(const PprTokenizer *t, const char *text, int64_t vocab, int32_t **ids, int64_t *n,
+                             char *err, size_t errlen) {
+  *ids = NULL;
+  if (!t->bpe)
+    return RT_FAIL("--tokenizer %s is an llm.c tokenizer file, which turns tokens into text only: give the model's "
+                   "tokenizer.json to encode --prompt, or the ids with --prompt-ids",
+                   t->path);
+  if (ppr_bpe_encode(t->bpe, text, strlen(text), ids, n, err, errlen)) return -1;
+  for (int64_t i = 0; i < *n; i++)
+    if ((*ids)[i] >= vocab) {
+      RT_FAIL("--prompt through --tokenizer %s: token %d is not below the model's vocabulary of %lld (another "
+              "model's tokenizer?)",
+              t->path, (int)(*ids)[i], (long long)vocab);
+      free(*ids);
+      *ids = NULL;
+      return -1;
+    }
+  return 0;
+}
+
 void ppr_gen_tokenizer_close(PprTokenizer *t) {
   if (!t) return;
+  ppr_bpe_free(t->bpe);
   for (int64_t i = 0; t->bytes && i < t->n; i++) free(t->bytes[i]);
   free(t->bytes);
   free(t);
@@ -144,6 +183,13 @@ static void put_byte(FILE *f, unsigned char c) {
 }
 
 void ppr_gen_print(FILE *f, const int32_t *tok, int n, int64_t vocab, const PprTokenizer *t) {
+  char *text;
+  size_t len;
+  if (t && t->bpe && !ppr_bpe_decode(t->bpe, tok, n, &text, &len)) {
+    for (size_t i = 0; i < len; i++) put_byte(f, (unsigned char)text[i]);
+    free(text);
+    return;
+  }
   for (int i = 0; i < n; i++) {
     if (t && tok[i] >= 0 && tok[i] < t->n) {
       const unsigned char *b = t->bytes[tok[i]];

@@ -30,11 +30,18 @@ int64_t ppr_gen_pick(PprSampler *s, const float *row, int64_t vocab);
 int ppr_gen_extend(RtComm *comm, RtExec *x, const RtProg *p, PprSampler *s, int32_t *tok, int n, int count, char *err,
                    size_t errlen);
 
-/* A token-id-to-bytes table: an llm.c tokenizer file (magic 20240328, version 1 or 2, the count
- * of tokens, then each as a length byte and its bytes). */
+/* The text of tokens: a Hugging Face tokenizer.json (a JSON object: its BPE model, ppr_bpe.h, which
+ * also encodes), or a token-id-to-bytes table, an llm.c tokenizer file (magic 20240328, version 1
+ * or 2, the count of tokens, then each as a length byte and its bytes). */
 typedef struct PprTokenizer PprTokenizer;
 int ppr_gen_tokenizer_open(const char *path, int64_t vocab, PprTokenizer **out, char *err, size_t errlen);
 void ppr_gen_tokenizer_close(PprTokenizer *t); /* NULL ok */
+/* 1 when t is a tokenizer.json (it encodes). */
+int ppr_gen_tokenizer_encodes(const PprTokenizer *t);
+/* text's ids through a tokenizer.json (*ids malloc'ed), each below vocab. 0, or -1 with a message
+ * (an llm.c tokenizer file does not encode). */
+int ppr_gen_tokenizer_encode(const PprTokenizer *t, const char *text, int64_t vocab, int32_t **ids, int64_t *n,
+                             char *err, size_t errlen);
 
 /* Writes tok[0..n) to f: through the tokenizer when there is one; else, for a vocabulary of at
  * most 256 (a byte-level model: each token one byte), as the bytes, control characters other

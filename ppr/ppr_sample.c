@@ -69,13 +69,24 @@ static int prompt_ids(const char *q, int64_t vocab, int32_t *t, int *n) {
   return 0;
 }
 
-/* The prompt: --prompt's bytes, --prompt-ids, or the first 8 tokens of d (the training data). */
+/* The prompt: --prompt through --tokenizer's tokenizer.json, or its bytes on a byte-level model;
+ * --prompt-ids; or the first 8 tokens of d (the training data). */
 static void open_prompt(const PprCli *c, const RtProg *p, const RtData *d, PprSample *g) {
   int rc = 0, n = 0;
   size_t cap = c->prompt ? strlen(c->prompt) : c->prompt_ids ? strlen(c->prompt_ids) / 2 + 1 : 8;
   int32_t *t = malloc((cap ? cap : 1) * sizeof *t);
   PPR_CHECK(t != NULL, "out of memory");
-  if (c->prompt) {
+  if (c->prompt && g->tok && (ppr_gen_tokenizer_encodes(g->tok) || p->vocab != 256)) {
+    int64_t m = 0;
+    free(t);
+    rc = ppr_gen_tokenizer_encode(g->tok, c->prompt, p->vocab, &t, &m, world.err, sizeof world.err);
+    n = (int)m;
+  } else if (c->prompt && p->vocab != 256)
+    rc = rt_fail_at(world.err, sizeof world.err, __FILE__, __LINE__,
+                    "--prompt: this model's vocabulary has %lld tokens, not the 256 bytes: give its tokenizer.json "
+                    "with --tokenizer to encode the text, or the ids with --prompt-ids",
+                    (long long)p->vocab);
+  else if (c->prompt) {
     for (const unsigned char *q = (const unsigned char *)c->prompt; *q && !rc; q++)
       if (*q >= p->vocab)
         rc = rt_fail_at(world.err, sizeof world.err, __FILE__, __LINE__,
@@ -95,8 +106,8 @@ static void open_prompt(const PprCli *c, const RtProg *p, const RtData *d, PprSa
 }
 
 void ppr_sample_open(const PprCli *c, const RtProg *p, const RtData *d, RtDevKind kind, PprSample *g) {
-  open_prompt(c, p, d, g);
   if (c->tokenizer) ppr_settle(ppr_gen_tokenizer_open(c->tokenizer, p->vocab, &g->tok, world.err, sizeof world.err));
+  open_prompt(c, p, d, g);
   if (!c->sample_every || g->via_train) return;
   open_program(c, p, g);
   ppr_settle(rt_dev_open(c->device, rt_comm_local_rank(world.comm), &g->dev, world.err, sizeof world.err));

@@ -30,6 +30,9 @@ ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need="$need pocl-opencl-icd"
 have_hdr jansson.h     || need="$need libjansson-dev"
 # xxHash for the checksums of checkpoints and the compile id of a stage directory
 have_hdr xxhash.h      || need="$need libxxhash-dev"
+# PCRE2 and utf8proc for tokenizer.json's pre-tokenizer regexes and NFC (ppr --tokenizer)
+have_hdr pcre2.h       || need="$need libpcre2-dev"
+have_hdr utf8proc.h    || need="$need libutf8proc-dev"
 # clang-format: make test keeps the one style of .clang-format (tests/scripts/lint_format.sh)
 have_cmd clang-format  || need="$need clang-format"
 # help2man: make install writes the man pages from --help

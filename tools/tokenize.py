@@ -3,6 +3,7 @@
 
     python3 tools/tokenize.py --tokenizer tokenizer.json [--val-frac 0.1] [--out-dir DIR]
                               [--name NAME] [--eos] [--tokenizer-out FILE] INPUT...
+    python3 tools/tokenize.py --train-tokenizer tokenizer.json [--vocab-size N] INPUT...
 
 INPUT: text files (each file one document) or JSON Lines files (*.jsonl: one document per line, in
 its "text" field, or a supervised fine-tuning pair in its "prompt" and "completion" fields). The documents are tokenised in order with the `tokenizers` package (PyPI) and
@@ -23,6 +24,11 @@ tokens and 1 for every other), which a model with cross_entropy(..., ignore_inde
 Qwen: a ByteLevel decoder) are mapped back to their bytes; SentencePiece-style ones turn the
 meta-space into a space and <0xNN> fallback tokens into byte NN; others are their UTF-8 text. With
 --tokenizer-out no INPUT is needed.
+
+--train-tokenizer OUT.json trains a byte-level BPE tokenizer (GPT-2's: ByteLevel with its regex, the
+256 bytes as the first tokens, <|endoftext|> added) of --vocab-size tokens (default 8192) on the
+INPUT documents and writes it as a tokenizer.json, for people who have none; then --tokenizer OUT.json
+tokenizes with it, and ppr --tokenizer OUT.json encodes prompts and prints text with it.
 
 The files are llm.c's token format (docs/ppr.md, "Data"): a header of 256 little-endian
 int32 (magic 20240520, version, token count), then the tokens: version 1, uint16, when the
@@ -167,17 +173,45 @@ def write_tokenizer(path, tok, spec, vocab):
     print("%s: llm.c tokenizer file of %d tokens (%s)" % (path, vocab, ", ".join(sorted(types)) or "no decoder"))
 
 
+def train_tokenizer(a):
+    """--train-tokenizer: a GPT-2-style byte-level BPE trained on the INPUT documents."""
+    if not a.inputs:
+        fail("--train-tokenizer: no INPUT (text files or *.jsonl) to train on")
+    if not 257 <= a.vocab_size <= 1 << 20:
+        fail("--vocab-size %d: expected 257 to 1048576 (the 256 bytes, <|endoftext|>, the merges)" % a.vocab_size)
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError:
+        fail("the Python package 'tokenizers' is not installed: pip install tokenizers")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    texts = [d if isinstance(d, str) else d[0] + d[1] for p in a.inputs for d in documents(p)]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=a.vocab_size, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                       special_tokens=["<|endoftext|>"]))
+    tok.save(a.train_tokenizer)
+    print("%s: a byte-level BPE of %d tokens, trained on %d documents" % (a.train_tokenizer, tok.get_vocab_size(),
+                                                                         len(texts)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*", metavar="INPUT", help="text files, or *.jsonl with a \"text\" field")
-    ap.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json")
+    ap.add_argument("--tokenizer", help="a Hugging Face tokenizer.json")
+    ap.add_argument("--train-tokenizer", metavar="OUT", help="train a byte-level BPE tokenizer.json on INPUT")
+    ap.add_argument("--vocab-size", type=int, default=8192, help="--train-tokenizer's tokens (default 8192)")
     ap.add_argument("--val-frac", type=float, default=0.0, help="the share of documents for validation (0..1)")
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--name", default="tokens")
     ap.add_argument("--eos", action="store_true", help="end each document with the end-of-text token")
     ap.add_argument("--tokenizer-out", metavar="FILE", help="also write llm.c's tokenizer file (ppr --tokenizer)")
     a = ap.parse_args()
+    if a.train_tokenizer:
+        return train_tokenizer(a)
+    if not a.tokenizer:
+        fail("--tokenizer tokenizer.json is needed (or --train-tokenizer OUT.json to make one)")
     if not a.inputs and not a.tokenizer_out:
         fail("no INPUT (text files or *.jsonl) to tokenize")
     if not 0.0 <= a.val_frac < 1.0:
