@@ -213,6 +213,12 @@ static int split_val(RtData **d, RtData **val, const char *name, double f, int s
 
 /* d's tokens below the model's vocabulary (flag: the option that named it). 0, or -1 with a message. */
 static int check_vocab(const Run *r, const RtData *d, const char *name, const char *flag) {
+  if (*flag && rt_data_is_text(d) && r->p->vocab > 256) /* bytes as the ids of a larger vocabulary: a mistake */
+    return rt_fail_at(world.err, sizeof world.err, __FILE__, __LINE__,
+                      "%s%s is text, whose bytes would be the tokens, but the model's vocabulary has %lld: tokenize "
+                      "it with the model's tokenizer (python3 tools/tokenize.py --tokenizer tokenizer.json %s writes "
+                      "llm.c token files; --train-tokenizer makes a tokenizer)",
+                      flag, name, (long long)r->p->vocab, name);
   if (!rt_data_check_vocab(d, name, r->p->vocab, world.err, sizeof world.err)) return 0;
   size_t l = strlen(world.err);
   snprintf(world.err + l, sizeof world.err - l, " (%s%s)%s", flag, r->path,
@@ -241,14 +247,14 @@ static void open_data(Run *r) {
   else if (want)
     rc = rt_data_from_memory((const unsigned char *)rt_default_text, rt_default_text_len, &r->d, world.err,
                              sizeof world.err);
-  if (!rc && r->d) rc = check_vocab(r, r->d, r->data_name, "");
+  if (!rc && r->d) rc = check_vocab(r, r->d, r->data_name, c->data ? "--data " : "");
   if (!rc && c->val_frac == 0 && c->steps > r->start) /* the steps' rows (a prompt reads 8 tokens at most) */
     rc = check_window(r, r->d, r->data_name, c->data ? "--data " : "");
   if (!rc) rc = data_mask(r->d, r->data_name, r->p, r->path);
   if (!rc && c->val_frac > 0) rc = split_val(&r->d, &r->dval, r->data_name, c->val_frac, r->p->seq);
   if (!rc && c->val_data) {
     rc = rt_data_open(c->val_data, &r->dval, world.err, sizeof world.err);
-    if (!rc) rc = check_vocab(r, r->dval, c->val_data, "--val-data; ");
+    if (!rc) rc = check_vocab(r, r->dval, c->val_data, "--val-data ");
     if (!rc) rc = check_window(r, r->dval, c->val_data, "--val-data ");
     if (!rc) rc = data_mask(r->dval, c->val_data, r->p, r->path);
   }

@@ -52,7 +52,7 @@ static const char usage[] =
     "  --data FILE                 training tokens: an llm.c token file (magic 20240520, version 1\n"
     "                              uint16 or 2 uint32 tokens; a *.bin file must be one; tools/\n"
     "                              tokenize.py writes them), or text whose bytes are the tokens\n"
-    "                              (default: a built-in English text)\n"
+    "                              (a model of at most 256 tokens; default: a built-in English text)\n"
     "\n"
     "Training (AdamW):\n"
     "  --steps N                   training steps in all, a resumed run's included (default 1)\n"

@@ -224,6 +224,8 @@ int64_t rt_data_len(const RtData *d) { return d ? d->n : 0; }
 
 int rt_data_max_token(const RtData *d) { return d ? d->max_token : -1; }
 
+int rt_data_is_text(const RtData *d) { return d && d->width == 1; }
+
 int rt_data_check_vocab(const RtData *d, const char *name, int64_t vocab, char *err, size_t errlen) {
   if (!d || d->max_token < vocab) return 0;
   for (int64_t i = 0; i < d->n; i++)

@@ -169,6 +169,7 @@ int rt_data_open(const char *path, RtData **out, char *err, size_t errlen);
 int rt_data_from_memory(const unsigned char *bytes, size_t n, RtData **out, char *err, size_t errlen);
 int64_t rt_data_len(const RtData *d);   /* number of tokens; 0 for NULL */
 int rt_data_max_token(const RtData *d); /* largest token id; -1 for NULL */
+int rt_data_is_text(const RtData *d);   /* 1: text, its bytes the tokens (not an llm.c token file) */
 /* 0 when every token is below vocab; else -1 and "NAME: token T at position P is not below the
  * vocabulary's V" (the first such token). */
 int rt_data_check_vocab(const RtData *d, const char *name, int64_t vocab, char *err, size_t errlen);

@@ -109,11 +109,20 @@ expect_fail "--resume --seed" "--resume and --seed exclude each other" "$ppr" "$
 expect_fail "--steps that moves a cosine's decay" \
   "the checkpoint's lr_schedule.decay_steps is 4, this run's would be 6: give --decay-steps 4 to go on with the checkpoint's" \
   "$ppr" "$tmp/one" --steps 8 --resume "$ck" --save "$tmp/never"
-cp README.md "$tmp/text.txt"
-expect "a run on --data FILE, saved" "$ppr" "$tmp/one" --steps 2 --quiet --data "$tmp/text.txt" --save "$tmp/dck"
-echo more >>"$tmp/text.txt"
+# tokens: an llm.c token file of README's bytes (uint16), then a longer one in its place
+tokens() {
+  python3 -c '
+import struct, sys
+b = open("README.md", "rb").read()[:int(sys.argv[2])]
+open(sys.argv[1], "wb").write(struct.pack("<256i", *([20240520, 1, len(b)] + [0] * 253)) + struct.pack("<%dH" % len(b), *b))' "$@"
+}
+tokens "$tmp/data.bin" 3000
+expect "a run on --data FILE, saved" "$ppr" "$tmp/one" --steps 2 --quiet --data "$tmp/data.bin" --save "$tmp/dck"
+tokens "$tmp/data.bin" 4000
 expect_fail "--data changed since the checkpoint" "the data changed since; give --data again to go on with it as it is now" \
   "$ppr" "$tmp/one" --steps 3 --resume "$tmp/dck" --save "$tmp/never"
+expect_fail "text as --data of a model of 512 tokens" "--data README.md is text, whose bytes would be the tokens, but the model's vocabulary has 512: tokenize it" \
+  "$ppr" "$tmp/one" --steps 1 --data README.md --save "$tmp/never"
 expect_fail "--steps below the checkpoint's" "--steps 2: the checkpoint $tmp/one-a/step-000003 has done 3 steps" "$ppr" "$tmp/one" --steps 2 \
   --quiet --resume "$ck" --save "$tmp/never"
 expect_fail "--keep without --save-every" "--keep is an option of --save-every" "$ppr" "$tmp/one" --save "$tmp/never" \
