@@ -348,11 +348,15 @@ static double wall_clock(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* --log's curves (rank 0): LOG.svg redrawn from the log. A picture that cannot be written is said,
- * and the run goes on. */
-static void plot(const PprCli *c) {
+/* --log's curves (rank 0): LOG.svg redrawn from the log, at the end (last) and after evaluations at
+ * most once a minute (it reads the whole log). A picture that cannot be written is said, and the run
+ * goes on. */
+static void plot(const PprCli *c, int last) {
+  static double drawn = -1e30;
   char m[1024];
-  if (c->log && world.me == 0 && ppr_log_plot(c->log, m, sizeof m)) {
+  if (!c->log || world.me != 0 || (!last && rt_now_ms() - drawn < 60e3)) return;
+  drawn = rt_now_ms();
+  if (ppr_log_plot(c->log, m, sizeof m)) {
     fprintf(stderr, "ppr: warning: --log's picture: %s\n", m);
     fflush(stderr);
   }
@@ -400,7 +404,7 @@ static void report(const Run *r, const StepReport *s) {
                      as_logged(s->tps, "%.1f"),
                      r->step_flops > 0 ? as_logged(s->mfu, "%.6f") : NAN};
   if (r->tb && ppr_tb_step(r->tb, &tb, world.err, sizeof world.err)) ppr_die(world.err);
-  if (s->eval) plot(c);
+  if (s->eval) plot(c, s->step == c->steps);
 }
 
 /* Evaluation alone (no step to run): the initial or resumed weights' validation loss. */
@@ -418,7 +422,7 @@ static void eval_only(const Run *r) {
   PPR_CHECK(fflush(r->log) == 0, "%s: write failed: %s", r->c.log, strerror(errno));
   PprTbScalars tb = {r->start, wall_clock(), NAN, as_logged(vloss, "%.9g"), NAN, NAN, NAN, NAN};
   if (r->tb && ppr_tb_step(r->tb, &tb, world.err, sizeof world.err)) ppr_die(world.err);
-  plot(&r->c);
+  plot(&r->c, 1);
 }
 
 /* Step s (0-based) on every rank, its validation and its report. */
@@ -483,7 +487,7 @@ static int train(Run *r) {
   r->log = NULL;
   ppr_tb_close(r->tb);
   r->tb = NULL;
-  plot(c);
+  plot(c, 1);
   if (stop_sig && world.me == 0) {
     printf("ppr: %s on rank %d: stopped after step %lld of %lld%s%s\n", ppr_stop_cause(stop_sig), stop_rank,
            (long long)done, (long long)c->steps, c->save ? "; saving the weights to " : "", c->save ? c->save : "");

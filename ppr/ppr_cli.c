@@ -634,7 +634,10 @@ static char **resume_argv(PprCli *c, int argc, char **argv, const char **given, 
     OptCode o = code_of(saved[k] + 2, len);
     if (o == O_END || !inherited(o, 0))
       bad_usage("--resume: %s's training state lists '%s', not an option a resumed run takes", c->resume, saved[k]);
-    if (!inherited(o, generating)) continue;
+    if (!inherited(o, generating)) {
+      free(saved[k]);
+      continue;
+    }
     m[n++] = saved[k];
     const char *was = eq ? eq + 1 : "", *now = given[o - O_INIT];
     if (now && strcmp(now, was))
