@@ -8,6 +8,7 @@ set -u
 build=${1:?usage: ppr_log.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
 . tests/scripts/lib/compare.sh
+. tests/scripts/lib/stop.sh
 needs_python3 ppr_log
 
 "$ppc" examples/tiny.pdl --microbatches 2 -o "$tmp/one" >"$tmp/ppc.txt" 2>&1 &&
@@ -34,20 +35,29 @@ cat >"$tmp/run.args" <<EOF
 --quiet
 EOF
 
-# segments NAME LAUNCH...: the uninterrupted run (NAME-ref) and the one stopped after step 6, resumed
-# from step 4 (only --resume and --steps), and from step 8 (only --resume and --log-every): one log
+# segments NAME LAUNCH...: the uninterrupted run (NAME-ref); the same run stopped (--stop-file, as
+# pprun's Ctrl-C) after its fifth step or later, resumed from step 4 with --resume alone (the log's
+# steps after 4 dropped), and from step 8 with --resume and --log-every: one log
 segments() {
   name=$1
   shift
   d=$tmp/$name
   expect "$name: 12 steps straight (@run.args)" "$@" "$ppr" "$tmp/$DIR" @"$tmp/run.args" --save "$d-ref" \
     --log "$d-ref.jsonl"
-  expect "$name: the same run, ended after step 6" "$@" "$ppr" "$tmp/$DIR" @"$tmp/run.args" --steps 6 --save "$d" \
-    --log "$d.jsonl" --tensorboard "$d.tb"
-  expect "$name: --resume step-000004 --steps 12" "$@" "$ppr" "$tmp/$DIR" --resume "$d/step-000004" --steps 12
-  if grep -q "^ppr: --log $d.jsonl: 2 step lines after step 4 dropped" "$tmp/out.txt" &&
-    grep -q "^ppr: --resume: the checkpoint's options, and from this command line: --steps 12 (was 6)$" "$tmp/out.txt"
-  then ok "$name: the resume says what it changed (--steps) and that the log's steps 5, 6 went"
+  "$@" "$ppr" "$tmp/$DIR" @"$tmp/run.args" --save "$d" --log "$d.jsonl" --tensorboard "$d.tb" \
+    --stop-file "$d.stop" >"$tmp/out.txt" 2>&1 &
+  mp=$!
+  wait_lines "$d.jsonl" 120 6 # the start line and 5 steps: step-000004 is saved
+  touch "$d.stop"
+  finish 120
+  k=$(last_step "$d.jsonl")
+  if { [ "$rc" = 75 ] && [ -d "$d/step-$(printf %06d "$k")" ]; } || [ "$rc" = 0 ]; then
+    ok "$name: the same run, stopped after step $k (exit $rc)"
+  else bad "$name: the stopped run: exit $rc, last step ${k:-none}"; fi
+  expect "$name: --resume step-000004 alone" "$@" "$ppr" "$tmp/$DIR" --resume "$d/step-000004"
+  if grep -q "^ppr: --log $d.jsonl: $((k - 4)) step lines after step 4 dropped" "$tmp/out.txt" &&
+    ! grep -q "from this command line" "$tmp/out.txt"
+  then ok "$name: the resume changed nothing and said the log's steps 5..$k went"
   else bad "$name: the resume's lines: $(head -n 3 "$tmp/out.txt")"; fi
   expect "$name: --resume step-000008 --log-every 2 --trace" "$@" "$ppr" "$tmp/$DIR" --resume "$d/step-000008" \
     --log-every 2 --trace "$d.trace.json"
