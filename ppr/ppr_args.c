@@ -95,7 +95,12 @@ int ppr_args_expand(int argc, char **argv, int *oargc, char ***oargv, char *err,
     if (i > 0 && argv[i][0] == '@' && argv[i][1]) rc = file_args(&a, argv[i] + 1, err, errlen);
     else if (push(&a, argv[i])) rc = RT_FAIL("out of memory");
   }
-  if (rc) {
+  if (rc) { /* the strings read from files go too (argv's stay) */
+    for (int k = 0; k < a.n; k++) {
+      int own = 1;
+      for (int i = 0; i < argc && own; i++) own = a.v[k] != argv[i];
+      if (own) free(a.v[k]);
+    }
     free(a.v);
     return rc;
   }
