@@ -627,6 +627,7 @@ static char **resume_argv(PprCli *c, int argc, char **argv, const char **given, 
   char *notes = calloc(cap, 1);
   if (!m || !notes) bad_usage("out of memory");
   int n = 0, generating = (given_set >> (O_GENERATE - O_INIT)) & 1;
+  uint64_t listed = 0; /* the options the checkpoint lists */
   m[n++] = argv[0];
   for (int k = 0; k < ns; k++) {
     const char *eq = strchr(saved[k], '=');
@@ -634,6 +635,7 @@ static char **resume_argv(PprCli *c, int argc, char **argv, const char **given, 
     OptCode o = code_of(saved[k] + 2, len);
     if (o == O_END || !inherited(o, 0))
       bad_usage("--resume: %s's training state lists '%s', not an option a resumed run takes", c->resume, saved[k]);
+    listed |= 1ull << (o - O_INIT);
     if (!inherited(o, generating)) {
       free(saved[k]);
       continue;
@@ -644,16 +646,10 @@ static char **resume_argv(PprCli *c, int argc, char **argv, const char **given, 
       snprintf(notes + strlen(notes), cap - strlen(notes), "%s --%s %s (was %s)", *notes ? "," : "", name_of(o),
                *now ? now : "on", *was ? was : "on");
   }
-  for (int o = O_INIT; o < O_END; o++) {
-    int listed = 0;
-    for (int k = 0; k < ns && !listed; k++) {
-      const char *eq = strchr(saved[k], '=');
-      listed = code_of(saved[k] + 2, eq ? (size_t)(eq - saved[k] - 2) : strlen(saved[k] + 2)) == (OptCode)o;
-    }
-    if (given[o - O_INIT] && !listed && inherited((OptCode)o, generating))
+  for (int o = O_INIT; o < O_END; o++)
+    if (given[o - O_INIT] && !((listed >> (o - O_INIT)) & 1) && inherited((OptCode)o, generating))
       snprintf(notes + strlen(notes), cap - strlen(notes), "%s --%s %s (new)", *notes ? "," : "", name_of((OptCode)o),
                *given[o - O_INIT] ? given[o - O_INIT] : "on");
-  }
   for (int i = 1; i < argc; i++) m[n++] = argv[i];
   free(saved); /* its strings are m's now */
   c->resume_notes = *notes ? notes : NULL;
