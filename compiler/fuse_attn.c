@@ -18,7 +18,10 @@
  * around those chains run along the tile's keys or the head dimension and GCC vectorises them.
  * Causal: key tiles wholly after a query tile's last row are not visited (the forward, dQ) and
  * queries wholly before a key tile are not (dK, dV); the tile across the diagonal is masked per
- * element. Context parallelism shifts the diagonal by the rank's first position (fuse_kc_gpos):
+ * element. A sliding window (window W: a query sees its own position and the W - 1 before it)
+ * skips the key tiles wholly before a query tile's first row's window (the forward, dQ) and the
+ * queries wholly past a key tile's last key's window (dK, dV), and masks the rest per element.
+ * Context parallelism shifts the diagonal by the rank's first position (fuse_kc_gpos):
  * the keys are the whole sequence's, gathered as for the GEMM path. Grouped-query heads index
  * their kv head (h / R), never a copy. */
 #include "ppc.h"
@@ -44,6 +47,7 @@ typedef struct Att {
   Kernel *k;
   int64_t SQ, SK, B, HQ, HK, D, R;
   bool causal;
+  int64_t W; /* the sliding window, 0 where it has none (or covers the sequence) */
   double scale;
   int node; /* the node the kernels' instructions implement */
   int off;  /* context parallelism: the rank's first position (a temporary); -1 without */
@@ -55,6 +59,7 @@ static int sub(Att *a, int x, int y) { return kir_e(a->k, K_ISUB, x, y, 0); }
 static int mul(Att *a, int x, int y) { return kir_e(a->k, K_IMUL, x, y, 0); }
 static int lt(Att *a, int x, int y) { return kir_e(a->k, K_ILT, x, y, 0); }
 static int imin(Att *a, int x, int y) { return kir_e(a->k, K_ISEL, lt(a, x, y), x, y); }
+static int imax(Att *a, int x, int y) { return kir_e(a->k, K_ISEL, lt(a, x, y), y, x); }
 static int fadd(Att *a, int x, int y) { return kir_e(a->k, K_ADD, x, y, 0); }
 static int fsub(Att *a, int x, int y) { return kir_e(a->k, K_SUB, x, y, 0); }
 static int fmul(Att *a, int x, int y) { return kir_e(a->k, K_MUL, x, y, 0); }
@@ -104,10 +109,34 @@ static int seen_end(Att *a, int gi) {
   return a->causal ? let(a, imin(a, add(a, gi, I(a, 1)), I(a, a->SK))) : I(a, a->SK);
 }
 
-/* The key tiles a tile of queries visits: every one, or when causal those up to the tile holding
- * the key at the last query's global position (glast). */
-static int key_tiles(Att *a, int glast) {
-  return a->causal ? let(a, add(a, kir_e(a->k, K_IDIV, glast, I(a, ATT_BK), 0), I(a, 1))) : I(a, k_tiles(a));
+static int gpos(Att *a, int i);
+
+/* With a sliding window, the keys before the window of the query at global position gi are not
+ * seen: one less than its first, max(gi - W, -1) (a temporary); -1 without a window. */
+static int seen_before(Att *a, int gi) { return a->W ? let(a, imax(a, sub(a, gi, I(a, a->W)), I(a, -1))) : -1; }
+
+/* Whether key j is seen by a query whose keys end before end and start after before (seen_end,
+ * seen_before): an int condition */
+static int seen(Att *a, int j, int end, int before) {
+  int c = lt(a, j, end);
+  return before < 0 ? c : kir_e(a->k, K_IAND, c, lt(a, before, j), 0);
+}
+
+/* The key tiles a tile of queries from local row i0 visits: every one, or when causal those up to
+ * the tile holding the key at the last query's global position (glast); with a window from the
+ * tile holding the first query's first key (*first; -1 without a window: from the first). The
+ * count is returned. */
+static int key_tiles(Att *a, int i0, int glast, int *first) {
+  int end = a->causal ? let(a, add(a, kir_e(a->k, K_IDIV, glast, I(a, ATT_BK), 0), I(a, 1))) : I(a, k_tiles(a));
+  *first = -1;
+  if (!a->W) return end;
+  *first = let(a, kir_e(a->k, K_IDIV, add(a, seen_before(a, gpos(a, i0)), I(a, 1)), I(a, ATT_BK), 0));
+  return let(a, sub(a, end, *first));
+}
+
+/* The first key of key tile kb of those key_tiles() counts from first */
+static int tile_key(Att *a, int first, int kb) {
+  return let(a, mul(a, first >= 0 ? add(a, first, kb) : kb, I(a, ATT_BK)));
 }
 
 /* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1 and are not
@@ -231,10 +260,12 @@ static Att att_shape(FuseCtx *c, int fwd, int node) {
            .HK = kvs->d[2],
            .D = qs->d[3],
            .causal = f->a.causal,
+           .W = f->a.window,
            .scale = f->a.scale,
            .node = node,
            .off = -1};
   a.R = a.HQ / a.HK;
+  if (a.W >= a.SK) a.W = 0; /* a window over the whole sequence: causal attention */
   return a;
 }
 
@@ -253,6 +284,7 @@ static void att_kernel(Att *a, const char *name, int64_t rows, int64_t work, boo
  * threading read): products of the head dimension over pairs (query, key), half of them seen when
  * causal */
 static int64_t flops(const Att *a, int products, int64_t pairs) {
+  if (a->W) return (int64_t)(2 * products * pairs * a->D * ir_attention_seen(a->SK, a->W));
   return 2 * products * pairs * a->D / (a->causal ? 2 : 1);
 }
 
@@ -289,8 +321,9 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   int ii = kir_for(k, I(a, ATT_BQ));
   kir_astore(k, am, ii, '=', kir_f(k, ATT_MASKED));
   kir_end(k);
-  int kb = kir_for(k, key_tiles(a, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1)))));
-  int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
+  int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
+  int kb = kir_for(k, nkb);
+  int j0 = tile_key(a, kb0, kb);
   tile_t(a, kt, KT, add(a, ktb, j0));
   tile_rows(a, vt, V, j0, hdk);
   scores(a, sc, aq, ATT_BQ, kt);
@@ -299,9 +332,9 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   ii = kir_for(k, I(a, ATT_BQ));
   int srow = let(a, mul(a, ii, I(a, ATT_BK)));
   int gi = let(a, gpos(a, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
-  int end = seen_end(a, gi);
+  int end = seen_end(a, gi), before = seen_before(a, gi);
   int jj = kir_for(k, I(a, ATT_BK));
-  int s = let(a, kir_e(k, K_SEL, lt(a, add(a, j0, jj), end),
+  int s = let(a, kir_e(k, K_SEL, seen(a, add(a, j0, jj), end, before),
                        fmul(a, kir_f(k, a->scale), kir_ald(k, sc, add(a, srow, jj))), kir_f(k, ATT_MASKED)));
   kir_astore(k, sc, add(a, srow, jj), '=', s);
   kir_astore(k, tm, jj, '=', s);
@@ -378,11 +411,11 @@ static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int 
   int i = let(a, imin(a, add(a, i0, r), I(a, a->SQ - 1)));
   int gi = let(a, gpos(a, i));
   int lse = let(a, kir_ld(k, L, mad(a, bh, a->SQ, i))), dl = let(a, kir_ld(k, Dl, mad(a, bh, a->SQ, i)));
-  int end = seen_end(a, gi);
+  int end = seen_end(a, gi), before = seen_before(a, gi);
   if (mask_rows) end = let(a, kir_e(k, K_ISEL, lt(a, add(a, i0, r), I(a, a->SQ)), end, I(a, 0)));
   int jj = kir_for(k, I(a, ATT_BK));
   int at = let(a, mad(a, r, ATT_BK, jj));
-  int valid = lt(a, add(a, j0, jj), end);
+  int valid = seen(a, add(a, j0, jj), end, before);
   int p = let(a, kir_e(k, K_SEL, valid,
                        kir_e(k, K_EXP, fsub(a, fmul(a, kir_f(k, a->scale), kir_ald(k, sarr, at)), lse), 0, 0),
                        kir_f(k, 0)));
@@ -422,7 +455,13 @@ static void dkv_kernel(Att *a, const int vb[7], const AttDst *dk, const AttDst *
     int f = let(a, a->off >= 0 ? sub(a, j0, a->off) : j0);
     first = let(a, kir_e(k, K_ISEL, lt(a, f, I(a, 0)), I(a, 0), f));
   }
-  int ngroups = let(a, kir_e(k, K_IDIV, add(a, sub(a, I(a, a->SQ), first), I(a, ATT_G - 1)), I(a, ATT_G), 0));
+  /* and with a window the end of the queries that see its last key: local j0 + BK - 1 + W */
+  int qend = I(a, a->SQ);
+  if (a->W) {
+    int e = add(a, j0, I(a, ATT_BK - 1 + a->W));
+    qend = let(a, imin(a, a->off >= 0 ? sub(a, e, a->off) : e, I(a, a->SQ)));
+  }
+  int ngroups = let(a, kir_e(k, K_IDIV, add(a, sub(a, qend, first), I(a, ATT_G - 1)), I(a, ATT_G), 0));
   int r = kir_for(k, I(a, a->R));
   int bh = let(a, mad(a, b, a->HQ, mad(a, g, a->R, r)));
   int hdq = let(a, mul(a, bh, I(a, a->D)));
@@ -470,8 +509,9 @@ static void dq_kernel(Att *a, const int vb[7], const AttDst *dq) {
   load_rows(a, aq, Q, i0, ATT_BQ, hdq);
   load_rows(a, ag, G, i0, ATT_BQ, hdq);
   load_rows(a, adq, -1, i0, ATT_BQ, hdq);
-  int kb = kir_for(k, key_tiles(a, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1)))));
-  int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
+  int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
+  int kb = kir_for(k, nkb);
+  int j0 = tile_key(a, kb0, kb);
   int kt = let(a, mad(a, hdk, skp(a), j0));
   tile_t(a, kta, KT, kt);
   tile_t(a, vta, VT, kt);

@@ -175,6 +175,23 @@ static int att_keys(FuseCtx *c, KCall *kc, int64_t SQ, int64_t SK, bool causal) 
   return kir_let(k, causal ? kir_e(k, K_IADD, fuse_kc_gpos(c, kc, i), kir_i(k, 1), 0) : kir_i(k, SK));
 }
 
+/* With a sliding window of W positions, one less than the first key row r sees: its global
+ * position - W (a temporary); -1 without a window. */
+static int att_before(FuseCtx *c, KCall *kc, int64_t SQ, int64_t W) {
+  if (!W) return -1;
+  Kernel *k = kc->k;
+  int i = kir_e(k, K_IMOD, kir_row(k), kir_i(k, SQ), 0);
+  return kir_let(k, kir_e(k, K_ISUB, fuse_kc_gpos(c, kc, i), kir_i(k, W), 0));
+}
+
+/* value where key j is in the row's window (after before, att_before), else masked: the keys
+ * before a window are masked in the loops over the row (every loop of a row kernel runs over the
+ * same keys: a thread reads what it wrote), not skipped */
+static int att_window(Kernel *k, int before, int j, int value, double masked) {
+  if (before < 0) return value;
+  return kir_e(k, K_SEL, kir_e(k, K_ILT, before, j, 0), value, kir_f(k, masked));
+}
+
 /* Stores 0 over a causal row's masked tail, the keys nk .. SK-1 (nothing when every key is seen):
  * the loops before it run over the seen keys alone, neither reading nor computing the masked ones. */
 static void att_zero_tail(Kernel *k, int buf, int r, int64_t SK, int nk, bool causal) {
@@ -203,6 +220,7 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   int64_t SQ = qs->d[0], SK = SQ * (c->g->cfg.cp > 1 ? c->g->cfg.cp : 1), B = qs->d[1], HQ = qs->d[2], HK = kvs->d[2],
           D = qs->d[3], R = HQ / HK, batch = B * HK;
   bool causal = f->a.causal, cp = SK != SQ;
+  int64_t W = f->a.window < SK ? f->a.window : 0; /* a window over the whole sequence: causal attention */
   /* causal without context parallelism: the scores' strict upper triangle is masked (the softmax
    * kernels write its probabilities and their gradients as zeros), so a product writing scores
    * needs their lower triangle alone, and one reading P or dS (op(A), lower; transposed, upper)
@@ -227,12 +245,13 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     KCall kc = fuse_kc_block("attention_softmax", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
     int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = lse >= 0 ? fuse_kc_vbuf(c, &kc, lse, true) : -1;
-    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
+    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal), before = att_before(c, &kc, SQ, W);
     int j = kir_reduce(k, nk);
-    int m = kir_reduce_end(k, 'M', kir_ld(k, P, idx2(k, r, SK, j)));
+    int m = kir_reduce_end(k, 'M', att_window(k, before, j, kir_ld(k, P, idx2(k, r, SK, j)), -1e30));
     j = kir_reduce(k, nk);      /* exp(s - max) kept in place of s: one exponential a score */
     kir_reduce_fetch(k, P, SK); /* the next row's scores meanwhile */
-    int ex = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), m, 0), 0, 0));
+    int ex = kir_let(
+        k, att_window(k, before, j, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), m, 0), 0, 0), 0));
     kir_store(k, P, idx2(k, r, SK, j), '=', ex);
     int l = kir_reduce_end(k, '+', ex);
     if (L >= 0) kir_store(k, L, r, '=', kir_e(k, K_ADD, m, kir_e(k, K_LOG, l, 0, 0), 0));
@@ -266,11 +285,12 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
     KCall kc = fuse_kc_block("attention_probs", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
     int P = fuse_kc_vbuf(c, &kc, p.vb, true), L = fuse_kc_vbuf(c, &kc, lse, false);
-    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal);
+    int r = kir_row(k), nk = att_keys(c, &kc, SQ, SK, causal), before = att_before(c, &kc, SQ, W);
     int l = kir_let(k, kir_ld(k, L, r));
     int j = kir_tfor(k, nk);
-    kir_store(k, P, idx2(k, r, SK, j), '=',
-              kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), l, 0), 0, 0));
+    kir_store(
+        k, P, idx2(k, r, SK, j), '=',
+        att_window(k, before, j, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, P, idx2(k, r, SK, j)), l, 0), 0, 0), 0));
     kir_end(k);
     att_zero_tail(k, P, r, SK, nk, causal);
     k->work = 2 * SK;
@@ -279,7 +299,8 @@ void fuse_gemm_attention(FuseCtx *c, int id) {
   att_gemm(c, id, R, batch, 'N', 'T', SQ, SK, D, 1, dout, v, dp, false, t_out, "dP = dO V^T");
   att_gemm(c, id, R, batch, 'T', 'N', SK, D, SQ, 1, p, dout, att_kv(dv_all, B, HK, D), true, t_up, "dV = P^T dO");
   {
-    /* dS = scale P (dP - delta), delta = the row's sum of P dP (= dO . O) */
+    /* dS = scale P (dP - delta), delta = the row's sum of P dP (= dO . O): 0 where P is (a window's
+     * masked keys among them) */
     KCall kc = fuse_kc_block("attention_dscores", B * HQ * SQ, SK, id);
     Kernel *k = kc.k;
     int P = fuse_kc_vbuf(c, &kc, p.vb, false), G = fuse_kc_vbuf(c, &kc, dp.vb, true);

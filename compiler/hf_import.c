@@ -3,7 +3,7 @@
  * The config is parsed with jansson, each field the model needs is read with its type checked
  * (transformers' defaults where the config class has one and the field is absent or null), options
  * the language cannot express are refused by name, and the .pdl is written in the structure and
- * with the checkpoint names of examples/tiny.pdl (Llama, Qwen2, Qwen3, MiniMind) or
+ * with the checkpoint names of examples/tiny.pdl (Llama, Qwen2, Qwen3, MiniMind, Mistral) or
  * examples/gpt2.pdl (GPT-2). Its header records the architecture and the config as read
  * (re-serialised compactly with sorted keys) in the machine-readable comments `# hf-architecture:`
  * and `# hf-config:`. docs/language.md, "Importing a Hugging Face config", is the reference. */
@@ -20,13 +20,13 @@
 #include "ppc.h"
 
 /* ORDER HfArch: hf_archs */
-typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_GPT2 } HfArch;
+typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_MISTRAL, HF_GPT2 } HfArch;
 
 static const struct {
   const char *arch, *type; /* architectures[0] and model_type */
 } hf_archs[] = {
-    {"LlamaForCausalLM", "llama"},       {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},
-    {"MiniMindForCausalLM", "minimind"}, {"GPT2LMHeadModel", "gpt2"},
+    {"LlamaForCausalLM", "llama"},       {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
+    {"MiniMindForCausalLM", "minimind"}, {"MistralForCausalLM", "mistral"}, {"GPT2LMHeadModel", "gpt2"},
 };
 #define HF_NARCH ((int)(sizeof hf_archs / sizeof hf_archs[0]))
 
@@ -45,6 +45,7 @@ typedef struct Hf {
   bool llama3;                     /* rope_scaling {"rope_type": "llama3", ...} */
   double factor, low_freq, high_freq;
   int64_t orig_max_pos;
+  int64_t window; /* Mistral: sliding_window (0: null, every position) */
 } Hf;
 
 /* ---- reading fields ------------------------------------------------------------------------ */
@@ -227,11 +228,11 @@ static void read_rope_scaling(Hf *h) {
   }
 }
 
-/* Llama, Qwen2, Qwen3, MiniMind: transformers' config classes' defaults (MiniMind: its
+/* Llama, Qwen2, Qwen3, MiniMind, Mistral: transformers' config classes' defaults (MiniMind: its
  * MiniMindConfig's) where a field is optional. */
 static void read_llama_like(Hf *h) {
   json_t *c = h->cfg;
-  bool mm = h->arch == HF_MINIMIND;
+  bool mm = h->arch == HF_MINIMIND, mistral = h->arch == HF_MISTRAL;
   h->hidden = get_int(h, c, "", "hidden_size", -1);
   h->layers = get_int(h, c, "", "num_hidden_layers", -1);
   h->heads = get_int(h, c, "", "num_attention_heads", -1);
@@ -239,7 +240,7 @@ static void read_llama_like(Hf *h) {
   /* MiniMind: intermediate_size = ceil(hidden * pi / 64) * 64 when absent */
   h->ffn = get_int(h, c, "", "intermediate_size",
                    mm ? (int64_t)ceil((double)h->hidden * 3.14159265358979323846 / 64) * 64 : -1);
-  h->eps = get_num(h, c, "", "rms_norm_eps", mm ? 1e-6 : -1);
+  h->eps = get_num(h, c, "", "rms_norm_eps", mm || mistral ? 1e-6 : -1);
   h->kv_heads = get_int(h, c, "", "num_key_value_heads", h->heads);
   /* head_dim: hidden / heads when absent (Qwen3: 128) */
   if (!field(c, "head_dim", true) && h->arch != HF_QWEN3 && !h->bad && h->hidden % h->heads) {
@@ -248,7 +249,7 @@ static void read_llama_like(Hf *h) {
     field_err(h, "num_attention_heads", exp, json_object_get(c, "num_attention_heads"));
   }
   h->head_dim = get_int(h, c, "", "head_dim", h->arch == HF_QWEN3 ? 128 : h->hidden / h->heads);
-  h->max_pos = get_int(h, c, "", "max_position_embeddings", h->arch == HF_LLAMA ? 2048 : 32768);
+  h->max_pos = get_int(h, c, "", "max_position_embeddings", h->arch == HF_LLAMA ? 2048 : mistral ? 4096 * 32 : 32768);
   h->theta = get_num(h, c, "", "rope_theta", mm ? 1e6 : 10000);
   h->std = get_num(h, c, "", "initializer_range", 0.02);
   h->tied = get_bool(h, c, "tie_word_embeddings", mm);
@@ -261,21 +262,29 @@ static void read_llama_like(Hf *h) {
     break;
   case HF_QWEN2:
     h->qkv_bias = true;
-    want_bool(h, c, "use_sliding_window", false, "sliding-window attention is not supported");
+    want_bool(h, c, "use_sliding_window", false,
+              "Qwen's sliding windows of the layers past max_window_layers are not supported");
     break;
   case HF_QWEN3:
     h->qkv_bias = h->o_bias = get_bool(h, c, "attention_bias", false);
     h->qk_norm = true;
-    want_bool(h, c, "use_sliding_window", false, "sliding-window attention is not supported");
+    want_bool(h, c, "use_sliding_window", false,
+              "Qwen's sliding windows of the layers past max_window_layers are not supported");
     break;
   case HF_MINIMIND:
     h->qk_norm = true;
     want_bool(h, c, "use_moe", false, "mixture-of-experts MLPs are not supported");
     want_bool(h, c, "inference_rope_scaling", false, "YaRN RoPE scaling is not supported");
     break;
+  case HF_MISTRAL: /* no biases; a sliding window unless sliding_window is null */
+    h->window = field(c, "sliding_window", true) ? get_int(h, c, "", "sliding_window", -1) : 0;
+    if (field(c, "rope_scaling", true))
+      field_err(h, "rope_scaling", "null (MistralForCausalLM's RoPE is not scaled)",
+                json_object_get(c, "rope_scaling"));
+    break;
   case HF_GPT2: break;
   }
-  read_rope_scaling(h);
+  if (!mistral) read_rope_scaling(h);
   if (h->bad) return;
   char exp[128];
   if (h->heads % h->kv_heads) {
@@ -417,10 +426,12 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
   num(eps, h->eps);
   const char *L = "model.layers.{l}.";
   char what[400];
+  char window[48] = "";
+  if (h->window) snprintf(window, sizeof window, " in a sliding window of %lld", (long long)h->window);
   snprintf(what, sizeof what,
-           "RMSNorm, %s attention%s%s, RoPE%s, SwiGLU%s, %s head;\n"
+           "RMSNorm, %s attention%s%s%s, RoPE%s, SwiGLU%s, %s head;\n"
            "# parameter names as transformers' state_dict.",
-           h->kv_heads == h->heads ? "multi-head" : "grouped-query",
+           h->kv_heads == h->heads ? "multi-head" : "grouped-query", window,
            h->qkv_bias ? (h->o_bias ? " with q/k/v/o biases" : " with q/k/v biases") : "",
            h->qk_norm ? ", QK-norm" : "", h->llama3 ? " with Llama-3 frequency scaling" : "",
            h->mlp_bias ? " with biases" : "", h->tied ? "tied" : "untied");
@@ -469,7 +480,9 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
     else fprintf(f, "  %s = split_heads(%s, heads = %s)\n", qkv[i][0], lin, qkv[i][3]);
   }
   fprintf(f, "  q = rope(q, %s)\n  k = rope(k, %s)\n", rope, rope);
-  fputs("  a = attention(q, k, v, causal)\n", f);
+  if (h->window)
+    fprintf(f, "  a = attention(q, k, v, causal, window = %lld)   # sliding_window\n", (long long)h->window);
+  else fputs("  a = attention(q, k, v, causal)\n", f);
   fprintf(f, "  x = x + linear(merge_heads(a), wo%s)\n", h->o_bias ? ", bo" : "");
   fprintf(f, "  h = rmsnorm(x, ln2, eps = %s)\n", eps);
   if (h->mlp_bias) fputs("  x = x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)   # SwiGLU\n", f);

@@ -171,7 +171,9 @@ static void print_attrs(FILE *f, const IrNode *n) {
     else if (!strcmp(key, "heads")) fprintf(f, " heads=%lld", (long long)n->a.heads);
     else if (!strcmp(key, "index")) fprintf(f, " index=%lld", (long long)n->a.index);
     else if (!strcmp(key, "parts")) fprintf(f, " parts=%lld", (long long)n->a.parts);
-    else if (!strcmp(key, "p")) fprintf(f, " p=%g id=%lld", n->a.p, (long long)n->a.dropid);
+    else if (!strcmp(key, "window")) {
+      if (n->a.window) fprintf(f, " window=%lld", (long long)n->a.window);
+    } else if (!strcmp(key, "p")) fprintf(f, " p=%g id=%lld", n->a.p, (long long)n->a.dropid);
     else if (!strcmp(key, "ignore_index")) {
       if (n->a.masked) fprintf(f, " ignore_index=%lld", (long long)n->a.ignore_index);
     } else if (!strcmp(key, "causal")) {

@@ -104,6 +104,14 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (!strcmp(key, "index")) c->a.index = v;
     if (!strcmp(key, "parts")) c->a.parts = v;
     if (!strcmp(key, "original_max_pos")) c->a.original_max_pos = v;
+    if (!strcmp(key, "window")) {
+      if (v < 1) {
+        ir_build_err(b, val->loc, "attention's window is %lld: expected a positive number of positions", (long long)v);
+        c->has[k] = 1;
+        return 1;
+      }
+      c->a.window = v;
+    }
     if (!strcmp(key, "ignore_index")) {
       if (v < INT32_MIN || v > INT32_MAX) {
         ir_build_err(b, val->loc, "ignore_index %lld is not a 32-bit label (labels are int32)", (long long)v);
@@ -398,6 +406,10 @@ static int infer(Builder *b, Call *c) {
       ir_build_err(b, e->loc,
                    "tensor-parallel degree %lld neither divides the %lld key/value heads nor is a multiple of them",
                    (long long)tp, (long long)k->d[2]);
+      return -1;
+    }
+    if (c->a.window && !c->a.causal) {
+      ir_build_err(b, e->loc, "a sliding window needs causal attention: add the flag causal");
       return -1;
     }
     if (!c->has[1]) c->a.scale = 1.0 / sqrt((double)q->d[3]);

@@ -47,9 +47,12 @@ double pipe_node_cost(const Graph *g, const IrNode *n) {
     bytes = es * (R * K + Nn * K + R * Nn);
     break;
   }
-  case OP_ATTENTION: { /* QK^T and PV over S x S scores; half of them under a causal mask */
+  case OP_ATTENTION: { /* QK^T and PV over S x S scores; half of them under a causal mask, fewer in a window */
     double S = (double)x->d[0], B = (double)x->d[1], H = (double)x->d[2], D = (double)x->d[3];
-    flops = 4 * B * H * S * S * D * (n->a.causal ? 0.5 : 1);
+    double seen = !n->a.causal                           ? 1
+                  : n->a.window && n->a.window < x->d[0] ? ir_attention_seen(x->d[0], n->a.window)
+                                                         : 0.5;
+    flops = 4 * B * H * S * S * D * seen;
     bytes = 4 * es * out;
     break;
   }

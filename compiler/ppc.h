@@ -238,7 +238,8 @@ typedef struct IrAttrs {
   double eps, theta, scale; /* scale 0: 1/sqrt(head_dim) */
   int64_t heads, index, parts;
   bool causal;
-  bool llama3; /* rope: Llama-3 frequency scaling by factor, low/high_freq_factor, original_max_pos */
+  int64_t window; /* attention: a query sees the window positions ending at its own (causal); 0: all */
+  bool llama3;    /* rope: Llama-3 frequency scaling by factor, low/high_freq_factor, original_max_pos */
   double factor, low_freq_factor, high_freq_factor;
   int64_t original_max_pos;
   int64_t vlocal, vtotal; /* vocab-parallel embedding/cross-entropy: rows per TP rank, real vocabulary */
@@ -248,6 +249,12 @@ typedef struct IrAttrs {
   bool masked;            /* cross_entropy with ignore_index: labels equal to it count for nothing */
   int64_t ignore_index;
 } IrAttrs;
+
+/* The share of an S-long sequence's (query, key) pairs that causal attention with a sliding window
+ * of W < S positions sees (the cost models'; without a window they take a half) */
+static inline double ir_attention_seen(int64_t S, int64_t W) {
+  return ((double)W * (double)(W + 1) / 2 + (double)(S - W) * (double)W) / ((double)S * (double)S);
+}
 
 typedef struct IrNode {
   Op op;

@@ -211,8 +211,25 @@ static int split_val(RtData **d, RtData **val, const char *name, double f, int s
   return 0;
 }
 
-/* d's tokens below the model's vocabulary (flag: the option that named it). 0, or -1 with a message. */
+/* How to make token files for a model: with its tokenizer, from text. */
+#define PPR_TOKENIZE_HINT                                                                                              \
+  "python3 tools/tokenize.py --tokenizer DIR/tokenizer.json TEXT... writes tokens_train.bin and tokens_val.bin, for "  \
+  "--data and --val-data"
+
+/* d's tokens below the model's vocabulary (flag: the option that named it, "" for the built-in
+ * text). Text is bytes: not the ids of a model imported from a Hugging Face config (its tokenizer's)
+ * unless its vocabulary is the 256 bytes, nor of a vocabulary over 256 that --data names. 0, or -1
+ * with a message. */
 static int check_vocab(const Run *r, const RtData *d, const char *name, const char *flag) {
+  if (rt_data_is_text(d) && r->p->hf_config && r->p->vocab != 256) {
+    char what[600];
+    if (*flag) snprintf(what, sizeof what, "%s%s is text, whose bytes would be the tokens", flag, name);
+    else snprintf(what, sizeof what, "no --data: the built-in text's bytes would be the tokens");
+    return rt_fail_at(world.err, sizeof world.err, __FILE__, __LINE__,
+                      "%s, but %s was compiled from a Hugging Face config (its listing's hf_config): its tokens are "
+                      "the ids of the model's tokenizer (%lld of them). Make token files with it: " PPR_TOKENIZE_HINT,
+                      what, r->path, (long long)r->p->vocab);
+  }
   if (*flag && rt_data_is_text(d) && r->p->vocab > 256) /* bytes as the ids of a larger vocabulary: a mistake */
     return rt_fail_at(world.err, sizeof world.err, __FILE__, __LINE__,
                       "%s%s is text, whose bytes would be the tokens, but the model's vocabulary has %lld: tokenize "
@@ -221,8 +238,9 @@ static int check_vocab(const Run *r, const RtData *d, const char *name, const ch
                       flag, name, (long long)r->p->vocab, name);
   if (!rt_data_check_vocab(d, name, r->p->vocab, world.err, sizeof world.err)) return 0;
   size_t l = strlen(world.err);
-  snprintf(world.err + l, sizeof world.err - l, " (%s%s)%s", flag, r->path,
-           d == r->d && !r->c.data ? "; pass --data" : "");
+  snprintf(world.err + l, sizeof world.err - l, " (%s%s)%s%s", flag, r->path,
+           d == r->d && !r->c.data ? "; pass --data" : "",
+           r->p->hf_config ? "; a file of other ids than the model's tokenizer's? " PPR_TOKENIZE_HINT : "");
   return -1;
 }
 
@@ -263,7 +281,7 @@ static void open_data(Run *r) {
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
-/* --generate: the tokens after the prompt, printed. */
+/* --generate: the prompt and the tokens after it, alone on stdout (what was run on stderr). */
 static void generate(Run *r) {
   const PprCli *c = &r->c;
   if (!c->quiet && world.me == 0) {
@@ -273,9 +291,9 @@ static void generate(Run *r) {
       snprintf(how, sizeof how, "temperature %g, top-k %lld, seed %llu", c->temperature, (long long)c->top_k,
                (unsigned long long)c->sample_seed);
     else snprintf(how, sizeof how, "temperature %g, seed %llu", c->temperature, (unsigned long long)c->sample_seed);
-    printf("ppr: %s: model %s; %lld tokens after a prompt of %d, %s\n", r->path, r->p->model, (long long)c->generate,
-           r->text.nprompt, how);
-    ppr_flush_stdout();
+    /* on stderr: stdout is the tokens alone, for a pipe */
+    fprintf(stderr, "ppr: %s: model %s; %lld tokens after a prompt of %d, %s\n", r->path, r->p->model,
+            (long long)c->generate, r->text.nprompt, how);
   }
   ppr_sample_print(c, r->p, r->x, &r->text, "", (int)c->generate);
 }

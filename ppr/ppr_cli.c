@@ -87,8 +87,7 @@ static const char usage[] =
     "                              the tokens on a model of 256 (default: the first 8 tokens of\n"
     "                              the training data)\n"
     "  --prompt-ids LIST           or the prompt as token ids, separated by commas or spaces\n"
-    "  --temperature T             0: greedy, the likeliest token; else softmax(logits/T) sampled\n"
-    "                              (default 1)\n"
+    "  --temperature T             sample from softmax(logits/T) (default 0: greedy, the argmax)\n"
     "  --top-k K                   sample among the K likeliest tokens only (default: all)\n"
     "  --sample-seed N             the sampler's seed: the same text for the same seed (default 1)\n"
     "  --tokenizer FILE            the model's tokenizer.json (Hugging Face's: byte-level BPE as\n"
@@ -393,7 +392,7 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
   if (c->verify && c->dir) bad_usage("--verify checks a checkpoint alone: drop DIR ('%s')", c->dir);
   if (c->verify) return;
   if (!c->dir) bad_usage("no program directory DIR");
-  have_sampling = c->prompt || c->prompt_ids || c->tokenizer || c->top_k || c->temperature != 1 || c->sample_seed != 1;
+  have_sampling = c->prompt || c->prompt_ids || c->tokenizer || c->top_k || c->temperature != 0 || c->sample_seed != 1;
   if (c->generate && c->sample_every) bad_usage("--generate and --sample-every exclude each other");
   if (c->generate && have_steps)
     bad_usage("--generate samples from the weights without training: drop --steps (while training: --sample-every)");
@@ -403,6 +402,9 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
   if (have_sampling && !c->generate && !c->sample_every)
     bad_usage("the prompt and sampling options go with --generate N or --sample-every N");
   if (c->prompt && c->prompt_ids) bad_usage("--prompt and --prompt-ids exclude each other");
+  if ((c->top_k || c->sample_seed != 1) && c->temperature == 0)
+    bad_usage("%s draws samples: give --temperature T too (without it the pick is greedy, the likeliest token)",
+              c->top_k ? "--top-k" : "--sample-seed");
   if (c->tensorboard && !c->log) bad_usage("--tensorboard draws from the log: give --log FILE.jsonl too");
   if (c->generate && (c->save || c->save_grads || c->log || c->trace || c->val_data || c->val_frac > 0))
     bad_usage("--generate writes text alone: %s is an option of training", c->save         ? "--save"
@@ -470,7 +472,6 @@ static void parse_opts(int argc, char **argv, PprCli *c, const char **vals, uint
   c->seed = 1;
   c->steps = 1;
   c->timeout = RT_COMM_TIMEOUT;
-  c->temperature = 1;
   c->sample_seed = 1;
   *have_steps = 0;
   c->h = (RtHyper){

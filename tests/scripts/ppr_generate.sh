@@ -4,8 +4,8 @@
 # the same sampler over the `logits` its loss reads), greedily and with temperature and top-k, on one
 # rank and on pp 2, tp 2, tp 2 x pp 2, dp 2, interleaved and zbv; every mesh the one-rank text;
 # greedy decoding against PyTorch (tests/reference/models.py) over a window that slides past the
-# sequence; --sample-every while training; the errors. tiny.pdl trained a little, saved and loaded
-# with --init. Last line: "N passed, M failed".
+# sequence; greedy and the text alone on stdout by default; --sample-every while training; the
+# errors. tiny.pdl trained a little, saved and loaded with --init. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_generate.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
@@ -78,6 +78,13 @@ while read -r name opts; do
     same "$name: sampled = the one-rank text" "$tmp/one.gs.txt" "$tmp/$name.gs.txt"
   fi
 done <"$tmp/meshes"
+# the defaults: greedy, and stdout the prompt and its continuation alone (what ran on stderr)
+"$ppr" "$tmp/one" --init "$tmp/w.safetensors" --generate 24 --prompt-ids 84,104,101,32,99,108 >"$tmp/plain.txt" \
+  2>"$tmp/plain.err" </dev/null
+same "--generate without --temperature: greedy, the prompt and the tokens alone on stdout" "$tmp/one.g.txt" \
+  "$tmp/plain.txt"
+if grep -q '24 tokens after a prompt of 6, greedy' "$tmp/plain.err"; then ok "what ran on stderr: greedy"
+else bad "what ran on stderr: $(head -c 300 "$tmp/plain.err")"; fi
 # a draw depends on its seed: another seed, another text (24 tokens of 12 candidates each)
 run one generate "$tmp/seed8.txt" --generate 24 --prompt The --temperature 0.9 --top-k 12 --sample-seed 8
 if [ -s "$tmp/seed8.txt" ] && ! cmp -s "$tmp/seed8.txt" "$tmp/one.gs.txt"; then ok "--sample-seed 8 draws another text"
@@ -146,6 +153,10 @@ expect_fail "--sample-every without them" "compile with ppc --generate" "$ppr" "
 expect_fail "--generate with --steps" "drop --steps" "$ppr" "$tmp/one" --generate 4 --steps 3
 expect_fail "--generate with --save" "--save is an option of training" "$ppr" "$tmp/one" --generate 4 --save "$tmp/x"
 expect_fail "a sampling option alone" "go with --generate N or --sample-every N" "$ppr" "$tmp/one" --top-k 5
+expect_fail "--top-k without --temperature" "--top-k draws samples: give --temperature T too" "$ppr" "$tmp/one" \
+  --generate 4 --top-k 5
+expect_fail "--sample-seed without --temperature" "--sample-seed draws samples: give --temperature T too" "$ppr" \
+  "$tmp/one" --generate 4 --sample-seed 3
 expect_fail "--prompt-ids past the vocabulary" "--prompt-ids: '256' is not a token id below the vocabulary's 256" \
   "$ppr" "$tmp/one" --generate 4 --prompt-ids 1,256
 expect_fail "--prompt-ids not a number" "--prompt-ids: 'x' is not a token id" "$ppr" "$tmp/one" --generate 4 \

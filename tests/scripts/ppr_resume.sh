@@ -3,7 +3,8 @@
 # beside the weights) and --resume continues from it: 6 steps straight and 3 + 3 resumed give the same
 # losses and byte-identical weights and moments, on one rank and on tp 2 x pp 2; a checkpoint saved at
 # pp 2 resumed on one rank agrees within 1e-5; a one-file --save; the errors (before any step, nothing
-# written). A tiny GPT-2 from `ppc --from-hf tests/hf/gpt2`. Last line: "N passed, M failed".
+# written; a model from a Hugging Face config refuses text). A tiny GPT-2 from `ppc --from-hf tests/hf/gpt2`.
+# Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_resume.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
@@ -31,8 +32,17 @@ PY
   echo "$pass passed, $fail failed"
   exit 1
 }
+# tokens FILE N: an llm.c token file (uint16) of README's first N bytes as ids (a model from a
+# Hugging Face config trains on token files, not on the built-in text)
+tokens() {
+  python3 -c '
+import struct, sys
+b = open("README.md", "rb").read()[:int(sys.argv[2])]
+open(sys.argv[1], "wb").write(struct.pack("<256i", *([20240520, 1, len(b)] + [0] * 253)) + struct.pack("<%dH" % len(b), *b))' "$@"
+}
+tokens "$tmp/text.bin" 20000
 # a schedule whose lr changes every step, clipping on: the resumed steps must use the saved run's
-opts="--quiet --lr-schedule cosine --warmup 2 --clip 1.0"
+opts="--quiet --lr-schedule cosine --warmup 2 --clip 1.0 --data $tmp/text.bin"
 
 # straight_vs_resumed NAME DIR LAUNCH...: 6 steps saving every 3 (NAME-a/step-000003, NAME-a/step-000006), then
 # --resume NAME-a/step-000003 for steps 4 to 6, on the mesh of the program DIR
@@ -96,7 +106,7 @@ if cmp -s "$tmp/wb/model.safetensors" "$tmp/one-b/step-000006/model.safetensors"
   ok "--resume W.safetensors at --steps: the weights and moments as saved"
 else bad "--resume W.safetensors at --steps: the weights and moments as saved"; fi
 # --keep K: the last K step folders
-expect "--save-every 1 --keep 2" "$ppr" "$tmp/one" --steps 4 --quiet --save "$tmp/kept" --save-every 1 --keep 2
+expect "--save-every 1 --keep 2" "$ppr" "$tmp/one" --steps 4 $opts --save "$tmp/kept" --save-every 1 --keep 2
 if [ "$(ls "$tmp/kept" | tr '\n' ' ')" = "step-000003 step-000004 " ]; then ok "--keep 2 keeps the last two"
 else bad "--keep 2 keeps the last two ($(ls "$tmp/kept" | tr '\n' ' '))"; fi
 
@@ -109,20 +119,23 @@ expect_fail "--resume --seed" "--resume and --seed exclude each other" "$ppr" "$
 expect_fail "--steps that moves a cosine's decay" \
   "the checkpoint's lr_schedule.decay_steps is 4, this run's would be 6: give --decay-steps 4 to go on with the checkpoint's" \
   "$ppr" "$tmp/one" --steps 8 --resume "$ck" --save "$tmp/never"
-# tokens: an llm.c token file of README's bytes (uint16), then a longer one in its place
-tokens() {
-  python3 -c '
-import struct, sys
-b = open("README.md", "rb").read()[:int(sys.argv[2])]
-open(sys.argv[1], "wb").write(struct.pack("<256i", *([20240520, 1, len(b)] + [0] * 253)) + struct.pack("<%dH" % len(b), *b))' "$@"
-}
 tokens "$tmp/data.bin" 3000
 expect "a run on --data FILE, saved" "$ppr" "$tmp/one" --steps 2 --quiet --data "$tmp/data.bin" --save "$tmp/dck"
 tokens "$tmp/data.bin" 4000
 expect_fail "--data changed since the checkpoint" "the data changed since; give --data again to go on with it as it is now" \
   "$ppr" "$tmp/one" --steps 3 --resume "$tmp/dck" --save "$tmp/never"
-expect_fail "text as --data of a model of 512 tokens" "--data README.md is text, whose bytes would be the tokens, but the model's vocabulary has 512: tokenize it" \
+expect_fail "text as --data of a model from a Hugging Face config" \
+  "--data README.md is text, whose bytes would be the tokens, but $tmp/one/rank0.prog was compiled from a Hugging Face config" \
   "$ppr" "$tmp/one" --steps 1 --data README.md --save "$tmp/never"
+expect_fail "no --data for a model from a Hugging Face config" \
+  "no --data: the built-in text's bytes would be the tokens, but $tmp/one/rank0.prog was compiled from a Hugging Face config" \
+  "$ppr" "$tmp/one" --steps 1 --save "$tmp/never"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<256i", *([20240520, 1, 40] + [0] * 253)) + struct.pack("<40H", *([7] * 39 + [512])))' \
+  "$tmp/big.bin"
+expect_fail "a token file of ids past the vocabulary" \
+  "token 512 at position 39 is not below the vocabulary's 512 (--data $tmp/one/rank0.prog); a file of other ids than the model's tokenizer's? python3 tools/tokenize.py --tokenizer DIR/tokenizer.json" \
+  "$ppr" "$tmp/one" --steps 1 --data "$tmp/big.bin" --save "$tmp/never"
 expect_fail "--steps below the checkpoint's" "--steps 2: the checkpoint $tmp/one-a/step-000003 has done 3 steps" "$ppr" "$tmp/one" --steps 2 \
   --quiet --resume "$ck" --save "$tmp/never"
 expect_fail "--keep without --save-every" "--keep is an option of --save-every" "$ppr" "$tmp/one" --save "$tmp/never" \

@@ -31,9 +31,10 @@ if [ -s "$T/run/step-000150/config.json" ] && [ -s "$T/run/step-000150/model.saf
   grep -q '"LlamaForCausalLM"' "$T/run/step-000150/config.json"; then
   ok "run/step-000150: config.json (LlamaForCausalLM) and model.safetensors"
 else bad "run/step-000150 should hold config.json and model.safetensors: $(ls "$T/run" 2>&1 | tr '\n' ' ')"; fi
-if grep -q '200 tokens after a prompt of 14, temperature 0.8, top-k 20' "$tmp/out.txt" &&
-  grep -q '^Permission is ' "$tmp/out.txt"; then
-  ok "--generate 200 after the prompt's 14 bytes, the sample printed after the prompt"
+# (what ran on stderr; the prompt and the sample alone on stdout)
+if grep -q '200 tokens after a prompt of 14, temperature 0.8, top-k 20' "$tmp/err.txt" &&
+  grep -q '^Permission is ' "$tmp/out.txt" && ! grep -q 'tokens after a prompt' "$tmp/out.txt"; then
+  ok "--generate 200 after the prompt's 14 bytes: the sample after the prompt on stdout, what ran on stderr"
 else bad "the sample: $(grep -n 'Permission' "$tmp/out.txt" | head -n 2)"; fi
 
 echo "$pass passed, $fail failed"

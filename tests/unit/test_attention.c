@@ -1,6 +1,6 @@
 /* test_attention.c — the fused attention (compiler/fuse_attn.c) against attention computed in
- * double, on the cpu and the opencl device. For each case (head dim, sequence, causal or not,
- * grouped-query ratio, kv heads replicated under tp, a context-parallel rank's offset, bf16), a
+ * double, on the cpu and the opencl device. For each case (head dim, sequence, causal or not, a
+ * sliding window, grouped-query ratio, kv heads replicated under tp, a cp rank's offset, bf16), a
  * one-layer model is compiled with ppc; in one rank's listing the first layer's four attention
  * kernels (attention_fwd, attention_delta, attention_dkv, attention_dq) are found and run alone
  * on random Q, K, V and dO written where their arguments point: O and the log-sum-exp from the
@@ -25,7 +25,7 @@
 static char bin[512] = "build";
 
 typedef struct {
-  int d, s, b, hq, hk, tp, cp, causal, bf16;
+  int d, s, b, hq, hk, tp, cp, causal, bf16, window;
 } Case;
 
 /* Head dims 32/64/96/128; S 1, 17, 100, 1024 (not multiples of the tiles); causal and not;
@@ -43,6 +43,17 @@ static const Case cases[] = {
     {.d = 64, .s = 100, .b = 1, .hq = 2, .hk = 2, .tp = 1, .cp = 4, .causal = 0},
     {.d = 64, .s = 100, .b = 2, .hq = 4, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .bf16 = 1},
     {.d = 128, .s = 40, .b = 1, .hq = 2, .hk = 1, .tp = 1, .cp = 2, .causal = 1, .bf16 = 1},
+    /* sliding windows: shorter than the sequence (not a multiple of the tiles, and shorter than a
+     * tile), as long, longer; across the cp ranks' boundary; with grouped-query heads and tp */
+    {.d = 32, .s = 100, .b = 2, .hq = 4, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .window = 37},
+    {.d = 64, .s = 100, .b = 1, .hq = 2, .hk = 1, .tp = 1, .cp = 1, .causal = 1, .window = 5},
+    {.d = 32, .s = 17, .b = 2, .hq = 2, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .window = 17},
+    {.d = 32, .s = 17, .b = 2, .hq = 2, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .window = 40},
+    {.d = 32, .s = 68, .b = 2, .hq = 4, .hk = 2, .tp = 1, .cp = 2, .causal = 1, .window = 21},
+    {.d = 32, .s = 100, .b = 1, .hq = 4, .hk = 2, .tp = 1, .cp = 4, .causal = 1, .window = 30},
+    {.d = 64, .s = 1024, .b = 1, .hq = 2, .hk = 1, .tp = 1, .cp = 1, .causal = 1, .window = 200},
+    {.d = 32, .s = 17, .b = 2, .hq = 4, .hk = 2, .tp = 4, .cp = 1, .causal = 1, .window = 6},
+    {.d = 64, .s = 100, .b = 2, .hq = 4, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .bf16 = 1, .window = 33},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -75,6 +86,8 @@ static float bf16_round(float x) {
 static int write_model(const char *path, const Case *c) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
+  char window[48] = "";
+  if (c->window) snprintf(window, sizeof window, ", window = %d", c->window);
   fprintf(f,
           "model \"attention\"\n"
           "dim vocab = 256\ndim hidden = 8\ndim heads = %d\ndim kv_heads = %d\ndim head_dim = %d\n"
@@ -90,10 +103,10 @@ static int write_model(const char *path, const Case *c) {
           "q = split_heads(linear(x, Wq), heads = heads)\n"
           "k = split_heads(linear(x, Wk), heads = kv_heads)\n"
           "v = split_heads(linear(x, Wv), heads = kv_heads)\n"
-          "a = attention(q, k, v%s)\n"
+          "a = attention(q, k, v%s%s)\n"
           "logits = transpose_sb(linear(linear(merge_heads(a), Wo), W))\n"
           "loss = cross_entropy(logits, labels)\n",
-          c->hq, c->hk, c->d, c->b, c->s, c->causal ? ", causal" : "");
+          c->hq, c->hk, c->d, c->b, c->s, c->causal ? ", causal" : "", window);
   return fclose(f);
 }
 
@@ -206,6 +219,7 @@ static int make_call(Call *c, const RtProg *p, const RtInstr *in, const char *cs
 typedef struct {
   int64_t SQ, SK, B, HQ, HK, D, off;
   bool causal;
+  int64_t window; /* 0: none */
   double scale;
 } Shape4;
 
@@ -227,17 +241,18 @@ static void reference(const Shape4 *s, const float *q, const float *k, const flo
     for (int64_t h = 0; h < s->HQ; h++)
       for (int64_t i = 0; i < s->SQ; i++) {
         int64_t g = h / R, nk = s->causal ? s->off + i + 1 : s->SK;
+        int64_t j0 = s->window && nk > s->window ? nk - s->window : 0; /* the window's first key */
         double m = -INFINITY, l = 0;
-        for (int64_t j = 0; j < nk; j++) {
+        for (int64_t j = j0; j < nk; j++) {
           double a = 0;
           for (int64_t d = 0; d < s->D; d++) a += (double)q[qi(s, i, b, h, d)] * k[ki(s, j, b, g, d)];
           p[j] = s->scale * a;
           if (p[j] > m) m = p[j];
         }
-        for (int64_t j = 0; j < nk; j++) l += p[j] = exp(p[j] - m);
+        for (int64_t j = j0; j < nk; j++) l += p[j] = exp(p[j] - m);
         lse[(b * s->HQ + h) * s->SQ + i] = m + log(l);
         double delta = 0;
-        for (int64_t j = 0; j < nk; j++) {
+        for (int64_t j = j0; j < nk; j++) {
           p[j] /= l;
           double a = 0;
           for (int64_t d = 0; d < s->D; d++) a += (double)dout[qi(s, i, b, h, d)] * v[ki(s, j, b, g, d)];
@@ -246,7 +261,7 @@ static void reference(const Shape4 *s, const float *q, const float *k, const flo
         }
         for (int64_t d = 0; d < s->D; d++) {
           double a = 0, gq = 0;
-          for (int64_t j = 0; j < nk; j++) {
+          for (int64_t j = j0; j < nk; j++) {
             double ds = s->scale * p[j] * (dp[j] - delta);
             a += p[j] * v[ki(s, j, b, g, d)];
             gq += ds * k[ki(s, j, b, g, d)];
@@ -461,8 +476,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NCASES; i++) {
     const Case *cs = &cases[i];
     char dir[900], model[1000], cmd[4096], label[200];
-    snprintf(label, sizeof label, "D %d S %d B %d heads %d/%d%s%s tp %d cp %d%s", cs->d, cs->s, cs->b, cs->hq, cs->hk,
-             cs->causal ? " causal" : "", cs->hk < cs->tp ? " (kv replicated)" : "", cs->tp, cs->cp,
+    char window[32] = "";
+    if (cs->window) snprintf(window, sizeof window, " window %d", cs->window);
+    snprintf(label, sizeof label, "D %d S %d B %d heads %d/%d%s%s%s tp %d cp %d%s", cs->d, cs->s, cs->b, cs->hq, cs->hk,
+             cs->causal ? " causal" : "", window, cs->hk < cs->tp ? " (kv replicated)" : "", cs->tp, cs->cp,
              cs->bf16 ? " bf16" : "");
     snprintf(dir, sizeof dir, "%s/attention/case%d", bin, i);
     snprintf(model, sizeof model, "%s/model.pdl", dir);
@@ -497,6 +514,7 @@ int main(int argc, char **argv) {
                 .D = cs->d,
                 .off = (int64_t)p->cp_rank * (cs->s / cs->cp),
                 .causal = cs->causal,
+                .window = cs->window,
                 .scale = 1 / sqrt((double)cs->d)};
     check(p->cp_rank == cs->cp - 1, "%s: the listing's cp rank %d", label, p->cp_rank);
     run_device(pdir, p, csrc, &s, cs, "cpu", label);

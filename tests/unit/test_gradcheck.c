@@ -39,6 +39,7 @@ static const Model models[] = {
     {"rope_llama3", 1e-2}, /* rope with Llama-3 frequency scaling */
     {"heads", 1e-2},
     {"attention_gqa", 1e-2},
+    {"attention_window", 1e-2}, /* a sliding window of 3 of the 8 positions */
     {"attention_full", 1e-2},
     {"attention_scale", 1e-2},
     {"silu", 1e-2},

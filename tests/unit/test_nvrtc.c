@@ -28,8 +28,10 @@ static const char *const cases[][2] = {
     {"examples/minimind.pdl", "--tp 2"},
     {"examples/minimind.pdl", "--pp 2"},
     {"examples/minimind.pdl", "--tp 2 --pp 4"},
-    {"examples/minimind.pdl", "--tp 8"},     /* kv heads replicated */
-    {"tests/models/tiny_pad.pdl", "--tp 4"}, /* a padded vocabulary */
+    {"examples/minimind.pdl", "--tp 8"},        /* kv heads replicated */
+    {"tests/models/tiny_pad.pdl", "--tp 4"},    /* a padded vocabulary */
+    {"tests/models/tiny_window.pdl", "--cp 2"}, /* a sliding window across the cp ranks */
+    {"tests/models/tiny_window.pdl", "--attention gemm"},
     {"examples/gpt2.pdl", "--tp 2"},
     {"examples/gpt2.pdl", "--pp 2"},
     {"examples/gpt2.pdl", "--tp 2 --pp 3"},

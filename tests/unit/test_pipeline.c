@@ -17,6 +17,7 @@ static char bin[512] = "build";
 static const char *precision = "fp32"; /* ppc --precision of the meshes and their one-rank reference */
 static int sp;     /* 1: the meshes with --sp (sequence parallelism; not their one-rank reference) */
 static int cp = 1; /* the meshes' --cp (context parallelism; not their one-rank reference's) */
+static const char *attention = "fused"; /* ppc --attention of the meshes and their reference */
 
 #define MPIRUN                                                                                                         \
   "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x "                      \
@@ -95,8 +96,8 @@ static int run(const char *model, int tp, int pp, int dp, int c, const char *sch
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "rm -rf %s && mkdir -p %s && %s/ppc %s --tp %d --pp %d --dp %d --cp %d --schedule %s --vpp %d "
-           "--microbatches %d --precision %s%s -o %s/prog > /dev/null",
-           out, out, bin, model, tp, pp, dp, c, sched, V, M, precision, sp && tp > 1 ? " --sp" : "", out);
+           "--microbatches %d --precision %s --attention %s%s -o %s/prog > /dev/null",
+           out, out, bin, model, tp, pp, dp, c, sched, V, M, precision, attention, sp && tp > 1 ? " --sp" : "", out);
   if (sh(cmd)) return 1;
   snprintf(cmd, sizeof cmd,
            "rm -f %s/log.jsonl && " /* a new run's log */
@@ -239,7 +240,8 @@ static void sp_meshes(void) {
  * positions, the loss and gradients sum over the group; alone, with pipelines, tensor parallelism,
  * replicas, sequence parallelism, chunks and the split backward, both heads, GPT-2's learned
  * positions and biases, an odd model of uneven stages, dropout (its masks numbered from each rank's
- * first position), cp 4 (four positions a rank), bf16 and the opencl device */
+ * first position), a sliding window (fused and through GEMMs), cp 4 (four positions a rank), bf16
+ * and the opencl device */
 static void cp_meshes(void) {
   cp = 2;
   mesh("examples/tiny.pdl", "tiny", 1, 1, 1, "1f1b", 4);
@@ -259,8 +261,14 @@ static void cp_meshes(void) {
     mesh("tests/models/tiny_dropout.pdl", "dropout", 2, 1, 1, "1f1b", 4);
     sp = 0;
   }
+  /* a sliding window (5 positions) across the ranks' boundary, fused and through the GEMM path */
+  mesh("tests/models/tiny_window.pdl", "window", 1, 1, 1, "1f1b", 4);
+  attention = "gemm";
+  mesh("tests/models/tiny_window.pdl", "window_gemm", 1, 2, 1, "1f1b", 4);
+  attention = "fused";
   cp = 4;
   mesh("examples/tiny.pdl", "tiny", 1, 1, 1, "1f1b", 4);
+  mesh("tests/models/tiny_window.pdl", "window", 1, 1, 1, "1f1b", 4); /* the window spans two ranks */
   cp = 2;
   if (!getenv("PPC_TEST_NO_OPENCL")) mesh_on("examples/tiny.pdl", "tiny", 1, 2, 1, "1f1b", 4, "opencl");
   if (!getenv("PPC_TEST_NO_BF16")) {
@@ -344,6 +352,11 @@ int main(int argc, char **argv) {
         mesh("examples/tiny.pdl", "tiny", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
         mesh("tests/models/tiny_untied.pdl", "untied", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
       }
+  /* a sliding window under tensor parallelism and a pipeline, and over four kv-replicating ranks */
+  if (!getenv("PPC_TEST_NO_TP")) {
+    mesh("tests/models/tiny_window.pdl", "window", 2, 2, 1, "1f1b", 4);
+    mesh("tests/models/tiny_window.pdl", "window", 4, 1, 1, "gpipe", 4);
+  }
   /* GPT-2's fused q, k, v projection split in 3 parts over TP (`shard ... parts 3`): its seeded
    * values, gradients and saved weights must be the one-rank run's, with pipelines and replicas */
   if (!getenv("PPC_TEST_NO_TP")) {
