@@ -3,7 +3,8 @@
  * The config is parsed with jansson, each field the model needs is read with its type checked
  * (transformers' defaults where the config class has one and the field is absent or null), options
  * the language cannot express are refused by name, and the .pdl is written in the structure and
- * with the checkpoint names of examples/tiny.pdl (Llama, Qwen2, Qwen3, MiniMind, Mistral) or
+ * with the checkpoint names of examples/tiny.pdl (Llama, Qwen2, Qwen3, MiniMind, Mistral; Phi-3 with its
+ * fused q/k/v and gate/up projections cut by chunk) or
  * examples/gpt2.pdl (GPT-2). Its header records the architecture and the config as read
  * (re-serialised compactly with sorted keys) in the machine-readable comments `# hf-architecture:`
  * and `# hf-config:`. docs/language.md, "Importing a Hugging Face config", is the reference. */
@@ -20,13 +21,14 @@
 #include "ppc.h"
 
 /* ORDER HfArch: hf_archs */
-typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_MISTRAL, HF_GPT2 } HfArch;
+typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_MISTRAL, HF_PHI3, HF_GPT2 } HfArch;
 
 static const struct {
   const char *arch, *type; /* architectures[0] and model_type */
 } hf_archs[] = {
     {"LlamaForCausalLM", "llama"},       {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
-    {"MiniMindForCausalLM", "minimind"}, {"MistralForCausalLM", "mistral"}, {"GPT2LMHeadModel", "gpt2"},
+    {"MiniMindForCausalLM", "minimind"}, {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
+    {"GPT2LMHeadModel", "gpt2"},
 };
 #define HF_NARCH ((int)(sizeof hf_archs / sizeof hf_archs[0]))
 
@@ -45,7 +47,8 @@ typedef struct Hf {
   bool llama3;                     /* rope_scaling {"rope_type": "llama3", ...} */
   double factor, low_freq, high_freq;
   int64_t orig_max_pos;
-  int64_t window; /* Mistral: sliding_window (0: null, every position) */
+  int64_t window; /* Mistral, Phi-3: sliding_window (0: null, every position) */
+  bool fused;     /* Phi-3: one qkv_proj and one gate_up_proj */
 } Hf;
 
 /* ---- reading fields ------------------------------------------------------------------------ */
@@ -228,11 +231,11 @@ static void read_rope_scaling(Hf *h) {
   }
 }
 
-/* Llama, Qwen2, Qwen3, MiniMind, Mistral: transformers' config classes' defaults (MiniMind: its
- * MiniMindConfig's) where a field is optional. */
+/* Llama, Qwen2, Qwen3, MiniMind, Mistral, Phi-3: transformers' config classes' defaults (MiniMind:
+ * its MiniMindConfig's) where a field is optional. */
 static void read_llama_like(Hf *h) {
   json_t *c = h->cfg;
-  bool mm = h->arch == HF_MINIMIND, mistral = h->arch == HF_MISTRAL;
+  bool mm = h->arch == HF_MINIMIND, mistral = h->arch == HF_MISTRAL, phi3 = h->arch == HF_PHI3;
   h->hidden = get_int(h, c, "", "hidden_size", -1);
   h->layers = get_int(h, c, "", "num_hidden_layers", -1);
   h->heads = get_int(h, c, "", "num_attention_heads", -1);
@@ -240,7 +243,7 @@ static void read_llama_like(Hf *h) {
   /* MiniMind: intermediate_size = ceil(hidden * pi / 64) * 64 when absent */
   h->ffn = get_int(h, c, "", "intermediate_size",
                    mm ? (int64_t)ceil((double)h->hidden * 3.14159265358979323846 / 64) * 64 : -1);
-  h->eps = get_num(h, c, "", "rms_norm_eps", mm || mistral ? 1e-6 : -1);
+  h->eps = get_num(h, c, "", "rms_norm_eps", mm || mistral ? 1e-6 : phi3 ? 1e-5 : -1);
   h->kv_heads = get_int(h, c, "", "num_key_value_heads", h->heads);
   /* head_dim: hidden / heads when absent (Qwen3: 128) */
   if (!field(c, "head_dim", true) && h->arch != HF_QWEN3 && !h->bad && h->hidden % h->heads) {
@@ -249,7 +252,11 @@ static void read_llama_like(Hf *h) {
     field_err(h, "num_attention_heads", exp, json_object_get(c, "num_attention_heads"));
   }
   h->head_dim = get_int(h, c, "", "head_dim", h->arch == HF_QWEN3 ? 128 : h->hidden / h->heads);
-  h->max_pos = get_int(h, c, "", "max_position_embeddings", h->arch == HF_LLAMA ? 2048 : mistral ? 4096 * 32 : 32768);
+  h->max_pos = get_int(h, c, "", "max_position_embeddings",
+                       h->arch == HF_LLAMA ? 2048
+                       : mistral           ? 4096 * 32
+                       : phi3              ? 4096
+                                           : 32768);
   h->theta = get_num(h, c, "", "rope_theta", mm ? 1e6 : 10000);
   h->std = get_num(h, c, "", "initializer_range", 0.02);
   h->tied = get_bool(h, c, "tie_word_embeddings", mm);
@@ -282,6 +289,17 @@ static void read_llama_like(Hf *h) {
       field_err(h, "rope_scaling", "null (MistralForCausalLM's RoPE is not scaled)",
                 json_object_get(c, "rope_scaling"));
     break;
+  case HF_PHI3: { /* no biases; q, k, v in one qkv_proj, gate and up in one gate_up_proj */
+    h->fused = true;
+    h->window = field(c, "sliding_window", true) ? get_int(h, c, "", "sliding_window", -1) : 0;
+    if (field(c, "rope_scaling", true))
+      field_err(h, "rope_scaling", "null (Phi-3's LongRoPE scaling is not supported)",
+                json_object_get(c, "rope_scaling"));
+    json_t *prf = field(c, "partial_rotary_factor", true);
+    if (prf && !(json_is_number(prf) && json_number_value(prf) == 1))
+      field_err(h, "partial_rotary_factor", "1 (RoPE over part of a head is not supported)", prf);
+    break;
+  }
   case HF_GPT2: break;
   }
   if (!mistral) read_rope_scaling(h);
@@ -289,6 +307,10 @@ static void read_llama_like(Hf *h) {
   char exp[128];
   if (h->heads % h->kv_heads) {
     snprintf(exp, sizeof exp, "a divisor of num_attention_heads (%lld)", (long long)h->heads);
+    field_err(h, "num_key_value_heads", exp, json_object_get(c, "num_key_value_heads"));
+  } else if (h->fused && h->kv_heads != h->heads) {
+    snprintf(exp, sizeof exp, "num_attention_heads (%lld): grouped-query heads make unequal parts of qkv_proj",
+             (long long)h->heads);
     field_err(h, "num_key_value_heads", exp, json_object_get(c, "num_key_value_heads"));
   }
   if (h->head_dim % 2)
@@ -420,29 +442,10 @@ static void param(FILE *f, bool layer, const char *var, const char *shape, const
           *role ? " tp " : "", role);
 }
 
-static void write_llama_like(FILE *f, const Hf *h, char *name) {
-  char nb[32], std[64], eps[32], rope[320];
-  snprintf(std, sizeof std, "normal(std = %s)", num(nb, h->std));
-  num(eps, h->eps);
-  const char *L = "model.layers.{l}.";
-  char what[400];
-  char window[48] = "";
-  if (h->window) snprintf(window, sizeof window, " in a sliding window of %lld", (long long)h->window);
-  snprintf(what, sizeof what,
-           "RMSNorm, %s attention%s%s%s, RoPE%s, SwiGLU%s, %s head;\n"
-           "# parameter names as transformers' state_dict.",
-           h->kv_heads == h->heads ? "multi-head" : "grouped-query", window,
-           h->qkv_bias ? (h->o_bias ? " with q/k/v/o biases" : " with q/k/v biases") : "",
-           h->qk_norm ? ", QK-norm" : "", h->llama3 ? " with Llama-3 frequency scaling" : "",
-           h->mlp_bias ? " with biases" : "", h->tied ? "tied" : "untied");
-  write_header(f, h, what);
-  write_run(f, h, name);
-  param(f, false, "embed", "[vocab, hidden]", "model.embed_tokens.weight", std, "vocab");
-  fputs("x = embedding(tokens, embed)                        # [S, B, hidden]\n\n", f);
-  fputs("for l in 0..layers {\n", f);
+/* The parameters of a layer of separate q, k, v, o, gate, up and down projections */
+static void write_layer_params(FILE *f, const Hf *h, const char *std) {
   char ck[160];
-#define CK(suffix) (snprintf(ck, sizeof ck, "%s%s", L, suffix), ck)
-  param(f, true, "ln1", "[hidden]", CK("input_layernorm.weight"), "ones", "");
+#define CK(suffix) (snprintf(ck, sizeof ck, "model.layers.{l}.%s", suffix), ck)
   param(f, true, "wq", "[heads * head_dim, hidden]", CK("self_attn.q_proj.weight"), std, "column");
   if (h->qkv_bias) param(f, true, "bq", "[heads * head_dim]", CK("self_attn.q_proj.bias"), "zeros", "column");
   param(f, true, "wk", "[kv_heads * head_dim, hidden]", CK("self_attn.k_proj.weight"), std, "column");
@@ -463,6 +466,40 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
   param(f, true, "wd", "[hidden, ffn]", CK("mlp.down_proj.weight"), std, "row");
   if (h->mlp_bias) param(f, true, "bd", "[hidden]", CK("mlp.down_proj.bias"), "zeros", "");
 #undef CK
+}
+
+/* Phi-3's: q, k, v in one qkv_proj and gate and up in one gate_up_proj, each a column-parallel
+ * weight cut in equal parts by chunk (each part split over tensor parallelism) */
+static void write_phi3_params(FILE *f, const char *std) {
+  param(f, true, "wqkv", "[3 * heads * head_dim, hidden]", "model.layers.{l}.self_attn.qkv_proj.weight", std, "column");
+  param(f, true, "wo", "[hidden, heads * head_dim]", "model.layers.{l}.self_attn.o_proj.weight", std, "row");
+  param(f, true, "ln2", "[hidden]", "model.layers.{l}.post_attention_layernorm.weight", "ones", "");
+  param(f, true, "wgu", "[2 * ffn, hidden]", "model.layers.{l}.mlp.gate_up_proj.weight", std, "column");
+  param(f, true, "wd", "[hidden, ffn]", "model.layers.{l}.mlp.down_proj.weight", std, "row");
+}
+
+static void write_llama_like(FILE *f, const Hf *h, char *name) {
+  char nb[32], std[64], eps[32], rope[320];
+  snprintf(std, sizeof std, "normal(std = %s)", num(nb, h->std));
+  num(eps, h->eps);
+  char what[400];
+  char window[48] = "";
+  if (h->window) snprintf(window, sizeof window, " in a sliding window of %lld", (long long)h->window);
+  snprintf(what, sizeof what,
+           "RMSNorm, %s attention%s%s%s, RoPE%s, SwiGLU%s, %s head;\n"
+           "# parameter names as transformers' state_dict.",
+           h->kv_heads == h->heads ? "multi-head" : "grouped-query", window,
+           h->qkv_bias ? (h->o_bias ? " with q/k/v/o biases" : " with q/k/v biases") : "",
+           h->qk_norm ? ", QK-norm" : "", h->llama3 ? " with Llama-3 frequency scaling" : "",
+           h->mlp_bias ? " with biases" : "", h->tied ? "tied" : "untied");
+  write_header(f, h, what);
+  write_run(f, h, name);
+  param(f, false, "embed", "[vocab, hidden]", "model.embed_tokens.weight", std, "vocab");
+  fputs("x = embedding(tokens, embed)                        # [S, B, hidden]\n\n", f);
+  fputs("for l in 0..layers {\n", f);
+  param(f, true, "ln1", "[hidden]", "model.layers.{l}.input_layernorm.weight", "ones", "");
+  if (h->fused) write_phi3_params(f, std);
+  else write_layer_params(f, h, std);
   char n1[32], n2[32], n3[32];
   int r = snprintf(rope, sizeof rope, "theta = %s", num(nb, h->theta));
   if (h->llama3)
@@ -471,7 +508,10 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
              num(n1, h->factor), num(n2, h->low_freq), num(n3, h->high_freq), (long long)h->orig_max_pos);
   fprintf(f, "\n  h = rmsnorm(x, ln1, eps = %s)\n", eps);
   const char *qkv[3][4] = {{"q", "wq", "bq", "heads"}, {"k", "wk", "bk", "kv_heads"}, {"v", "wv", "bv", "kv_heads"}};
-  for (int i = 0; i < 3; i++) {
+  if (h->fused) fputs("  qkv = linear(h, wqkv)                               # q, k, v side by side\n", f);
+  for (int i = 0; i < 3 && h->fused; i++)
+    fprintf(f, "  %s = split_heads(chunk(qkv, index = %d, parts = 3), heads = %s)\n", qkv[i][0], i, qkv[i][3]);
+  for (int i = 0; i < 3 && !h->fused; i++) {
     char lin[64];
     snprintf(lin, sizeof lin, "linear(h, %s%s%s)", qkv[i][1], h->qkv_bias ? ", " : "", h->qkv_bias ? qkv[i][2] : "");
     if (h->qk_norm && i < 2)
@@ -485,7 +525,11 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
   else fputs("  a = attention(q, k, v, causal)\n", f);
   fprintf(f, "  x = x + linear(merge_heads(a), wo%s)\n", h->o_bias ? ", bo" : "");
   fprintf(f, "  h = rmsnorm(x, ln2, eps = %s)\n", eps);
-  if (h->mlp_bias) fputs("  x = x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)   # SwiGLU\n", f);
+  if (h->fused)
+    fputs("  gu = linear(h, wgu)                                 # gate and up side by side\n"
+          "  x = x + linear(silu(chunk(gu, index = 0, parts = 2)) * chunk(gu, index = 1, parts = 2), wd)   # SwiGLU\n",
+          f);
+  else if (h->mlp_bias) fputs("  x = x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)   # SwiGLU\n", f);
   else fputs("  x = x + linear(silu(linear(h, wg)) * linear(h, wu), wd)   # SwiGLU\n", f);
   fputs("}\n\n", f);
   param(f, false, "norm", "[hidden]", "model.norm.weight", "ones", "");

@@ -105,9 +105,11 @@ static const char usage[] =
     "  --save W                    the weights after the last step: W.safetensors one file, any\n"
     "                              other path a folder transformers' from_pretrained loads\n"
     "                              (model.safetensors or shards and their index; config.json\n"
-    "                              when the program came from ppc --from-hf); and the training\n"
-    "                              state for --resume: the folder's optimizer.safetensors and\n"
-    "                              trainer_state.json, or W.optimizer.safetensors and\n"
+    "                              when the program came from ppc --from-hf; the tokenizer's\n"
+    "                              files and generation_config.json of --init's folder or\n"
+    "                              --tokenizer's); and the training state for --resume: the\n"
+    "                              folder's trainer/optimizer.safetensors and\n"
+    "                              trainer/trainer_state.json, or W.optimizer.safetensors and\n"
     "                              W.trainer_state.json beside the file\n"
     "  --save-every N              also every N steps: --save X is then a folder of checkpoint\n"
     "                              folders X/step-NNNNNN (the step count, 6 digits), the last\n"
@@ -116,6 +118,8 @@ static const char usage[] =
     "  --save-shard-size SIZE      a folder's shard size: bytes, or with kB, MB, GB (1000s) or\n"
     "                              KiB, MiB, GiB (default 5GB, as transformers)\n"
     "  --save-tied-head            also write a tied embedding as lm_head.weight\n"
+    "  --model-name NAME           a folder's config.json _name_or_path (default: the config's,\n"
+    "                              else the model's name)\n"
     "  --save-grads G.safetensors  the first step's gradients, accumulated over the micro-batches,\n"
     "                              before clipping\n"
     "  --log FILE.jsonl            one JSON object per step, written as it ends; each start adds\n"
@@ -262,6 +266,7 @@ typedef enum {
   O_EXIT_FILE,
   O_LOG_EVERY,
   O_TENSORBOARD,
+  O_MODEL_NAME,
   O_END /* the count's end: not an option */
 } OptCode;
 
@@ -287,6 +292,7 @@ static int inherited(OptCode o, int generating) {
   case O_QUIET:
   case O_SHARD_SIZE:
   case O_TIED_HEAD:
+  case O_MODEL_NAME:
   case O_LR_SCHEDULE:
   case O_WARMUP:
   case O_LR_MIN:
@@ -356,6 +362,7 @@ static const struct option longs[] = {
     {"version", no_argument, NULL, O_VERSION},
     {"save-shard-size", required_argument, NULL, O_SHARD_SIZE},
     {"save-tied-head", no_argument, NULL, O_TIED_HEAD},
+    {"model-name", required_argument, NULL, O_MODEL_NAME},
     {"lr-schedule", required_argument, NULL, O_LR_SCHEDULE},
     {"warmup", required_argument, NULL, O_WARMUP},
     {"lr-min", required_argument, NULL, O_LR_MIN},
@@ -392,7 +399,9 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
   if (c->verify && c->dir) bad_usage("--verify checks a checkpoint alone: drop DIR ('%s')", c->dir);
   if (c->verify) return;
   if (!c->dir) bad_usage("no program directory DIR");
-  have_sampling = c->prompt || c->prompt_ids || c->tokenizer || c->top_k || c->temperature != 0 || c->sample_seed != 1;
+  /* (--tokenizer also names the tokenizer a --save folder copies) */
+  have_sampling = c->prompt || c->prompt_ids || (c->tokenizer && !c->save) || c->top_k || c->temperature != 0 ||
+                  c->sample_seed != 1;
   if (c->generate && c->sample_every) bad_usage("--generate and --sample-every exclude each other");
   if (c->generate && have_steps)
     bad_usage("--generate samples from the weights without training: drop --steps (while training: --sample-every)");
@@ -440,8 +449,12 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
   if (c->resume && (c->init || c->have_seed))
     bad_usage("--resume and %s exclude each other (--resume loads the weights)", c->init ? "--init" : "--seed");
   if (c->save_grads && c->steps < 1) bad_usage("--save-grads needs at least one step");
-  if ((c->save_shard_size || c->save_tied_head) && !c->save)
-    bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size" : "--save-tied-head");
+  if ((c->save_shard_size || c->save_tied_head || c->model_name) && !c->save)
+    bad_usage("%s is an option of --save", c->save_shard_size ? "--save-shard-size"
+                                           : c->model_name    ? "--model-name"
+                                                              : "--save-tied-head");
+  if (c->model_name && rt_ckpt_is_file_path(c->save))
+    bad_usage("--model-name names a folder's model (config.json): --save %s is one .safetensors file", c->save);
   if (c->save_every && !c->save) bad_usage("--save-every is an option of --save");
   const char *from_ckpt =
       (c->given >> (O_SAVE_EVERY - O_INIT)) & 1 ? "" : " (--resume's checkpoint's; --save-every 0: none)";
@@ -520,6 +533,7 @@ static void parse_opts(int argc, char **argv, PprCli *c, const char **vals, uint
     case O_SAVE: c->save = v; break;
     case O_SHARD_SIZE: c->save_shard_size = size_arg(flag, v); break;
     case O_TIED_HEAD: c->save_tied_head = 1; break;
+    case O_MODEL_NAME: c->model_name = v; break;
     case O_LOG: c->log = v; break;
     case O_TRACE: c->trace = v; break;
     case O_DEVICE: c->device = v; break;

@@ -14,6 +14,7 @@ typedef struct {
   double timeout;
   int have_seed, quiet, tf32, onednn;
   int save_tied_head;       /* --save-tied-head: lm_head.weight written too */
+  const char *model_name;   /* --model-name: a --save folder's config.json _name_or_path */
   uint64_t save_shard_size; /* --save-shard-size: a checkpoint folder's shard bytes (0: the default, 5 GB) */
   int64_t steps;
   int64_t save_every, keep; /* --save-every N: --save X holds X/step-NNNNNN every N steps; --keep K: the last K */

@@ -165,21 +165,8 @@ static int keep_last(const char *dir, int64_t keep, char *e, size_t elen) {
       break;
     }
     sprintf(sub, "%s/%s", dir, names[i]);
-    DIR *sd = rt_ckpt_check_dir(sub, m, sizeof m) ? NULL : opendir(sub);
-    if (!sd && !m[0]) snprintf(m, sizeof m, "%s", strerror(errno));
-    for (struct dirent *de; sd && (de = readdir(sd));) {
-      if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-      char *f = malloc(strlen(sub) + strlen(de->d_name) + 2);
-      if (f) {
-        sprintf(f, "%s/%s", sub, de->d_name);
-        unlink(f);
-      }
-      free(f);
-    }
-    if (sd) closedir(sd);
-    if (!sd || rmdir(sub) != 0)
-      rc = rt_fail_at(e, elen, __FILE__, __LINE__, "--keep: cannot remove the earlier checkpoint %s: %s", sub,
-                      sd ? strerror(errno) : m);
+    if (rt_ckpt_remove_dir(sub, m, sizeof m))
+      rc = rt_fail_at(e, elen, __FILE__, __LINE__, "--keep: cannot remove the earlier checkpoint %s: %s", sub, m);
     free(sub);
   }
   for (size_t i = 0; i < n; i++) free(names[i]);
@@ -205,6 +192,10 @@ void ppr_check_outputs(const PprCli *c) {
     free(so);
     free(ss);
   }
+  /* a --save folder copies --tokenizer at each save: readable now, not after the run */
+  if (!rc && world.me == 0 && c->save && !rt_ckpt_is_file_path(c->save) && c->tokenizer && access(c->tokenizer, R_OK))
+    rc = rt_fail_at(e, elen, __FILE__, __LINE__, "--tokenizer %s: cannot read it (a --save folder gets a copy): %s",
+                    c->tokenizer, strerror(errno));
   if (!rc && world.me == 0) rc = ppr_log_check(c, e, elen); /* a log of another run is not appended to */
   if (!rc && world.me == 0 && c->stop_file && access(c->stop_file, F_OK) == 0)
     rc = rt_fail_at(e, elen, __FILE__, __LINE__,
@@ -231,10 +222,13 @@ enum { SH_SHARDED, SH_DIM, SH_START, SH_DENSE, SH_TIED, SH_PARTS, SH_GROUP, SH_N
 
 /* What --save writes besides the tensors (NULL for --save-grads: one safetensors file). */
 typedef struct {
-  int folder;            /* a checkpoint folder (rt_ckpt_write_dir), else one file */
-  int tied_head;         /* also write the tied embedding as lm_head.weight */
-  uint64_t shard_bytes;  /* a folder's shard size */
-  const char *hf_config; /* the listing's: config.json */
+  int folder;                       /* a checkpoint folder (rt_ckpt_write_dir), else one file */
+  int tied_head;                    /* also write the tied embedding as lm_head.weight */
+  uint64_t shard_bytes;             /* a folder's shard size */
+  const char *hf_config;            /* the listing's: config.json */
+  const char *name_or_path, *model; /* config.json's _name_or_path: --model-name, or the model's name */
+  int ncopy;                        /* the hub files copied (HubFiles) */
+  const char *const *copy_src, *const *copy_name;
   /* the training state (rank 0's; NULL: none): trainer_state.json's text, and beside one file
    * the paths of the optimizer file and of trainer_state.json */
   const char *state_json, *opt_path, *state_path;
@@ -401,6 +395,11 @@ static int write_tensors(const OutTensor *ot, size_t nout, const char *path, con
   if (!rc && so && so->folder) {
     RtCkptOpts co = {.shard_bytes = so->shard_bytes,
                      .hf_config = so->hf_config,
+                     .name_or_path = so->name_or_path,
+                     .model = so->model,
+                     .ncopy = so->ncopy,
+                     .copy_src = so->copy_src,
+                     .copy_name = so->copy_name,
                      .nopt = nm,
                      .opt_names = m.names,
                      .opt_ndims = m.ndims,
@@ -472,6 +471,51 @@ int ppr_save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
   return save_params(g->p, x, g->path, RT_REG_GRADS, NULL, e, elen);
 }
 
+/* The hub files (rt_ckpt_hub_files) a checkpoint folder gets: the tokenizer's from the folder of a
+ * --tokenizer tokenizer.json, else from the folder the weights came from (--resume's, else --init's),
+ * as the generation config */
+typedef struct {
+  int n;
+  const char *name[8];
+  char *src[8];
+} HubFiles;
+
+/* The folder holding the checkpoint at path (a folder, or the folder of a file); NULL: none */
+static char *folder_of(const char *path) {
+  struct stat st;
+  if (!path || stat(path, &st) != 0) return NULL;
+  if (S_ISDIR(st.st_mode)) return strdup(path);
+  const char *slash = strrchr(path, '/');
+  return slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+}
+
+/* dir/name when that is a regular file (malloc'ed), else NULL */
+static char *file_in(const char *dir, const char *name) {
+  char *f = dir ? malloc(strlen(dir) + strlen(name) + 2) : NULL;
+  struct stat st;
+  if (f) sprintf(f, "%s/%s", dir, name);
+  if (f && stat(f, &st) == 0 && S_ISREG(st.st_mode)) return f;
+  free(f);
+  return NULL;
+}
+
+static void hub_files(const PprCli *c, HubFiles *h) {
+  size_t tl = c->tokenizer ? strlen(c->tokenizer) : 0;
+  int tok_json = tl > 5 && !strcmp(c->tokenizer + tl - 5, ".json"); /* not llm.c's tokenizer file */
+  char *weights = folder_of(c->resume ? c->resume : c->init), *tokdir = tok_json ? folder_of(c->tokenizer) : NULL;
+  h->n = 0;
+  for (int i = 0; rt_ckpt_hub_files[i] && h->n < 8; i++) {
+    const char *name = rt_ckpt_hub_files[i];
+    int tokenizer_file = strncmp(name, "generation_config", 17) != 0;
+    char *src = !tokenizer_file || !tok_json      ? file_in(weights, name)
+                : !strcmp(name, "tokenizer.json") ? strdup(c->tokenizer)
+                                                  : file_in(tokdir, name);
+    if (src) h->name[h->n] = name, h->src[h->n++] = src;
+  }
+  free(weights);
+  free(tokdir);
+}
+
 void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t done, const PprStateData *data_id) {
   size_t n = strlen(c->save);
   char *path = malloc(n + 32), *json = NULL;
@@ -490,10 +534,17 @@ void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t do
   if (!rc && me == 0 && c->save_every) rc = check_save_dir(path, e, elen);
   ppr_settle(rc);
   rt_comm_set_what(world.comm, "--save: the weights to rank 0");
+  HubFiles hub = {0};
+  if (me == 0 && !rt_ckpt_is_file_path(path)) hub_files(c, &hub);
   SaveOpts so = {.folder = !rt_ckpt_is_file_path(path),
                  .tied_head = c->save_tied_head,
                  .shard_bytes = c->save_shard_size,
                  .hf_config = p->hf_config,
+                 .name_or_path = c->model_name,
+                 .model = p->model,
+                 .ncopy = hub.n,
+                 .copy_src = (const char *const *)hub.src,
+                 .copy_name = hub.name,
                  .state_json = me == 0 ? json : "",
                  .opt_path = opt,
                  .state_path = st};
@@ -506,6 +557,7 @@ void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t do
     printf("ppr: saved %s (step %lld)\n", path, (long long)done);
     ppr_flush_stdout();
   }
+  for (int i = 0; i < hub.n; i++) free(hub.src[i]);
   free(json);
   free(opt);
   free(st);

@@ -1,4 +1,4 @@
-/* ppr_state.c - trainer_state.json: what --save writes beside the weights and the AdamW moments (the step
+/* ppr_state.c - trainer_state.json: what --save writes with the AdamW moments (the step
  * count, the settings and the identity a resumed run must match), and --resume's check of it. */
 #include "ppr_state.h"
 
@@ -15,16 +15,22 @@
 
 #define STATE_FORMAT "ppr-trainer-state 1"
 
-/* ckpt's companion file: CKPT/NAME for a folder, W.SUFFIX for W.safetensors. */
+/* ckpt's companion file: CKPT/trainer/NAME for a folder (CKPT/NAME in a folder of an older ppr,
+ * where only that one is there), W.SUFFIX for W.safetensors. */
 static char *state_path(const char *ckpt, const char *name, const char *suffix) {
   size_t n = strlen(ckpt);
-  char *s = malloc(n + strlen(name) + strlen(suffix) + 2);
+  char *s = malloc(n + strlen(RT_CKPT_TRAINER_DIR) + strlen(name) + strlen(suffix) + 3);
   if (!s) return NULL;
-  if (rt_ckpt_is_file_path(ckpt)) sprintf(s, "%.*s%s", (int)(n - strlen(".safetensors")), ckpt, suffix);
-  else {
-    while (n > 1 && ckpt[n - 1] == '/') n--;
-    sprintf(s, "%.*s/%s", (int)n, ckpt, name);
+  if (rt_ckpt_is_file_path(ckpt)) {
+    sprintf(s, "%.*s%s", (int)(n - strlen(".safetensors")), ckpt, suffix);
+    return s;
   }
+  while (n > 1 && ckpt[n - 1] == '/') n--;
+  sprintf(s, "%.*s/%s", (int)n, ckpt, name);
+  struct stat st;
+  int older = stat(s, &st) == 0;
+  sprintf(s, "%.*s/%s/%s", (int)n, ckpt, RT_CKPT_TRAINER_DIR, name);
+  if (older && stat(s, &st) != 0) sprintf(s, "%.*s/%s", (int)n, ckpt, name);
   return s;
 }
 

@@ -16,8 +16,9 @@ typedef struct {
   int64_t bytes;
 } PprStateData;
 
-/* The files of checkpoint ckpt (a --save or --resume path): a folder's CKPT/optimizer.safetensors and
- * CKPT/trainer_state.json; for CKPT = W.safetensors, W.optimizer.safetensors and W.trainer_state.json
+/* The files of checkpoint ckpt (a --save or --resume path): a folder's CKPT/trainer/optimizer.safetensors
+ * and CKPT/trainer/trainer_state.json (CKPT/optimizer.safetensors, CKPT/trainer_state.json where an older
+ * ppr wrote them there); for CKPT = W.safetensors, W.optimizer.safetensors and W.trainer_state.json
  * beside it. malloc'ed; NULL when out of memory. */
 char *ppr_state_opt_path(const char *ckpt);
 char *ppr_state_json_path(const char *ckpt);

@@ -314,19 +314,28 @@ int rt_ckpt_verify(const RtCkpt *c, int *nsummed, char *err, size_t errlen) {
 
 /* ---------------- writing a folder ---------------- */
 
-/* The files a checkpoint folder holds (what --save writes, and generation_config.json): a folder of
- * only these may be replaced. */
+const char *const rt_ckpt_hub_files[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                         "special_tokens_map.json", NULL};
+
+static int hub_file(const char *name) {
+  for (int i = 0; rt_ckpt_hub_files[i]; i++)
+    if (!strcmp(name, rt_ckpt_hub_files[i])) return 1;
+  return 0;
+}
+
+/* The files a checkpoint folder holds (what --save writes; the training state beside the weights
+ * in an older folder): a folder of only these may be replaced. */
 static int ckpt_entry(const char *name) {
-  if (!strcmp(name, SINGLE_NAME) || !strcmp(name, INDEX_NAME) || !strcmp(name, CONFIG_NAME) ||
-      !strcmp(name, "generation_config.json") || !strcmp(name, RT_CKPT_OPTIMIZER_NAME) ||
-      !strcmp(name, RT_CKPT_STATE_NAME))
+  if (!strcmp(name, SINGLE_NAME) || !strcmp(name, INDEX_NAME) || !strcmp(name, CONFIG_NAME) || hub_file(name) ||
+      !strcmp(name, RT_CKPT_OPTIMIZER_NAME) || !strcmp(name, RT_CKPT_STATE_NAME) || !strcmp(name, RT_CKPT_TRAINER_DIR))
     return 1;
   unsigned a, b;
   int end = 0;
   return sscanf(name, "model-%5u-of-%5u.safetensors%n", &a, &b, &end) == 2 && name[end] == 0;
 }
 
-/* Removes the entries of a checkpoint folder (or a temporary one of ours), then the folder. */
+/* Removes the entries of a checkpoint folder (or a temporary one of ours), its trainer/ with its
+ * files, then the folder. */
 static void remove_tree(const char *dir) {
   DIR *d = opendir(dir);
   if (d) {
@@ -334,12 +343,35 @@ static void remove_tree(const char *dir) {
     while ((e = readdir(d)))
       if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
         char *p = join(dir, e->d_name);
-        if (p) unlink(p);
+        if (p && !strcmp(e->d_name, RT_CKPT_TRAINER_DIR) && is_dir(p)) remove_tree(p);
+        else if (p) unlink(p);
         free(p);
       }
     closedir(d);
   }
   rmdir(dir);
+}
+
+/* A checkpoint's trainer/ folder holds the training state alone. 0, or -1 with a message. */
+static int trainer_dir(const char *path, char *err, size_t errlen) {
+  DIR *d = opendir(path);
+  if (!d) {
+    rt_util_set_err(err, errlen, "%s: cannot read the folder: %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && !rc)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, RT_CKPT_OPTIMIZER_NAME) &&
+        strcmp(e->d_name, RT_CKPT_STATE_NAME)) {
+      rt_util_set_err(err, errlen,
+                      "%s: the folder holds %.200s, which is not a checkpoint's training state: ppr replaces a "
+                      "checkpoint folder whole, so it writes only a new folder or one holding a checkpoint alone",
+                      path, e->d_name);
+      rc = -1;
+    }
+  closedir(d);
+  return rc;
 }
 
 int rt_ckpt_check_dir(const char *path, char *err, size_t errlen) {
@@ -362,16 +394,29 @@ int rt_ckpt_check_dir(const char *path, char *err, size_t errlen) {
   }
   int rc = 0;
   struct dirent *e;
-  while ((e = readdir(d)) && !rc)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !ckpt_entry(e->d_name)) {
-      rt_util_set_err(err, errlen,
-                      "%s: the folder holds %.200s, which is not a checkpoint's file: ppr replaces a checkpoint "
-                      "folder whole, so it writes only a new folder or one holding a checkpoint alone",
-                      path, e->d_name);
+  while ((e = readdir(d)) && !rc) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *sub = !strcmp(e->d_name, RT_CKPT_TRAINER_DIR) ? join(path, e->d_name) : NULL;
+    if (!ckpt_entry(e->d_name) || (sub && is_dir(sub) && trainer_dir(sub, err, errlen))) {
+      if (!sub || !is_dir(sub))
+        rt_util_set_err(err, errlen,
+                        "%s: the folder holds %.200s, which is not a checkpoint's file: ppr replaces a checkpoint "
+                        "folder whole, so it writes only a new folder or one holding a checkpoint alone",
+                        path, e->d_name);
       rc = -1;
     }
+    free(sub);
+  }
   closedir(d);
   return rc;
+}
+
+int rt_ckpt_remove_dir(const char *path, char *err, size_t errlen) {
+  if (rt_ckpt_check_dir(path, err, errlen)) return -1;
+  remove_tree(path);
+  if (!is_dir(path)) return 0;
+  rt_util_set_err(err, errlen, "%s: cannot remove the folder: %s", path, strerror(errno));
+  return -1;
 }
 
 /* Writes text to path (a new file in our temporary folder), fsync'ed. */
@@ -391,6 +436,37 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
   int ok = done == n && fsync(fd) == 0;
   if (close(fd) != 0) ok = 0;
   if (!ok) rt_util_set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+  return ok ? 0 : -1;
+}
+
+/* Copies file src to dst (a new file in our temporary folder), fsync'ed. */
+static int copy_file(const char *src, const char *dst, char *err, size_t errlen) {
+  FILE *in = fopen(src, "rb");
+  if (!in) {
+    rt_util_set_err(err, errlen, "%s: cannot read: %s", src, strerror(errno));
+    return -1;
+  }
+  int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rt_util_set_err(err, errlen, "%s: cannot create: %s", dst, strerror(errno));
+    fclose(in);
+    return -1;
+  }
+  char buf[65536];
+  size_t n;
+  int ok = 1;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+    for (size_t done = 0; ok && done < n;) {
+      ssize_t w = write(fd, buf + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) ok = 0;
+      else done += (size_t)w;
+    }
+  if (ferror(in)) ok = 0;
+  ok = ok && fsync(fd) == 0;
+  if (close(fd) != 0) ok = 0;
+  fclose(in);
+  if (!ok) rt_util_set_err(err, errlen, "%s: copying %s failed: %s", dst, src, strerror(errno));
   return ok ? 0 : -1;
 }
 
@@ -456,6 +532,9 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
       return -1;
     }
     json_object_set_new(cfg, "torch_dtype", json_string("float32")); /* what the files hold */
+    const char *own = json_string_value(json_object_get(cfg, "_name_or_path"));
+    const char *name = o->name_or_path ? o->name_or_path : own && *own ? NULL : o->model;
+    if (name) json_object_set_new(cfg, "_name_or_path", json_string(name));
   }
   /* the shards: tensors in order, a new shard when the next would pass the limit */
   int *shard = calloc((size_t)n + 1, sizeof *shard), nshards = 1;
@@ -526,12 +605,23 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
     if (!(fp = join(tmp, CONFIG_NAME)) || !(text = rt_ckpt_json_text(cfg))) goto oom;
     if (write_text(fp, text, err, errlen)) goto done;
   }
+  for (int i = 0; o && i < o->ncopy; i++) {
+    free(fp);
+    if (!(fp = join(tmp, o->copy_name[i]))) goto oom;
+    if (copy_file(o->copy_src[i], fp, err, errlen)) goto done;
+  }
   if (o && o->state_json) {
     free(fp);
-    if (!(fp = join(tmp, RT_CKPT_OPTIMIZER_NAME))) goto oom;
+    free(text);
+    text = NULL;
+    if (!(text = join(tmp, RT_CKPT_TRAINER_DIR)) || !(fp = join(text, RT_CKPT_OPTIMIZER_NAME))) goto oom;
+    if (mkdir(text, 0777) != 0) {
+      rt_util_set_err(err, errlen, "%s: cannot create: %s", text, strerror(errno));
+      goto done;
+    }
     if (rt_st_write(fp, o->nopt, o->opt_names, o->opt_ndims, o->opt_shapes, o->opt_data, err, errlen)) goto done;
     free(fp);
-    if (!(fp = join(tmp, RT_CKPT_STATE_NAME))) goto oom;
+    if (!(fp = join(text, RT_CKPT_STATE_NAME))) goto oom;
     if (write_text(fp, o->state_json, err, errlen)) goto done;
   }
   /* the lock goes (a checkpoint folder holds a checkpoint's files alone); the fd keeps it held */

@@ -113,11 +113,21 @@ const RtStFile *rt_ckpt_file(const RtCkpt *c, int i, int *idx);
 
 #define RT_CKPT_OPTIMIZER_NAME "optimizer.safetensors" /* a folder's training state: the AdamW moments */
 #define RT_CKPT_STATE_NAME     "trainer_state.json"    /* and the step, settings and identity */
+#define RT_CKPT_TRAINER_DIR    "trainer"               /* the folder inside a checkpoint folder that holds them */
+
+/* The files a hub folder holds beside the weights and config.json, which --save copies from the
+ * folder the weights came from (NULL-terminated) */
+extern const char *const rt_ckpt_hub_files[];
 
 typedef struct {
   uint64_t shard_bytes;  /* the most bytes of tensors in one shard (0: RT_CKPT_SHARD_DEFAULT) */
   const char *hf_config; /* JSON object written as config.json (torch_dtype set to float32); NULL: none */
-  /* the training state, written beside the weights when state_json is not NULL: nopt F32 tensors
+  /* config.json's _name_or_path: name_or_path; NULL: the config's own, else (none, or "") model */
+  const char *name_or_path, *model;
+  /* files copied into the folder: copy_src[i] as copy_name[i] (one of rt_ckpt_hub_files) */
+  int ncopy;
+  const char *const *copy_src, *const *copy_name;
+  /* the training state, written into trainer/ when state_json is not NULL: nopt F32 tensors
    * (as rt_st_write takes them) as optimizer.safetensors and state_json as trainer_state.json */
   int nopt;
   const char *const *opt_names;
@@ -131,14 +141,18 @@ typedef struct {
 int rt_ckpt_is_file_path(const char *path);
 /* 0 when path may be written as a checkpoint folder: absent, or a folder holding only a
  * checkpoint's files (model.safetensors, model-NNNNN-of-NNNNN.safetensors, the index,
- * config.json, generation_config.json, optimizer.safetensors, trainer_state.json), which is
- * replaced whole. Nothing is changed. */
+ * config.json, rt_ckpt_hub_files, optimizer.safetensors and trainer_state.json in trainer/ or
+ * beside the weights), which is replaced whole. Nothing is changed. */
 int rt_ckpt_check_dir(const char *path, char *err, size_t errlen);
+/* Removes checkpoint folder path, when rt_ckpt_check_dir allows it. 0, or -1 with the reason. */
+int rt_ckpt_remove_dir(const char *path, char *err, size_t errlen);
 /* Writes the F32 tensors (as rt_st_write takes them) as a folder transformers' from_pretrained
  * loads: model.safetensors, or, when they pass o->shard_bytes, shards model-00001-of-0000N.safetensors
  * (tensors in order, a new shard when the next would pass the limit; a larger tensor alone) and
  * model.safetensors.index.json (metadata.total_size, weight_map); config.json when o->hf_config;
- * optimizer.safetensors and trainer_state.json when o->state_json.
+ * o's copies (a hub folder's tokenizer and generation config); trainer/optimizer.safetensors and
+ * trainer/trainer_state.json when o->state_json: the folder is what a hub upload holds, and
+ * transformers ignores trainer/.
  * Written into PATH.tmp-XXXXXX beside it and renamed over PATH (an earlier checkpoint folder there
  * is replaced; rt_ckpt_check_dir's rule); on error nothing is left behind. */
 int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const int *ndims, const int64_t *const *shapes,

@@ -27,9 +27,12 @@ else bad "the listings carry checkpoint_prefix and hf_config"; fi
 
 # --save FOLDER: model.safetensors and config.json; sharded; one file
 expect "--save FOLDER" "$ppr" "$tmp/one" --steps 0 --quiet --save "$tmp/ck"
-if [ "$(ls "$tmp/ck" | tr '\n' ' ')" = "config.json model.safetensors optimizer.safetensors trainer_state.json " ] && grep -q '"torch_dtype": "float32"' "$tmp/ck/config.json" &&
+# files: what a folder holds, trainer/'s too
+files() { (cd "$1" && find . -type f | sort | tr '\n' ' '); }
+state="./trainer/optimizer.safetensors ./trainer/trainer_state.json "
+if [ "$(files "$tmp/ck")" = "./config.json ./model.safetensors $state" ] && grep -q '"torch_dtype": "float32"' "$tmp/ck/config.json" &&
   grep -q '"architectures": \[' "$tmp/ck/config.json"; then ok "--save FOLDER writes model.safetensors and config.json (and the training state)"
-else bad "--save FOLDER writes model.safetensors and config.json ($(ls "$tmp/ck" | tr '\n' ' '))"; fi
+else bad "--save FOLDER writes model.safetensors and config.json ($(files "$tmp/ck"))"; fi
 expect "--save FOLDER --save-shard-size 100kB" "$ppr" "$tmp/one" --steps 0 --quiet --save "$tmp/ck2" --save-shard-size 100kB
 if [ -f "$tmp/ck2/model.safetensors.index.json" ] && [ -f "$tmp/ck2/model-00007-of-00007.safetensors" ] &&
   grep -q '"total_size": 564224' "$tmp/ck2/model.safetensors.index.json"; then ok "--save-shard-size: 7 shards and their index"
@@ -51,10 +54,14 @@ if diff -r -x trainer_state.json "$tmp/ck2" "$tmp/mck" >/dev/null; then ok "tp 2
 else bad "tp 2 x pp 2 writes the one-rank sharded folder, byte for byte"; fi
 # the folder is replaced whole (its shards go); a folder with other files is refused
 expect "--save over an earlier checkpoint folder" "$ppr" "$tmp/one" --steps 0 --quiet --save "$tmp/mck"
-if [ "$(ls "$tmp/mck" | tr '\n' ' ')" = "config.json model.safetensors optimizer.safetensors trainer_state.json " ]; then ok "an earlier checkpoint folder is replaced whole"
-else bad "an earlier checkpoint folder is replaced whole ($(ls "$tmp/mck" | tr '\n' ' '))"; fi
-echo '{}' >"$tmp/mck/tokenizer.json"
-expect_fail "--save into a folder with other files" "holds tokenizer.json, which is not a checkpoint's file" \
+if [ "$(files "$tmp/mck")" = "./config.json ./model.safetensors $state" ]; then ok "an earlier checkpoint folder is replaced whole"
+else bad "an earlier checkpoint folder is replaced whole ($(files "$tmp/mck"))"; fi
+echo x >"$tmp/mck/trainer/notes.txt"
+expect_fail "--save into a folder whose trainer/ holds other files" "holds notes.txt, which is not a checkpoint's training state" \
+  "$ppr" "$tmp/one" --steps 1 --quiet --save "$tmp/mck"
+rm "$tmp/mck/trainer/notes.txt"
+echo x >"$tmp/mck/notes.txt"
+expect_fail "--save into a folder with other files" "holds notes.txt, which is not a checkpoint's file" \
   "$ppr" "$tmp/one" --steps 1 --quiet --save "$tmp/mck"
 echo x >"$tmp/plain"
 expect_fail "--save FOLDER over a file" "exists and is not a folder" "$ppr" "$tmp/one" --steps 1 --quiet --save "$tmp/plain"

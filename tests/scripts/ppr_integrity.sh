@@ -67,7 +67,7 @@ else
   bad "--verify of a fresh checkpoint should pass"
   cat "$tmp/out.txt" "$tmp/v.txt"
 fi
-for f in model.safetensors optimizer.safetensors; do
+for f in model.safetensors trainer/optimizer.safetensors; do
   rm -rf "$tmp/bad" && cp -r "$tmp/ck" "$tmp/bad"
   size=$(wc -c <"$tmp/bad/$f")
   printf '\377' | dd of="$tmp/bad/$f" bs=1 seek=$((size - 9)) conv=notrunc 2>/dev/null

@@ -89,7 +89,7 @@ PY
     ok "$name: --tensorboard: one event file, steps 1..12 once each with the log's loss, val_loss, lr, grad_norm, tokens/s (CRCs checked)"
   else bad "$name: --tensorboard's events should be the log's steps"; fi
   if cmp -s "$d-ref/step-000012/model.safetensors" "$d/step-000012/model.safetensors" &&
-    cmp -s "$d-ref/step-000012/optimizer.safetensors" "$d/step-000012/optimizer.safetensors"; then
+    cmp -s "$d-ref/step-000012/trainer/optimizer.safetensors" "$d/step-000012/trainer/optimizer.safetensors"; then
     ok "$name: the weights and moments after step 12 byte-identical to the straight run's"
   else bad "$name: the weights and moments after step 12 differ from the straight run's"; fi
 }
@@ -99,7 +99,7 @@ cp "$tmp/out.txt" "$tmp/out.mesh.txt"
 
 d=$tmp/one
 "$ppr" "$tmp/one" --resume "$d/step-000008" --log-every 3 --log "$tmp/every.jsonl" --save "$tmp/every" >"$tmp/out.txt" 2>&1
-if [ "$(grep -o '^step [0-9]*/12' "$tmp/out.txt" | tr '\n' ' ')" = "" ] && grep -q -- "--quiet" "$d/step-000008/trainer_state.json"
+if [ "$(grep -o '^step [0-9]*/12' "$tmp/out.txt" | tr '\n' ' ')" = "" ] && grep -q -- "--quiet" "$d/step-000008/trainer/trainer_state.json"
 then ok "--quiet is the run's: a resume keeps it"
 else bad "a resume should keep --quiet: $(head -n 3 "$tmp/out.txt")"; fi
 "$ppr" "$tmp/one" @"$tmp/run.args" --steps 9 --save "$tmp/le" --log "$tmp/le.jsonl" >/dev/null 2>&1
@@ -110,7 +110,7 @@ then ok "--log-every 5: step lines 1, 5, 10, the evaluations (4, 8) and the last
 else bad "--log-every 5: $(grep -o '^step [0-9]*/12' "$tmp/out.txt" | tr '\n' ' ')"; fi
 
 # trainer_state.json keeps the options a resume takes; not --trace, --device, --timeout
-python3 - "$d/step-000012/trainer_state.json" "$d" <<'PY' && ok "trainer_state.json: the run's options (--steps=12, --lr=3e-3, --log-every=2 ...), not --trace" || bad "trainer_state.json's args"
+python3 - "$d/step-000012/trainer/trainer_state.json" "$d" <<'PY' && ok "trainer_state.json: the run's options (--steps=12, --lr=3e-3, --log-every=2 ...), not --trace" || bad "trainer_state.json's args"
 import json, sys
 s = json.load(open(sys.argv[1]))
 a = s["args"]

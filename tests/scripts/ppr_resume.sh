@@ -1,10 +1,11 @@
 #!/bin/sh
 # ppr_resume.sh BUILD_DIR - --save writes the training state (optimizer.safetensors and trainer_state.json
-# beside the weights) and --resume continues from it: 6 steps straight and 3 + 3 resumed give the same
+# in the folder's trainer/) and --resume continues from it: 6 steps straight and 3 + 3 resumed give the same
 # losses and byte-identical weights and moments, on one rank and on tp 2 x pp 2; a checkpoint saved at
 # pp 2 resumed on one rank agrees within 1e-5; a one-file --save; the errors (before any step, nothing
-# written; a model from a Hugging Face config refuses text). A tiny GPT-2 from `ppc --from-hf tests/hf/gpt2`.
-# Last line: "N passed, M failed".
+# written; a model from a Hugging Face config refuses text); a folder of an older ppr (the state beside
+# the weights); hub folders (--init's tokenizer files and generation config copied, the state in
+# trainer/, --model-name). A tiny GPT-2 from `ppc --from-hf tests/hf/gpt2`. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_resume.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
@@ -55,8 +56,8 @@ straight_vs_resumed() {
   expect "$name: --resume step-000003, steps 4 to 6" "$@" "$ppr" "$tmp/$dir" --steps 6 $opts \
     --resume "$tmp/$name-a/step-000003" --save "$tmp/$name-b" --log "$tmp/$name-b.jsonl"
   if cmp -s "$tmp/$name-a/step-000006/model.safetensors" "$tmp/$name-b/step-000006/model.safetensors" &&
-    cmp -s "$tmp/$name-a/step-000006/optimizer.safetensors" "$tmp/$name-b/step-000006/optimizer.safetensors" &&
-    same_state "$tmp/$name-a/step-000006/trainer_state.json" "$tmp/$name-b/step-000006/trainer_state.json" "$tmp/$name-b"; then
+    cmp -s "$tmp/$name-a/step-000006/trainer/optimizer.safetensors" "$tmp/$name-b/step-000006/trainer/optimizer.safetensors" &&
+    same_state "$tmp/$name-a/step-000006/trainer/trainer_state.json" "$tmp/$name-b/step-000006/trainer/trainer_state.json" "$tmp/$name-b"; then
     ok "$name: 3 + resumed 3 steps: the weights and the moments byte-identical to 6 steps, trainer_state.json the same but --save and --log"
   else bad "$name: 3 + resumed 3 steps: the weights, the moments and trainer_state.json as 6 steps'"; fi
   losses "$tmp/$name-b.jsonl" >"$tmp/$name-b.loss"
@@ -70,10 +71,10 @@ straight_vs_resumed one one
 straight_vs_resumed mesh mesh $MPIRUN -np 4
 
 if [ "$(ls "$tmp/one-a" | tr '\n' ' ')" = "step-000003 step-000006 " ] &&
-  [ "$(ls "$tmp/one-b/step-000006" | tr '\n' ' ')" = "config.json model.safetensors optimizer.safetensors trainer_state.json " ] &&
-  grep -q '"step": 6' "$tmp/one-b/step-000006/trainer_state.json" && grep -q '"exp_avg_sq.transformer.wte.weight"' "$tmp/one-b/step-000006/optimizer.safetensors"
-then ok "--save FOLDER: the weights, optimizer.safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json"
-else bad "--save FOLDER: the weights, optimizer.safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer_state.json"; fi
+  [ "$(cd "$tmp/one-b/step-000006" && find . -type f | sort | tr '\n' ' ')" = "./config.json ./model.safetensors ./trainer/optimizer.safetensors ./trainer/trainer_state.json " ] &&
+  grep -q '"step": 6' "$tmp/one-b/step-000006/trainer/trainer_state.json" && grep -q '"exp_avg_sq.transformer.wte.weight"' "$tmp/one-b/step-000006/trainer/optimizer.safetensors"
+then ok "--save FOLDER: the weights, trainer/optimizer.safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer/trainer_state.json"
+else bad "--save FOLDER: the weights, trainer/optimizer.safetensors (exp_avg.NAME, exp_avg_sq.NAME) and trainer/trainer_state.json"; fi
 # the state folder is still a weights checkpoint
 expect "--init a folder holding the training state" "$ppr" "$tmp/one" --init "$tmp/one-b/step-000006" --steps 0 --quiet \
   --save "$tmp/init.safetensors"
@@ -101,10 +102,48 @@ else bad "--save W.safetensors: W.optimizer.safetensors and W.trainer_state.json
 expect "--resume W.safetensors at the last step: nothing to run" "$ppr" "$tmp/one" --steps 6 $opts \
   --resume "$tmp/w.safetensors" --save "$tmp/wb"
 if cmp -s "$tmp/wb/model.safetensors" "$tmp/one-b/step-000006/model.safetensors" &&
-  cmp -s "$tmp/wb/optimizer.safetensors" "$tmp/one-b/step-000006/optimizer.safetensors" &&
-  cmp -s "$tmp/wb/optimizer.safetensors" "$tmp/w.optimizer.safetensors"; then
+  cmp -s "$tmp/wb/trainer/optimizer.safetensors" "$tmp/one-b/step-000006/trainer/optimizer.safetensors" &&
+  cmp -s "$tmp/wb/trainer/optimizer.safetensors" "$tmp/w.optimizer.safetensors"; then
   ok "--resume W.safetensors at --steps: the weights and moments as saved"
 else bad "--resume W.safetensors at --steps: the weights and moments as saved"; fi
+# a folder of an older ppr: the training state beside the weights, not in trainer/
+cp -r "$tmp/one-a/step-000003" "$tmp/older" && mv "$tmp/older/trainer"/* "$tmp/older/" && rmdir "$tmp/older/trainer"
+expect "--resume a folder with the training state beside the weights" "$ppr" "$tmp/one" --steps 6 $opts \
+  --resume "$tmp/older" --save "$tmp/older-b" --save-every 0
+if cmp -s "$tmp/older-b/model.safetensors" "$tmp/one-b/step-000006/model.safetensors"; then
+  ok "--resume the older layout: the weights of the straight 6 steps"
+else bad "--resume the older layout: the weights of the straight 6 steps"; fi
+
+# a hub folder: --init's tokenizer files and generation config copied, the state in trainer/, --model-name
+mkdir -p "$tmp/hub" && cp "$tmp/one-b/step-000006/model.safetensors" "$tmp/one-b/step-000006/config.json" "$tmp/hub/"
+cp tests/fixtures/tokenizers/gpt2.json "$tmp/hub/tokenizer.json"
+echo '{"bos_token_id": 50256}' >"$tmp/hub/generation_config.json"
+echo '{"model_max_length": 1024}' >"$tmp/hub/tokenizer_config.json"
+echo '{"eos_token": "<|endoftext|>"}' >"$tmp/hub/special_tokens_map.json"
+expect "--init a hub folder, --save a folder" "$ppr" "$tmp/one" --init "$tmp/hub" --steps 3 $opts --save "$tmp/hubout"
+if [ "$(cd "$tmp/hubout" && find . -type f | sort | tr '\n' ' ')" = "./config.json ./generation_config.json ./model.safetensors ./special_tokens_map.json ./tokenizer.json ./tokenizer_config.json ./trainer/optimizer.safetensors ./trainer/trainer_state.json " ] &&
+  cmp -s "$tmp/hub/tokenizer.json" "$tmp/hubout/tokenizer.json" &&
+  cmp -s "$tmp/hub/generation_config.json" "$tmp/hubout/generation_config.json" &&
+  grep -q '"_name_or_path": "gpt2"' "$tmp/hubout/config.json"; then
+  ok "--save FOLDER: config.json (named after the model), the weights, --init's tokenizer files and generation config; the state in trainer/"
+else bad "--save FOLDER's files: $(cd "$tmp/hubout" && find . -type f | sort | tr '\n' ' ')"; fi
+expect "--resume it, --model-name" "$ppr" "$tmp/one" --resume "$tmp/hubout" --steps 4 --decay-steps 3 --save "$tmp/hubout2" \
+  --model-name me/gpt2-tiny
+if cmp -s "$tmp/hub/tokenizer_config.json" "$tmp/hubout2/tokenizer_config.json" &&
+  grep -q '"_name_or_path": "me/gpt2-tiny"' "$tmp/hubout2/config.json"; then
+  ok "--resume's folder's tokenizer files carried on; --model-name as config.json's _name_or_path"
+else bad "--resume's folder's tokenizer files carried on; --model-name as config.json's _name_or_path"; fi
+expect "--tokenizer FILE.json: its folder's tokenizer files" "$ppr" "$tmp/one" --init "$tmp/hub" --steps 3 $opts \
+  --save "$tmp/hubtok" --tokenizer tests/fixtures/tokenizers/llama3.json
+if cmp -s tests/fixtures/tokenizers/llama3.json "$tmp/hubtok/tokenizer.json" && [ ! -e "$tmp/hubtok/tokenizer_config.json" ] &&
+  cmp -s "$tmp/hub/generation_config.json" "$tmp/hubtok/generation_config.json"; then
+  ok "--tokenizer: its tokenizer.json (and nothing of --init's tokenizer), --init's generation config"
+else bad "--tokenizer: its tokenizer.json (and nothing of --init's tokenizer), --init's generation config"; fi
+expect_fail "--tokenizer that cannot be read, with --save" "--tokenizer $tmp/nothere.json: cannot read it" \
+  "$ppr" "$tmp/one" --steps 3 $opts --save "$tmp/never" --tokenizer "$tmp/nothere.json"
+expect_fail "--model-name without a --save folder" "--model-name names a folder's model" \
+  "$ppr" "$tmp/one" --steps 3 $opts --save "$tmp/never.safetensors" --model-name x
+
 # --keep K: the last K step folders
 expect "--save-every 1 --keep 2" "$ppr" "$tmp/one" --steps 4 $opts --save "$tmp/kept" --save-every 1 --keep 2
 if [ "$(ls "$tmp/kept" | tr '\n' ' ')" = "step-000003 step-000004 " ]; then ok "--keep 2 keeps the last two"
@@ -144,22 +183,22 @@ expect_fail "--keep without --save-every" "--keep is an option of --save-every" 
 expect_fail "another model" "the checkpoint's model is" "$ppr" "$tmp/other" --steps 6 $opts --resume "$ck" \
   --save "$tmp/never"
 cp -r "$ck" "$tmp/cut"
-head -c 100000 "$ck/optimizer.safetensors" >"$tmp/cut/optimizer.safetensors"
-expect_fail "a truncated optimizer file" "$tmp/cut/optimizer.safetensors" "$ppr" "$tmp/one" --steps 6 $opts \
+head -c 100000 "$ck/trainer/optimizer.safetensors" >"$tmp/cut/trainer/optimizer.safetensors"
+expect_fail "a truncated optimizer file" "$tmp/cut/trainer/optimizer.safetensors" "$ppr" "$tmp/one" --steps 6 $opts \
   --resume "$tmp/cut" --save "$tmp/never"
 cp -r "$ck" "$tmp/noopt"
-rm "$tmp/noopt/optimizer.safetensors"
-expect_fail "a missing optimizer file" "$tmp/noopt/optimizer.safetensors: No such file" "$ppr" "$tmp/one" --steps 6 $opts \
+rm "$tmp/noopt/trainer/optimizer.safetensors"
+expect_fail "a missing optimizer file" "$tmp/noopt/trainer/optimizer.safetensors: No such file" "$ppr" "$tmp/one" --steps 6 $opts \
   --resume "$tmp/noopt" --save "$tmp/never"
 cp -r "$ck" "$tmp/nostate"
-rm "$tmp/nostate/trainer_state.json"
-expect_fail "a missing trainer_state.json" "$tmp/nostate/trainer_state.json: No such file" "$ppr" "$tmp/one" --steps 6 \
+rm "$tmp/nostate/trainer/trainer_state.json"
+expect_fail "a missing trainer_state.json" "$tmp/nostate/trainer/trainer_state.json: No such file" "$ppr" "$tmp/one" --steps 6 \
   $opts --resume "$tmp/nostate" --save "$tmp/never"
 cp -r "$ck" "$tmp/badjson"
-echo '{"format": 1' >"$tmp/badjson/trainer_state.json"
-expect_fail "a broken trainer_state.json" "$tmp/badjson/trainer_state.json: not valid JSON" "$ppr" "$tmp/one" --steps 6 \
+echo '{"format": 1' >"$tmp/badjson/trainer/trainer_state.json"
+expect_fail "a broken trainer_state.json" "$tmp/badjson/trainer/trainer_state.json: not valid JSON" "$ppr" "$tmp/one" --steps 6 \
   $opts --resume "$tmp/badjson" --save "$tmp/never"
-expect_fail "tp 2 x pp 2: a truncated optimizer file" "$tmp/cut/optimizer.safetensors" $MPIRUN -np 4 "$ppr" "$tmp/mesh" \
+expect_fail "tp 2 x pp 2: a truncated optimizer file" "$tmp/cut/trainer/optimizer.safetensors" $MPIRUN -np 4 "$ppr" "$tmp/mesh" \
   --steps 6 $opts --resume "$tmp/cut" --save "$tmp/never"
 
 echo "$pass passed, $fail failed"

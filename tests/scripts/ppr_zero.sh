@@ -82,7 +82,7 @@ resumed "one rank" "$ppr" "$tmp/d1"
 # shellcheck disable=SC2086
 if $MPIRUN -np 4 "$ppr" "$tmp/d4" --steps 6 $opts --resume "$tmp/s4/step-000003" --save "$tmp/s4b" >"$tmp/out.txt" 2>&1 &&
   cmp -s "$tmp/s4/step-000006/model.safetensors" "$tmp/s4b/step-000006/model.safetensors" &&
-  cmp -s "$tmp/s4/step-000006/optimizer.safetensors" "$tmp/s4b/step-000006/optimizer.safetensors"; then
+  cmp -s "$tmp/s4/step-000006/trainer/optimizer.safetensors" "$tmp/s4b/step-000006/trainer/optimizer.safetensors"; then
   ok "dp 4 with zero -> itself: 3 + resumed 3 steps, the weights and moments byte-identical to 6 steps"
 else bad "dp 4 with zero -> itself: $(tail -n 2 "$tmp/out.txt")"; fi
 
