@@ -91,6 +91,7 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
                  kir_e(k, K_ADD, kir_f(k, 1), kir_e(k, K_TANH, u, 0, 0), 0), 0);
   }
   case OP_RELU: return kir_e(k, K_MAX, kir_f(k, 0), a, 0); /* ppk_max(0, x): x when x is NaN, as torch.relu */
+  case OP_SCALE: return kir_e(k, K_MUL, a, kir_f(k, (float)n->a.scale), 0); /* the constant a float, as torch's */
   case OP_DROPOUT:
   case OP_DROPOUT_DX: return kir_e(k, K_MUL, a, dropout_factor(c, kc, n, idx), 0);
   case OP_SILU_DX: {

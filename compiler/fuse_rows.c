@@ -135,12 +135,18 @@ static int rope_table(FuseCtx *c, int id);
 static void rope_angle(Kernel *k, int t, int s, int64_t half, int j, int *co, int *si);
 static void rope_turn(Kernel *k, bool inv, int a, int b, int co, int si, int *lo, int *hi);
 
+/* A norm's weight at column j as it scales: w, or w + offset (rmsnorm's offset; 0 for layernorm) */
+static int norm_w(Kernel *k, const IrNode *n, int w, int j) {
+  int v = kir_ld(k, w, j);
+  return n->a.offset != 0 ? kir_e(k, K_ADD, v, kir_f(k, n->a.offset), 0) : v;
+}
+
 /* The norm's output at column j of row r: (x - mean) rstd w (+ b) */
 static int norm_out(FuseCtx *c, KCall *kc, int r, int64_t D, int j, int mean, int rstd, int w, int bb) {
   Kernel *k = kc->k;
   int id = kc->node;
   int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, fuse_elem_val(c, kc, N(c, id)->in[0], idx2(k, r, D, j)), mean, 0), rstd, 0);
-  int out = kir_e(k, K_MUL, xh, kir_ld(k, w, j), 0);
+  int out = kir_e(k, K_MUL, xh, norm_w(k, N(c, id), w, j), 0);
   return bb >= 0 ? kir_e(k, K_ADD, out, kir_ld(k, bb, j), 0) : out;
 }
 
@@ -365,7 +371,7 @@ static void norm_dx_row(FuseCtx *c, KCall *kc, int id, const NormDx *a, int r) {
   }
   /* g = dy*w, xhat = (x - mean) * rstd; sums of g*xhat (and g) over the row */
   int j = kir_reduce(k, kir_i(k, D));
-  int gv = kir_let(k, kir_e(k, K_MUL, fuse_elem_val(c, kc, n->in[0], idx2(k, r, D, j)), kir_ld(k, a->w, j), 0));
+  int gv = kir_let(k, kir_e(k, K_MUL, fuse_elem_val(c, kc, n->in[0], idx2(k, r, D, j)), norm_w(k, n, a->w, j), 0));
   int xh = kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, a->x, idx2(k, r, D, j)), mean, 0), rstd, 0);
   int sgx = kir_reduce_end(k, '+', kir_e(k, K_MUL, gv, xh, 0));
   int mgx = kir_let(k, kir_e(k, K_DIV, sgx, kir_f(k, (double)D), 0));
@@ -380,7 +386,7 @@ static void norm_dx_row(FuseCtx *c, KCall *kc, int id, const NormDx *a, int r) {
   int dy = kir_let(k, fuse_elem_val(c, kc, n->in[0], idx2(k, r, D, j)));
   int xh2 = kir_let(k, kir_e(k, K_MUL, kir_e(k, K_SUB, kir_ld(k, a->x, idx2(k, r, D, j)), mean, 0), rstd, 0));
   /* rms: rstd (g - xhat mean(g xhat)); layer: rstd (g - mean(g) - xhat mean(g xhat)) */
-  int inner = kir_e(k, K_SUB, kir_e(k, K_MUL, dy, kir_ld(k, a->w, j), 0), kir_e(k, K_MUL, xh2, mgx, 0), 0);
+  int inner = kir_e(k, K_SUB, kir_e(k, K_MUL, dy, norm_w(k, n, a->w, j), 0), kir_e(k, K_MUL, xh2, mgx, 0), 0);
   if (!rms) inner = kir_e(k, K_SUB, inner, mg, 0);
   kir_store(k, a->dx, idx2(k, r, D, j), c->acc[id] >= 0 ? '+' : '=', kir_e(k, K_MUL, rstd, inner, 0)); /* +: a sum */
   if (a->sums >= 0) { /* the part's column sums: norm_dw_term's dy * xhat, bias_db_term's dy */

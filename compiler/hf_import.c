@@ -4,7 +4,8 @@
  * (transformers' defaults where the config class has one and the field is absent or null), options
  * the language cannot express are refused by name, and the .pdl is written in the structure and
  * with the checkpoint names of examples/tiny.pdl (Llama, Qwen2, Qwen3, MiniMind, Mistral; Phi-3 with its
- * fused q/k/v and gate/up projections cut by chunk) or
+ * fused q/k/v and gate/up projections cut by chunk; Gemma with its scaled embedding, (1 + w) norms and
+ * GeGLU) or
  * examples/gpt2.pdl (GPT-2). Its header records the architecture and the config as read
  * (re-serialised compactly with sorted keys) in the machine-readable comments `# hf-architecture:`
  * and `# hf-config:`. docs/language.md, "Importing a Hugging Face config", is the reference. */
@@ -21,14 +22,14 @@
 #include "ppc.h"
 
 /* ORDER HfArch: hf_archs */
-typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_MISTRAL, HF_PHI3, HF_GPT2 } HfArch;
+typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_MISTRAL, HF_PHI3, HF_GEMMA, HF_GPT2 } HfArch;
 
 static const struct {
   const char *arch, *type; /* architectures[0] and model_type */
 } hf_archs[] = {
     {"LlamaForCausalLM", "llama"},       {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
     {"MiniMindForCausalLM", "minimind"}, {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
-    {"GPT2LMHeadModel", "gpt2"},
+    {"GemmaForCausalLM", "gemma"},       {"GPT2LMHeadModel", "gpt2"},
 };
 #define HF_NARCH ((int)(sizeof hf_archs / sizeof hf_archs[0]))
 
@@ -49,6 +50,7 @@ typedef struct Hf {
   int64_t orig_max_pos;
   int64_t window; /* Mistral, Phi-3: sliding_window (0: null, every position) */
   bool fused;     /* Phi-3: one qkv_proj and one gate_up_proj */
+  bool gemma;     /* Gemma: embeddings times sqrt(hidden), norms by (1 + w), GeGLU (tanh GELU) */
 } Hf;
 
 /* ---- reading fields ------------------------------------------------------------------------ */
@@ -236,6 +238,7 @@ static void read_rope_scaling(Hf *h) {
 static void read_llama_like(Hf *h) {
   json_t *c = h->cfg;
   bool mm = h->arch == HF_MINIMIND, mistral = h->arch == HF_MISTRAL, phi3 = h->arch == HF_PHI3;
+  h->gemma = h->arch == HF_GEMMA;
   h->hidden = get_int(h, c, "", "hidden_size", -1);
   h->layers = get_int(h, c, "", "num_hidden_layers", -1);
   h->heads = get_int(h, c, "", "num_attention_heads", -1);
@@ -243,25 +246,28 @@ static void read_llama_like(Hf *h) {
   /* MiniMind: intermediate_size = ceil(hidden * pi / 64) * 64 when absent */
   h->ffn = get_int(h, c, "", "intermediate_size",
                    mm ? (int64_t)ceil((double)h->hidden * 3.14159265358979323846 / 64) * 64 : -1);
-  h->eps = get_num(h, c, "", "rms_norm_eps", mm || mistral ? 1e-6 : phi3 ? 1e-5 : -1);
+  h->eps = get_num(h, c, "", "rms_norm_eps", mm || mistral || h->gemma ? 1e-6 : phi3 ? 1e-5 : -1);
   h->kv_heads = get_int(h, c, "", "num_key_value_heads", h->heads);
   /* head_dim: hidden / heads when absent (Qwen3: 128) */
-  if (!field(c, "head_dim", true) && h->arch != HF_QWEN3 && !h->bad && h->hidden % h->heads) {
+  if (!field(c, "head_dim", true) && h->arch != HF_QWEN3 && !h->gemma && !h->bad && h->hidden % h->heads) {
     char exp[128];
     snprintf(exp, sizeof exp, "a divisor of hidden_size (%lld), or a head_dim field", (long long)h->hidden);
     field_err(h, "num_attention_heads", exp, json_object_get(c, "num_attention_heads"));
   }
-  h->head_dim = get_int(h, c, "", "head_dim", h->arch == HF_QWEN3 ? 128 : h->hidden / h->heads);
+  h->head_dim = get_int(h, c, "", "head_dim", h->arch == HF_QWEN3 ? 128 : h->gemma ? 256 : h->hidden / h->heads);
   h->max_pos = get_int(h, c, "", "max_position_embeddings",
                        h->arch == HF_LLAMA ? 2048
                        : mistral           ? 4096 * 32
                        : phi3              ? 4096
+                       : h->gemma          ? 8192
                                            : 32768);
   h->theta = get_num(h, c, "", "rope_theta", mm ? 1e6 : 10000);
   h->std = get_num(h, c, "", "initializer_range", 0.02);
-  h->tied = get_bool(h, c, "tie_word_embeddings", mm);
-  static const char *const silu[] = {"silu", NULL};
-  want_str(h, c, "", "hidden_act", silu, "\"silu\" (the SwiGLU MLP)");
+  h->tied = get_bool(h, c, "tie_word_embeddings", mm || h->gemma);
+  static const char *const silu[] = {"silu", NULL}, *const tanh_gelu[] = {"gelu_pytorch_tanh", NULL};
+  if (h->gemma) /* GemmaMLP reads hidden_activation (absent or null: the tanh GELU), not hidden_act */
+    want_str(h, c, "", "hidden_activation", tanh_gelu, "\"gelu_pytorch_tanh\" (the language's gelu)");
+  else want_str(h, c, "", "hidden_act", silu, "\"silu\" (the SwiGLU MLP)");
   switch (h->arch) {
   case HF_LLAMA:
     h->qkv_bias = h->o_bias = get_bool(h, c, "attention_bias", false);
@@ -288,6 +294,11 @@ static void read_llama_like(Hf *h) {
     if (field(c, "rope_scaling", true))
       field_err(h, "rope_scaling", "null (MistralForCausalLM's RoPE is not scaled)",
                 json_object_get(c, "rope_scaling"));
+    break;
+  case HF_GEMMA:
+    h->qkv_bias = h->o_bias = get_bool(h, c, "attention_bias", false);
+    if (field(c, "rope_scaling", true))
+      field_err(h, "rope_scaling", "null (GemmaForCausalLM's RoPE is not scaled)", json_object_get(c, "rope_scaling"));
     break;
   case HF_PHI3: { /* no biases; q, k, v in one qkv_proj, gate and up in one gate_up_proj */
     h->fused = true;
@@ -458,7 +469,7 @@ static void write_layer_params(FILE *f, const Hf *h, const char *std) {
     param(f, true, "qn", "[head_dim]", CK("self_attn.q_norm.weight"), "ones", "");
     param(f, true, "kn", "[head_dim]", CK("self_attn.k_norm.weight"), "ones", "");
   }
-  param(f, true, "ln2", "[hidden]", CK("post_attention_layernorm.weight"), "ones", "");
+  param(f, true, "ln2", "[hidden]", CK("post_attention_layernorm.weight"), h->gemma ? "zeros" : "ones", "");
   param(f, true, "wg", "[ffn, hidden]", CK("mlp.gate_proj.weight"), std, "column");
   if (h->mlp_bias) param(f, true, "bg", "[ffn]", CK("mlp.gate_proj.bias"), "zeros", "column");
   param(f, true, "wu", "[ffn, hidden]", CK("mlp.up_proj.weight"), std, "column");
@@ -479,25 +490,31 @@ static void write_phi3_params(FILE *f, const char *std) {
 }
 
 static void write_llama_like(FILE *f, const Hf *h, char *name) {
-  char nb[32], std[64], eps[32], rope[320];
+  char nb[32], std[64], eps[64], rope[320];
   snprintf(std, sizeof std, "normal(std = %s)", num(nb, h->std));
   num(eps, h->eps);
+  if (h->gemma) strcat(eps, ", offset = 1"); /* Gemma's norms scale by (1 + w) */
   char what[400];
   char window[48] = "";
   if (h->window) snprintf(window, sizeof window, " in a sliding window of %lld", (long long)h->window);
   snprintf(what, sizeof what,
-           "RMSNorm, %s attention%s%s%s, RoPE%s, SwiGLU%s, %s head;\n"
+           "RMSNorm%s, %s attention%s%s%s, RoPE%s, %s%s, %s head;\n"
            "# parameter names as transformers' state_dict.",
+           h->gemma ? " by (1 + w), embeddings times sqrt(hidden)" : "",
            h->kv_heads == h->heads ? "multi-head" : "grouped-query", window,
            h->qkv_bias ? (h->o_bias ? " with q/k/v/o biases" : " with q/k/v biases") : "",
            h->qk_norm ? ", QK-norm" : "", h->llama3 ? " with Llama-3 frequency scaling" : "",
-           h->mlp_bias ? " with biases" : "", h->tied ? "tied" : "untied");
+           h->gemma ? "GeGLU" : "SwiGLU", h->mlp_bias ? " with biases" : "", h->tied ? "tied" : "untied");
   write_header(f, h, what);
   write_run(f, h, name);
   param(f, false, "embed", "[vocab, hidden]", "model.embed_tokens.weight", std, "vocab");
-  fputs("x = embedding(tokens, embed)                        # [S, B, hidden]\n\n", f);
+  if (h->gemma) {
+    char sq[32];
+    fprintf(f, "x = scale(embedding(tokens, embed), by = %s)   # [S, B, hidden], times sqrt(hidden)\n\n",
+            num(sq, sqrt((double)h->hidden)));
+  } else fputs("x = embedding(tokens, embed)                        # [S, B, hidden]\n\n", f);
   fputs("for l in 0..layers {\n", f);
-  param(f, true, "ln1", "[hidden]", "model.layers.{l}.input_layernorm.weight", "ones", "");
+  param(f, true, "ln1", "[hidden]", "model.layers.{l}.input_layernorm.weight", h->gemma ? "zeros" : "ones", "");
   if (h->fused) write_phi3_params(f, std);
   else write_layer_params(f, h, std);
   char n1[32], n2[32], n3[32];
@@ -529,10 +546,11 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
     fputs("  gu = linear(h, wgu)                                 # gate and up side by side\n"
           "  x = x + linear(silu(chunk(gu, index = 0, parts = 2)) * chunk(gu, index = 1, parts = 2), wd)   # SwiGLU\n",
           f);
+  else if (h->gemma) fputs("  x = x + linear(gelu(linear(h, wg)) * linear(h, wu), wd)   # GeGLU (tanh GELU)\n", f);
   else if (h->mlp_bias) fputs("  x = x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)   # SwiGLU\n", f);
   else fputs("  x = x + linear(silu(linear(h, wg)) * linear(h, wu), wd)   # SwiGLU\n", f);
   fputs("}\n\n", f);
-  param(f, false, "norm", "[hidden]", "model.norm.weight", "ones", "");
+  param(f, false, "norm", "[hidden]", "model.norm.weight", h->gemma ? "zeros" : "ones", "");
   if (!h->tied) param(f, false, "head", "[vocab, hidden]", "lm_head.weight", std, "vocab");
   fprintf(f, "logits = transpose_sb(linear(rmsnorm(x, norm, eps = %s), %s))   # %s head, [B, S, vocab]\n", eps,
           h->tied ? "embed" : "head", h->tied ? "tied" : "untied");

@@ -125,7 +125,13 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (ir_build_eval_float(b, val, &v)) return 1;
     if (!strcmp(key, "eps")) c->a.eps = v;
     if (!strcmp(key, "theta")) c->a.theta = v;
-    if (!strcmp(key, "scale")) c->a.scale = v;
+    if (!strcmp(key, "scale") || !strcmp(key, "by")) c->a.scale = v;
+    if (!strcmp(key, "offset")) c->a.offset = v;
+    if (!isfinite(v)) {
+      ir_build_err(b, val->loc, "%s is %g: expected a finite number", key, v);
+      c->has[k] = 1;
+      return 1;
+    }
     if (!strcmp(key, "factor")) c->a.factor = v;
     if (!strcmp(key, "low_freq_factor")) c->a.low_freq_factor = v;
     if (!strcmp(key, "high_freq_factor")) c->a.high_freq_factor = v;
@@ -424,6 +430,7 @@ static int infer(Builder *b, Call *c) {
   case OP_SILU:
   case OP_GELU:
   case OP_RELU:
+  case OP_SCALE:
     out = N(b, in[0])->shape;
     lay = N(b, in[0])->layout;
     break;

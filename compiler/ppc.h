@@ -235,7 +235,8 @@ typedef enum Region { REG_PRE, REG_LAYER, REG_POST } Region;
 typedef enum Layout { LAYOUT_NONE, LAYOUT_SB, LAYOUT_BS } Layout; /* [S,B,...] or [B,S,...] */
 
 typedef struct IrAttrs {
-  double eps, theta, scale; /* scale 0: 1/sqrt(head_dim) */
+  double eps, theta, scale; /* scale 0: 1/sqrt(head_dim); the scale op: its constant (by) */
+  double offset;            /* rmsnorm: added to the weight, x*rsqrt(mean(x^2)+eps)*(w+offset) (Gemma's 1) */
   int64_t heads, index, parts;
   bool causal;
   int64_t window; /* attention: a query sees the window positions ending at its own (causal); 0: all */

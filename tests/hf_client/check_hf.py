@@ -2,7 +2,8 @@
 """check_hf.py - ppr against Hugging Face transformers (make test-hf).
 
 For small Llama (Llama-3.1 RoPE scaling), Qwen2, GPT-2, Mistral (a sliding window shorter than the
-sequence), Phi-3 (fused projections) and, when this transformers has it, Qwen3 models built from the configs in tests/hf/ with
+sequence), Phi-3 (fused projections), Gemma (scaled embeddings, (1 + w) norms, GeGLU) and, when
+this transformers has it, Qwen3 models built from the configs in tests/hf/ with
 random weights:
 
   save_pretrained -> ppc --from-hf -> one ppr step with lr 0 on one rank, pp 2 and tp 2 x pp 2
@@ -37,7 +38,7 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-x", "OMP_NUM_THR
 
 passed = failed = 0
 # Both sides sum in float32 in their own orders: the losses (near 6, an ulp 4.8e-7) differ by up to
-# 3.5e-7 and the gradients by up to 2.8e-8 (absolute; entries up to ~1e-2); each limit is 6-8x that.
+# 4.7e-7 and the gradients by up to 2.8e-8 (absolute; entries up to ~1e-2); each limit is 4-8x that.
 LOSS_TOL, GRAD_TOL = 2e-6, 2e-7
 
 
@@ -272,7 +273,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ppr-hf-")
     os.environ.setdefault("PPC_CACHE", os.path.join(tmp, "cache"))
     try:
-        names = sys.argv[2:] or ["llama3", "qwen2", "gpt2", "qwen3", "mistral", "phi3"]
+        names = sys.argv[2:] or ["llama3", "qwen2", "gpt2", "qwen3", "mistral", "phi3", "gemma"]
         for name in names:
             os.makedirs(os.path.join(tmp, name))
             check(name, os.path.join(ROOT, "tests", "hf", name), build, tmp)
