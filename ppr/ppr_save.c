@@ -4,6 +4,7 @@
 #include "ppr_log.h"
 #include "ppr_pack.h"
 #include "ppr_world.h"
+#include "rt_util.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -227,8 +228,9 @@ typedef struct {
   uint64_t shard_bytes;             /* a folder's shard size */
   const char *hf_config;            /* the listing's: config.json */
   const char *name_or_path, *model; /* config.json's _name_or_path: --model-name, or the model's name */
-  int ncopy;                        /* the hub files copied (HubFiles) */
-  const char *const *copy_src, *const *copy_name;
+  int ncopy;                        /* the hub files written (HubFiles) */
+  const char *const *copy_name, *const *copy_data;
+  const size_t *copy_len;
   /* the training state (rank 0's; NULL: none): trainer_state.json's text, and beside one file
    * the paths of the optimizer file and of trainer_state.json */
   const char *state_json, *opt_path, *state_path;
@@ -398,8 +400,9 @@ static int write_tensors(const OutTensor *ot, size_t nout, const char *path, con
                      .name_or_path = so->name_or_path,
                      .model = so->model,
                      .ncopy = so->ncopy,
-                     .copy_src = so->copy_src,
                      .copy_name = so->copy_name,
+                     .copy_data = so->copy_data,
+                     .copy_len = so->copy_len,
                      .nopt = nm,
                      .opt_names = m.names,
                      .opt_ndims = m.ndims,
@@ -473,11 +476,13 @@ int ppr_save_grads_hook(void *ctx, RtExec *x, char *e, size_t elen) {
 
 /* The hub files (rt_ckpt_hub_files) a checkpoint folder gets: the tokenizer's from the folder of a
  * --tokenizer tokenizer.json, else from the folder the weights came from (--resume's, else --init's),
- * as the generation config */
+ * as the generation config. Read at the run's first save and kept, so that every later save has
+ * them when --keep has removed the folder they came from. */
 typedef struct {
-  int n;
+  int read, n;
   const char *name[8];
-  char *src[8];
+  char *data[8];
+  size_t len[8];
 } HubFiles;
 
 /* The folder holding the checkpoint at path (a folder, or the folder of a file); NULL: none */
@@ -499,21 +504,27 @@ static char *file_in(const char *dir, const char *name) {
   return NULL;
 }
 
-static void hub_files(const PprCli *c, HubFiles *h) {
+/* Reads the run's hub files into h once. 0, or -1 with a message. */
+static int hub_files(const PprCli *c, HubFiles *h, char *e, size_t elen) {
+  if (h->read) return 0;
+  h->read = 1;
   size_t tl = c->tokenizer ? strlen(c->tokenizer) : 0;
   int tok_json = tl > 5 && !strcmp(c->tokenizer + tl - 5, ".json"); /* not llm.c's tokenizer file */
   char *weights = folder_of(c->resume ? c->resume : c->init), *tokdir = tok_json ? folder_of(c->tokenizer) : NULL;
-  h->n = 0;
-  for (int i = 0; rt_ckpt_hub_files[i] && h->n < 8; i++) {
+  int rc = 0;
+  for (int i = 0; rt_ckpt_hub_files[i] && h->n < 8 && !rc; i++) {
     const char *name = rt_ckpt_hub_files[i];
     int tokenizer_file = strncmp(name, "generation_config", 17) != 0;
     char *src = !tokenizer_file || !tok_json      ? file_in(weights, name)
                 : !strcmp(name, "tokenizer.json") ? strdup(c->tokenizer)
                                                   : file_in(tokdir, name);
-    if (src) h->name[h->n] = name, h->src[h->n++] = src;
+    if (src && !(h->data[h->n] = rt_util_read_file(src, name, (size_t)1 << 31, &h->len[h->n], e, elen))) rc = -1;
+    else if (src) h->name[h->n++] = name;
+    free(src);
   }
   free(weights);
   free(tokdir);
+  return rc;
 }
 
 void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t done, const PprStateData *data_id) {
@@ -534,8 +545,11 @@ void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t do
   if (!rc && me == 0 && c->save_every) rc = check_save_dir(path, e, elen);
   ppr_settle(rc);
   rt_comm_set_what(world.comm, "--save: the weights to rank 0");
-  HubFiles hub = {0};
-  if (me == 0 && !rt_ckpt_is_file_path(path)) hub_files(c, &hub);
+  static HubFiles hub; /* rank 0's, for every save of the run */
+  if (me == 0 && !rt_ckpt_is_file_path(path) && hub_files(c, &hub, e, elen)) {
+    ppr_print_err(e);
+    ppr_exit_all(1);
+  }
   SaveOpts so = {.folder = !rt_ckpt_is_file_path(path),
                  .tied_head = c->save_tied_head,
                  .shard_bytes = c->save_shard_size,
@@ -543,8 +557,9 @@ void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t do
                  .name_or_path = c->model_name,
                  .model = p->model,
                  .ncopy = hub.n,
-                 .copy_src = (const char *const *)hub.src,
                  .copy_name = hub.name,
+                 .copy_data = (const char *const *)hub.data,
+                 .copy_len = hub.len,
                  .state_json = me == 0 ? json : "",
                  .opt_path = opt,
                  .state_path = st};
@@ -557,7 +572,6 @@ void ppr_save_checkpoint(const PprCli *c, const RtProg *p, RtExec *x, int64_t do
     printf("ppr: saved %s (step %lld)\n", path, (long long)done);
     ppr_flush_stdout();
   }
-  for (int i = 0; i < hub.n; i++) free(hub.src[i]);
   free(json);
   free(opt);
   free(st);

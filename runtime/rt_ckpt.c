@@ -352,8 +352,14 @@ static void remove_tree(const char *dir) {
   rmdir(dir);
 }
 
-/* A checkpoint's trainer/ folder holds the training state alone. 0, or -1 with a message. */
-static int trainer_dir(const char *path, char *err, size_t errlen) {
+/* Whether name may be in a checkpoint's trainer/ folder */
+static int trainer_entry(const char *name) {
+  return !strcmp(name, RT_CKPT_OPTIMIZER_NAME) || !strcmp(name, RT_CKPT_STATE_NAME);
+}
+
+/* Folder path holds only what entry() accepts (what: what they are, for the message); a checkpoint
+ * folder's trainer/ in turn only the training state. 0, or -1 with a message. */
+static int only_entries(const char *path, int (*entry)(const char *), const char *what, char *err, size_t errlen) {
   DIR *d = opendir(path);
   if (!d) {
     rt_util_set_err(err, errlen, "%s: cannot read the folder: %s", path, strerror(errno));
@@ -361,15 +367,20 @@ static int trainer_dir(const char *path, char *err, size_t errlen) {
   }
   int rc = 0;
   struct dirent *e;
-  while ((e = readdir(d)) && !rc)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, RT_CKPT_OPTIMIZER_NAME) &&
-        strcmp(e->d_name, RT_CKPT_STATE_NAME)) {
+  while ((e = readdir(d)) && !rc) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (!entry(e->d_name)) {
       rt_util_set_err(err, errlen,
-                      "%s: the folder holds %.200s, which is not a checkpoint's training state: ppr replaces a "
-                      "checkpoint folder whole, so it writes only a new folder or one holding a checkpoint alone",
-                      path, e->d_name);
+                      "%s: the folder holds %.200s, which is not %s: ppr replaces a checkpoint folder whole, so it "
+                      "writes only a new folder or one holding a checkpoint alone",
+                      path, e->d_name, what);
       rc = -1;
+    } else if (entry == ckpt_entry && !strcmp(e->d_name, RT_CKPT_TRAINER_DIR)) {
+      char *sub = join(path, e->d_name);
+      if (sub && is_dir(sub)) rc = only_entries(sub, trainer_entry, "a checkpoint's training state", err, errlen);
+      free(sub);
     }
+  }
   closedir(d);
   return rc;
 }
@@ -387,28 +398,7 @@ int rt_ckpt_check_dir(const char *path, char *err, size_t errlen) {
                     path);
     return -1;
   }
-  DIR *d = opendir(path);
-  if (!d) {
-    rt_util_set_err(err, errlen, "%s: cannot read the folder: %s", path, strerror(errno));
-    return -1;
-  }
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && !rc) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char *sub = !strcmp(e->d_name, RT_CKPT_TRAINER_DIR) ? join(path, e->d_name) : NULL;
-    if (!ckpt_entry(e->d_name) || (sub && is_dir(sub) && trainer_dir(sub, err, errlen))) {
-      if (!sub || !is_dir(sub))
-        rt_util_set_err(err, errlen,
-                        "%s: the folder holds %.200s, which is not a checkpoint's file: ppr replaces a checkpoint "
-                        "folder whole, so it writes only a new folder or one holding a checkpoint alone",
-                        path, e->d_name);
-      rc = -1;
-    }
-    free(sub);
-  }
-  closedir(d);
-  return rc;
+  return only_entries(path, ckpt_entry, "a checkpoint's file", err, errlen);
 }
 
 int rt_ckpt_remove_dir(const char *path, char *err, size_t errlen) {
@@ -419,14 +409,14 @@ int rt_ckpt_remove_dir(const char *path, char *err, size_t errlen) {
   return -1;
 }
 
-/* Writes text to path (a new file in our temporary folder), fsync'ed. */
-static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+/* Writes n bytes to path (a new file in our temporary folder), fsync'ed. */
+static int write_bytes(const char *path, const char *text, size_t n, char *err, size_t errlen) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     rt_util_set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return -1;
   }
-  size_t n = strlen(text), done = 0;
+  size_t done = 0;
   while (done < n) {
     ssize_t w = write(fd, text + done, n - done);
     if (w < 0 && errno == EINTR) continue;
@@ -439,35 +429,8 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
   return ok ? 0 : -1;
 }
 
-/* Copies file src to dst (a new file in our temporary folder), fsync'ed. */
-static int copy_file(const char *src, const char *dst, char *err, size_t errlen) {
-  FILE *in = fopen(src, "rb");
-  if (!in) {
-    rt_util_set_err(err, errlen, "%s: cannot read: %s", src, strerror(errno));
-    return -1;
-  }
-  int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rt_util_set_err(err, errlen, "%s: cannot create: %s", dst, strerror(errno));
-    fclose(in);
-    return -1;
-  }
-  char buf[65536];
-  size_t n;
-  int ok = 1;
-  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
-    for (size_t done = 0; ok && done < n;) {
-      ssize_t w = write(fd, buf + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) ok = 0;
-      else done += (size_t)w;
-    }
-  if (ferror(in)) ok = 0;
-  ok = ok && fsync(fd) == 0;
-  if (close(fd) != 0) ok = 0;
-  fclose(in);
-  if (!ok) rt_util_set_err(err, errlen, "%s: copying %s failed: %s", dst, src, strerror(errno));
-  return ok ? 0 : -1;
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+  return write_bytes(path, text, strlen(text), err, errlen);
 }
 
 /* JSON as transformers writes it (rt_io.h). */
@@ -539,7 +502,7 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
   /* the shards: tensors in order, a new shard when the next would pass the limit */
   int *shard = calloc((size_t)n + 1, sizeof *shard), nshards = 1;
   uint64_t *bytes = calloc((size_t)n + 1, sizeof *bytes), total = 0, cur = 0;
-  char *dir = dir_of(path), *tmp = NULL, *old = NULL, *fp = NULL, *text = NULL;
+  char *dir = dir_of(path), *tmp = NULL, *old = NULL, *fp = NULL, *text = NULL, *trainer = NULL;
   json_t *index = NULL;
   int rc = -1, made = 0, lock = -1;
   if (!shard || !bytes || !dir) goto oom;
@@ -608,20 +571,19 @@ int rt_ckpt_write_dir(const char *path, int n, const char *const *names, const i
   for (int i = 0; o && i < o->ncopy; i++) {
     free(fp);
     if (!(fp = join(tmp, o->copy_name[i]))) goto oom;
-    if (copy_file(o->copy_src[i], fp, err, errlen)) goto done;
+    if (write_bytes(fp, o->copy_data[i], o->copy_len[i], err, errlen)) goto done;
   }
-  if (o && o->state_json) {
+  if (o && o->state_json) { /* into trainer/ */
     free(fp);
-    free(text);
-    text = NULL;
-    if (!(text = join(tmp, RT_CKPT_TRAINER_DIR)) || !(fp = join(text, RT_CKPT_OPTIMIZER_NAME))) goto oom;
-    if (mkdir(text, 0777) != 0) {
-      rt_util_set_err(err, errlen, "%s: cannot create: %s", text, strerror(errno));
+    fp = NULL;
+    if (!(trainer = join(tmp, RT_CKPT_TRAINER_DIR)) || !(fp = join(trainer, RT_CKPT_OPTIMIZER_NAME))) goto oom;
+    if (mkdir(trainer, 0777) != 0) {
+      rt_util_set_err(err, errlen, "%s: cannot create: %s", trainer, strerror(errno));
       goto done;
     }
     if (rt_st_write(fp, o->nopt, o->opt_names, o->opt_ndims, o->opt_shapes, o->opt_data, err, errlen)) goto done;
     free(fp);
-    if (!(fp = join(text, RT_CKPT_STATE_NAME))) goto oom;
+    if (!(fp = join(trainer, RT_CKPT_STATE_NAME))) goto oom;
     if (write_text(fp, o->state_json, err, errlen)) goto done;
   }
   /* the lock goes (a checkpoint folder holds a checkpoint's files alone); the fd keeps it held */
@@ -660,6 +622,7 @@ done:
   free(old);
   free(fp);
   free(text);
+  free(trainer);
   return rc;
 }
 

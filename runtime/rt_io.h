@@ -124,9 +124,10 @@ typedef struct {
   const char *hf_config; /* JSON object written as config.json (torch_dtype set to float32); NULL: none */
   /* config.json's _name_or_path: name_or_path; NULL: the config's own, else (none, or "") model */
   const char *name_or_path, *model;
-  /* files copied into the folder: copy_src[i] as copy_name[i] (one of rt_ckpt_hub_files) */
+  /* files written into the folder: copy_len[i] bytes copy_data[i] as copy_name[i] (one of rt_ckpt_hub_files) */
   int ncopy;
-  const char *const *copy_src, *const *copy_name;
+  const char *const *copy_name, *const *copy_data;
+  const size_t *copy_len;
   /* the training state, written into trainer/ when state_json is not NULL: nopt F32 tensors
    * (as rt_st_write takes them) as optimizer.safetensors and state_json as trainer_state.json */
   int nopt;

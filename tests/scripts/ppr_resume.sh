@@ -133,6 +133,15 @@ if cmp -s "$tmp/hub/tokenizer_config.json" "$tmp/hubout2/tokenizer_config.json" 
   grep -q '"_name_or_path": "me/gpt2-tiny"' "$tmp/hubout2/config.json"; then
   ok "--resume's folder's tokenizer files carried on; --model-name as config.json's _name_or_path"
 else bad "--resume's folder's tokenizer files carried on; --model-name as config.json's _name_or_path"; fi
+# --keep removes the folder the files came from: the later saves have them still
+expect "--resume, --save-every 1" "$ppr" "$tmp/one" --resume "$tmp/hubout" --steps 4 --decay-steps 3 \
+  --save "$tmp/hubkeep" --save-every 1
+expect "--resume hubkeep/step-000004 --keep 1" "$ppr" "$tmp/one" --resume "$tmp/hubkeep/step-000004" --steps 6 --keep 1
+if [ "$(ls "$tmp/hubkeep" | tr '\n' ' ')" = "step-000006 " ] &&
+  cmp -s "$tmp/hub/tokenizer.json" "$tmp/hubkeep/step-000006/tokenizer.json" &&
+  cmp -s "$tmp/hub/generation_config.json" "$tmp/hubkeep/step-000006/generation_config.json"; then
+  ok "--keep 1 removed the folder the hub files came from; the last save has them"
+else bad "--keep 1 removed the folder the hub files came from; the last save has them: $(ls -R "$tmp/hubkeep" | tr '\n' ' ')"; fi
 expect "--tokenizer FILE.json: its folder's tokenizer files" "$ppr" "$tmp/one" --init "$tmp/hub" --steps 3 $opts \
   --save "$tmp/hubtok" --tokenizer tests/fixtures/tokenizers/llama3.json
 if cmp -s tests/fixtures/tokenizers/llama3.json "$tmp/hubtok/tokenizer.json" && [ ! -e "$tmp/hubtok/tokenizer_config.json" ] &&
