@@ -144,7 +144,8 @@ static void vjp(Ad *ad, int i, int gy) {
   case OP_SILU: contribute(ad, in[0], node2(ad, OP_SILU_DX, sx, gy, in[0]), -1, 0); break;
   case OP_GELU: contribute(ad, in[0], node2(ad, OP_GELU_DX, sx, gy, in[0]), -1, 0); break;
   case OP_RELU: contribute(ad, in[0], node2(ad, OP_RELU_DX, sx, gy, in[0]), -1, 0); break;
-  case OP_SCALE: contribute(ad, in[0], node1(ad, OP_SCALE, sx, gy), -1, 0); break;        /* by kept: dx = by * dy */
+  case OP_SCALE: contribute(ad, in[0], node1(ad, OP_SCALE, sx, gy), -1, 0); break; /* by kept: dx = by * dy */
+  case OP_SOFTCAP: contribute(ad, in[0], node2(ad, OP_SOFTCAP_DX, sx, gy, in[0]), -1, 0); break;
   case OP_DROPOUT: contribute(ad, in[0], node1(ad, OP_DROPOUT_DX, sx, gy), -1, 0); break; /* p, dropid kept */
   case OP_ADD:
     contribute(ad, in[0], gy, -1, 0);

@@ -47,7 +47,8 @@ typedef struct Att {
   Kernel *k;
   int64_t SQ, SK, B, HQ, HK, D, R;
   bool causal;
-  int64_t W; /* the sliding window, 0 where it has none (or covers the sequence) */
+  int64_t W;  /* the sliding window, 0 where it has none (or covers the sequence) */
+  double cap; /* the scores' soft cap, cap tanh(s / cap) (Gemma 2's); 0: none */
   double scale;
   int node; /* the node the kernels' instructions implement */
   int off;  /* context parallelism: the rank's first position (a temporary); -1 without */
@@ -137,6 +138,16 @@ static int key_tiles(Att *a, int i0, int glast, int *first) {
 /* The first key of key tile kb of those key_tiles() counts from first */
 static int tile_key(Att *a, int first, int kb) {
   return let(a, mul(a, first >= 0 ? add(a, first, kb) : kb, I(a, ATT_BK)));
+}
+
+/* A score from its product q.k: scale q.k, or with a soft cap cap tanh(scale q.k / cap), *t (when
+ * not NULL) the tanh, which the score's gradient multiplies by (1 - t^2) */
+static int score(Att *a, int qk, int *t) {
+  int s = fmul(a, kir_f(a->k, a->scale), qk);
+  if (!a->cap) return s;
+  int th = let(a, kir_e(a->k, K_TANH, kir_e(a->k, K_DIV, s, kir_f(a->k, a->cap), 0), 0, 0));
+  if (t) *t = th;
+  return fmul(a, th, kir_f(a->k, a->cap));
 }
 
 /* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1 and are not
@@ -261,6 +272,7 @@ static Att att_shape(FuseCtx *c, int fwd, int node) {
            .D = qs->d[3],
            .causal = f->a.causal,
            .W = f->a.window,
+           .cap = f->a.cap,
            .scale = f->a.scale,
            .node = node,
            .off = -1};
@@ -334,8 +346,8 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   int gi = let(a, gpos(a, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
   int end = seen_end(a, gi), before = seen_before(a, gi);
   int jj = kir_for(k, I(a, ATT_BK));
-  int s = let(a, kir_e(k, K_SEL, seen(a, add(a, j0, jj), end, before),
-                       fmul(a, kir_f(k, a->scale), kir_ald(k, sc, add(a, srow, jj))), kir_f(k, ATT_MASKED)));
+  int s = let(a, kir_e(k, K_SEL, seen(a, add(a, j0, jj), end, before), score(a, kir_ald(k, sc, add(a, srow, jj)), NULL),
+                       kir_f(k, ATT_MASKED)));
   kir_astore(k, sc, add(a, srow, jj), '=', s);
   kir_astore(k, tm, jj, '=', s);
   kir_end(k);
@@ -416,11 +428,13 @@ static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int 
   int jj = kir_for(k, I(a, ATT_BK));
   int at = let(a, mad(a, r, ATT_BK, jj));
   int valid = seen(a, add(a, j0, jj), end, before);
-  int p = let(a, kir_e(k, K_SEL, valid,
-                       kir_e(k, K_EXP, fsub(a, fmul(a, kir_f(k, a->scale), kir_ald(k, sarr, at)), lse), 0, 0),
-                       kir_f(k, 0)));
+  int t = -1;
+  int p = let(
+      a, kir_e(k, K_SEL, valid, kir_e(k, K_EXP, fsub(a, score(a, kir_ald(k, sarr, at), &t), lse), 0, 0), kir_f(k, 0)));
   kir_astore(k, sarr, at, '=', p);
-  kir_astore(k, parr, at, '=', fmul(a, fmul(a, p, fsub(a, kir_ald(k, parr, at), dl)), kir_f(k, a->scale)));
+  int ds = fmul(a, p, fsub(a, kir_ald(k, parr, at), dl));
+  if (t >= 0) ds = fmul(a, ds, fsub(a, kir_f(k, 1), fmul(a, t, t))); /* through the cap's tanh */
+  kir_astore(k, parr, at, '=', fmul(a, ds, kir_f(k, a->scale)));
   kir_end(k);
   kir_end(k);
 }

@@ -92,6 +92,8 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
   }
   case OP_RELU: return kir_e(k, K_MAX, kir_f(k, 0), a, 0); /* ppk_max(0, x): x when x is NaN, as torch.relu */
   case OP_SCALE: return kir_e(k, K_MUL, a, kir_f(k, (float)n->a.scale), 0); /* the constant a float, as torch's */
+  case OP_SOFTCAP: /* cap tanh(x / cap), in that order, as Gemma 2's */
+    return kir_e(k, K_MUL, kir_e(k, K_TANH, kir_e(k, K_DIV, a, kir_f(k, n->a.cap), 0), 0, 0), kir_f(k, n->a.cap), 0);
   case OP_DROPOUT:
   case OP_DROPOUT_DX: return kir_e(k, K_MUL, a, dropout_factor(c, kc, n, idx), 0);
   case OP_SILU_DX: {
@@ -114,6 +116,10 @@ int fuse_elem_expr(FuseCtx *c, KCall *kc, int node, int idx) {
     int d2 = kir_e(k, K_MUL, kir_e(k, K_MUL, kir_f(k, 0.5), x, 0),
                    kir_e(k, K_MUL, kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, t, t, 0), 0), du, 0), 0);
     return kir_e(k, K_MUL, dy, kir_e(k, K_ADD, d1, d2, 0), 0);
+  }
+  case OP_SOFTCAP_DX: { /* dy (1 - t^2), t = tanh(x / cap) */
+    int t = kir_let(k, kir_e(k, K_TANH, kir_e(k, K_DIV, b, kir_f(k, n->a.cap), 0), 0, 0));
+    return kir_e(k, K_MUL, a, kir_e(k, K_SUB, kir_f(k, 1), kir_e(k, K_MUL, t, t, 0), 0), 0);
   }
   case OP_RELU_DX: /* x > 0 ? dy : 0: no gradient at x = 0, as in PyTorch */
     return kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, 0), b, 0), a, kir_f(k, 0));

@@ -169,7 +169,10 @@ static void print_attrs(FILE *f, const IrNode *n) {
     else if (!strcmp(key, "theta")) fprintf(f, " theta=%g", n->a.theta);
     else if (!strcmp(key, "scale")) fprintf(f, " scale=%g", n->a.scale);
     else if (!strcmp(key, "by")) fprintf(f, " by=%.9g", n->a.scale);
-    else if (!strcmp(key, "offset")) {
+    else if (!strcmp(key, "cap")) fprintf(f, " cap=%g", n->a.cap);
+    else if (!strcmp(key, "softcap")) {
+      if (n->a.cap > 0) fprintf(f, " softcap=%g", n->a.cap);
+    } else if (!strcmp(key, "offset")) {
       if (n->a.offset != 0) fprintf(f, " offset=%g", n->a.offset);
     } else if (!strcmp(key, "heads")) fprintf(f, " heads=%lld", (long long)n->a.heads);
     else if (!strcmp(key, "index")) fprintf(f, " index=%lld", (long long)n->a.index);

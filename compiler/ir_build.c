@@ -242,6 +242,14 @@ int ir_build_eval_int(Builder *b, const Expr *e, int64_t *out) {
       }
       *out = l / r;
       return 0;
+    case '%': /* the remainder of a division, 0 <= l % r < |r| (a layer index's parity: l % 2) */
+      if (r == 0) {
+        ir_build_err(b, e->rhs->loc, "division by zero");
+        return 1;
+      }
+      if (r == -1 || r == 1) *out = 0; /* (INT64_MIN % -1 overflows) */
+      else *out = l % r < 0 ? l % r + (r < 0 ? -r : r) : l % r;
+      return 0;
     }
     return 1;
   case E_FLOAT: ir_build_err(b, e->loc, "expected an integer, found the number %g", e->fval); return 1;
@@ -282,6 +290,12 @@ int ir_build_eval_float(Builder *b, const Expr *e, double *out) {
     *out = -l;
     return 0;
   case E_BIN:
+    if (e->op == '%') { /* an integer remainder */
+      int64_t v;
+      if (ir_build_eval_int(b, e, &v)) return 1;
+      *out = (double)v;
+      return 0;
+    }
     if (ir_build_eval_float(b, e->lhs, &l) || ir_build_eval_float(b, e->rhs, &r)) return 1;
     *out = e->op == '+' ? l + r : e->op == '-' ? l - r : e->op == '*' ? l * r : l / r;
     if (!isfinite(*out)) {

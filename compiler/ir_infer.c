@@ -104,9 +104,9 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (!strcmp(key, "index")) c->a.index = v;
     if (!strcmp(key, "parts")) c->a.parts = v;
     if (!strcmp(key, "original_max_pos")) c->a.original_max_pos = v;
-    if (!strcmp(key, "window")) {
-      if (v < 1) {
-        ir_build_err(b, val->loc, "attention's window is %lld: expected a positive number of positions", (long long)v);
+    if (!strcmp(key, "window")) { /* 0: none (a window that depends on the layer: Gemma 2's) */
+      if (v < 0) {
+        ir_build_err(b, val->loc, "attention's window is %lld: expected a number of positions (0: none)", (long long)v);
         c->has[k] = 1;
         return 1;
       }
@@ -127,6 +127,15 @@ static int set_attr(Builder *b, Call *c, int k, const char *key, char type, cons
     if (!strcmp(key, "theta")) c->a.theta = v;
     if (!strcmp(key, "scale") || !strcmp(key, "by")) c->a.scale = v;
     if (!strcmp(key, "offset")) c->a.offset = v;
+    if (!strcmp(key, "cap") || !strcmp(key, "softcap")) {
+      if (!(v > 0) || !isfinite(v)) {
+        ir_build_err(b, val->loc, "%s is %g: expected a positive number (the largest magnitude it lets through)", key,
+                     v);
+        c->has[k] = 1;
+        return 1;
+      }
+      c->a.cap = v;
+    }
     if (!isfinite(v)) {
       ir_build_err(b, val->loc, "%s is %g: expected a finite number", key, v);
       c->has[k] = 1;
@@ -414,6 +423,10 @@ static int infer(Builder *b, Call *c) {
                    (long long)tp, (long long)k->d[2]);
       return -1;
     }
+    if (c->a.cap > 0 && cfg->att_gemm) {
+      ir_build_err(b, e->loc, "softcap applies to attention = fused (the GEMM path's softmax kernels do not cap)");
+      return -1;
+    }
     if (c->a.window && !c->a.causal) {
       ir_build_err(b, e->loc, "a sliding window needs causal attention: add the flag causal");
       return -1;
@@ -431,6 +444,7 @@ static int infer(Builder *b, Call *c) {
   case OP_GELU:
   case OP_RELU:
   case OP_SCALE:
+  case OP_SOFTCAP:
     out = N(b, in[0])->shape;
     lay = N(b, in[0])->layout;
     break;

@@ -237,6 +237,7 @@ typedef enum Layout { LAYOUT_NONE, LAYOUT_SB, LAYOUT_BS } Layout; /* [S,B,...] o
 typedef struct IrAttrs {
   double eps, theta, scale; /* scale 0: 1/sqrt(head_dim); the scale op: its constant (by) */
   double offset;            /* rmsnorm: added to the weight, x*rsqrt(mean(x^2)+eps)*(w+offset) (Gemma's 1) */
+  double cap;               /* softcap: cap*tanh(x/cap); attention's softcap: of its scores (0: none) */
   int64_t heads, index, parts;
   bool causal;
   int64_t window; /* attention: a query sees the window positions ending at its own (causal); 0: all */

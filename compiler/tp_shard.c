@@ -472,7 +472,8 @@ static void node(T *t, int i) {
   case OP_SILU:
   case OP_GELU:
   case OP_RELU:
-  case OP_SCALE: id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0); break;
+  case OP_SCALE:
+  case OP_SOFTCAP: id = clone(t, i, n->nin, in, n->nin ? x : n->shape, s0); break;
   case OP_DROPOUT: /* its mask is drawn by the element's index in the whole value: one every rank has */
     if (s0 == SH_SPLIT) {
       fail(t, n->loc,

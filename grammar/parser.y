@@ -78,7 +78,7 @@ static void clause_set(ParseCtx *ctx, Stmt *p, int which, Loc at, char *str, Exp
 %destructor { ast_free_settings($$); } <setting>
 
 %left '+' '-'
-%left '*' '/'
+%left '*' '/' '%'
 %precedence NEG
 
 %%
@@ -165,6 +165,7 @@ expr
   | expr '-' expr            { $$ = bin('-', $1, $3, @$); DEPTH($$, $$->depth); }
   | expr '*' expr            { $$ = bin('*', $1, $3, @$); DEPTH($$, $$->depth); }
   | expr '/' expr            { $$ = bin('/', $1, $3, @$); DEPTH($$, $$->depth); }
+  | expr '%' expr            { $$ = bin('%', $1, $3, @$); DEPTH($$, $$->depth); }
   ;
 
 call

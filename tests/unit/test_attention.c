@@ -26,6 +26,7 @@ static char bin[512] = "build";
 
 typedef struct {
   int d, s, b, hq, hk, tp, cp, causal, bf16, window;
+  double cap; /* the scores' soft cap (0: none) */
 } Case;
 
 /* Head dims 32/64/96/128; S 1, 17, 100, 1024 (not multiples of the tiles); causal and not;
@@ -54,6 +55,10 @@ static const Case cases[] = {
     {.d = 64, .s = 1024, .b = 1, .hq = 2, .hk = 1, .tp = 1, .cp = 1, .causal = 1, .window = 200},
     {.d = 32, .s = 17, .b = 2, .hq = 4, .hk = 2, .tp = 4, .cp = 1, .causal = 1, .window = 6},
     {.d = 64, .s = 100, .b = 2, .hq = 4, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .bf16 = 1, .window = 33},
+    /* soft-capped scores (Gemma 2's), with a window and under cp, and without causal */
+    {.d = 32, .s = 100, .b = 2, .hq = 4, .hk = 2, .tp = 1, .cp = 1, .causal = 1, .window = 21, .cap = 2.5},
+    {.d = 64, .s = 68, .b = 1, .hq = 2, .hk = 1, .tp = 1, .cp = 2, .causal = 1, .cap = 1.5},
+    {.d = 32, .s = 17, .b = 2, .hq = 2, .hk = 2, .tp = 1, .cp = 1, .causal = 0, .cap = 4},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -86,8 +91,9 @@ static float bf16_round(float x) {
 static int write_model(const char *path, const Case *c) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  char window[48] = "";
+  char window[96] = "";
   if (c->window) snprintf(window, sizeof window, ", window = %d", c->window);
+  if (c->cap > 0) snprintf(window + strlen(window), sizeof window - strlen(window), ", softcap = %g", c->cap);
   fprintf(f,
           "model \"attention\"\n"
           "dim vocab = 256\ndim hidden = 8\ndim heads = %d\ndim kv_heads = %d\ndim head_dim = %d\n"
@@ -220,6 +226,7 @@ typedef struct {
   int64_t SQ, SK, B, HQ, HK, D, off;
   bool causal;
   int64_t window; /* 0: none */
+  double cap;     /* 0: none */
   double scale;
 } Shape4;
 
@@ -234,7 +241,8 @@ static int64_t ki(const Shape4 *s, int64_t j, int64_t b, int64_t g, int64_t d) {
 static void reference(const Shape4 *s, const float *q, const float *k, const float *v, const float *dout, double *o,
                       double *lse, double *dq, double *dk, double *dv) {
   int64_t R = s->HQ / s->HK, nkv = s->SK * s->B * s->HK * s->D;
-  double *p = malloc((size_t)s->SK * sizeof *p), *dp = malloc((size_t)s->SK * sizeof *dp);
+  double *p = malloc((size_t)s->SK * sizeof *p), *dp = malloc((size_t)s->SK * sizeof *dp),
+         *dt = malloc((size_t)s->SK * sizeof *dt); /* the cap's derivative, 1 - tanh^2 */
   memset(dk, 0, (size_t)nkv * sizeof *dk);
   memset(dv, 0, (size_t)nkv * sizeof *dv);
   for (int64_t b = 0; b < s->B; b++)
@@ -247,6 +255,11 @@ static void reference(const Shape4 *s, const float *q, const float *k, const flo
           double a = 0;
           for (int64_t d = 0; d < s->D; d++) a += (double)q[qi(s, i, b, h, d)] * k[ki(s, j, b, g, d)];
           p[j] = s->scale * a;
+          dt[j] = 1;
+          if (s->cap > 0) {
+            double t = tanh(p[j] / s->cap);
+            p[j] = s->cap * t, dt[j] = 1 - t * t;
+          }
           if (p[j] > m) m = p[j];
         }
         for (int64_t j = j0; j < nk; j++) l += p[j] = exp(p[j] - m);
@@ -262,7 +275,7 @@ static void reference(const Shape4 *s, const float *q, const float *k, const flo
         for (int64_t d = 0; d < s->D; d++) {
           double a = 0, gq = 0;
           for (int64_t j = j0; j < nk; j++) {
-            double ds = s->scale * p[j] * (dp[j] - delta);
+            double ds = s->scale * p[j] * (dp[j] - delta) * dt[j];
             a += p[j] * v[ki(s, j, b, g, d)];
             gq += ds * k[ki(s, j, b, g, d)];
             dk[ki(s, j, b, g, d)] += ds * q[qi(s, i, b, h, d)];
@@ -274,6 +287,7 @@ static void reference(const Shape4 *s, const float *q, const float *k, const flo
       }
   free(p);
   free(dp);
+  free(dt);
 }
 
 /* max |x - ref| / max |ref| */
@@ -476,8 +490,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NCASES; i++) {
     const Case *cs = &cases[i];
     char dir[900], model[1000], cmd[4096], label[200];
-    char window[32] = "";
+    char window[64] = "";
     if (cs->window) snprintf(window, sizeof window, " window %d", cs->window);
+    if (cs->cap > 0) snprintf(window + strlen(window), sizeof window - strlen(window), " softcap %g", cs->cap);
     snprintf(label, sizeof label, "D %d S %d B %d heads %d/%d%s%s%s tp %d cp %d%s", cs->d, cs->s, cs->b, cs->hq, cs->hk,
              cs->causal ? " causal" : "", window, cs->hk < cs->tp ? " (kv replicated)" : "", cs->tp, cs->cp,
              cs->bf16 ? " bf16" : "");
@@ -515,13 +530,14 @@ int main(int argc, char **argv) {
                 .off = (int64_t)p->cp_rank * (cs->s / cs->cp),
                 .causal = cs->causal,
                 .window = cs->window,
+                .cap = cs->cap,
                 .scale = 1 / sqrt((double)cs->d)};
     check(p->cp_rank == cs->cp - 1, "%s: the listing's cp rank %d", label, p->cp_rank);
     run_device(pdir, p, csrc, &s, cs, "cpu", label);
     run_device(pdir, p, csrc, &s, cs, "opencl", label);
     free(csrc);
     rt_prog_free(p);
-    if (cs->tp == 1 && cs->cp == 1 && cs->s <= 100) against_gemm(dir, model, cs, label);
+    if (cs->tp == 1 && cs->cp == 1 && cs->s <= 100 && !cs->cap) against_gemm(dir, model, cs, label); /* no cap there */
   }
   return check_done();
 }

@@ -35,6 +35,7 @@ static const Model models[] = {
     {"rmsnorm", 1e-2},
     {"rmsnorm_offset", 1e-2}, /* x*rstd*(w + 1) */
     {"scale", 1e-2},
+    {"softcap", 1e-2},
     {"layernorm", 1e-2},
     {"colsum", 1e-2}, /* the column sums over more rows than a part: two kernels each */
     {"rope", 1e-2},
