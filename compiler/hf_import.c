@@ -5,7 +5,7 @@
  * the language cannot express are refused by name, and the .pdl is written in the structure and
  * with the checkpoint names of examples/tiny.pdl (Llama, Qwen2, Qwen3, MiniMind, Mistral; Phi-3 with its
  * fused q/k/v and gate/up projections cut by chunk; Gemma with its scaled embedding, (1 + w) norms and
- * GeGLU) or
+ * GeGLU; Gemma 2 with its soft caps, norms after attention and the MLP, and alternating windows) or
  * examples/gpt2.pdl (GPT-2). Its header records the architecture and the config as read
  * (re-serialised compactly with sorted keys) in the machine-readable comments `# hf-architecture:`
  * and `# hf-config:`. docs/language.md, "Importing a Hugging Face config", is the reference. */
@@ -22,14 +22,24 @@
 #include "ppc.h"
 
 /* ORDER HfArch: hf_archs */
-typedef enum HfArch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MINIMIND, HF_MISTRAL, HF_PHI3, HF_GEMMA, HF_GPT2 } HfArch;
+typedef enum HfArch {
+  HF_LLAMA,
+  HF_QWEN2,
+  HF_QWEN3,
+  HF_MINIMIND,
+  HF_MISTRAL,
+  HF_PHI3,
+  HF_GEMMA,
+  HF_GEMMA2,
+  HF_GPT2
+} HfArch;
 
 static const struct {
   const char *arch, *type; /* architectures[0] and model_type */
 } hf_archs[] = {
     {"LlamaForCausalLM", "llama"},       {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
     {"MiniMindForCausalLM", "minimind"}, {"MistralForCausalLM", "mistral"}, {"Phi3ForCausalLM", "phi3"},
-    {"GemmaForCausalLM", "gemma"},       {"GPT2LMHeadModel", "gpt2"},
+    {"GemmaForCausalLM", "gemma"},       {"Gemma2ForCausalLM", "gemma2"},   {"GPT2LMHeadModel", "gpt2"},
 };
 #define HF_NARCH ((int)(sizeof hf_archs / sizeof hf_archs[0]))
 
@@ -50,7 +60,9 @@ typedef struct Hf {
   int64_t orig_max_pos;
   int64_t window; /* Mistral, Phi-3: sliding_window (0: null, every position) */
   bool fused;     /* Phi-3: one qkv_proj and one gate_up_proj */
-  bool gemma;     /* Gemma: embeddings times sqrt(hidden), norms by (1 + w), GeGLU (tanh GELU) */
+  bool gemma;     /* Gemma, Gemma 2: embeddings times sqrt(hidden), norms by (1 + w), GeGLU (tanh GELU) */
+  bool gemma2;    /* Gemma 2: norms after attention and the MLP, windows on even layers, soft caps */
+  double attn_cap, logit_cap, qpas; /* Gemma 2: the scores' and logits' soft caps (0: none), query_pre_attn_scalar */
 } Hf;
 
 /* ---- reading fields ------------------------------------------------------------------------ */
@@ -233,12 +245,29 @@ static void read_rope_scaling(Hf *h) {
   }
 }
 
+/* A number field whose default is def when absent and that is off (0) when null */
+static double num_or_null(Hf *h, json_t *c, const char *key, double def) {
+  json_t *v = json_object_get(c, key);
+  return !v ? def : json_is_null(v) ? 0 : get_num(h, c, "", key, -1);
+}
+
+/* Gemma 2's fields beside Gemma's, with Gemma2Config's defaults */
+static void read_gemma2(Hf *h) {
+  json_t *c = h->cfg;
+  json_t *sw = json_object_get(c, "sliding_window");
+  h->window = !sw ? 4096 : json_is_null(sw) ? 0 : get_int(h, c, "", "sliding_window", -1);
+  h->qpas = get_num(h, c, "", "query_pre_attn_scalar", 224);
+  h->attn_cap = num_or_null(h, c, "attn_logit_softcapping", 50);
+  h->logit_cap = num_or_null(h, c, "final_logit_softcapping", 30);
+}
+
 /* Llama, Qwen2, Qwen3, MiniMind, Mistral, Phi-3: transformers' config classes' defaults (MiniMind:
  * its MiniMindConfig's) where a field is optional. */
 static void read_llama_like(Hf *h) {
   json_t *c = h->cfg;
   bool mm = h->arch == HF_MINIMIND, mistral = h->arch == HF_MISTRAL, phi3 = h->arch == HF_PHI3;
-  h->gemma = h->arch == HF_GEMMA;
+  h->gemma2 = h->arch == HF_GEMMA2;
+  h->gemma = h->arch == HF_GEMMA || h->gemma2;
   h->hidden = get_int(h, c, "", "hidden_size", -1);
   h->layers = get_int(h, c, "", "num_hidden_layers", -1);
   h->heads = get_int(h, c, "", "num_attention_heads", -1);
@@ -295,10 +324,11 @@ static void read_llama_like(Hf *h) {
       field_err(h, "rope_scaling", "null (MistralForCausalLM's RoPE is not scaled)",
                 json_object_get(c, "rope_scaling"));
     break;
+  case HF_GEMMA2:
   case HF_GEMMA:
     h->qkv_bias = h->o_bias = get_bool(h, c, "attention_bias", false);
     if (field(c, "rope_scaling", true))
-      field_err(h, "rope_scaling", "null (GemmaForCausalLM's RoPE is not scaled)", json_object_get(c, "rope_scaling"));
+      field_err(h, "rope_scaling", "null (Gemma's RoPE is not scaled)", json_object_get(c, "rope_scaling"));
     break;
   case HF_PHI3: { /* no biases; q, k, v in one qkv_proj, gate and up in one gate_up_proj */
     h->fused = true;
@@ -313,7 +343,8 @@ static void read_llama_like(Hf *h) {
   }
   case HF_GPT2: break;
   }
-  if (!mistral) read_rope_scaling(h);
+  if (h->gemma2) read_gemma2(h);
+  if (!mistral && !h->gemma) read_rope_scaling(h);
   if (h->bad) return;
   char exp[128];
   if (h->heads % h->kv_heads) {
@@ -453,6 +484,25 @@ static void param(FILE *f, bool layer, const char *var, const char *shape, const
           *role ? " tp " : "", role);
 }
 
+/* Gemma 2's attention: the scale from query_pre_attn_scalar, the scores' soft cap, a window on the
+ * even layers; its output normed before the residual add, and the MLP's input by its own norm */
+static void write_gemma2_attention(FILE *f, const Hf *h, const char *eps) {
+  char sc[32], cap[64] = "", window[96] = "", nc[32];
+  num(sc, 1 / sqrt(h->qpas));
+  if (h->attn_cap) snprintf(cap, sizeof cap, ", softcap = %s", num(nc, h->attn_cap));
+  if (h->window) snprintf(window, sizeof window, ", window = %lld * (1 - l %% 2)", (long long)h->window);
+  fprintf(f, "  a = attention(q, k, v, causal, scale = %s%s%s)   # local (windowed) on even layers\n", sc, cap, window);
+  fprintf(f, "  x = x + rmsnorm(linear(merge_heads(a), wo%s), lnpa, eps = %s)\n", h->o_bias ? ", bo" : "", eps);
+  fprintf(f, "  h = rmsnorm(x, lnpf, eps = %s)\n", eps);
+}
+
+/* Gemma 2's norms besides input_layernorm: of the attention's output, before and after the MLP */
+static void write_gemma2_norms(FILE *f) {
+  param(f, true, "lnpa", "[hidden]", "model.layers.{l}.post_attention_layernorm.weight", "zeros", "");
+  param(f, true, "lnpf", "[hidden]", "model.layers.{l}.pre_feedforward_layernorm.weight", "zeros", "");
+  param(f, true, "lnff", "[hidden]", "model.layers.{l}.post_feedforward_layernorm.weight", "zeros", "");
+}
+
 /* The parameters of a layer of separate q, k, v, o, gate, up and down projections */
 static void write_layer_params(FILE *f, const Hf *h, const char *std) {
   char ck[160];
@@ -469,7 +519,8 @@ static void write_layer_params(FILE *f, const Hf *h, const char *std) {
     param(f, true, "qn", "[head_dim]", CK("self_attn.q_norm.weight"), "ones", "");
     param(f, true, "kn", "[head_dim]", CK("self_attn.k_norm.weight"), "ones", "");
   }
-  param(f, true, "ln2", "[hidden]", CK("post_attention_layernorm.weight"), h->gemma ? "zeros" : "ones", "");
+  if (h->gemma2) write_gemma2_norms(f);
+  else param(f, true, "ln2", "[hidden]", CK("post_attention_layernorm.weight"), h->gemma ? "zeros" : "ones", "");
   param(f, true, "wg", "[ffn, hidden]", CK("mlp.gate_proj.weight"), std, "column");
   if (h->mlp_bias) param(f, true, "bg", "[ffn]", CK("mlp.gate_proj.bias"), "zeros", "column");
   param(f, true, "wu", "[ffn, hidden]", CK("mlp.up_proj.weight"), std, "column");
@@ -496,7 +547,9 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
   if (h->gemma) strcat(eps, ", offset = 1"); /* Gemma's norms scale by (1 + w) */
   char what[400];
   char window[48] = "";
-  if (h->window) snprintf(window, sizeof window, " in a sliding window of %lld", (long long)h->window);
+  if (h->window)
+    snprintf(window, sizeof window, " in a sliding window of %lld%s", (long long)h->window,
+             h->gemma2 ? " on even layers" : "");
   snprintf(what, sizeof what,
            "RMSNorm%s, %s attention%s%s%s, RoPE%s, %s%s, %s head;\n"
            "# parameter names as transformers' state_dict.",
@@ -537,23 +590,32 @@ static void write_llama_like(FILE *f, const Hf *h, char *name) {
     else fprintf(f, "  %s = split_heads(%s, heads = %s)\n", qkv[i][0], lin, qkv[i][3]);
   }
   fprintf(f, "  q = rope(q, %s)\n  k = rope(k, %s)\n", rope, rope);
-  if (h->window)
-    fprintf(f, "  a = attention(q, k, v, causal, window = %lld)   # sliding_window\n", (long long)h->window);
-  else fputs("  a = attention(q, k, v, causal)\n", f);
-  fprintf(f, "  x = x + linear(merge_heads(a), wo%s)\n", h->o_bias ? ", bo" : "");
-  fprintf(f, "  h = rmsnorm(x, ln2, eps = %s)\n", eps);
+  if (h->gemma2) write_gemma2_attention(f, h, eps);
+  else {
+    if (h->window)
+      fprintf(f, "  a = attention(q, k, v, causal, window = %lld)   # sliding_window\n", (long long)h->window);
+    else fputs("  a = attention(q, k, v, causal)\n", f);
+    fprintf(f, "  x = x + linear(merge_heads(a), wo%s)\n", h->o_bias ? ", bo" : "");
+    fprintf(f, "  h = rmsnorm(x, ln2, eps = %s)\n", eps);
+  }
   if (h->fused)
     fputs("  gu = linear(h, wgu)                                 # gate and up side by side\n"
           "  x = x + linear(silu(chunk(gu, index = 0, parts = 2)) * chunk(gu, index = 1, parts = 2), wd)   # SwiGLU\n",
           f);
+  else if (h->gemma2)
+    fprintf(f, "  x = x + rmsnorm(linear(gelu(linear(h, wg)) * linear(h, wu), wd), lnff, eps = %s)   # GeGLU, normed\n",
+            eps);
   else if (h->gemma) fputs("  x = x + linear(gelu(linear(h, wg)) * linear(h, wu), wd)   # GeGLU (tanh GELU)\n", f);
   else if (h->mlp_bias) fputs("  x = x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)   # SwiGLU\n", f);
   else fputs("  x = x + linear(silu(linear(h, wg)) * linear(h, wu), wd)   # SwiGLU\n", f);
   fputs("}\n\n", f);
   param(f, false, "norm", "[hidden]", "model.norm.weight", h->gemma ? "zeros" : "ones", "");
   if (!h->tied) param(f, false, "head", "[vocab, hidden]", "lm_head.weight", std, "vocab");
-  fprintf(f, "logits = transpose_sb(linear(rmsnorm(x, norm, eps = %s), %s))   # %s head, [B, S, vocab]\n", eps,
-          h->tied ? "embed" : "head", h->tied ? "tied" : "untied");
+  char cap[64] = "", nc[32];
+  if (h->logit_cap) snprintf(cap, sizeof cap, ", cap = %s)", num(nc, h->logit_cap));
+  fprintf(f, "logits = %stranspose_sb(linear(rmsnorm(x, norm, eps = %s), %s))%s   # %s head%s, [B, S, vocab]\n",
+          *cap ? "softcap(" : "", eps, h->tied ? "embed" : "head", cap, h->tied ? "tied" : "untied",
+          *cap ? ", soft-capped" : "");
   fputs("loss = cross_entropy(logits, labels)\n", f);
 }
 

@@ -2,8 +2,9 @@
 """check_hf.py - ppr against Hugging Face transformers (make test-hf).
 
 For small Llama (Llama-3.1 RoPE scaling), Qwen2, GPT-2, Mistral (a sliding window shorter than the
-sequence), Phi-3 (fused projections), Gemma (scaled embeddings, (1 + w) norms, GeGLU) and, when
-this transformers has it, Qwen3 models built from the configs in tests/hf/ with
+sequence), Phi-3 (fused projections), Gemma (scaled embeddings, (1 + w) norms, GeGLU), Gemma 2
+(soft caps, alternating windows, extra norms; its eager attention) and, when this transformers
+has it, Qwen3 models built from the configs in tests/hf/ with
 random weights:
 
   save_pretrained -> ppc --from-hf -> one ppr step with lr 0 on one rank, pp 2 and tp 2 x pp 2
@@ -38,8 +39,9 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-x", "OMP_NUM_THR
 
 passed = failed = 0
 # Both sides sum in float32 in their own orders: the losses (near 6, an ulp 4.8e-7) differ by up to
-# 4.7e-7 and the gradients by up to 2.8e-8 (absolute; entries up to ~1e-2); each limit is 4-8x that.
-LOSS_TOL, GRAD_TOL = 2e-6, 2e-7
+# 4.7e-7 and the gradients by up to 8.2e-8 (absolute, Gemma 2's; entries up to ~1e-2); each limit
+# is 4-6x that.
+LOSS_TOL, GRAD_TOL = 2e-6, 5e-7
 
 
 def report(ok, what):
@@ -78,7 +80,7 @@ def reference(model, toks):
         rows = [toks[(m * B + b) * S:(m * B + b) * S + S + 1] for b in range(B)]
         x = torch.tensor([r[:S] for r in rows])
         y = torch.tensor([r[1:] for r in rows])
-        logits = model(input_ids=x).logits
+        logits = model(input_ids=x, use_cache=False).logits  # (no cache: Gemma 2's needs torch 2)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / M
         loss.backward()
         total += loss.item()
@@ -114,7 +116,8 @@ def check_generate(name, model, hf, pdl, prompt, build, d):
     ppc, ppr = os.path.join(build, "ppc"), os.path.join(build, "ppr")
     with torch.no_grad():
         want = model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, min_new_tokens=20,
-                              pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))[0].tolist()
+                              pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                              use_cache=name != "gemma2")[0].tolist()  # Gemma 2's cache needs torch 2
     ids = ",".join(map(str, prompt))
     # an llm.c tokenizer file printing token i as " i": ids whatever the vocabulary (a model of 256
     # tokens would print bytes)
@@ -142,6 +145,8 @@ def check(name, cfg_dir, build, tmp):
         print("SKIP %s: transformers %s has no %s" % (name, transformers.__version__, arch))
         return
     cfg = transformers.AutoConfig.from_pretrained(cfg_dir)
+    if name == "gemma2":  # its soft-capped scores: the eager attention (SDPA would not cap them)
+        cfg._attn_implementation = "eager"
     torch.manual_seed(1234)
     model = getattr(transformers, arch)(cfg).float()
     with torch.no_grad():  # nonzero norms and biases, so their gradients and loading are tested too
@@ -270,10 +275,11 @@ def check_tokenize(build, tmp):
 def main():
     build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
     print("transformers %s, torch %s" % (transformers.__version__, torch.__version__))
+    transformers.logging.set_verbosity_error()  # its warnings are not the test's (one of 4.45's fails to format)
     tmp = tempfile.mkdtemp(prefix="ppr-hf-")
     os.environ.setdefault("PPC_CACHE", os.path.join(tmp, "cache"))
     try:
-        names = sys.argv[2:] or ["llama3", "qwen2", "gpt2", "qwen3", "mistral", "phi3", "gemma"]
+        names = sys.argv[2:] or ["llama3", "qwen2", "gpt2", "qwen3", "mistral", "phi3", "gemma", "gemma2"]
         for name in names:
             os.makedirs(os.path.join(tmp, name))
             check(name, os.path.join(ROOT, "tests", "hf", name), build, tmp)
