@@ -1506,12 +1506,51 @@ static void test_ckpt_write(T *t) {
   snprintf(p2, sizeof p2, "%s/model-00001-of-00004.safetensors", d);
   check(t, rc == 0 && exists(p) && !exists(p2), "ckpt write: an earlier checkpoint folder is replaced whole [%s]",
         rc ? err : "ok");
-  /* refused: a folder with other files; a file */
+  /* a hub folder: the copies, config.json named after the model, the training state in trainer/ */
+  const char *cname[1] = {"tokenizer.json"}, *cdata[1] = {"{\"v\": 1}"};
+  size_t clen[1] = {8};
+  RtCkptOpts h = {.hf_config = "{\"model_type\":\"x\"}",
+                  .model = "m",
+                  .ncopy = 1,
+                  .copy_name = cname,
+                  .copy_data = cdata,
+                  .copy_len = clen,
+                  .state_json = "{}"};
+  rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, &h, err, sizeof err);
+  char p3[300], p4[300];
   snprintf(p2, sizeof p2, "%s/tokenizer.json", d);
+  snprintf(p3, sizeof p3, "%s/trainer/trainer_state.json", d);
+  snprintf(p4, sizeof p4, "%s/trainer/optimizer.safetensors", d);
+  char *tok = read_text(p2);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  cfg = read_text(p);
+  check(t,
+        rc == 0 && tok && !strcmp(tok, "{\"v\": 1}") && exists(p3) && exists(p4) && cfg &&
+            strstr(cfg, "\"_name_or_path\": \"m\""),
+        "ckpt write: a hub folder: the copied tokenizer.json, config.json's _name_or_path, trainer/ [%s]",
+        rc ? err : "ok");
+  free(tok);
+  free(cfg);
+  rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, NULL, err, sizeof err); /* replaced whole, trainer/ too */
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  check(t, rc == 0 && exists(p) && !exists(p2) && !exists(p3), "ckpt write: a hub folder is replaced whole [%s]",
+        rc ? err : "ok");
+  /* refused: a folder with other files, a trainer/ with other files; a file */
+  snprintf(p2, sizeof p2, "%s/notes.txt", d);
   write_bytes(p2, "{}", 2);
   rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, NULL, err, sizeof err);
-  check(t, rc != 0 && strstr(err, "tokenizer.json, which is not a checkpoint's file") && exists(p2),
+  check(t, rc != 0 && strstr(err, "notes.txt, which is not a checkpoint's file") && exists(p2),
         "ckpt write: a folder holding other files is refused, untouched [%s]", err);
+  unlink(p2);
+  snprintf(p3, sizeof p3, "%s/trainer", d);
+  mkdir(p3, 0777);
+  snprintf(p2, sizeof p2, "%s/trainer/notes.txt", d);
+  write_bytes(p2, "{}", 2);
+  rc = rt_ckpt_write_dir(d, 2, names, nd, sh, data, NULL, err, sizeof err);
+  check(t, rc != 0 && strstr(err, "notes.txt, which is not a checkpoint's training state") && exists(p2),
+        "ckpt write: a trainer/ holding other files is refused, untouched [%s]", err);
+  unlink(p2);
+  rmdir(p3);
   unlink(p2);
   unlink(p);
   rmdir(d);
