@@ -32,6 +32,7 @@ static const char *const cases[][2] = {
     {"tests/models/tiny_pad.pdl", "--tp 4"},    /* a padded vocabulary */
     {"tests/models/tiny_window.pdl", "--cp 2"}, /* a sliding window across the cp ranks */
     {"tests/models/tiny_window.pdl", "--attention gemm"},
+    {"tests/models/tiny_softcap.pdl", "--tp 2"}, /* soft-capped scores and logits */
     {"examples/gpt2.pdl", "--tp 2"},
     {"examples/gpt2.pdl", "--pp 2"},
     {"examples/gpt2.pdl", "--tp 2 --pp 3"},

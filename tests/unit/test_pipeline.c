@@ -263,6 +263,7 @@ static void cp_meshes(void) {
   }
   /* a sliding window (5 positions) across the ranks' boundary, fused and through the GEMM path */
   mesh("tests/models/tiny_window.pdl", "window", 1, 1, 1, "1f1b", 4);
+  mesh("tests/models/tiny_softcap.pdl", "softcap", 1, 2, 1, "1f1b", 4); /* capped scores, windows on even layers */
   attention = "gemm";
   mesh("tests/models/tiny_window.pdl", "window_gemm", 1, 2, 1, "1f1b", 4);
   attention = "fused";
@@ -352,10 +353,12 @@ int main(int argc, char **argv) {
         mesh("examples/tiny.pdl", "tiny", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
         mesh("tests/models/tiny_untied.pdl", "untied", meshes[i][0], meshes[i][1], meshes[i][2], scheds[s], 4);
       }
-  /* a sliding window under tensor parallelism and a pipeline, and over four kv-replicating ranks */
+  /* a sliding window under tensor parallelism and a pipeline, and over four kv-replicating ranks;
+   * Gemma 2's soft caps */
   if (!getenv("PPC_TEST_NO_TP")) {
     mesh("tests/models/tiny_window.pdl", "window", 2, 2, 1, "1f1b", 4);
     mesh("tests/models/tiny_window.pdl", "window", 4, 1, 1, "gpipe", 4);
+    mesh("tests/models/tiny_softcap.pdl", "softcap", 2, 2, 1, "1f1b", 4); /* capped logits, vocab-parallel */
   }
   /* GPT-2's fused q, k, v projection split in 3 parts over TP (`shard ... parts 3`): its seeded
    * values, gradients and saved weights must be the one-rank run's, with pipelines and replicas */
