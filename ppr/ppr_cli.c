@@ -31,7 +31,7 @@ static const char usage[] =
     "                              OpenCL device), cuda, cuda:N\n"
     "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
     "  --onednn                    cpu: GEMMs through oneDNN (bf16 on AVX512-BF16 or AMX, several\n"
-    "                              times faster; f32 on AVX-512, 7-13% faster steps here); their\n"
+    "                              times faster; f32 on AVX-512); their\n"
     "                              values then depend on the thread count and each GEMM's shape\n"
     "                              (without it: OpenBLAS, bf16 widened to f32, the same values at\n"
     "                              any thread count and on every mesh)\n"

@@ -81,9 +81,12 @@ rss() {
     sed -n 's/.*widened to fp32: at most \([0-9]*\) bytes.*/\1/p')
   arena=$((arena + ${wide:-0}))
   if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; else launch=; fi
-  # shellcheck disable=SC2086
-  kb=$($launch /usr/bin/time -f 'rss %M' "$ppr" "$tmp/run" --device cpu --steps 1 --quiet 2>&1 >/dev/null |
-    awk '$1 == "rss" && $2 > m { m = $2 } END { print m }')
+  # each rank's /usr/bin/time writes its own file (their stderr through mpirun can interleave or be cut)
+  rm -f "$tmp"/rss.*
+  # shellcheck disable=SC2086,SC2016
+  $launch sh -c '/usr/bin/time -o "$0.${OMPI_COMM_WORLD_RANK:-0}" -f "rss %M" "$@"' "$tmp/rss" \
+    "$ppr" "$tmp/run" --device cpu --steps 1 --quiet >/dev/null 2>&1
+  kb=$(cat "$tmp"/rss.* 2>/dev/null | awk '$1 == "rss" && $2 > m { m = $2 } END { print m }')
   if awk -v a="$arena" -v k="$kb" -v hi="$hi" 'BEGIN { r = k * 1024 / a; exit !(r >= 1 && r <= hi) }'; then
     ok "$name: peak RSS $kb KiB, $(awk -v a="$arena" -v k="$kb" 'BEGIN { printf "%.3f", k * 1024 / a }') times the arena ($arena bytes)"
   else bad "$name: peak RSS ${kb:-?} KiB against an arena of ${arena:-?} bytes (1 to $hi times)"; fi

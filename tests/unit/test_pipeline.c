@@ -3,7 +3,9 @@
  * (1e-6), the first step's gradients (1e-5) and the weights after 5 AdamW steps (1e-5) with a
  * one-rank run of the same model, batch and micro-batch count on the cpu device. The meshes run
  * on the cpu device, and a representative set of them on the opencl device too (PoCL here: one
- * thread per rank). Also checks that a launch with the wrong number of ranks fails fast. */
+ * thread per rank). Also checks that a launch with the wrong number of ranks fails fast.
+ * `test_pipeline K/N` runs every N-th mesh from the K-th (K < N; their references as they need
+ * them) in BUILD/pipe.K, so that N of them can run side by side (tests/run.sh runs two). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +16,9 @@
 
 static int pass, fail;
 static char bin[512] = "build";
+static char pipe[600];                 /* the meshes' folder: BUILD/pipe, or BUILD/pipe.K for part K */
+static int part_k, part_n = 1;         /* this run's meshes: those whose ordinal is part_k modulo part_n */
+static int mesh_ordinal;               /* the meshes met so far */
 static const char *precision = "fp32"; /* ppc --precision of the meshes and their one-rank reference */
 static int sp;     /* 1: the meshes with --sp (sequence parallelism; not their one-rank reference) */
 static int cp = 1; /* the meshes' --cp (context parallelism; not their one-rank reference's) */
@@ -111,6 +116,7 @@ static int run(const char *model, int tp, int pp, int dp, int c, const char *sch
 /* V: chunks of layers per rank (--vpp) */
 static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp, const char *sched, int V, int M,
                      const char *device) {
+  if (mesh_ordinal++ % part_n != part_k) return; /* another part's */
   char ref[640], out[640], name[256], w1[64], w2[64], vs[16] = "", cs[16] = "";
   if (V > 1) snprintf(vs, sizeof vs, " V=%d", V);
   if (cp > 1) snprintf(cs, sizeof cs, " cp%d", cp);
@@ -119,9 +125,9 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
   /* bf16 on another device: against that device's one-rank run (its GEMM library sums in another
    * order, and a bf16 rounding that flips on that turns into a visible difference within 5 steps) */
   const char *rdev = strcmp(precision, "bf16") ? "cpu" : device;
-  snprintf(ref, sizeof ref, "%s/pipe/%s_ref_M%d_%s_%s", bin, tag, M, precision, rdev);
-  snprintf(out, sizeof out, "%s/pipe/%s_t%d%sp%dd%dc%d_%s_V%d_M%d_%s_%s", bin, tag, tp, sp ? "sp" : "", pp, dp, cp,
-           sched, V, M, device, precision);
+  snprintf(ref, sizeof ref, "%s/%s_ref_M%d_%s_%s", pipe, tag, M, precision, rdev);
+  snprintf(out, sizeof out, "%s/%s_t%d%sp%dd%dc%d_%s_V%d_M%d_%s_%s", pipe, tag, tp, sp ? "sp" : "", pp, dp, cp, sched,
+           V, M, device, precision);
   char path[1024], rpath[1024];
   snprintf(path, sizeof path, "%s/log.jsonl", ref);
   FILE *f = fopen(path, "r");
@@ -281,11 +287,18 @@ static void cp_meshes(void) {
 }
 
 int main(int argc, char **argv) {
-  (void)argc;
   const char *slash = strrchr(argv[0], '/');
   if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
+  char end;
+  if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%d/%d%c", &part_k, &part_n, &end) != 2 || part_n < 1 || part_k < 0 ||
+                                 part_k >= part_n))) {
+    fprintf(stderr, "usage: test_pipeline [K/N]  (every N-th mesh from the K-th, 0 <= K < N)\n");
+    return 2;
+  }
+  if (part_n > 1) snprintf(pipe, sizeof pipe, "%s/pipe.%d", bin, part_k);
+  else snprintf(pipe, sizeof pipe, "%s/pipe", bin);
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "rm -rf %s/pipe && mkdir -p %s/pipe", bin, bin);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", pipe, pipe);
   if (sh(cmd)) return 1;
   if (getenv("PPC_TEST_CP_ONLY")) { /* the context-parallel meshes alone */
     cp_meshes();
@@ -389,18 +402,23 @@ int main(int argc, char **argv) {
   if (!getenv("PPC_TEST_NO_BF16")) bf16_meshes();
   if (!getenv("PPC_TEST_NO_TP")) sp_meshes();
   cp_meshes();
-  /* a launch with another world size than the compiled mesh: a clear error, fast, no hang */
-  snprintf(cmd, sizeof cmd,
-           "timeout 60 " MPIRUN
-           "-np 3 %s/ppr %s/pipe/tiny_t1p2d1c1_1f1b_V1_M3_cpu_fp32/prog --quiet --steps 1 > %s/pipe/ws.txt 2>&1",
-           bin, bin, bin);
-  int rc = system(cmd);
-  snprintf(cmd, sizeof cmd, "grep -q 'ranks' %s/pipe/ws.txt", bin);
-  int said = system(cmd) == 0;
-  int ok = rc != 0 && (rc >> 8) != 124 && said;
-  printf("%s a 3-rank launch of a 2-rank program fails with a message (exit status %d)\n", ok ? "PASS" : "FAIL",
-         rc >> 8);
-  ok ? pass++ : fail++;
+  /* a launch with another world size than the compiled mesh: a clear error, fast, no hang (in the
+   * part that ran that mesh) */
+  char prog[700];
+  snprintf(prog, sizeof prog, "%s/tiny_t1p2d1c1_1f1b_V1_M3_cpu_fp32/prog", pipe);
+  FILE *f = fopen(prog, "r");
+  if (f) fclose(f);
+  if (f || part_n == 1) {
+    snprintf(cmd, sizeof cmd, "timeout 60 " MPIRUN "-np 3 %s/ppr %s --quiet --steps 1 > %s/ws.txt 2>&1", bin, prog,
+             pipe);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "grep -q 'ranks' %s/ws.txt", pipe);
+    int said = system(cmd) == 0;
+    int ok = rc != 0 && (rc >> 8) != 124 && said;
+    printf("%s a 3-rank launch of a 2-rank program fails with a message (exit status %d)\n", ok ? "PASS" : "FAIL",
+           rc >> 8);
+    ok ? pass++ : fail++;
+  }
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
 }
