@@ -48,7 +48,8 @@ CUDA_LIBDIR := $(if $(HAVE_CUDA),$(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUD
 NVRTC_CFLAGS := $(if $(HAVE_CUDA),-DPPC_NVRTC -isystem $(CUDA_HOME)/include)
 NVRTC_LIBS   := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lnvrtc)
 CUDA_CFLAGS  := $(if $(HAVE_CUDA),-DPPR_CUDA -isystem $(CUDA_HOME)/include)
-CUDA_LIBS    := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lcublasLt -lnccl)
+# cuBLASLt and NCCL are loaded when the cuda device starts (rt_util_load_lib), found through this run path
+CUDA_LIBS    := $(if $(HAVE_CUDA),-Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR))
 
 # ppr: the runtime. OpenBLAS's cblas.h (Debian: libopenblas-dev) is also reachable as <cblas.h>
 # through the alternatives link; the -I makes sure the OpenBLAS one is used. Recursive `=`: the
@@ -175,7 +176,8 @@ $(BUILD)/test_bpe: tests/unit/test_bpe.c tests/unit/check.h $(BUILD)/ppr-obj/ppr
 	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_bpe.c $(BUILD)/ppr-obj/ppr_bpe.o $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 # test_ppr runs $(BUILD)/ppr (found next to itself) on hand-written listings and kernels
 $(BUILD)/test_ppr: tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(BUILD)/ppr-obj/ppr_bpe.o $(LIBPPR)
-	$(CC) $(CFLAGS) $(TEST_INC) -o $@ tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o $(BUILD)/ppr-obj/ppr_bpe.o \
+	$(CC) $(CFLAGS) $(TEST_INC) $(MPI_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/unit/test_ppr.c $(BUILD)/ppr-obj/ppr_gen.o \
+	  $(BUILD)/ppr-obj/ppr_bpe.o \
 	  $(LIBPPR) $(LDFLAGS) $(PPR_LIBS)
 
 # bench/kbench.sh's harness: each kernel of a listing alone (tests/scripts/kbench.sh runs it)

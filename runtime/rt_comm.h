@@ -115,6 +115,14 @@ _Noreturn void rt_comm_internal(const char *what, const char *file, int line);
  * Collective. */
 void rt_comm_groups(RtComm *c, const RtProg *p);
 
+#ifdef PPR_CUDA
+/* NCCL, loaded when a rank's communicators go to NCCL (the toolkit's major version, through ppr's
+ * run path) with every function ppr calls: 0, or -1 with the reason in err.
+ * rt_comm_nccl_error_name, after it: NCCL's text for a result, through the loaded table. */
+int rt_comm_load_nccl(char *err, size_t errlen);
+const char *rt_comm_nccl_error_name(int result);
+#endif
+
 /* After rt_comm_groups, with this rank's device: on a cuda device, when every rank of the world
  * has a GPU of its own, NCCL carries the messages and collectives from here on (a communicator
  * per group, made from an ncclUniqueId broadcast over MPI; a comm entry's messages inside one

@@ -47,6 +47,36 @@ _Noreturn static void nccl_fail(ncclResult_t rc, const char *call, const char *f
   exit(1);
 }
 
+#define NCCL_STR_(x)   #x
+#define NCCL_STR(x)    NCCL_STR_(x)
+#define NCCL_DEFINE(f) __typeof__(f) *p_##f;
+NCCL_FUNCTIONS(NCCL_DEFINE)
+
+int rt_comm_load_nccl(char *err, size_t errlen) {
+  static void *lib;
+#define NCCL_NAME(f) #f,
+#define NCCL_SLOT(f) (void *)&p_##f,
+  static const char *const names[] = {NCCL_FUNCTIONS(NCCL_NAME)};
+  void *const slots[] = {NCCL_FUNCTIONS(NCCL_SLOT)};
+  return rt_util_load_lib(&lib, "libnccl.so." NCCL_STR(NCCL_MAJOR), names, slots, (int)(sizeof slots / sizeof *slots),
+                          err, errlen);
+}
+
+const char *rt_comm_nccl_error_name(int result) { return ncclGetErrorString((ncclResult_t)result); }
+
+/* NCCL for this rank, or the job ends naming what to install */
+static void load_nccl(void) {
+  char why[512];
+  if (!rt_comm_load_nccl(why, sizeof why)) return;
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "ppr: error: rank %d: --device cuda with a GPU a rank needs NCCL: %s; install NCCL %d\n", rank, why,
+          NCCL_MAJOR);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
 /* One NCCL communicator over the members of an MPI one: the id made by its rank 0, broadcast. */
 static ncclComm_t nccl_over(RtComm *c, MPI_Comm g) {
   if (g == MPI_COMM_NULL) return NULL;
@@ -120,6 +150,7 @@ void rt_comm_use_device(RtComm *c, RtDev *d, const RtProg *p) {
              "through host memory\n");
     return;
   }
+  load_nccl();
   c->npp = nccl_over(c, c->pp);
   c->ntp = nccl_over(c, c->tp);
   c->ndp = nccl_over(c, c->dp);

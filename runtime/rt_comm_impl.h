@@ -9,6 +9,30 @@
 
 #ifdef PPR_CUDA
 #include <nccl.h>
+/* NCCL's functions ppr calls, loaded when a rank's communicators go to NCCL (rt_comm_use_device):
+ * ppr starts without the library elsewhere */
+// clang-format off
+#define NCCL_FUNCTIONS(X) \
+  X(ncclGetErrorString) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort) \
+  X(ncclCommGetAsyncError) X(ncclGroupStart) X(ncclGroupEnd) X(ncclSend) X(ncclRecv) X(ncclAllReduce) \
+  X(ncclAllGather) X(ncclReduceScatter)
+// clang-format on
+#define NCCL_DECLARE(f) extern __typeof__(f) *p_##f;
+NCCL_FUNCTIONS(NCCL_DECLARE)
+/* below, each NCCL name calls through its pointer */
+#define ncclGetErrorString    (*p_ncclGetErrorString)
+#define ncclGetUniqueId       (*p_ncclGetUniqueId)
+#define ncclCommInitRank      (*p_ncclCommInitRank)
+#define ncclCommDestroy       (*p_ncclCommDestroy)
+#define ncclCommAbort         (*p_ncclCommAbort)
+#define ncclCommGetAsyncError (*p_ncclCommGetAsyncError)
+#define ncclGroupStart        (*p_ncclGroupStart)
+#define ncclGroupEnd          (*p_ncclGroupEnd)
+#define ncclSend              (*p_ncclSend)
+#define ncclRecv              (*p_ncclRecv)
+#define ncclAllReduce         (*p_ncclAllReduce)
+#define ncclAllGather         (*p_ncclAllGather)
+#define ncclReduceScatter     (*p_ncclReduceScatter)
 #endif
 
 #define MAX_REQ   4

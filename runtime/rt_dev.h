@@ -99,6 +99,14 @@ struct RtDev {
 
 extern const RtDevOps rt_dev_cpu_ops, rt_dev_opencl_ops, rt_dev_cuda_ops;
 
+#ifdef PPR_CUDA
+/* cuBLASLt, loaded as the cuda device opens (the toolkit's major version, through ppr's run path
+ * to the toolkit's libraries) with every function ppr calls: 0, or -1 with the reason in err.
+ * rt_dev_cuda_blas_status_name, after it: cuBLASLt's name of a status, through the loaded table. */
+int rt_dev_cuda_load_cublaslt(char *err, size_t errlen);
+const char *rt_dev_cuda_blas_status_name(int status);
+#endif
+
 /* --device SPEC: cpu, opencl, opencl:N, cuda, cuda:N. Opens the device; *out NULL on failure. */
 int rt_dev_open(const char *spec, int local_rank, RtDev **out, char *err, size_t errlen);
 int rt_dev_parse(const char *spec, RtDevKind *kind, int *index); /* 0, or -1 for a bad SPEC */

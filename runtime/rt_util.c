@@ -1,6 +1,7 @@
 /* rt_util.c - what the runtime's files share: error messages, a monotonic clock, reading a file. */
 #include "rt_util.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -96,4 +97,26 @@ char *rt_util_read_file(const char *path, const char *what, size_t max, size_t *
   buf[n] = 0;
   *len = n;
   return buf;
+}
+
+int rt_util_load_lib(void **handle, const char *soname, const char *const *names, void *const *slots, int n, char *err,
+                     size_t errlen) {
+  if (*handle) return 0;
+  void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    rt_util_set_err(err, errlen, "%s cannot be loaded (%s)", soname, e ? e : "dlopen failed");
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    void *sym = dlsym(h, names[i]);
+    if (!sym) {
+      rt_util_set_err(err, errlen, "%s has no %s", soname, names[i]);
+      dlclose(h);
+      return -1;
+    }
+    memcpy(slots[i], &sym, sizeof sym);
+  }
+  *handle = h;
+  return 0;
 }

@@ -1,11 +1,11 @@
 /* rt_dev_cuda.c - the cuda device: the CUDA driver API (libcuda loaded at run time), one context and stream per rank,
  * the arena as one cuMemAlloc, the stage's cubin (or its PTX), GEMMs through cuBLASLt. */
 #include "rt_dev.h"
+#include "rt_util.h"
 
 #ifdef PPR_CUDA
 #include <cublasLt.h>
 #include <cuda.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,31 +31,65 @@ CU_FUNCTIONS(DECLARE)
 #define STR_(x) #x
 #define STR(x)  STR_(x)
 
-static void *libcuda;
+/* cuBLASLt's functions ppr calls, loaded as the device starts (its library is large: linked, it
+ * would make every ppr start relocate it, and need the toolkit on every machine) */
+// clang-format off
+#define LT_FUNCTIONS(X) \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusName) X(cublasLtGetStatusString) \
+  X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) \
+  X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) \
+  X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)
+// clang-format on
+LT_FUNCTIONS(DECLARE)
+/* below, each cuBLASLt name calls through its pointer */
+#define cublasLtCreate                       (*p_cublasLtCreate)
+#define cublasLtDestroy                      (*p_cublasLtDestroy)
+#define cublasLtGetStatusName                (*p_cublasLtGetStatusName)
+#define cublasLtGetStatusString              (*p_cublasLtGetStatusString)
+#define cublasLtMatmul                       (*p_cublasLtMatmul)
+#define cublasLtMatmulAlgoGetHeuristic       (*p_cublasLtMatmulAlgoGetHeuristic)
+#define cublasLtMatmulDescCreate             (*p_cublasLtMatmulDescCreate)
+#define cublasLtMatmulDescDestroy            (*p_cublasLtMatmulDescDestroy)
+#define cublasLtMatmulDescSetAttribute       (*p_cublasLtMatmulDescSetAttribute)
+#define cublasLtMatmulPreferenceCreate       (*p_cublasLtMatmulPreferenceCreate)
+#define cublasLtMatmulPreferenceDestroy      (*p_cublasLtMatmulPreferenceDestroy)
+#define cublasLtMatmulPreferenceSetAttribute (*p_cublasLtMatmulPreferenceSetAttribute)
+#define cublasLtMatrixLayoutCreate           (*p_cublasLtMatrixLayoutCreate)
+#define cublasLtMatrixLayoutDestroy          (*p_cublasLtMatrixLayoutDestroy)
+#define cublasLtMatrixLayoutSetAttribute     (*p_cublasLtMatrixLayoutSetAttribute)
+
+#define NAME(f)    STR(f), /* the versioned symbol (cuMemAlloc_v2) */
+#define LT_NAME(f) #f,     /* the name itself, not the pointer call above */
+#define SLOT(f)    (void *)&p_##f,
+static void *libcuda, *libcublaslt;
 
 /* Loads libcuda.so.1 and every function; 0, or -1 with the reason in err. */
 static int load_driver(char *err, size_t errlen) {
-  if (libcuda) return 0;
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char *e = dlerror();
+  static const char *const names[] = {CU_FUNCTIONS(NAME)};
+  void *const slots[] = {CU_FUNCTIONS(SLOT)};
+  char why[512];
+  if (!rt_util_load_lib(&libcuda, "libcuda.so.1", names, slots, (int)(sizeof slots / sizeof *slots), why, sizeof why))
+    return 0;
+  if (strstr(why, " has no "))
     return rt_fail_at(err, errlen, __FILE__, __LINE__,
-                      "--device cuda: no CUDA driver: libcuda.so.1 cannot be loaded (%s); install the NVIDIA driver",
-                      e ? e : "dlopen failed");
-  }
-#define LOAD(f)                                                                                                        \
-  {                                                                                                                    \
-    void *sym = dlsym(h, STR(f));                                                                                      \
-    if (!sym)                                                                                                          \
-      return rt_fail_at(err, errlen, __FILE__, __LINE__,                                                               \
-                        "--device cuda: the CUDA driver has no %s: it is older than this ppr's toolkit", STR(f));      \
-    memcpy(&p_##f, &sym, sizeof sym);                                                                                  \
-  }
-  CU_FUNCTIONS(LOAD)
-#undef LOAD
-  libcuda = h;
-  return 0;
+                      "--device cuda: the CUDA driver is older than this ppr's toolkit: %s", why);
+  return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device cuda: no CUDA driver: %s; install the NVIDIA driver",
+                    why);
 }
+
+int rt_dev_cuda_load_cublaslt(char *err, size_t errlen) {
+  static const char *const names[] = {LT_FUNCTIONS(LT_NAME)};
+  void *const slots[] = {LT_FUNCTIONS(SLOT)};
+  char why[512];
+  if (!rt_util_load_lib(&libcublaslt, "libcublasLt.so." STR(CUBLAS_VER_MAJOR), names, slots,
+                        (int)(sizeof slots / sizeof *slots), why, sizeof why))
+    return 0;
+  return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device cuda: cuBLASLt: %s; install the CUDA toolkit's cuBLAS",
+                    why);
+}
+
+const char *rt_dev_cuda_blas_status_name(int status) { return cublasLtGetStatusName((cublasStatus_t)status); }
 
 static const char *cu_error(CUresult rc) {
   const char *name = NULL, *text = NULL;
@@ -154,6 +188,7 @@ static int cu_open(RtDev **out, int index, int local_rank, char *err, size_t err
     RT_DEV_FAIL(&c->d, "creating the context, stream and event failed: %s", cu_error(rc));
     goto fail;
   }
+  if (rt_dev_cuda_load_cublaslt(c->d.err, sizeof c->d.err)) goto fail;
   cublasStatus_t lrc = cublasLtCreate(&c->lt);
   if (lrc != CUBLAS_STATUS_SUCCESS) {
     RT_DEV_FAIL(&c->d, "cublasLtCreate failed: %s", cublasLtGetStatusName(lrc));

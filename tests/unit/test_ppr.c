@@ -1,8 +1,11 @@
 /* test_ppr.c - tests of the runtime ppr: a hand-written listing and kernels (softmax regression through a tied
  * embedding) checked against a direct computation, every error path, and a fuzzer of the listing parser. */
 #include "ppr_gen.h"
+#include "rt_comm.h"
+#include "rt_dev.h"
 #include "rt_lr.h"
 #include "rt_prog.h"
+#include "rt_util.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -2960,6 +2963,36 @@ static void test_lr(void) {
         "the default (constant, no warmup) is --lr at every step");
 }
 
+/* Libraries loaded at run time (rt_util_load_lib): a missing one or function is a message, and the
+ * cuda device's cuBLASLt and NCCL (loaded as it starts; ppr links neither) resolve every function
+ * ppr calls in the toolkit this ppr was built against, callable through the loaded tables. */
+static void test_loaded_libraries(void) {
+  char err[512] = "";
+  void *h = NULL, *slot = NULL;
+  const char *const names[] = {"ppr_no_such_function"};
+  void *const slots[] = {&slot};
+  check(rt_util_load_lib(&h, "libppr-no-such-library.so.7", names, slots, 1, err, sizeof err) == -1 && !h &&
+            strstr(err, "libppr-no-such-library.so.7 cannot be loaded ("),
+        "a library that is not there: %s", err);
+  check(rt_util_load_lib(&h, "libm.so.6", names, slots, 1, err, sizeof err) == -1 && !h &&
+            !strcmp(err, "libm.so.6 has no ppr_no_such_function"),
+        "a function the library lacks: %s", err);
+  const char *const cosine[] = {"cos"};
+  double (*cos_fn)(double) = NULL;
+  void *const cos_slot[] = {(void *)&cos_fn};
+  check(rt_util_load_lib(&h, "libm.so.6", cosine, cos_slot, 1, err, sizeof err) == 0 && h && cos_fn && cos_fn(0) == 1,
+        "a library's function loaded and called");
+#ifdef PPR_CUDA
+  err[0] = 0;
+  check(rt_dev_cuda_load_cublaslt(err, sizeof err) == 0 &&
+            !strcmp(rt_dev_cuda_blas_status_name(0), "CUBLAS_STATUS_SUCCESS"),
+        "cuBLASLt loads with every function the cuda device calls %s", err);
+  err[0] = 0;
+  check(rt_comm_load_nccl(err, sizeof err) == 0 && rt_comm_nccl_error_name(0)[0],
+        "NCCL loads with every function the cuda ranks call %s", err);
+#endif
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *self = argv[0];
@@ -3032,6 +3065,7 @@ int main(int argc, char **argv) {
   test_listing_errors();
   test_cli();
   test_lr();
+  test_loaded_libraries();
   test_pipeline_mpi(&w);
   test_pipeline_parser();
   test_chunk_parser();
