@@ -1,4 +1,5 @@
-/* rt_util.c - what the runtime's files share: error messages, a monotonic clock, reading a file. */
+/* rt_util.c - what the runtime's files share: error messages, a monotonic clock, reading a file, loading a
+ * library at run time. */
 #include "rt_util.h"
 
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-/* rt_util.h - what the runtime's files share: error messages, a monotonic clock, reading a file. */
+/* rt_util.h - what the runtime's files share: error messages, a monotonic clock, reading a file, loading a library. */
 #ifndef RT_UTIL_H
 #define RT_UTIL_H
 
