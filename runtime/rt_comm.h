@@ -117,7 +117,7 @@ void rt_comm_groups(RtComm *c, const RtProg *p);
 
 #ifdef PPR_CUDA
 /* NCCL, loaded when a rank's communicators go to NCCL (the toolkit's major version, through ppr's
- * run path) with every function ppr calls: 0, or -1 with the reason in err.
+ * run path) with every function ppr calls: 0, or non-zero with the reason in err (rt_util_load_lib's).
  * rt_comm_nccl_error_name, after it: NCCL's text for a result, through the loaded table. */
 int rt_comm_load_nccl(char *err, size_t errlen);
 const char *rt_comm_nccl_error_name(int result);

@@ -47,8 +47,6 @@ _Noreturn static void nccl_fail(ncclResult_t rc, const char *call, const char *f
   exit(1);
 }
 
-#define NCCL_STR_(x)   #x
-#define NCCL_STR(x)    NCCL_STR_(x)
 #define NCCL_DEFINE(f) __typeof__(f) *p_##f;
 NCCL_FUNCTIONS(NCCL_DEFINE)
 
@@ -58,8 +56,8 @@ int rt_comm_load_nccl(char *err, size_t errlen) {
 #define NCCL_SLOT(f) (void *)&p_##f,
   static const char *const names[] = {NCCL_FUNCTIONS(NCCL_NAME)};
   void *const slots[] = {NCCL_FUNCTIONS(NCCL_SLOT)};
-  return rt_util_load_lib(&lib, "libnccl.so." NCCL_STR(NCCL_MAJOR), names, slots, (int)(sizeof slots / sizeof *slots),
-                          err, errlen);
+  return rt_util_load_lib(&lib, "libnccl.so." RT_UTIL_STR(NCCL_MAJOR), names, slots,
+                          (int)(sizeof slots / sizeof *slots), err, errlen);
 }
 
 const char *rt_comm_nccl_error_name(int result) { return ncclGetErrorString((ncclResult_t)result); }

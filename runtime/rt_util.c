@@ -114,7 +114,7 @@ int rt_util_load_lib(void **handle, const char *soname, const char *const *names
     if (!sym) {
       rt_util_set_err(err, errlen, "%s has no %s", soname, names[i]);
       dlclose(h);
-      return -1;
+      return -2;
     }
     memcpy(slots[i], &sym, sizeof sym);
   }

@@ -10,6 +10,9 @@
 #else
 #define RT_UTIL_PRINTF(a, b)
 #endif
+/* A macro's value as a string: RT_UTIL_STR(CUBLAS_VER_MAJOR) is "13" */
+#define RT_UTIL_STR_(x) #x
+#define RT_UTIL_STR(x)  RT_UTIL_STR_(x)
 
 /* Formats a message into err[0..errlen) (truncated if needed); nothing when err is NULL or
  * errlen 0. */
@@ -40,8 +43,9 @@ int rt_util_read_fd(int fd, const char *path, void *buf, size_t n, char *err, si
 char *rt_util_read_file(const char *path, const char *what, size_t max, size_t *len, char *err, size_t errlen);
 
 /* Loads the shared library soname once (*handle, NULL the first time) and each of its n functions
- * names[i] into the function pointer at slots[i] (a void * slot's bytes): 0, or -1 with "SONAME
- * cannot be loaded (...)" or "SONAME has no NAME" in err and *handle still NULL. The libraries of
+ * names[i] into the function pointer at slots[i] (a void * slot's bytes): 0; -1 with "SONAME
+ * cannot be loaded (...)" in err, or -2 with "SONAME has no NAME" (an older library), *handle
+ * still NULL. The libraries of
  * one device only (cuBLASLt, NCCL) load so when that device starts: ppr starts without them. */
 int rt_util_load_lib(void **handle, const char *soname, const char *const *names, void *const *slots, int n, char *err,
                      size_t errlen);

@@ -28,8 +28,6 @@
 // clang-format on
 #define DECLARE(f) static __typeof__(f) *p_##f;
 CU_FUNCTIONS(DECLARE)
-#define STR_(x) #x
-#define STR(x)  STR_(x)
 
 /* cuBLASLt's functions ppr calls, loaded as the device starts (its library is large: linked, it
  * would make every ppr start relocate it, and need the toolkit on every machine) */
@@ -59,8 +57,8 @@ LT_FUNCTIONS(DECLARE)
 #define cublasLtMatrixLayoutDestroy          (*p_cublasLtMatrixLayoutDestroy)
 #define cublasLtMatrixLayoutSetAttribute     (*p_cublasLtMatrixLayoutSetAttribute)
 
-#define NAME(f)    STR(f), /* the versioned symbol (cuMemAlloc_v2) */
-#define LT_NAME(f) #f,     /* the name itself, not the pointer call above */
+#define NAME(f)    RT_UTIL_STR(f), /* the versioned symbol (cuMemAlloc_v2) */
+#define LT_NAME(f) #f,             /* the name itself, not the pointer call above */
 #define SLOT(f)    (void *)&p_##f,
 static void *libcuda, *libcublaslt;
 
@@ -69,9 +67,10 @@ static int load_driver(char *err, size_t errlen) {
   static const char *const names[] = {CU_FUNCTIONS(NAME)};
   void *const slots[] = {CU_FUNCTIONS(SLOT)};
   char why[512];
-  if (!rt_util_load_lib(&libcuda, "libcuda.so.1", names, slots, (int)(sizeof slots / sizeof *slots), why, sizeof why))
-    return 0;
-  if (strstr(why, " has no "))
+  int rc =
+      rt_util_load_lib(&libcuda, "libcuda.so.1", names, slots, (int)(sizeof slots / sizeof *slots), why, sizeof why);
+  if (!rc) return 0;
+  if (rc == -2)
     return rt_fail_at(err, errlen, __FILE__, __LINE__,
                       "--device cuda: the CUDA driver is older than this ppr's toolkit: %s", why);
   return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device cuda: no CUDA driver: %s; install the NVIDIA driver",
@@ -82,7 +81,7 @@ int rt_dev_cuda_load_cublaslt(char *err, size_t errlen) {
   static const char *const names[] = {LT_FUNCTIONS(LT_NAME)};
   void *const slots[] = {LT_FUNCTIONS(SLOT)};
   char why[512];
-  if (!rt_util_load_lib(&libcublaslt, "libcublasLt.so." STR(CUBLAS_VER_MAJOR), names, slots,
+  if (!rt_util_load_lib(&libcublaslt, "libcublasLt.so." RT_UTIL_STR(CUBLAS_VER_MAJOR), names, slots,
                         (int)(sizeof slots / sizeof *slots), why, sizeof why))
     return 0;
   return rt_fail_at(err, errlen, __FILE__, __LINE__, "--device cuda: cuBLASLt: %s; install the CUDA toolkit's cuBLAS",

@@ -23,7 +23,9 @@ args="--seed 7"
 
 # run3 NP DIR: three clipped steps of $tmp/DIR on NP ranks: DIR.losses, DIR.g/w.safetensors
 run3() {
-  if [ "$1" -gt 1 ]; then launch="$MPIRUN -np $1"; else launch=; fi
+  # one rank on one thread, as each of the mesh's ranks runs ($MPIRUN): OpenBLAS's AVX2 kernels
+  # (a CPU without AVX-512) give a part of C other bits when a GEMM is shared over threads
+  if [ "$1" -gt 1 ]; then launch="$MPIRUN -np $1"; else launch="env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1"; fi
   rm -f "$tmp/$2.jsonl" # a new run's log
   # shellcheck disable=SC2086
   $launch "$ppr" "$tmp/$2" $args --steps 3 --clip 1 --quiet --log "$tmp/$2.jsonl" --save-grads "$tmp/$2.g.safetensors" \

@@ -94,8 +94,11 @@ if wait_lines "$tmp/log.jsonl" 120 3; then
   sleep 0.5
   kill -INT "-$mp"
   finish 20
-  sleep 1
-  left=$(alive)
+  for i in $(seq 1 50); do # the ranks' ends, SIGKILL's, may take a moment on a loaded machine: up to 10 s
+    left=$(alive)
+    [ "$left" -eq 0 ] && break
+    sleep 0.2
+  done
   if [ "$rc" != hung ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 75 ] && [ "$left" -eq 0 ] && [ ! -f "$tmp/w.safetensors" ]; then
     ok "a second Ctrl-C ends the job at once (exit $rc), no rank left, nothing saved"
   else

@@ -9,10 +9,12 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rt_io.h"
+#include "rt_sgemm.h"
 
 static int pass, fail;
 static char bin[512] = "build";
@@ -171,7 +173,11 @@ static void mesh_von(const char *model, const char *tag, int tp, int pp, int dp,
    * run's, bit for bit): a last-bit f32 difference rounds a bf16 activation the other way; and a kv
    * head's key and value gradients are the cp ranks' f32 partial sums, rounded once, where the
    * one-rank run adds its query heads' parts into bf16, rounding after each (tiny: 8e-3) */
-  double lim_l1 = bf && cp > 1 ? 1e-5 : 1e-6, lim_g = bf && cp > 1 ? 2e-2 : 1e-5;
+  /* and bf16 under tensor parallelism on a CPU without AVX-512, where every GEMM is OpenBLAS's
+   * (not rt_sgemm's chain in k order): a rank's share of the columns or the inner dimension sums in
+   * another order, with the same effect (tiny, tp 2 on an AMD EPYC without AVX-512: 1.9e-3) */
+  bool reordered = cp > 1 || (tp > 1 && !strcmp(device, "cpu") && !rt_sgemm_fits(false, 1, 1, 1, 1));
+  double lim_l1 = bf && cp > 1 ? 1e-5 : 1e-6, lim_g = bf && reordered ? 2e-2 : 1e-5;
   int ok = na == 5 && nb == 5 && l1 < lim_l1 && lw < lim_l && gw >= 0 && gw < lim_g && ww >= 0 && ww < lim_w;
   /* a pipeline alone, fp32 on the cpu: no sum changes order (docs/schedules.md), so bit for bit */
   bool exact = !bf && tp == 1 && dp == 1 && cp == 1 && !strcmp(device, "cpu");
@@ -404,11 +410,11 @@ int main(int argc, char **argv) {
   cp_meshes();
   /* a launch with another world size than the compiled mesh: a clear error, fast, no hang (in the
    * part that ran that mesh) */
-  char prog[700];
+  char prog[700], rank0[720];
   snprintf(prog, sizeof prog, "%s/tiny_t1p2d1c1_1f1b_V1_M3_cpu_fp32/prog", pipe);
-  FILE *f = fopen(prog, "r");
-  if (f) fclose(f);
-  if (f || part_n == 1) {
+  snprintf(rank0, sizeof rank0, "%s/rank0.prog", prog);
+  struct stat st;
+  if (stat(rank0, &st) == 0 || part_n == 1) {
     snprintf(cmd, sizeof cmd, "timeout 60 " MPIRUN "-np 3 %s/ppr %s --quiet --steps 1 > %s/ws.txt 2>&1", bin, prog,
              pipe);
     int rc = system(cmd);
