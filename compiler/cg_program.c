@@ -109,6 +109,7 @@ static void block(Buf *b, const Program *p, const Graph *gr, int chunk, const Co
       OUT(b, " %lld %lld %lld", (long long)in->ldc, (long long)in->sc, (long long)in->batch);
       gemm_types(b, p, in);
       if (in->tri != PP_TRI_NONE) OUT(b, " tri:%s", pp_tri_name(in->tri));
+      if (in->epi != PP_EPI_NONE) OUT(b, " epi:%s", pp_epi_name(in->epi));
       break;
     case I_BATCH:
       OUT(b, "batch");

@@ -48,6 +48,8 @@ typedef struct Tally {
   double kbytes;    /* the bytes their pointer arguments span */
   int64_t gemms;
   double gflops, gbytes;                     /* the GEMMs' FLOPs and the bytes their operands span */
+  int64_t epis;                              /* GEMMs' epilogues (epi:), counted inside them */
+  double ebytes;                             /* the bytes their kernels span when run after the GEMM */
   double ksec[NDEV], gsec[NDEV], tsec[NDEV]; /* roofline seconds: kernels, GEMMs, GEMMs with f32 at TF32 */
 } Tally;
 
@@ -100,13 +102,13 @@ static void count_grad_norm(Cost *c, const Instr *in, int64_t runs, Tally *t) {
  * compute the whole product today, so their time is predicted short by that much); its bytes the
  * spans of A, B and C, and the rest of the buffer of any operand after them. A bf16 x bf16 GEMM
  * runs at the bf16 peak, any other at the fp32 one (tsec: at TF32 where the device has it). */
-static void count_gemm(Cost *c, const Instr *in, Tally *t) {
+static void count_gemm(Cost *c, const Instr *in, double extra, Tally *t) {
   const Program *p = c->p;
   bool ta = in->ta == 'T', tb = in->tb == 'T';
   double n[3] = {(double)pp_gemm_span(in->batch, in->sa, ta ? in->k : in->m, in->lda, ta ? in->m : in->k),
                  (double)pp_gemm_span(in->batch, in->sb, tb ? in->n : in->k, in->ldb, tb ? in->k : in->n),
                  (double)pp_gemm_span(in->batch, in->sc, in->m, in->ldc, in->n)};
-  double bytes = 0, flops = sched_gemm_flops(in);
+  double bytes = extra, flops = sched_gemm_flops(in);
   for (int k = 0; k < 3; k++) bytes += n[k] * (double)pp_dtype_bytes(p->vb[in->op[k].vb].dtype);
   for (int a = 3; a < in->nop; a++) bytes += (double)cg_extent(p, &in->op[a]);
   bool bf16 = p->vb[in->op[0].vb].dtype == PP_BF16 && p->vb[in->op[1].vb].dtype == PP_BF16;
@@ -121,6 +123,17 @@ static void count_gemm(Cost *c, const Instr *in, Tally *t) {
   }
 }
 
+/* A GEMM's epilogue, its next kernel (pp_epi.h): the bytes it adds to the GEMM's, its pointer
+ * arguments but C (op 1, which the GEMM spans) as a device that fuses them moves them; t keeps the
+ * launch and bytes it is when run after the GEMM. */
+static double count_epilogue(Cost *c, const Instr *in, Tally *t) {
+  double all = 0, c1 = (double)cg_extent(c->p, &in->op[1]);
+  for (int a = 0; a < in->nop; a++) all += (double)cg_extent(c->p, &in->op[a]);
+  t->epis++;
+  t->ebytes += all;
+  return all - c1;
+}
+
 /* One run of block b, which the rank's schedule runs `runs` times a step (Use counts them all). */
 static Tally count_block(Cost *c, const Block *b, int64_t runs) {
   Tally t = {0};
@@ -129,7 +142,11 @@ static Tally count_block(Cost *c, const Block *b, int64_t runs) {
     switch (in->kind) {
     case I_KERNEL: count_kernel(c, in, runs, &t); break;
     case I_GRADNORM: count_grad_norm(c, in, runs, &t); break;
-    case I_GEMM: count_gemm(c, in, &t); break;
+    case I_GEMM:
+      if (in->epi != PP_EPI_NONE && i + 1 < b->n && b->ins[i + 1].kind == I_KERNEL)
+        count_gemm(c, in, count_epilogue(c, &b->ins[++i], &t), &t);
+      else count_gemm(c, in, 0, &t);
+      break;
     case I_BATCH:
     case I_ZERO:
     case I_SEED:
@@ -152,6 +169,8 @@ static void tally_add(Tally *to, const Tally *t, int64_t runs) {
   to->gemms += runs * t->gemms;
   to->gflops += r * t->gflops;
   to->gbytes += r * t->gbytes;
+  to->epis += runs * t->epis;
+  to->ebytes += r * t->ebytes;
   for (int d = 0; d < NDEV; d++)
     to->ksec[d] += r * t->ksec[d], to->gsec[d] += r * t->gsec[d], to->tsec[d] += r * t->tsec[d];
 }
@@ -278,6 +297,11 @@ static void print_rank(FILE *f, const Program *p, const Sched *s, const Coord *w
   fprintf(f, "  per step: %lld kernel launches spanning %sB; %lld GEMMs, %sFLOP spanning %sB\n",
           (long long)step.launches, human(step.kbytes, hk, sizeof hk), (long long)step.gemms,
           human(step.gflops, hf, sizeof hf), human(step.gbytes, hg, sizeof hg));
+  if (step.epis)
+    fprintf(f,
+            "  %lld GEMM epilogues (epi:) counted inside their GEMMs, as cuda fuses them (ppr --lt-epilogues);\n"
+            "  run after their GEMMs (cpu, opencl, cuda without it) they add %lld launches spanning %sB\n",
+            (long long)step.epis, (long long)step.epis, human(step.ebytes, hk, sizeof hk));
   print_roofline(f, &step);
   print_top(f, &c, step.kbytes);
   free(c.use);

@@ -184,6 +184,65 @@ static void mark_loads(const FuseCtx *c, int node, bool *leaf) {
     }
 }
 
+/* How many nodes of node id's pass (forward or backward) read it. */
+static int pass_readers(const FuseCtx *c, int id, bool bwd) {
+  int n = 0;
+  for (int i = id + 1; i < c->g->nnodes; i++)
+    for (int k = 0; k < N(c, i)->nin; k++) n += N(c, i)->in[k] == id && N(c, i)->bwd == bwd;
+  return n;
+}
+
+/* The epilogue (pp_epi.h) that node id's kernel, just emitted, is to the GEMM before it, or
+ * PP_EPI_NONE: GELU of a product (plus its deferred bias) that nothing else of the forward reads,
+ * or GELU's gradient of a product (dy) that nothing else reads, by a kernel that loads them. */
+static PpEpi epilogue_kind(const FuseCtx *c, int id, const Instr *g, const Instr *k) {
+  const IrNode *n = N(c, id);
+  int src = n->in[0];
+  if (g->kind != I_GEMM || g->node != src || g->batch != 1 || g->beta != 0 || g->tri != PP_TRI_NONE || g->ldc != g->n ||
+      g->sc != 0 || c->inlined[src])
+    return PP_EPI_NONE;
+  if (k->op[1].kind != 'b' || k->op[1].vb != g->op[2].vb || k->op[1].add != g->op[2].add) return PP_EPI_NONE;
+  PpEpi e = PP_EPI_NONE;
+  if (n->op == OP_GELU && !n->bwd && pass_readers(c, src, false) == 1) e = PP_EPI_GELU;
+  if (n->op == OP_GELU_DX && c->nusers[src] == 1 && !c->saved[src] && !c->inlined[n->in[1]]) e = PP_EPI_DGELU;
+  if (e == PP_EPI_NONE || k->nop < pp_epi_args[e][0] || k->nop > pp_epi_args[e][1]) return PP_EPI_NONE;
+  for (int a = 0; a < k->nop; a++)
+    if (k->op[a].kind != 'b' || c->p->vb[k->op[a].vb].dtype != c->p->vb[g->op[2].vb].dtype) return PP_EPI_NONE;
+  return e;
+}
+
+/* Whether instruction in (a kernel or a GEMM) touches none of kernel k's written buffers and
+ * writes none of its others: k can run before it with the same results. */
+static bool independent(const FuseCtx *c, const Instr *in, const Instr *k) {
+  const Kernel *kk = c->p->kernels[k->kernel], *ik = in->kind == I_KERNEL ? c->p->kernels[in->kernel] : NULL;
+  if (in->kind != I_GEMM && !ik) return false;
+  for (int a = 0; a < in->nop; a++) {
+    if (in->op[a].kind != 'b') continue;
+    bool w = ik ? a < ik->nbufs && ik->bufs[a].written : a == 2; /* a GEMM writes C alone */
+    for (int j = 0; j < kk->nbufs; j++)
+      if (k->op[j].kind == 'b' && k->op[j].vb == in->op[a].vb && (w || kk->bufs[j].written)) return false;
+  }
+  return true;
+}
+
+/* Marks the GEMM of node id's input with the epilogue that id's kernel, just emitted, is, if it is
+ * one; the kernel moves up to follow it when the instructions between do not depend on it (the
+ * backward's weight gradients between a product and GELU's gradient). */
+static void epilogue(FuseCtx *c, int id) {
+  Block *b = c->blk;
+  int last = b->n - 1, g = last - 1;
+  while (g >= 0 && !(b->ins[g].kind == I_GEMM && b->ins[g].node == N(c, id)->in[0])) g--;
+  if (g < 0) return;
+  for (int i = g + 1; i < last; i++)
+    if (!independent(c, &b->ins[i], &b->ins[last])) return;
+  PpEpi e = epilogue_kind(c, id, &b->ins[g], &b->ins[last]);
+  if (e == PP_EPI_NONE) return;
+  Instr k = b->ins[last];
+  memmove(&b->ins[g + 2], &b->ins[g + 1], (size_t)(last - g - 1) * sizeof k);
+  b->ins[g + 1] = k;
+  b->ins[g].epi = e;
+}
+
 #define ELEM_MERGE_MAX 3 /* values one elementwise kernel writes at most */
 
 /* A plain elementwise node (not fused into a consumer): out[r] = f(inputs[r]). Later elementwise
@@ -219,4 +278,5 @@ void fuse_elem_lower(FuseCtx *c, int id) {
     if (w) c->merged[with[w]] = true;
   }
   fuse_kc_emit(c, &kc);
+  if (nw == 1) epilogue(c, id);
 }

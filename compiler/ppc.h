@@ -13,6 +13,7 @@
 #include "pp_boundary.h" /* common/: the pipeline messages ppr sends, their peers and tags */
 #include "pp_stagedir.h" /* common/: the files of a stage directory */
 #include "pp_tri.h"      /* common/: a gemm's triangle (causal attention) */
+#include "pp_epi.h"      /* common/: a gemm's epilogue (its next kernel) */
 #include "pp_gemm.h"     /* common/: the elements a gemm operand spans */
 
 #define PPC_VERSION "0.1.0"
@@ -704,6 +705,7 @@ typedef struct Instr {
   int nop;
   char ta, tb; /* I_GEMM */
   PpTri tri;   /* I_GEMM: the products a device may skip (causal attention), PP_TRI_NONE */
+  PpEpi epi;   /* I_GEMM: the next instruction, a kernel, may run inside it (pp_epi.h), PP_EPI_NONE */
   int64_t m, n, k, lda, sa, ldb, sb, ldc, sc, batch;
   double alpha, beta;
   int64_t bytes;     /* I_ZERO */

@@ -183,11 +183,13 @@ static void remap(Instr *in, const int *to) {
 }
 
 /* The copies' place in the backward block: before the first instruction reading a copy's buffer
- * (fresh[vb]); else before the layer's first; else at the end. */
+ * (fresh[vb]), or before its GEMM when it is an epilogue (which stays next to it); else before the
+ * layer's first; else at the end. */
 static int insert_at(const Graph *g, const Block *b, int layer, const bool *fresh) {
   for (int i = 0; i < b->n; i++)
     for (int k = 0; k < b->ins[i].nop; k++)
-      if (b->ins[i].op[k].kind == 'b' && fresh[b->ins[i].op[k].vb]) return i;
+      if (b->ins[i].op[k].kind == 'b' && fresh[b->ins[i].op[k].vb])
+        return i > 0 && b->ins[i - 1].kind == I_GEMM && b->ins[i - 1].epi != PP_EPI_NONE ? i - 1 : i;
   for (int i = 0; i < b->n; i++)
     if (in_layer(g, &b->ins[i], layer)) return i;
   return b->n;
@@ -230,6 +232,7 @@ static void recompute_layer(Program *p, int ch, int layer, bool full, const bool
     for (int k = 0; k < L.acc[i].nw; k++)
       if (to[L.acc[i].w[k]] < 0) to[L.acc[i].w[k]] = new_buffer(p, L.acc[i].w[k]);
     copy[ncopy] = c->fwd.ins[L.at[i]];
+    if (!(i + 1 < L.n && L.take[i + 1] && L.at[i + 1] == L.at[i] + 1)) copy[ncopy].epi = PP_EPI_NONE; /* alone */
     remap(&copy[ncopy], to);
     copy[ncopy++].why = "recomputed for the backward";
   }

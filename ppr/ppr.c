@@ -128,6 +128,7 @@ static void open_device(Run *r) {
   ppr_settle(rt_dev_open(r->c.device, rt_comm_local_rank(world.comm), &world.dev, world.err, sizeof world.err));
   world.dev->tf32 = r->c.tf32;
   world.dev->onednn = r->c.onednn;
+  world.dev->lt_epi = r->c.lt_epilogues;
   rt_comm_use_device(world.comm, world.dev, r->p); /* cuda: NCCL where it can */
   r->x = ppr_exec_open(r->p, r->c.dir, world.dev, r->kind);
   rt_exec_set_comm(r->x, world.comm);

@@ -30,6 +30,9 @@ static const char usage[] =
     "  --device D                  cpu (the default; also PPR_DEVICE), opencl, opencl:N (the N-th\n"
     "                              OpenCL device), cuda, cuda:N\n"
     "  --tf32                      cuda: let GEMMs round their inputs to TF32 (tensor cores)\n"
+    "  --lt-epilogues              cuda: run the listing's GEMM epilogues (gemm epi:) inside\n"
+    "                              cuBLASLt's GEMMs (not yet run on a GPU; without it the GEMM,\n"
+    "                              then the epilogue's kernel)\n"
     "  --onednn                    cpu: GEMMs through oneDNN (bf16 on AVX512-BF16 or AMX, several\n"
     "                              times faster; f32 on AVX-512); their\n"
     "                              values then depend on the thread count and each GEMM's shape\n"
@@ -235,6 +238,7 @@ typedef enum {
   O_TIMEOUT,
   O_QUIET,
   O_TF32,
+  O_LT_EPILOGUES,
   O_ONEDNN,
   O_VERSION,
   O_SHARD_SIZE,
@@ -321,6 +325,7 @@ static int inherited(OptCode o, int generating) {
   case O_GENERATE:
   case O_DEVICE:
   case O_TF32:
+  case O_LT_EPILOGUES:
   case O_ONEDNN:
   case O_TIMEOUT:
   case O_STOP_FILE:
@@ -357,6 +362,7 @@ static const struct option longs[] = {
     {"timeout", required_argument, NULL, O_TIMEOUT},
     {"quiet", no_argument, NULL, O_QUIET},
     {"tf32", no_argument, NULL, O_TF32},
+    {"lt-epilogues", no_argument, NULL, O_LT_EPILOGUES},
     {"onednn", no_argument, NULL, O_ONEDNN},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, O_VERSION},
@@ -442,6 +448,8 @@ static void check_options(PprCli *c, int argc, char **argv, int have_steps) {
               getenv("PPR_DEVICE") && c->device == getenv("PPR_DEVICE") ? " (from PPR_DEVICE)" : "");
   if (c->tf32 && kind != RT_DEV_CUDA)
     bad_usage("--tf32 is for --device cuda (the %s device's GEMMs are fp32)", c->device);
+  if (c->lt_epilogues && kind != RT_DEV_CUDA)
+    bad_usage("--lt-epilogues is for --device cuda (the %s device runs each epilogue's kernel)", c->device);
   if (c->onednn && kind != RT_DEV_CPU) bad_usage("--onednn is for --device cpu, not %s", c->device);
   if (c->onednn && !rt_dev_cpu_onednn())
     bad_usage("--onednn: this ppr was built without oneDNN (apt-get install libdnnl-dev, then make)%s", "");
@@ -503,6 +511,7 @@ static void parse_opts(int argc, char **argv, PprCli *c, const char **vals, uint
     case O_VERSION: printf("ppr %s (reads ppr-program %d)\n", RT_PPR_VERSION, RT_PROG_VERSION); exit(0);
     case O_QUIET: c->quiet = 1; break;
     case O_TF32: c->tf32 = 1; break;
+    case O_LT_EPILOGUES: c->lt_epilogues = 1; break;
     case O_ONEDNN: c->onednn = 1; break;
     case O_INIT: c->init = v; break;
     case O_RESUME: c->resume = v; break;
@@ -768,6 +777,7 @@ char *ppr_cli_agreed(const PprCli *c) {
               {"top-k", (double)c->top_k},
               {"sample-seed", (double)c->sample_seed},
               {"tf32", c->tf32},
+              {"lt-epilogues", c->lt_epilogues},
               {"onednn", c->onednn}};
   for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) agreed_num(b, n, nums[k].name, nums[k].v);
   return b;

@@ -12,7 +12,7 @@ typedef struct {
   const char *resume; /* --resume CKPT: the weights, the AdamW moments and the step of a --save */
   uint64_t seed;
   double timeout;
-  int have_seed, quiet, tf32, onednn;
+  int have_seed, quiet, tf32, onednn, lt_epilogues;
   int save_tied_head;       /* --save-tied-head: lm_head.weight written too */
   const char *model_name;   /* --model-name: a --save folder's config.json _name_or_path */
   uint64_t save_shard_size; /* --save-shard-size: a checkpoint folder's shard bytes (0: the default, 5 GB) */

@@ -113,6 +113,7 @@ void ppr_sample_open(const PprCli *c, const RtProg *p, const RtData *d, RtDevKin
   ppr_settle(rt_dev_open(c->device, rt_comm_local_rank(world.comm), &g->dev, world.err, sizeof world.err));
   g->dev->tf32 = c->tf32;
   g->dev->onednn = c->onednn;
+  g->dev->lt_epi = c->lt_epilogues;
   g->x = ppr_exec_open(g->p, c->dir, g->dev, kind);
   rt_exec_set_comm(g->x, world.comm);
 }

@@ -80,6 +80,30 @@ RtGemm rt_gemm_colmajor(const RtGemm *g) {
   return c;
 }
 
+int rt_gemm_lt_epilogue(const RtGemm *g, const RtEpi *e, RtLtGemm *out, char *why, size_t whylen) {
+  const char *no = g->batch != 1                  ? "a batched GEMM"
+                   : g->beta != 0                 ? "beta is not 0"
+                   : g->ldc != g->n               ? "C is not dense"
+                   : g->n % 8                     ? "GELU's input would have a leading dimension not a multiple of 8"
+                   : (e->d | e->aux) % 16         ? "D or GELU's input is not 16-byte aligned"
+                   : e->bias >= 0 && e->bias % 16 ? "the bias is not 16-byte aligned"
+                   : e->kind == PP_EPI_DGELU && e->bias >= 0 ? "dgelu takes no bias"
+                                                             : NULL;
+  switch (e->kind) {
+  case PP_EPI_NONE: no = "no epilogue"; break;
+  case PP_EPI_GELU: out->epi = e->bias >= 0 ? RT_LT_GELU_AUX_BIAS : RT_LT_GELU_AUX; break;
+  case PP_EPI_DGELU: out->epi = RT_LT_DGELU; break;
+  }
+  if (no) {
+    snprintf(why, whylen, "%s", no);
+    return -1;
+  }
+  out->m = rt_gemm_colmajor(g);
+  out->m.c = e->d; /* D: the column-major n x m result, C's layout (beta 0: C is not read) */
+  out->aux = e->aux, out->aux_ld = g->n, out->bias = e->bias;
+  return 0;
+}
+
 double rt_dev_time_ms(RtDev *d) {
   int rc = rt_dev_sync(d);
   return rc ? NAN : rt_util_now_s() * 1e3;

@@ -60,6 +60,33 @@ RtGemm rt_gemm_key(const RtGemm *g, int scalars);
  * stride apart, (BATCH-1)·stride + (rows-1)·ld + cols; a device that converts an operand converts these. */
 void rt_gemm_spans(const RtGemm *g, int64_t n[3]);
 
+/* A GEMM's epilogue (pp_epi.h) as a device runs it inside the GEMM, from the kernel after it:
+ * byte offsets of D (the kernel's output), of GELU's input matrix (gelu: written, the GEMM's C;
+ * dgelu: read, the kernel's X) and of the bias (gelu; -1 without). */
+typedef struct {
+  PpEpi kind;
+  int64_t d, aux, bias;
+} RtEpi;
+
+/* cuBLASLt's epilogues that run the listing's (cublasLtEpilogue_t's GELU_AUX, GELU_AUX_BIAS, DGELU) */
+typedef enum { RT_LT_GELU_AUX, RT_LT_GELU_AUX_BIAS, RT_LT_DGELU } RtLtEpi;
+
+/* A GEMM with its epilogue in cuBLASLt's column-major terms: m the column-major GEMM
+ * (rt_gemm_colmajor) writing D (m.c = D's offset), aux the GELU input matrix's offset and its
+ * leading dimension in elements, bias the bias vector's offset (-1 without), one element per row
+ * of the column-major D (a column of the row-major C). */
+typedef struct {
+  RtLtEpi epi;
+  RtGemm m;
+  int64_t aux, aux_ld, bias;
+} RtLtGemm;
+
+/* The cuBLASLt form of row-major g with epilogue e: 0, or -1 with the reason in why when cuBLASLt
+ * takes no such GEMM (the device then runs the GEMM and the kernel). Pure; tests/unit/test_gemm.c
+ * runs its result as cuBLASLt defines the epilogues, through OpenBLAS, against the kernels'
+ * row-major definition. */
+int rt_gemm_lt_epilogue(const RtGemm *g, const RtEpi *e, RtLtGemm *out, char *why, size_t whylen);
+
 typedef struct RtDevOps {
   RtDevKind kind;
   const char *name; /* "cpu", "opencl", "cuda" */
@@ -78,6 +105,9 @@ typedef struct RtDevOps {
   int (*load)(RtDev *d, const char *dir, const RtProg *p);
   int (*launch)(RtDev *d, int kernel, const RtGeom *g, int nargs, const RtKArg *args);
   int (*gemm)(RtDev *d, const RtGemm *g);
+  /* g with its epilogue e inside it, as one GEMM: 1 when the device did, 0 when it cannot (the
+   * caller runs the GEMM and then the epilogue's kernel), -1 on failure. NULL: never */
+  int (*gemm_epi)(RtDev *d, const RtGemm *g, const RtEpi *e);
   int (*sync)(RtDev *d); /* waits for all queued work */
   /* 1 while queued work has not run, 0 when it all has, -1 on failure: a wait that can watch
    * for something else meanwhile (a collective library's errors) */
@@ -91,6 +121,7 @@ struct RtDev {
   const RtDevOps *ops;
   int tf32;       /* --tf32: GEMMs may round their inputs to TF32 (cuda) */
   int onednn;     /* --onednn: bf16 GEMMs through oneDNN (cpu) */
+  int lt_epi;     /* --lt-epilogues: the listing's GEMM epilogues inside cuBLASLt's GEMMs (cuda) */
   char uid[192];  /* which physical device (cuda: host/PCI bus id), "" where it does not matter */
   char desc[256]; /* which device: "opencl:0 (Portable Computing Language: pthread-... , 3.9 GiB)" */
   char err[4096]; /* the last failure */
@@ -130,6 +161,10 @@ static inline int rt_dev_launch(RtDev *d, int kernel, const RtGeom *g, int nargs
   return d->ops->launch(d, kernel, g, nargs, args);
 }
 static inline int rt_dev_gemm(RtDev *d, const RtGemm *g) { return d->ops->gemm(d, g); }
+/* 1: g ran with e inside it; 0: the device does not fuse it (run the GEMM, then the kernel); -1 */
+static inline int rt_dev_gemm_epi(RtDev *d, const RtGemm *g, const RtEpi *e) {
+  return d->lt_epi && d->ops->gemm_epi ? d->ops->gemm_epi(d, g, e) : 0;
+}
 static inline int rt_dev_sync(RtDev *d) { return d->ops->sync(d); }
 static inline int rt_dev_query(RtDev *d) { return d->ops->query(d); }
 static inline void *rt_dev_native(RtDev *d, int64_t off, void **stream) { return d->ops->native(d, off, stream); }

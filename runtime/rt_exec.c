@@ -456,7 +456,16 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
                   in->sc,
                   {in->dt[0], in->dt[1], in->dt[2]},
                   in->tri};
-      rc = rt_dev_gemm(dev, &m);
+      int fused = 0;
+      if (in->epi != PP_EPI_NONE) { /* the parser put its kernel next */
+        const RtInstr *k = &bk->ins[n + 1];
+        int bias = pp_epi_bias[in->epi];
+        RtEpi e = {in->epi, at(g, &k->args[0].ptr, slot), at(g, &k->args[pp_epi_aux[in->epi]].ptr, slot),
+                   bias >= 0 && bias < k->nargs ? at(g, &k->args[bias].ptr, slot) : -1};
+        fused = rt_dev_gemm_epi(dev, &m, &e);
+      }
+      if (fused > 0) n++; /* the kernel ran inside the GEMM */
+      else rc = fused < 0 ? -1 : rt_dev_gemm(dev, &m);
       break;
     }
     case RT_I_SEED:

@@ -185,7 +185,7 @@ static int line(RtParser *s, size_t after) {
     return rt_prog_err(s, "expected 'block NAME' or 'schedule', found '%.60s'", k);
   case SEC_BLOCK:
     if (!strcmp(k, "end")) {
-      if (rt_prog_want_nf(s, 1, "end")) return -1;
+      if (rt_prog_want_nf(s, 1, "end") || rt_prog_epi_pending(s, "the block's end")) return -1;
       if (s->cur_blk == RT_BLK_OPTIMIZER && !s->grad_norm_line)
         return rt_prog_err(s, "the optimizer block has no grad_norm");
       if (s->cur_blk == RT_BLK_OPTIMIZER && (rt_prog_check_shared_sums(s) || rt_prog_check_dp_sums(s))) return -1;

@@ -12,6 +12,7 @@
 #include "pp_limits.h"
 #include "pp_regions.h"
 #include "pp_stagedir.h"
+#include "pp_epi.h"
 #include "pp_tri.h"
 #include "rt_io.h"
 
@@ -152,6 +153,7 @@ typedef struct {
   /* gemm */
   int ta, tb; /* 1 = T */
   PpTri tri;  /* gemm: the products a device may skip (tri:NAME), PP_TRI_NONE */
+  PpEpi epi;  /* gemm: the next instruction, a kernel, may run inside it (epi:NAME), PP_EPI_NONE */
   int m, n, k, lda, ldb, ldc, batch;
   float alpha, beta;
   int64_t sa, sb, sc;

@@ -122,9 +122,16 @@ static int gemm_operand(RtParser *s, const char *which, const RtPtr *p, int64_t 
 
 static int parse_gemm(RtParser *s, RtInstr *in) {
   static const char *const form =
-      "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH [TYPE_A TYPE_B TYPE_C] [tri:TRI]";
-  int nf = s->nf; /* without the triangle */
+      "gemm TA TB M N K ALPHA A LDA SA B LDB SB BETA C LDC SC BATCH [TYPE_A TYPE_B TYPE_C] [tri:TRI] [epi:EPI]";
+  int nf = s->nf; /* without the triangle and the epilogue */
   in->tri = PP_TRI_NONE;
+  in->epi = PP_EPI_NONE;
+  if (nf > 18 && !strncmp(s->f[nf - 1], "epi:", 4)) {
+    int e = pp_epi_parse(s->f[nf - 1] + 4);
+    if (e < 0) return rt_prog_err(s, "gemm: '%.60s' (expected epi:gelu or epi:dgelu)", s->f[nf - 1]);
+    in->epi = (PpEpi)e;
+    nf--;
+  }
   if (nf > 18 && !strncmp(s->f[nf - 1], "tri:", 4)) {
     int t = pp_tri_parse(s->f[nf - 1] + 4);
     if (t < 0) return rt_prog_err(s, "gemm: '%.60s' (expected tri:out, tri:lower or tri:upper)", s->f[nf - 1]);
@@ -171,7 +178,45 @@ static int parse_gemm(RtParser *s, RtInstr *in) {
       gemm_operand(s, "B", &in->p[1], br, bc, in->ldb, in->sb, in->batch, in->dt[1]) ||
       gemm_operand(s, "C", &in->p[2], in->m, in->n, in->ldc, in->sc, in->batch, in->dt[2]))
     return -1;
+  if (in->epi != PP_EPI_NONE && (in->batch != 1 || in->beta != 0 || in->ldc != in->n || in->tri != PP_TRI_NONE))
+    return rt_prog_err(s, "gemm epi:%s: an epilogue needs BATCH 1, BETA 0, LDC = N and no triangle",
+                       pp_epi_name(in->epi));
   return 0;
+}
+
+/* Kernel k after gemm g epi:NAME: the pointer arguments pp_epi.h says, C the GEMM's, each of the
+ * extent its role has. */
+static int check_epilogue(RtParser *s, const RtInstr *g, const RtInstr *k) {
+  PpEpi e = g->epi;
+  int64_t es = pp_dtype_bytes(g->dt[2]), mn = (int64_t)g->m * g->n * es;
+  const int *na = pp_epi_args[e];
+  if (k->nargs < na[0] || k->nargs > na[1]) {
+    char want[32];
+    if (na[0] == na[1]) snprintf(want, sizeof want, "%d", na[0]);
+    else snprintf(want, sizeof want, "%d to %d", na[0], na[1]);
+    return rt_prog_err(s, "kernel after gemm epi:%s (line %d): %d arguments (expected %s)", pp_epi_name(e), g->line,
+                       k->nargs, want);
+  }
+  for (int a = 0; a < k->nargs; a++) {
+    int64_t want = a == pp_epi_bias[e] ? g->n * es : mn; /* the bias a row of C, the rest C's size */
+    if (k->args[a].kind != RT_A_PTR || k->args[a].bytes != want)
+      return rt_prog_err(s, "kernel after gemm epi:%s (line %d): argument %d (%s) is not a pointer of %lld bytes",
+                         pp_epi_name(e), g->line, a + 1, pp_epi_roles[e][a], (long long)want);
+  }
+  const RtPtr *c = &k->args[1].ptr;
+  if (c->in_slot != g->p[2].in_slot || c->off != g->p[2].off)
+    return rt_prog_err(s, "kernel after gemm epi:%s (line %d): argument 2 is not the GEMM's C", pp_epi_name(e),
+                       g->line);
+  return 0;
+}
+
+/* A gemm epi:NAME must be followed by its kernel: an error when the block's last instruction is
+ * one and the line being read (what) is not a kernel. */
+int rt_prog_epi_pending(RtParser *s, const char *what) {
+  const RtBlock *bk = rt_prog_block(s->p, s->cur_chunk, s->cur_blk);
+  if (!bk->n || bk->ins[bk->n - 1].kind != RT_I_GEMM || bk->ins[bk->n - 1].epi == PP_EPI_NONE) return 0;
+  return rt_prog_err(s, "gemm epi:%s (line %d) is followed by %s, not by its kernel",
+                     pp_epi_name(bk->ins[bk->n - 1].epi), bk->ins[bk->n - 1].line, what);
 }
 
 static int parse_kernel(RtParser *s, RtInstr *in) {
@@ -378,6 +423,7 @@ int rt_prog_instr_line(RtParser *s) {
   in->line = s->line;
   const char *op = s->f[0];
   int rc;
+  if (strcmp(op, "kernel") && rt_prog_epi_pending(s, op)) return -1;
   if (!strcmp(op, "batch")) {
     in->kind = RT_I_BATCH;
     rc = only_in(s, op, 1, 0) || rt_prog_want_nf(s, 3, "batch TOKENS LABELS");
@@ -395,6 +441,8 @@ int rt_prog_instr_line(RtParser *s) {
   } else if (!strcmp(op, "kernel")) {
     in->kind = RT_I_KERNEL;
     rc = parse_kernel(s, in);
+    if (!rc && bk->n && bk->ins[bk->n - 1].kind == RT_I_GEMM && bk->ins[bk->n - 1].epi != PP_EPI_NONE)
+      rc = check_epilogue(s, &bk->ins[bk->n - 1], in);
   } else if (!strcmp(op, "gemm")) {
     in->kind = RT_I_GEMM;
     rc = parse_gemm(s, in);

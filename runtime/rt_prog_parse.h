@@ -126,6 +126,7 @@ int rt_prog_finish_model(RtParser *s);
 int rt_prog_buffer_line(RtParser *s);
 /* rt_prog_instr.c: an instruction of the current block; the optimizer block's checks at its end */
 int rt_prog_instr_line(RtParser *s);
+int rt_prog_epi_pending(RtParser *s, const char *what); /* a gemm epi: not followed by its kernel: -1 */
 int rt_prog_check_shared_sums(RtParser *s);
 int rt_prog_check_dp_sums(RtParser *s);
 /* rt_prog_sched.c: the schedule's start, its entries and its end */

@@ -116,7 +116,9 @@ static const char *cu_error(CUresult rc) {
 
 /* A GEMM of the listing, planned once for cuBLASLt: its descriptors and the algorithm. */
 typedef struct {
-  RtGemm key; /* the column-major form, offsets replaced by their alignments */
+  RtGemm key;      /* the column-major form, offsets replaced by their alignments */
+  int epi;         /* its epilogue, an RtLtEpi, or -1 */
+  uint32_t aux_al; /* the epilogue's matrix's alignment (0 without) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
@@ -374,8 +376,13 @@ static uint32_t alignment(CUdeviceptr p) {
   return a;
 }
 
-/* The plan of column-major GEMM m (offsets in bytes); NULL with the reason in d->err. */
-static Plan *plan(Cu *c, const RtGemm *m) {
+/* cuBLASLt's epilogues, by RtLtEpi */
+static const cublasLtEpilogue_t lt_epilogue[] = {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                                 CUBLASLT_EPILOGUE_DGELU}; /* ORDER RtLtEpi */
+
+/* The plan of column-major GEMM m (offsets in bytes), with epilogue lt (NULL: none; its pointers
+ * are set again before each call); NULL with the reason in d->err. */
+static Plan *plan(Cu *c, const RtGemm *m, const RtLtGemm *lt) {
   RtDev *d = &c->d;
   RtGemm key = rt_gemm_key(m, 0);
   if (m->dt[0] != m->dt[1]) { /* cuBLASLt multiplies two operands of one type */
@@ -386,8 +393,11 @@ static Plan *plan(Cu *c, const RtGemm *m) {
   /* the operands' alignments, not their places (the scalars are arguments, not part of the plan) */
   key.a = alignment(c->arena + (CUdeviceptr)m->a), key.b = alignment(c->arena + (CUdeviceptr)m->b);
   key.c = alignment(c->arena + (CUdeviceptr)m->c);
+  int epi = lt ? (int)lt->epi : -1;
+  uint32_t aux_al = lt ? alignment(c->arena + (CUdeviceptr)lt->aux) : 0;
   for (int i = 0; i < c->nplans; i++)
-    if (!memcmp(&c->plans[i].key, &key, sizeof key)) return &c->plans[i];
+    if (!memcmp(&c->plans[i].key, &key, sizeof key) && c->plans[i].epi == epi && c->plans[i].aux_al == aux_al)
+      return &c->plans[i];
   if (c->nplans == c->capplans) {
     int cap = c->capplans ? 2 * c->capplans : 64;
     Plan *np = realloc(c->plans, (size_t)cap * sizeof *np);
@@ -400,6 +410,7 @@ static Plan *plan(Cu *c, const RtGemm *m) {
   Plan *pl = &c->plans[c->nplans];
   memset(pl, 0, sizeof *pl);
   pl->key = key;
+  pl->epi = epi, pl->aux_al = aux_al;
   cublasOperation_t ta = m->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = m->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasComputeType_t ct = d->tf32 && m->dt[0] == PP_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   int32_t batch = m->batch;
@@ -419,6 +430,17 @@ static Plan *plan(Cu *c, const RtGemm *m) {
   /* bf16 A and B (tensor cores), products summed in f32, C and D f32 or bf16 (rounded once) */
   cudaDataType_t ty[3];
   for (int i = 0; i < 3; i++) ty[i] = m->dt[i] == PP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (lt) { /* GELU's input matrix and the bias: C's type, as cuBLASLt takes them by default */
+    cublasLtEpilogue_t e = lt_epilogue[lt->epi];
+    int64_t ld = lt->aux_ld;
+    void *aux = (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt->aux);
+    int32_t bt = ty[2];
+    PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    if (lt->bias >= 0)
+      PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->a, ty[0], m->ta ? m->k : m->m, m->ta ? m->m : m->k, m->lda));
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->b, ty[1], m->tb ? m->n : m->k, m->tb ? m->k : m->n, m->ldb));
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&pl->c, ty[2], m->m, m->n, m->ldc));
@@ -471,7 +493,7 @@ static int cu_gemm(RtDev *d, const RtGemm *g) {
   int seq = g->sc == 0 && g->batch > 1, n = seq ? g->batch : 1;
   RtGemm one = m;
   if (seq) one.batch = 1;
-  Plan *pl = plan(c, &one);
+  Plan *pl = plan(c, &one, NULL);
   if (!pl) return -1;
   void *ws = (void *)(uintptr_t)(c->arena + (CUdeviceptr)c->ws_off);
   /* batch i's A and B: strides in elements of their types */
@@ -482,13 +504,35 @@ static int cu_gemm(RtDev *d, const RtGemm *g) {
     if (seq && (alignment(a) < pl->key.a || alignment(b) < pl->key.b)) {
       RtGemm o = one;
       o.a = m.a + ea * i * m.sa, o.b = m.b + eb * i * m.sb;
-      if (!(pl = plan(c, &o))) return -1;
+      if (!(pl = plan(c, &o, NULL))) return -1;
     }
     LT_CHECK(d, cublasLtMatmul(c->lt, pl->desc, &m.alpha, (const void *)(uintptr_t)a, pl->a, (const void *)(uintptr_t)b,
                                pl->b, &m.beta, (const void *)(uintptr_t)cc, pl->c, (void *)(uintptr_t)cc, pl->c,
                                &pl->algo, ws, (size_t)c->ws_bytes, c->stream));
   }
   return 0;
+}
+
+/* g with its epilogue inside cuBLASLt's GEMM (--lt-epilogues): 1, or 0 when cuBLASLt takes no such
+ * GEMM (rt_gemm_lt_epilogue says why; the caller runs the GEMM and the kernel), -1 on failure. */
+static int cu_gemm_epi(RtDev *d, const RtGemm *g, const RtEpi *e) {
+  Cu *c = (Cu *)d;
+  RtLtGemm lt;
+  char why[128];
+  if (rt_gemm_lt_epilogue(g, e, &lt, why, sizeof why)) return 0;
+  Plan *pl = plan(c, &lt.m, &lt);
+  if (!pl) return -1;
+  void *aux = (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.aux), *ws = (void *)(uintptr_t)(c->arena + c->ws_off);
+  void *bias = lt.bias >= 0 ? (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.bias) : NULL;
+  LT_CHECK(d, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+  if (bias)
+    LT_CHECK(d, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  const void *a = (const void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.m.a),
+             *b = (const void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.m.b);
+  void *dd = (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.m.c);
+  LT_CHECK(d, cublasLtMatmul(c->lt, pl->desc, &lt.m.alpha, a, pl->a, b, pl->b, &lt.m.beta, dd, pl->c, dd, pl->c,
+                             &pl->algo, ws, (size_t)c->ws_bytes, c->stream));
+  return 1;
 }
 
 const RtDevOps rt_dev_cuda_ops = {
@@ -504,6 +548,7 @@ const RtDevOps rt_dev_cuda_ops = {
     .load = cu_load,
     .launch = cu_launch,
     .gemm = cu_gemm,
+    .gemm_epi = cu_gemm_epi,
     .sync = cu_sync,
     .query = cu_query,
     .native = cu_native,

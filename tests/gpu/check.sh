@@ -6,7 +6,8 @@
 # Prints one table (Markdown): the PyTorch fixtures on --device cuda (the limits of the cpu run),
 # tiny on two ranks sharing the GPU (pp 2, tp 2 and cp 2) against the one-rank cpu run, and GPT-2 124M
 # (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32, with --tf32 and in
-# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs); llm.c's train_gpt2cu on the same GPU at the same
+# bf16 (--precision bf16: cuBLASLt's bf16 GEMMs), bf16 again with --lt-epilogues (GELU and its
+# gradient inside the GEMMs, first checked on tiny GPT-2 against the unfused run); llm.c's train_gpt2cu on the same GPU at the same
 # shapes (../shared/peers/llm.c) and ppr's bf16 tokens/s against it; tiny in bf16 on cuda against
 # bf16 on cpu; the fused attention's forward and backward per layer at GPT-2's shapes against the
 # GEMM path's.
@@ -74,15 +75,42 @@ else
   status=1; row "tiny bf16" "FAIL" "ppc: $(tail -n 1 "$work/tiny_bf16.log")"
 fi
 
+# ---- GEMM epilogues inside cuBLASLt (--lt-epilogues) against the GEMM and then its kernel ---------
+# tiny GPT-2 (gemm epi:gelu and epi:dgelu), fp32 and bf16, three steps from the fixture's weights:
+# the same losses to rounding (fp32 1e-5; bf16 1e-3: cuBLASLt rounds GELU's input once, after the bias)
+d=tests/fixtures/tiny_gpt2
+for prec in fp32 bf16; do
+  if "$build/ppc" tests/models/tiny_gpt2.pdl --precision $prec -o "$work/tg2_$prec" >"$work/tg2.log" 2>&1 &&
+    grep -q 'epi:dgelu' "$work/tg2_$prec/rank0.prog"; then
+    for lt in off on; do
+      flag=""; [ $lt = on ] && flag=--lt-epilogues
+      rm -f "$work/tg2_${prec}_$lt.jsonl"
+      timeout 120 "$build/ppr" "$work/tg2_$prec" --device cuda $flag --init $d/weights.safetensors --data $d/tokens.bin \
+        --steps 3 --quiet --log "$work/tg2_${prec}_$lt.jsonl" >"$work/tg2_${prec}_$lt.out" 2>&1
+    done
+    a=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$work/tg2_${prec}_off.jsonl" | tail -n 1)
+    b=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$work/tg2_${prec}_on.jsonl" | tail -n 1)
+    tol=1e-5; [ $prec = bf16 ] && tol=1e-3
+    what="tiny GPT-2 $prec on cuda, step-3 loss with --lt-epilogues against without ($tol)"
+    if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t=$tol 'BEGIN { d = a - b; exit !((d < 0 ? -d : d) <= t * a) }'; then
+      row "$what" "PASS" "with $b, without $a"
+    else
+      status=1; row "$what" "FAIL" "with ${b:-$(tail -n 1 "$work/tg2_${prec}_on.out")}, without ${a:-$(tail -n 1 "$work/tg2_${prec}_off.out")}"
+    fi
+  else
+    status=1; row "tiny GPT-2 $prec with --lt-epilogues" "FAIL" "ppc: $(tail -n 1 "$work/tg2.log") (or no epi: in its listing)"
+  fi
+done
+
 # ---- GPT-2 124M throughput ------------------------------------------------------------------------
 # model FLOPs per token: 6 N (matrices, forward and backward) + 12 L S H (attention scores and values)
 N=124439808; L=12; H=768; S=1024; B=8
 if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o "$work/gpt2" >"$work/gpt2.log" 2>&1 &&
   "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 --precision bf16 -o "$work/gpt2_bf16" \
     >>"$work/gpt2.log" 2>&1; then
-  for mode in fp32 tf32 bf16; do
-    flag=""; [ $mode = tf32 ] && flag=--tf32
-    dir=$work/gpt2; [ $mode = bf16 ] && dir=$work/gpt2_bf16
+  for mode in fp32 tf32 bf16 bf16-lt; do
+    flag=""; [ $mode = tf32 ] && flag=--tf32; [ $mode = bf16-lt ] && flag=--lt-epilogues
+    dir=$work/gpt2; case $mode in bf16*) dir=$work/gpt2_bf16 ;; esac
     rm -f "$work/gpt2_$mode.jsonl"
     timeout 300 "$build/ppr" "$dir" --device cuda $flag --steps 12 --log "$work/gpt2_$mode.jsonl" \
       >"$work/gpt2_$mode.out" 2>&1
@@ -91,7 +119,7 @@ if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o 
       status=1; row "GPT-2 124M, B $B, S $S, $mode" "FAIL" "$(tail -n 2 "$work/gpt2_$mode.out" | tr '\n' ' ')"; continue
     fi
     # the GPU's dense peak (TFLOPS): fp32 on CUDA cores, TF32 and bf16 on tensor cores
-    peak=$(echo "$gpu" | awk -v m=$mode '
+    peak=$(echo "$gpu" | awk -v m=${mode%-lt} '
       /H200|H100/ && /SXM|HBM3|H200/ { print (m == "fp32" ? 67 : m == "tf32" ? 495 : 989); exit }
       /H100/  { print (m == "fp32" ? 51 : m == "tf32" ? 378 : 756); exit }
       /A100/  { print (m == "fp32" ? 19.5 : m == "tf32" ? 156 : 312); exit }

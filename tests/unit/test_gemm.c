@@ -338,17 +338,144 @@ static void tri_device(bool lib) {
         free(A), free(B), free(C0), free(C1);
       }
   rt_dev_close(d);
-  check(n == 12 && bad == 0 && (lib ? own == 0 : own > 0 && own < n),
+  bool avx512 = rt_sgemm_fits(false, 1, 1, 1, 1); /* without it every product goes to OpenBLAS */
+  check(n == 12 && bad == 0 && (lib || !avx512 ? own == 0 : own > 0 && own < n),
         "cpu device%s: %d triangles (tri:out, lower, upper; S 600 and 613; one product and a batch of two; BETA 0 and "
         "1), %d through OpenBLAS: the whole product's values where wanted; %d on rt_sgemm: the chain's bits",
         lib ? " with PPR_CPU_GEMM=openblas" : "", n, n - own, own);
+}
+
+/* ---- GEMM epilogues in cuBLASLt's terms (rt_gemm_lt_epilogue) ---- */
+
+static float gelu(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); }
+static float dgelu(float x) {
+  float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+  return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * 0.7978845608f * (1 + 3 * 0.044715f * x * x);
+}
+
+/* Row-major g with epilogue kind (bias: gelu with a bias) run two ways over one arena of floats:
+ * as the listing defines the pair (the GEMM, then its kernel over C's rows and columns), and as
+ * cuBLASLt defines its epilogue over the column-major form rt_gemm_lt_epilogue gives (a bias
+ * element per row of the column-major D, GELU's input matrix aux_ld apart). The largest difference
+ * of D and GELU's input, relative; -1 when rt_gemm_lt_epilogue refused. */
+static double lt_epilogue_differs(RtGemm g, PpEpi kind, bool bias) {
+  int64_t mn = (int64_t)g.m * g.n, na = (int64_t)g.m * g.k, nb = (int64_t)g.k * g.n;
+  g.lda = g.ta ? g.m : g.k, g.ldb = g.tb ? g.k : g.n, g.ldc = g.n, g.batch = 1, g.alpha = 1, g.beta = 0;
+  /* floats: A, B, C, D, X (dgelu's input; gelu's written over C), bias; 16-byte aligned */
+  int64_t at[7] = {0};
+  int64_t size[6] = {na, nb, mn, mn, mn, g.n};
+  for (int i = 0; i < 6; i++) at[i + 1] = at[i] + (size[i] + 3) / 4 * 4;
+  float *r = malloc((size_t)at[6] * 4), *c = malloc((size_t)at[6] * 4);
+  for (int64_t i = 0; i < at[6]; i++) r[i] = c[i] = rnd() * 2;
+  g.a = at[0] * 4, g.b = at[1] * 4, g.c = at[2] * 4;
+  RtEpi e = {kind, at[3] * 4, kind == PP_EPI_GELU ? g.c : at[4] * 4, bias ? at[5] * 4 : -1};
+  RtLtGemm lt;
+  char why[128];
+  if (rt_gemm_lt_epilogue(&g, &e, &lt, why, sizeof why)) {
+    free(r), free(c);
+    return -1;
+  }
+  /* the listing: C = op(A) op(B), then the kernel row by row */
+  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1,
+              r + at[0], g.lda, r + at[1], g.ldb, 0, r + at[2], g.ldc);
+  for (int64_t i = 0; i < g.m; i++)
+    for (int64_t j = 0; j < g.n; j++) {
+      float *cc = r + at[2] + i * g.n + j, *d = r + at[3] + i * g.n + j;
+      if (kind == PP_EPI_GELU) *cc += bias ? r[at[5] + j] : 0, *d = gelu(*cc);
+      else *d = *cc * dgelu(r[at[4] + i * g.n + j]);
+    }
+  /* cuBLASLt: D = op(A') op(B') column-major, then its epilogue element by element */
+  const RtGemm *m = &lt.m;
+  cblas_sgemm(CblasColMajor, m->ta ? CblasTrans : CblasNoTrans, m->tb ? CblasTrans : CblasNoTrans, m->m, m->n, m->k, 1,
+              c + m->a / 4, m->lda, c + m->b / 4, m->ldb, 0, c + m->c / 4, m->ldc);
+  for (int64_t col = 0; col < m->n; col++)
+    for (int64_t row = 0; row < m->m; row++) {
+      float *d = c + m->c / 4 + col * m->ldc + row, *aux = c + lt.aux / 4 + col * lt.aux_ld + row;
+      switch (lt.epi) {
+      case RT_LT_GELU_AUX_BIAS: *d += c[lt.bias / 4 + row]; /* fall through */
+      case RT_LT_GELU_AUX: *aux = *d, *d = gelu(*d); break;
+      case RT_LT_DGELU: *d *= dgelu(*aux); break;
+      }
+    }
+  double worst = 0, big = 1;
+  for (int64_t i = 0; i < at[6]; i++) {
+    if (kind == PP_EPI_DGELU && i >= at[2] && i < at[3]) continue; /* C: not written by cuBLASLt, and unspecified */
+    double x = fabs((double)r[i] - c[i]);
+    if (x > worst || x != x) worst = x;
+    if (fabs(r[i]) > big) big = fabs(r[i]);
+  }
+  free(r), free(c);
+  return worst / big;
+}
+
+/* Every GEMM with an epilogue in the listings, and shapes about them, through both definitions;
+ * what cuBLASLt cannot take refused. */
+static void lt_epilogues(const RtGemm *listed, const PpEpi *lkind, const bool *lbias, int nlisted) {
+  int n = 0, bad = 0, gelus = 0, dgelus = 0;
+  for (int i = 0; i < nlisted; i++) {
+    double d = lt_epilogue_differs(listed[i], lkind[i], lbias[i]);
+    n++, gelus += lkind[i] == PP_EPI_GELU, dgelus += lkind[i] == PP_EPI_DGELU;
+    if (!(d >= 0 && d <= 1e-6)) bad++;
+  }
+  check(nlisted > 0 && gelus && dgelus && bad == 0,
+        "cuBLASLt's epilogues: %d GEMMs with epi: in the listings (%d gelu, %d dgelu), the column-major form "
+        "rt_gemm_lt_epilogue gives, its epilogue as cuBLASLt defines it, writes D and GELU's input as the GEMM "
+        "and its kernel do (%d differ by more than 1e-6)",
+        n, gelus, dgelus, bad);
+  static const int shapes[][5] = {{1, 8, 1, 0, 0}, {37, 24, 5, 0, 1}, {64, 96, 48, 1, 0}, {13, 16, 100, 1, 1}};
+  n = 0, bad = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (int k = PP_EPI_GELU; k <= PP_EPI_DGELU; k++)
+      for (int b = 0; b <= (k == PP_EPI_GELU); b++) {
+        const int *sh = shapes[s];
+        RtGemm g = {.ta = sh[3], .tb = sh[4], .m = sh[0], .n = sh[1], .k = sh[2], .dt = {PP_F32, PP_F32, PP_F32}};
+        double d = lt_epilogue_differs(g, (PpEpi)k, b);
+        n++, bad += !(d >= 0 && d <= 1e-6);
+      }
+  check(n == 12 && bad == 0,
+        "cuBLASLt's epilogues: %d shapes (every transpose, gelu with and without bias, dgelu): %d "
+        "differ",
+        n, bad);
+  /* what cuBLASLt does not take: the device runs the GEMM and the kernel */
+  RtGemm ok = {
+      .m = 4, .n = 16, .k = 8, .batch = 1, .alpha = 1, .lda = 8, .ldb = 16, .ldc = 16, .dt = {PP_F32, PP_F32, PP_F32}};
+  RtEpi e = {PP_EPI_GELU, 0, 256, 512};
+  RtLtGemm lt;
+  char why[128] = "";
+  RtGemm odd = ok, batched = ok, beta = ok, wide = ok;
+  odd.n = 12, odd.ldc = 12, batched.batch = 2, beta.beta = 1, wide.ldc = 24;
+  RtEpi skew = e, dgb = {PP_EPI_DGELU, 0, 256, 512};
+  skew.bias = 516;
+  int taken = rt_gemm_lt_epilogue(&ok, &e, &lt, why, sizeof why) == 0 && lt.epi == RT_LT_GELU_AUX_BIAS &&
+              lt.aux_ld == 16 && lt.m.m == 16 && lt.m.n == 4 && lt.m.c == 0 && lt.aux == 256 && lt.bias == 512;
+  int refused = 0;
+  const char *reasons = "";
+  static char all[512];
+  all[0] = 0;
+  struct {
+    const RtGemm *g;
+    const RtEpi *e;
+  } no[] = {{&odd, &e}, {&batched, &e}, {&beta, &e}, {&wide, &e}, {&ok, &skew}, {&ok, &dgb}};
+  for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+    if (rt_gemm_lt_epilogue(no[i].g, no[i].e, &lt, why, sizeof why)) {
+      refused++;
+      snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? "; " : "", why);
+    }
+  reasons = all;
+  check(taken && refused == 6,
+        "rt_gemm_lt_epilogue: gelu with a bias over a 4 x 16 C becomes GELU_AUX_BIAS over the 16 x 4 column-major D "
+        "(aux_ld 16); %d of 6 refused: %s",
+        refused, reasons);
 }
 
 int main(int argc, char **argv) {
   (void)argc;
   const char *slash = strrchr(argv[0], '/');
   if (slash) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
-  RtGemm *seen = calloc(8192, sizeof *seen);
+  RtGemm *seen = calloc(8192, sizeof *seen), epi_g[64];
+  PpEpi epi_k[64];
+  bool epi_b[64];
+  int nepi = 0;
   int nseen = 0, kinds[2][2] = {{0}}, batched = 0, shared_c = 0;
   for (int c = 0; c < NCASES; c++) {
     char dir[900], cmd[4096];
@@ -384,6 +511,9 @@ int main(int argc, char **argv) {
           int dup = 0;
           for (int k = 0; k < nseen && !dup; k++) dup = same(&seen[k], &g);
           if (!dup && nseen < 8192) seen[nseen++] = g;
+          if (in->epi != PP_EPI_NONE && !dup && nepi < 64) /* its kernel next: gelu's third argument the bias */
+            epi_g[nepi] = g, epi_k[nepi] = in->epi,
+            epi_b[nepi++] = pp_epi_bias[in->epi] >= 0 && in[1].nargs > pp_epi_bias[in->epi];
         }
       rt_prog_free(p);
     }
@@ -522,6 +652,7 @@ int main(int argc, char **argv) {
           "whole and in four parts): %d differ from the fma chain over the triangle",
           n, wrong);
   }
+  lt_epilogues(epi_g, epi_k, epi_b, nepi);
   tri_device(true);
   tri_device(false);
   tri_macs();

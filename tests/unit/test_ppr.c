@@ -2082,6 +2082,31 @@ static void test_parser(void) {
   expect_parse_ok("gemm with types and tri:upper", "@832 8 0 1     # dE", "@832 8 0 1 f32 f32 f32 tri:upper     # dE");
   expect_parse_error("gemm tri:diag", "@832 8 0 1     # dE", "@832 8 0 1 tri:diag     # dE",
                      ":%d: gemm: 'tri:diag' (expected tri:out, tri:lower or tri:upper)");
+  /* a GEMM's epilogue: its kernel next, C its second argument, each argument its role's extent */
+  const char *dy = "@6784 8 0 1      # dy = dlogits E\n";
+  expect_parse_ok("gemm epi:dgelu and its kernel", dy,
+                  "@6784 8 0 1 epi:dgelu\n  kernel dg <<<1,1,0>>> @7040:256 @6784:256 $384:256\n");
+  expect_parse_ok("gemm with types, tri and epi:gelu", dy,
+                  "@6784 8 0 1 f32 f32 f32 epi:gelu\n  kernel g <<<1,1,0>>> @7040:256 @6784:256 @512:32\n");
+  expect_parse_error("gemm epi:relu", dy, "@6784 8 0 1 epi:relu\n",
+                     ":%d: gemm: 'epi:relu' (expected epi:gelu or epi:dgelu)");
+  expect_parse_error("gemm epi: then a gemm", dy,
+                     "@6784 8 0 1 epi:gelu\n  gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1\n",
+                     "gemm epi:gelu (line %d) is followed by gemm, not by its kernel");
+  expect_parse_error("gemm epi: its kernel's arguments", dy, "@6784 8 0 1 epi:dgelu\n",
+                     "kernel after gemm epi:dgelu (line %d): 7 arguments (expected 3)");
+  expect_parse_error("gemm epi: a kernel not on C", dy,
+                     "@6784 8 0 1 epi:gelu\n  kernel g <<<1,1,0>>> @7040:256 $384:256\n",
+                     "kernel after gemm epi:gelu (line %d): argument 2 is not the GEMM's C");
+  expect_parse_error("gemm epi: a short bias", dy,
+                     "@6784 8 0 1 epi:gelu\n  kernel g <<<1,1,0>>> @7040:256 @6784:256 @512:16\n",
+                     "kernel after gemm epi:gelu (line %d): argument 3 (BIAS) is not a pointer of 32 bytes");
+  expect_parse_error("gemm epi: batched", "$384 8 32 2      # h_b = x_b P\n", "$384 8 32 2 epi:gelu\n",
+                     ":%d: gemm epi:gelu: an epilogue needs BATCH 1, BETA 0, LDC = N and no triangle");
+  expect_parse_error(
+      "gemm epi: at the block's end",
+      "@7296 8 0 1      # dx = dh P^T\n  kernel embed_bwd <<<1,1,0>>> $0:32 @7296:256 @832:512 i:8 i:8\n",
+      "@7296 8 0 1 epi:gelu\n", "gemm epi:gelu (line %d) is followed by the block's end, not by its kernel");
   expect_parse_error("gemm, 19 fields", "@832 8 0 1     # dE", "@832 8 0 1 f32     # dE",
                      ":%d: expected 18 fields, or 21 with the types, then perhaps a triangle; found 19");
   expect_parse_error("optimizer block, unknown word", "block optimizer\n", "block optimizer clear\n",
