@@ -123,11 +123,11 @@ static void count_gemm(Cost *c, const Instr *in, double extra, Tally *t) {
   }
 }
 
-/* A GEMM's epilogue, its next kernel (pp_epi.h): the bytes it adds to the GEMM's, its pointer
- * arguments but C (op 1, which the GEMM spans) as a device that fuses them moves them; t keeps the
+/* A GEMM's epilogue e, its next kernel in (pp_epi.h): the bytes it adds to the GEMM's, its pointer
+ * arguments but C (which the GEMM spans) as a device that fuses them moves them; t keeps the
  * launch and bytes it is when run after the GEMM. */
-static double count_epilogue(Cost *c, const Instr *in, Tally *t) {
-  double all = 0, c1 = (double)cg_extent(c->p, &in->op[1]);
+static double count_epilogue(Cost *c, PpEpi e, const Instr *in, Tally *t) {
+  double all = 0, c1 = (double)cg_extent(c->p, &in->op[pp_epi_c[e]]);
   for (int a = 0; a < in->nop; a++) all += (double)cg_extent(c->p, &in->op[a]);
   t->epis++;
   t->ebytes += all;
@@ -144,7 +144,7 @@ static Tally count_block(Cost *c, const Block *b, int64_t runs) {
     case I_GRADNORM: count_grad_norm(c, in, runs, &t); break;
     case I_GEMM:
       if (in->epi != PP_EPI_NONE && i + 1 < b->n && b->ins[i + 1].kind == I_KERNEL)
-        count_gemm(c, in, count_epilogue(c, &b->ins[++i], &t), &t);
+        count_gemm(c, in, count_epilogue(c, in->epi, &b->ins[++i], &t), &t);
       else count_gemm(c, in, 0, &t);
       break;
     case I_BATCH:

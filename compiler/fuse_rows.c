@@ -574,10 +574,54 @@ void fuse_rows_rope(FuseCtx *c, int id) {
   fuse_kc_emit(c, &kc);
 }
 
+#define CHUNK_GEMMS_MAX 8 /* parts of a product its chunks get each from a GEMM of its own, at most */
+
+/* The chunks of a product that nothing else reads, made by the GEMM just emitted (one product,
+ * C dense): a GEMM a part instead, over its columns of the weight, into the part's buffer, and its
+ * bias added as that GEMM's epilogue (epi:bias), so that no kernel copies the parts out (q, k and
+ * v of a fused projection). False, with nothing emitted, where that does not apply. */
+static bool chunk_by_gemms(FuseCtx *c, int id) {
+  const IrNode *n = N(c, id);
+  int p = n->in[0], P = (int)n->a.parts, part[CHUNK_GEMMS_MAX];
+  Block *b = c->blk;
+  const Instr *g = b->n ? &b->ins[b->n - 1] : NULL;
+  int64_t w = last_dim(&n->shape);
+  if (!g || g->kind != I_GEMM || g->node != p || g->batch != 1 || g->beta != 0 || g->tri != PP_TRI_NONE ||
+      g->ldc != g->n || g->n != P * w || g->op[2].add != 0 || P > CHUNK_GEMMS_MAX || c->saved[p] || c->nusers[p] != P)
+    return false;
+  for (int i = 0; i < P; i++) part[i] = -1;
+  for (int c2 = id; c2 < c->g->nnodes; c2++) {
+    const IrNode *m = N(c, c2);
+    if (m->op == OP_CHUNK && m->in[0] == p && !c->merged[c2] && !c->inlined[c2] && m->a.parts == P &&
+        m->bwd == n->bwd && m->wgt == n->wgt && part[m->a.index] < 0 &&
+        c->p->vb[fuse_prog_buf(c, c2)].dtype == c->p->vb[g->op[2].vb].dtype)
+      part[m->a.index] = c2;
+  }
+  for (int i = 0; i < P; i++)
+    if (part[i] < 0) return false;
+  Instr whole = *g;
+  b->n--; /* the product's GEMM, made again a part at a time */
+  int64_t eb = pp_dtype_bytes(c->p->vb[whole.op[1].vb].dtype), R = whole.m;
+  const IrNode *pn = N(c, p);
+  for (int i = 0; i < P; i++) {
+    Instr *in = fuse_prog_instr(c, I_GEMM, p);
+    int node = in->node;
+    *in = whole;
+    in->node = node;
+    in->n = w, in->ldc = w;
+    in->op[1].add += (whole.tb == 'T' ? i * w * whole.ldb : i * w) * eb; /* part i's columns of op(B) */
+    in->op[2] = fuse_prog_ob(fuse_prog_buf(c, part[i]), 0);
+    if (pn->nin == 3) fuse_gemm_bias(c, part[i], fuse_prog_buf(c, pn->in[2]), i * w * eb, R, w, true);
+    if (i) c->merged[part[i]] = true;
+  }
+  return true;
+}
+
 /* chunk: part I of P of the last dimension; the later chunks of the same value in the same block
  * (q, k and v of one product) are written by the same kernel, which reads each row once, and
  * lower to nothing of their own. */
 void fuse_rows_chunk(FuseCtx *c, int id) {
+  if (chunk_by_gemms(c, id)) return;
   const IrNode *n = N(c, id);
   int64_t w = last_dim(&n->shape), R = ir_shape_numel(&n->shape) / w, P = n->a.parts;
   KCall kc = fuse_kc_block("chunk", R, w, id);

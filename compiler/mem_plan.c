@@ -186,10 +186,15 @@ void mem_plan(Program *p) {
   int64_t size[BC__COUNT] = {0}, slot[PP_MAX_CHUNKS] = {0}; /* a slot: each chunk's layout from 0 */
   VBuf **scratch = xcalloc((size_t)p->nvb + 1, sizeof *scratch);
   int ns = 0;
+  int64_t untouched = 0; /* the largest scratch buffer no instruction touches (a product made in parts) */
   for (int i = 0; i < p->nvb; i++) {
     VBuf *v = &p->vb[i];
     if (v->cls == BC_SCRATCH) {
-      if (v->first < 0) v->first = v->last = 0; /* never touched: still placed */
+      if (v->first < 0) { /* never touched: at the region's start, over whatever lives there */
+        v->off = 0;
+        if (v->bytes > untouched) untouched = v->bytes;
+        continue;
+      }
       scratch[ns++] = v;
       continue;
     }
@@ -231,6 +236,7 @@ void mem_plan(Program *p) {
   for (int i = 0; i < p->nvb; i++)
     if (p->vb[i].view >= 0) p->vb[i].off = p->vb[p->vb[i].view].off;
   size[BC_SCRATCH] = place_scratch(scratch, ns);
+  if (align(untouched) > size[BC_SCRATCH]) size[BC_SCRATCH] = align(untouched);
   size[BC_WORKSPACE] = WORKSPACE_BYTES;
   free(scratch);
   int64_t off = 0;

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,18 +82,21 @@ RtGemm rt_gemm_colmajor(const RtGemm *g) {
 }
 
 int rt_gemm_lt_epilogue(const RtGemm *g, const RtEpi *e, RtLtGemm *out, char *why, size_t whylen) {
-  const char *no = g->batch != 1                  ? "a batched GEMM"
-                   : g->beta != 0                 ? "beta is not 0"
-                   : g->ldc != g->n               ? "C is not dense"
-                   : g->n % 8                     ? "GELU's input would have a leading dimension not a multiple of 8"
-                   : (e->d | e->aux) % 16         ? "D or GELU's input is not 16-byte aligned"
-                   : e->bias >= 0 && e->bias % 16 ? "the bias is not 16-byte aligned"
-                   : e->kind == PP_EPI_DGELU && e->bias >= 0 ? "dgelu takes no bias"
-                                                             : NULL;
+  bool gelu = e->kind == PP_EPI_GELU || e->kind == PP_EPI_DGELU;
+  const char *no = g->batch != 1      ? "a batched GEMM"
+                   : g->beta != 0     ? "beta is not 0"
+                   : g->ldc != g->n   ? "C is not dense"
+                   : gelu && g->n % 8 ? "GELU's input would have a leading dimension not a multiple of 8"
+                   : e->d % 16 || (gelu && e->aux % 16) ? "D or GELU's input is not 16-byte aligned"
+                   : e->bias >= 0 && e->bias % 16       ? "the bias is not 16-byte aligned"
+                   : e->kind != PP_EPI_GELU && (e->bias >= 0) != (e->kind == PP_EPI_BIAS)
+                       ? "dgelu takes no bias, bias needs one"
+                       : NULL;
   switch (e->kind) {
   case PP_EPI_NONE: no = "no epilogue"; break;
   case PP_EPI_GELU: out->epi = e->bias >= 0 ? RT_LT_GELU_AUX_BIAS : RT_LT_GELU_AUX; break;
   case PP_EPI_DGELU: out->epi = RT_LT_DGELU; break;
+  case PP_EPI_BIAS: out->epi = RT_LT_BIAS; break;
   }
   if (no) {
     snprintf(why, whylen, "%s", no);
@@ -100,7 +104,7 @@ int rt_gemm_lt_epilogue(const RtGemm *g, const RtEpi *e, RtLtGemm *out, char *wh
   }
   out->m = rt_gemm_colmajor(g);
   out->m.c = e->d; /* D: the column-major n x m result, C's layout (beta 0: C is not read) */
-  out->aux = e->aux, out->aux_ld = g->n, out->bias = e->bias;
+  out->aux = gelu ? e->aux : -1, out->aux_ld = gelu ? g->n : 0, out->bias = e->bias;
   return 0;
 }
 

@@ -61,20 +61,21 @@ RtGemm rt_gemm_key(const RtGemm *g, int scalars);
 void rt_gemm_spans(const RtGemm *g, int64_t n[3]);
 
 /* A GEMM's epilogue (pp_epi.h) as a device runs it inside the GEMM, from the kernel after it:
- * byte offsets of D (the kernel's output), of GELU's input matrix (gelu: written, the GEMM's C;
- * dgelu: read, the kernel's X) and of the bias (gelu; -1 without). */
+ * byte offsets of D (the kernel's output; bias: C), of GELU's input matrix (gelu: written, the
+ * GEMM's C; dgelu: read, the kernel's X; bias: -1) and of the bias (-1 without). */
 typedef struct {
   PpEpi kind;
   int64_t d, aux, bias;
 } RtEpi;
 
-/* cuBLASLt's epilogues that run the listing's (cublasLtEpilogue_t's GELU_AUX, GELU_AUX_BIAS, DGELU) */
-typedef enum { RT_LT_GELU_AUX, RT_LT_GELU_AUX_BIAS, RT_LT_DGELU } RtLtEpi;
+/* cuBLASLt's epilogues that run the listing's (cublasLtEpilogue_t's GELU_AUX, GELU_AUX_BIAS, DGELU,
+ * BIAS) */
+typedef enum { RT_LT_GELU_AUX, RT_LT_GELU_AUX_BIAS, RT_LT_DGELU, RT_LT_BIAS } RtLtEpi;
 
 /* A GEMM with its epilogue in cuBLASLt's column-major terms: m the column-major GEMM
  * (rt_gemm_colmajor) writing D (m.c = D's offset), aux the GELU input matrix's offset and its
- * leading dimension in elements, bias the bias vector's offset (-1 without), one element per row
- * of the column-major D (a column of the row-major C). */
+ * leading dimension in elements (-1 for BIAS), bias the bias vector's offset (-1 without), one
+ * element per row of the column-major D (a column of the row-major C). */
 typedef struct {
   RtLtEpi epi;
   RtGemm m;

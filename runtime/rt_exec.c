@@ -459,8 +459,9 @@ static int run_block(Step *s, int c, int b, int mb, int slot) {
       int fused = 0;
       if (in->epi != PP_EPI_NONE) { /* the parser put its kernel next */
         const RtInstr *k = &bk->ins[n + 1];
-        int bias = pp_epi_bias[in->epi];
-        RtEpi e = {in->epi, at(g, &k->args[0].ptr, slot), at(g, &k->args[pp_epi_aux[in->epi]].ptr, slot),
+        int aux = pp_epi_aux[in->epi], bias = pp_epi_bias[in->epi];
+        RtEpi e = {in->epi, at(g, &k->args[pp_epi_d[in->epi]].ptr, slot),
+                   aux >= 0 ? at(g, &k->args[aux].ptr, slot) : -1,
                    bias >= 0 && bias < k->nargs ? at(g, &k->args[bias].ptr, slot) : -1};
         fused = rt_dev_gemm_epi(dev, &m, &e);
       }

@@ -128,7 +128,7 @@ static int parse_gemm(RtParser *s, RtInstr *in) {
   in->epi = PP_EPI_NONE;
   if (nf > 18 && !strncmp(s->f[nf - 1], "epi:", 4)) {
     int e = pp_epi_parse(s->f[nf - 1] + 4);
-    if (e < 0) return rt_prog_err(s, "gemm: '%.60s' (expected epi:gelu or epi:dgelu)", s->f[nf - 1]);
+    if (e < 0) return rt_prog_err(s, "gemm: '%.60s' (expected epi:gelu, epi:dgelu or epi:bias)", s->f[nf - 1]);
     in->epi = (PpEpi)e;
     nf--;
   }
@@ -184,8 +184,8 @@ static int parse_gemm(RtParser *s, RtInstr *in) {
   return 0;
 }
 
-/* Kernel k after gemm g epi:NAME: the pointer arguments pp_epi.h says, C the GEMM's, each of the
- * extent its role has. */
+/* Kernel k after gemm g epi:NAME: the pointer arguments pp_epi.h says, C the GEMM's, each with an
+ * extent of at least what its role touches. */
 static int check_epilogue(RtParser *s, const RtInstr *g, const RtInstr *k) {
   PpEpi e = g->epi;
   int64_t es = pp_dtype_bytes(g->dt[2]), mn = (int64_t)g->m * g->n * es;
@@ -199,14 +199,14 @@ static int check_epilogue(RtParser *s, const RtInstr *g, const RtInstr *k) {
   }
   for (int a = 0; a < k->nargs; a++) {
     int64_t want = a == pp_epi_bias[e] ? g->n * es : mn; /* the bias a row of C, the rest C's size */
-    if (k->args[a].kind != RT_A_PTR || k->args[a].bytes != want)
-      return rt_prog_err(s, "kernel after gemm epi:%s (line %d): argument %d (%s) is not a pointer of %lld bytes",
+    if (k->args[a].kind != RT_A_PTR || k->args[a].bytes < want)
+      return rt_prog_err(s, "kernel after gemm epi:%s (line %d): argument %d (%s) is not a pointer to %lld bytes",
                          pp_epi_name(e), g->line, a + 1, pp_epi_roles[e][a], (long long)want);
   }
-  const RtPtr *c = &k->args[1].ptr;
+  const RtPtr *c = &k->args[pp_epi_c[e]].ptr;
   if (c->in_slot != g->p[2].in_slot || c->off != g->p[2].off)
-    return rt_prog_err(s, "kernel after gemm epi:%s (line %d): argument 2 is not the GEMM's C", pp_epi_name(e),
-                       g->line);
+    return rt_prog_err(s, "kernel after gemm epi:%s (line %d): argument %d is not the GEMM's C", pp_epi_name(e),
+                       g->line, pp_epi_c[e] + 1);
   return 0;
 }
 

@@ -378,7 +378,7 @@ static uint32_t alignment(CUdeviceptr p) {
 
 /* cuBLASLt's epilogues, by RtLtEpi */
 static const cublasLtEpilogue_t lt_epilogue[] = {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-                                                 CUBLASLT_EPILOGUE_DGELU}; /* ORDER RtLtEpi */
+                                                 CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_BIAS}; /* ORDER RtLtEpi */
 
 /* The plan of column-major GEMM m (offsets in bytes), with epilogue lt (NULL: none; its pointers
  * are set again before each call); NULL with the reason in d->err. */
@@ -394,7 +394,7 @@ static Plan *plan(Cu *c, const RtGemm *m, const RtLtGemm *lt) {
   key.a = alignment(c->arena + (CUdeviceptr)m->a), key.b = alignment(c->arena + (CUdeviceptr)m->b);
   key.c = alignment(c->arena + (CUdeviceptr)m->c);
   int epi = lt ? (int)lt->epi : -1;
-  uint32_t aux_al = lt ? alignment(c->arena + (CUdeviceptr)lt->aux) : 0;
+  uint32_t aux_al = lt && lt->aux >= 0 ? alignment(c->arena + (CUdeviceptr)lt->aux) : 0;
   for (int i = 0; i < c->nplans; i++)
     if (!memcmp(&c->plans[i].key, &key, sizeof key) && c->plans[i].epi == epi && c->plans[i].aux_al == aux_al)
       return &c->plans[i];
@@ -430,14 +430,16 @@ static Plan *plan(Cu *c, const RtGemm *m, const RtLtGemm *lt) {
   /* bf16 A and B (tensor cores), products summed in f32, C and D f32 or bf16 (rounded once) */
   cudaDataType_t ty[3];
   for (int i = 0; i < 3; i++) ty[i] = m->dt[i] == PP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  if (lt) { /* GELU's input matrix and the bias: C's type, as cuBLASLt takes them by default */
+  if (lt) { /* GELU's input matrix (its pointer again before each call) and the bias: C's type */
     cublasLtEpilogue_t e = lt_epilogue[lt->epi];
     int64_t ld = lt->aux_ld;
     void *aux = (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt->aux);
     int32_t bt = ty[2];
     PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-    PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-    PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    if (lt->aux >= 0) {
+      PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+      PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    }
     if (lt->bias >= 0)
       PLAN_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
   }
@@ -524,7 +526,8 @@ static int cu_gemm_epi(RtDev *d, const RtGemm *g, const RtEpi *e) {
   if (!pl) return -1;
   void *aux = (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.aux), *ws = (void *)(uintptr_t)(c->arena + c->ws_off);
   void *bias = lt.bias >= 0 ? (void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.bias) : NULL;
-  LT_CHECK(d, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+  if (lt.aux >= 0)
+    LT_CHECK(d, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   if (bias)
     LT_CHECK(d, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const void *a = (const void *)(uintptr_t)(c->arena + (CUdeviceptr)lt.m.a),

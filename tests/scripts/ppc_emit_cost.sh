@@ -36,11 +36,11 @@ function chunked(name) { return name ~ /:/ ? name : name ":0" }
   if (own) gbytes_owned += 4 * numel($5)
 }
 /^block / { blk = $2 == "optimizer" || $2 == "refresh" ? $2 : chunked($2); next }
-# a gemm's epilogue (epi:): its kernel, the next line, moves its bytes but C's (its second
-# argument, which the GEMM spans) as part of the GEMM, not as a launch
-blk != "" && $1 == "kernel" && epi {
-  epi = 0; a = 0
-  for (i = 4; i <= NF; i++) if ($i ~ /^[@$][0-9]+:[0-9]+$/) { split($i, x, ":"); if (++a != 2) GB[blk] += x[2] }
+# a gemm's epilogue (epi:): its kernel, the next line, moves its bytes but C's (which the GEMM
+# spans: the kernel's first argument for epi:bias, else its second) as part of the GEMM, not as a launch
+blk != "" && $1 == "kernel" && epi != "" {
+  ci = epi == "bias" ? 1 : 2; epi = ""; a = 0
+  for (i = 4; i <= NF; i++) if ($i ~ /^[@$][0-9]+:[0-9]+$/) { split($i, x, ":"); if (++a != ci) GB[blk] += x[2] }
   next
 }
 blk != "" && $1 == "kernel" {
@@ -56,7 +56,7 @@ blk != "" && $1 == "gemm" {
   ta = $2 == "T"; tb = $3 == "T"; m = $4; n = $5; k = $6; batch = $18
   tri = "none"; t[1] = t[2] = t[3] = "f32"
   for (i = 19; i <= NF; i++) if ($i ~ /^tri:/) tri = substr($i, 5)
-  for (i = 19; i <= NF; i++) if ($i ~ /^epi:/) epi = 1
+  for (i = 19; i <= NF; i++) if ($i ~ /^epi:/) epi = substr($i, 5)
   if (NF >= 21 && $19 !~ /^(tri|epi):/) { t[1] = $19; t[2] = $20; t[3] = $21 }
   G[blk]++
   F[blk] += 2 * macs(tri, m, n, k) * batch

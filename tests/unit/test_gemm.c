@@ -368,7 +368,11 @@ static double lt_epilogue_differs(RtGemm g, PpEpi kind, bool bias) {
   float *r = malloc((size_t)at[6] * 4), *c = malloc((size_t)at[6] * 4);
   for (int64_t i = 0; i < at[6]; i++) r[i] = c[i] = rnd() * 2;
   g.a = at[0] * 4, g.b = at[1] * 4, g.c = at[2] * 4;
-  RtEpi e = {kind, at[3] * 4, kind == PP_EPI_GELU ? g.c : at[4] * 4, bias ? at[5] * 4 : -1};
+  RtEpi e = {kind, kind == PP_EPI_BIAS ? g.c : at[3] * 4,
+             kind == PP_EPI_GELU    ? g.c
+             : kind == PP_EPI_DGELU ? at[4] * 4
+                                    : -1,
+             bias ? at[5] * 4 : -1};
   RtLtGemm lt;
   char why[128];
   if (rt_gemm_lt_epilogue(&g, &e, &lt, why, sizeof why)) {
@@ -382,7 +386,8 @@ static double lt_epilogue_differs(RtGemm g, PpEpi kind, bool bias) {
     for (int64_t j = 0; j < g.n; j++) {
       float *cc = r + at[2] + i * g.n + j, *d = r + at[3] + i * g.n + j;
       if (kind == PP_EPI_GELU) *cc += bias ? r[at[5] + j] : 0, *d = gelu(*cc);
-      else *d = *cc * dgelu(r[at[4] + i * g.n + j]);
+      else if (kind == PP_EPI_DGELU) *d = *cc * dgelu(r[at[4] + i * g.n + j]);
+      else *cc += r[at[5] + j];
     }
   /* cuBLASLt: D = op(A') op(B') column-major, then its epilogue element by element */
   const RtGemm *m = &lt.m;
@@ -395,6 +400,7 @@ static double lt_epilogue_differs(RtGemm g, PpEpi kind, bool bias) {
       case RT_LT_GELU_AUX_BIAS: *d += c[lt.bias / 4 + row]; /* fall through */
       case RT_LT_GELU_AUX: *aux = *d, *d = gelu(*d); break;
       case RT_LT_DGELU: *d *= dgelu(*aux); break;
+      case RT_LT_BIAS: *d += c[lt.bias / 4 + row]; break;
       }
     }
   double worst = 0, big = 1;
@@ -411,31 +417,30 @@ static double lt_epilogue_differs(RtGemm g, PpEpi kind, bool bias) {
 /* Every GEMM with an epilogue in the listings, and shapes about them, through both definitions;
  * what cuBLASLt cannot take refused. */
 static void lt_epilogues(const RtGemm *listed, const PpEpi *lkind, const bool *lbias, int nlisted) {
-  int n = 0, bad = 0, gelus = 0, dgelus = 0;
+  int n = 0, bad = 0, kinds[PP_EPI_COUNT] = {0};
   for (int i = 0; i < nlisted; i++) {
     double d = lt_epilogue_differs(listed[i], lkind[i], lbias[i]);
-    n++, gelus += lkind[i] == PP_EPI_GELU, dgelus += lkind[i] == PP_EPI_DGELU;
+    n++, kinds[lkind[i]]++;
     if (!(d >= 0 && d <= 1e-6)) bad++;
   }
-  check(nlisted > 0 && gelus && dgelus && bad == 0,
-        "cuBLASLt's epilogues: %d GEMMs with epi: in the listings (%d gelu, %d dgelu), the column-major form "
-        "rt_gemm_lt_epilogue gives, its epilogue as cuBLASLt defines it, writes D and GELU's input as the GEMM "
-        "and its kernel do (%d differ by more than 1e-6)",
-        n, gelus, dgelus, bad);
+  check(nlisted > 0 && kinds[PP_EPI_GELU] && kinds[PP_EPI_DGELU] && kinds[PP_EPI_BIAS] && bad == 0,
+        "cuBLASLt's epilogues: %d GEMMs with epi: in the listings (%d gelu, %d dgelu, %d bias), the column-major "
+        "form rt_gemm_lt_epilogue gives, its epilogue as cuBLASLt defines it, writes D and GELU's input as the "
+        "GEMM and its kernel do (%d differ by more than 1e-6)",
+        n, kinds[PP_EPI_GELU], kinds[PP_EPI_DGELU], kinds[PP_EPI_BIAS], bad);
   static const int shapes[][5] = {{1, 8, 1, 0, 0}, {37, 24, 5, 0, 1}, {64, 96, 48, 1, 0}, {13, 16, 100, 1, 1}};
   n = 0, bad = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-    for (int k = PP_EPI_GELU; k <= PP_EPI_DGELU; k++)
-      for (int b = 0; b <= (k == PP_EPI_GELU); b++) {
+    for (int k = PP_EPI_GELU; k < PP_EPI_COUNT; k++)
+      for (int b = k == PP_EPI_BIAS; b <= (k != PP_EPI_DGELU); b++) { /* gelu with a bias and without */
         const int *sh = shapes[s];
         RtGemm g = {.ta = sh[3], .tb = sh[4], .m = sh[0], .n = sh[1], .k = sh[2], .dt = {PP_F32, PP_F32, PP_F32}};
         double d = lt_epilogue_differs(g, (PpEpi)k, b);
         n++, bad += !(d >= 0 && d <= 1e-6);
       }
-  check(n == 12 && bad == 0,
-        "cuBLASLt's epilogues: %d shapes (every transpose, gelu with and without bias, dgelu): %d "
-        "differ",
-        n, bad);
+  check(n == 16 && bad == 0,
+        "cuBLASLt's epilogues: %d shapes (every transpose, gelu with and without bias, dgelu, bias): %d differ", n,
+        bad);
   /* what cuBLASLt does not take: the device runs the GEMM and the kernel */
   RtGemm ok = {
       .m = 4, .n = 16, .k = 8, .batch = 1, .alpha = 1, .lda = 8, .ldb = 16, .ldc = 16, .dt = {PP_F32, PP_F32, PP_F32}};
@@ -444,10 +449,12 @@ static void lt_epilogues(const RtGemm *listed, const PpEpi *lkind, const bool *l
   char why[128] = "";
   RtGemm odd = ok, batched = ok, beta = ok, wide = ok;
   odd.n = 12, odd.ldc = 12, batched.batch = 2, beta.beta = 1, wide.ldc = 24;
-  RtEpi skew = e, dgb = {PP_EPI_DGELU, 0, 256, 512};
+  RtEpi skew = e, dgb = {PP_EPI_DGELU, 0, 256, 512}, eb = {PP_EPI_BIAS, 0, -1, 512}, nob = {PP_EPI_BIAS, 0, -1, -1};
   skew.bias = 516;
   int taken = rt_gemm_lt_epilogue(&ok, &e, &lt, why, sizeof why) == 0 && lt.epi == RT_LT_GELU_AUX_BIAS &&
               lt.aux_ld == 16 && lt.m.m == 16 && lt.m.n == 4 && lt.m.c == 0 && lt.aux == 256 && lt.bias == 512;
+  taken = taken && rt_gemm_lt_epilogue(&odd, &eb, &lt, why, sizeof why) == 0 && lt.epi == RT_LT_BIAS && lt.aux < 0 &&
+          lt.bias == 512; /* no GELU matrix: N need not be a multiple of 8 */
   int refused = 0;
   const char *reasons = "";
   static char all[512];
@@ -455,16 +462,16 @@ static void lt_epilogues(const RtGemm *listed, const PpEpi *lkind, const bool *l
   struct {
     const RtGemm *g;
     const RtEpi *e;
-  } no[] = {{&odd, &e}, {&batched, &e}, {&beta, &e}, {&wide, &e}, {&ok, &skew}, {&ok, &dgb}};
+  } no[] = {{&odd, &e}, {&batched, &e}, {&beta, &e}, {&wide, &e}, {&ok, &skew}, {&ok, &dgb}, {&ok, &nob}};
   for (size_t i = 0; i < sizeof no / sizeof *no; i++)
     if (rt_gemm_lt_epilogue(no[i].g, no[i].e, &lt, why, sizeof why)) {
       refused++;
       snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? "; " : "", why);
     }
   reasons = all;
-  check(taken && refused == 6,
+  check(taken && refused == 7,
         "rt_gemm_lt_epilogue: gelu with a bias over a 4 x 16 C becomes GELU_AUX_BIAS over the 16 x 4 column-major D "
-        "(aux_ld 16); %d of 6 refused: %s",
+        "(aux_ld 16), a bias over 4 x 12 BIAS; %d of 7 refused: %s",
         refused, reasons);
 }
 

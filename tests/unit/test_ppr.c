@@ -2088,8 +2088,13 @@ static void test_parser(void) {
                   "@6784 8 0 1 epi:dgelu\n  kernel dg <<<1,1,0>>> @7040:256 @6784:256 $384:256\n");
   expect_parse_ok("gemm with types, tri and epi:gelu", dy,
                   "@6784 8 0 1 f32 f32 f32 epi:gelu\n  kernel g <<<1,1,0>>> @7040:256 @6784:256 @512:32\n");
+  expect_parse_ok("gemm epi:bias and its kernel", dy,
+                  "@6784 8 0 1 epi:bias\n  kernel b <<<1,1,0>>> @6784:256 @512:32\n");
+  expect_parse_error("gemm epi:bias, C not its first argument", dy,
+                     "@6784 8 0 1 epi:bias\n  kernel b <<<1,1,0>>> @7040:256 @512:32\n",
+                     "kernel after gemm epi:bias (line %d): argument 1 is not the GEMM's C");
   expect_parse_error("gemm epi:relu", dy, "@6784 8 0 1 epi:relu\n",
-                     ":%d: gemm: 'epi:relu' (expected epi:gelu or epi:dgelu)");
+                     ":%d: gemm: 'epi:relu' (expected epi:gelu, epi:dgelu or epi:bias)");
   expect_parse_error("gemm epi: then a gemm", dy,
                      "@6784 8 0 1 epi:gelu\n  gemm N T 8 8 8 1 @7040 8 0 @576 8 0 0 @7296 8 0 1\n",
                      "gemm epi:gelu (line %d) is followed by gemm, not by its kernel");
@@ -2100,7 +2105,7 @@ static void test_parser(void) {
                      "kernel after gemm epi:gelu (line %d): argument 2 is not the GEMM's C");
   expect_parse_error("gemm epi: a short bias", dy,
                      "@6784 8 0 1 epi:gelu\n  kernel g <<<1,1,0>>> @7040:256 @6784:256 @512:16\n",
-                     "kernel after gemm epi:gelu (line %d): argument 3 (BIAS) is not a pointer of 32 bytes");
+                     "kernel after gemm epi:gelu (line %d): argument 3 (BIAS) is not a pointer to 32 bytes");
   expect_parse_error("gemm epi: batched", "$384 8 32 2      # h_b = x_b P\n", "$384 8 32 2 epi:gelu\n",
                      ":%d: gemm epi:gelu: an epilogue needs BATCH 1, BETA 0, LDC = N and no triangle");
   expect_parse_error(
