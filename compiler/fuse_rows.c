@@ -611,7 +611,10 @@ static bool chunk_by_gemms(FuseCtx *c, int id) {
     in->n = w, in->ldc = w;
     in->op[1].add += (whole.tb == 'T' ? i * w * whole.ldb : i * w) * eb; /* part i's columns of op(B) */
     in->op[2] = fuse_prog_ob(fuse_prog_buf(c, part[i]), 0);
-    if (pn->nin == 3) fuse_gemm_bias(c, part[i], fuse_prog_buf(c, pn->in[2]), i * w * eb, R, w, true);
+    if (pn->nin == 3) {
+      int bias = fuse_prog_buf(c, pn->in[2]);
+      fuse_gemm_bias(c, part[i], bias, i * w * pp_dtype_bytes(c->p->vb[bias].dtype), R, w, true);
+    }
     if (i) c->merged[part[i]] = true;
   }
   return true;
