@@ -15,7 +15,11 @@
 #ifndef PP_EPI_H
 #define PP_EPI_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
+
+#include "pp_tri.h"
 
 typedef enum PpEpi { PP_EPI_NONE, PP_EPI_GELU, PP_EPI_DGELU, PP_EPI_BIAS } PpEpi;
 #define PP_EPI_COUNT 4
@@ -34,6 +38,11 @@ static const int pp_epi_aux[PP_EPI_COUNT] = {-1, 1, 2, -1};
 static const int pp_epi_bias[PP_EPI_COUNT] = {-1, 2, -1, 1};
 
 static inline const char *pp_epi_name(PpEpi e) { return pp_epi_names[e]; }
+
+/* Whether a GEMM may carry an epilogue: a single product (BATCH 1), BETA 0, C dense, no triangle. */
+static inline bool pp_epi_gemm_ok(int64_t batch, double beta, int64_t ldc, int64_t n, PpTri tri) {
+  return batch == 1 && beta == 0 && ldc == n && tri == PP_TRI_NONE;
+}
 
 /* The epilogue a listing names, or -1 for an unknown name. */
 static inline int pp_epi_parse(const char *s) {

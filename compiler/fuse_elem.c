@@ -198,14 +198,15 @@ static int pass_readers(const FuseCtx *c, int id, bool bwd) {
 static PpEpi epilogue_kind(const FuseCtx *c, int id, const Instr *g, const Instr *k) {
   const IrNode *n = N(c, id);
   int src = n->in[0];
-  if (g->kind != I_GEMM || g->node != src || g->batch != 1 || g->beta != 0 || g->tri != PP_TRI_NONE || g->ldc != g->n ||
-      g->sc != 0 || c->inlined[src])
+  if (g->kind != I_GEMM || g->node != src || !pp_epi_gemm_ok(g->batch, g->beta, g->ldc, g->n, g->tri) ||
+      c->inlined[src])
     return PP_EPI_NONE;
-  if (k->op[1].kind != 'b' || k->op[1].vb != g->op[2].vb || k->op[1].add != g->op[2].add) return PP_EPI_NONE;
   PpEpi e = PP_EPI_NONE;
   if (n->op == OP_GELU && !n->bwd && pass_readers(c, src, false) == 1) e = PP_EPI_GELU;
   if (n->op == OP_GELU_DX && c->nusers[src] == 1 && !c->saved[src] && !c->inlined[n->in[1]]) e = PP_EPI_DGELU;
   if (e == PP_EPI_NONE || k->nop < pp_epi_args[e][0] || k->nop > pp_epi_args[e][1]) return PP_EPI_NONE;
+  const Operand *kc = &k->op[pp_epi_c[e]]; /* the kernel's C: the GEMM's */
+  if (kc->kind != 'b' || kc->vb != g->op[2].vb || kc->add != g->op[2].add) return PP_EPI_NONE;
   for (int a = 0; a < k->nop; a++)
     if (k->op[a].kind != 'b' || c->p->vb[k->op[a].vb].dtype != c->p->vb[g->op[2].vb].dtype) return PP_EPI_NONE;
   return e;

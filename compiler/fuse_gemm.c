@@ -94,21 +94,24 @@ void fuse_gemm_linear(FuseCtx *c, int id) {
   }
   gemm(c, id, 'N', r.lin ? 'T' : 'N', r.M, Nn, K, X, W, Y, 0, r.batch);
   if (n->nin == 3 && !c->biased[id]) /* the bias: the GEMM's epilogue when it is one product */
-    fuse_gemm_bias(c, id, fuse_prog_buf(c, n->in[2]), 0, r.R, Nn, r.batch == 1);
+    fuse_gemm_bias(c, id, fuse_prog_buf(c, n->in[2]), 0, r.R, Nn);
 }
 
 /* Node id's product [R, N] (its buffer, from its GEMM just emitted) plus the bias at bytes add of
- * buffer bias, broadcast over the rows (element r takes bias r mod N); the GEMM's epilogue (epi:bias)
- * when epi. */
-void fuse_gemm_bias(FuseCtx *c, int id, int bias, int64_t add, int64_t R, int64_t N, bool epi) {
+ * buffer bias, broadcast over the rows (element r takes bias r mod N); that GEMM's epilogue
+ * (epi:bias) where it may carry one and wrote the whole buffer. */
+void fuse_gemm_bias(FuseCtx *c, int id, int bias, int64_t add, int64_t R, int64_t N) {
   KCall kc = fuse_kc_flat("bias_add", R * N, id);
   Kernel *k = kc.k;
   int y = fuse_kc_node(c, &kc, id, true), b = fuse_kc_vbuf_at(c, &kc, bias, add, false);
   kir_store(k, y, kir_row(k), '+', kir_ld(k, b, kir_e(k, K_IMOD, kir_row(k), kir_i(k, N), 0)));
   fuse_kc_emit(c, &kc);
   const VBuf *yb = &c->p->vb[fuse_prog_buf(c, id)];
-  if (epi && yb->bytes == R * N * pp_dtype_bytes(yb->dtype) && c->p->vb[bias].dtype == yb->dtype)
-    c->blk->ins[c->blk->n - 2].epi = PP_EPI_BIAS;
+  Instr *g = &c->blk->ins[c->blk->n - 2];
+  if (g->kind == I_GEMM && pp_epi_gemm_ok(g->batch, g->beta, g->ldc, g->n, g->tri) &&
+      g->op[2].vb == fuse_prog_buf(c, id) && yb->bytes == R * N * pp_dtype_bytes(yb->dtype) &&
+      c->p->vb[bias].dtype == yb->dtype)
+    g->epi = PP_EPI_BIAS;
 }
 
 /* linear_dx, matmul_dx: dx[R,K] = dy[R,N] . W[N,K] (linear) or dy . W[K,N]^T (matmul) */

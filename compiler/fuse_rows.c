@@ -586,8 +586,8 @@ static bool chunk_by_gemms(FuseCtx *c, int id) {
   Block *b = c->blk;
   const Instr *g = b->n ? &b->ins[b->n - 1] : NULL;
   int64_t w = last_dim(&n->shape);
-  if (!g || g->kind != I_GEMM || g->node != p || g->batch != 1 || g->beta != 0 || g->tri != PP_TRI_NONE ||
-      g->ldc != g->n || g->n != P * w || g->op[2].add != 0 || P > CHUNK_GEMMS_MAX || c->saved[p] || c->nusers[p] != P)
+  if (!g || g->kind != I_GEMM || g->node != p || !pp_epi_gemm_ok(g->batch, g->beta, g->ldc, g->n, g->tri) ||
+      g->n != P * w || g->op[2].add != 0 || P > CHUNK_GEMMS_MAX || c->saved[p] || c->nusers[p] != P)
     return false;
   for (int i = 0; i < P; i++) part[i] = -1;
   for (int c2 = id; c2 < c->g->nnodes; c2++) {
@@ -603,6 +603,7 @@ static bool chunk_by_gemms(FuseCtx *c, int id) {
   b->n--; /* the product's GEMM, made again a part at a time */
   int64_t eb = pp_dtype_bytes(c->p->vb[whole.op[1].vb].dtype), R = whole.m;
   const IrNode *pn = N(c, p);
+  int bias = pn->nin == 3 ? fuse_prog_buf(c, pn->in[2]) : -1;
   for (int i = 0; i < P; i++) {
     Instr *in = fuse_prog_instr(c, I_GEMM, p);
     int node = in->node;
@@ -611,10 +612,7 @@ static bool chunk_by_gemms(FuseCtx *c, int id) {
     in->n = w, in->ldc = w;
     in->op[1].add += (whole.tb == 'T' ? i * w * whole.ldb : i * w) * eb; /* part i's columns of op(B) */
     in->op[2] = fuse_prog_ob(fuse_prog_buf(c, part[i]), 0);
-    if (pn->nin == 3) {
-      int bias = fuse_prog_buf(c, pn->in[2]);
-      fuse_gemm_bias(c, part[i], bias, i * w * pp_dtype_bytes(c->p->vb[bias].dtype), R, w, true);
-    }
+    if (bias >= 0) fuse_gemm_bias(c, part[i], bias, i * w * pp_dtype_bytes(c->p->vb[bias].dtype), R, w);
     if (i) c->merged[part[i]] = true;
   }
   return true;

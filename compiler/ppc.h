@@ -854,9 +854,9 @@ void fuse_elem_lower(FuseCtx *c, int id);                     /* a kernel of its
 
 /* fuse_gemm.c, fuse_rows.c, fuse_adamw.c: the lowering of node id, of the optimizer */
 void fuse_gemm_linear(FuseCtx *c, int id); /* linear, matmul */
-/* node id's product plus a bias slice (buffer bias from byte add), as the GEMM just emitted's
- * epilogue (epi:bias) when epi */
-void fuse_gemm_bias(FuseCtx *c, int id, int bias, int64_t add, int64_t R, int64_t N, bool epi);
+/* node id's product plus a bias slice (buffer bias from byte add), as the epilogue (epi:bias) of
+ * the GEMM just emitted where it may be one */
+void fuse_gemm_bias(FuseCtx *c, int id, int bias, int64_t add, int64_t R, int64_t N);
 void fuse_gemm_linear_dx(FuseCtx *c, int id);
 void fuse_gemm_linear_dw(FuseCtx *c, int id);
 void fuse_gemm_attention(FuseCtx *c, int id); /* attention and its three gradients, as GEMMs (attention = gemm) */

@@ -178,7 +178,7 @@ static int parse_gemm(RtParser *s, RtInstr *in) {
       gemm_operand(s, "B", &in->p[1], br, bc, in->ldb, in->sb, in->batch, in->dt[1]) ||
       gemm_operand(s, "C", &in->p[2], in->m, in->n, in->ldc, in->sc, in->batch, in->dt[2]))
     return -1;
-  if (in->epi != PP_EPI_NONE && (in->batch != 1 || in->beta != 0 || in->ldc != in->n || in->tri != PP_TRI_NONE))
+  if (in->epi != PP_EPI_NONE && !pp_epi_gemm_ok(in->batch, in->beta, in->ldc, in->n, in->tri))
     return rt_prog_err(s, "gemm epi:%s: an epilogue needs BATCH 1, BETA 0, LDC = N and no triangle",
                        pp_epi_name(in->epi));
   return 0;
