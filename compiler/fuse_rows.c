@@ -753,6 +753,9 @@ void fuse_rows_ce(FuseCtx *c, int id) {
   int64_t V = ls->d[2], R = ls->d[0] * ls->d[1], VL = n->a.vlocal;
   int rowloss = fuse_prog_vbuf(c, "rowloss", BC_SCRATCH, (Shape){1, {R}}, PP_F32);
   if (!VL) {
+    /* the real vocabulary's columns: the others are padding (vocab_pad.c), out of the maximum and
+     * the sums, their gradient 0 */
+    int64_t VR = n->a.vtotal && n->a.vtotal < V ? n->a.vtotal : V;
     bool fused = fuse_rows_ce_fused(c, id) >= 0;
     KCall kc = fuse_kc_block("cross_entropy", R, V, id);
     Kernel *k = kc.k;
@@ -763,10 +766,10 @@ void fuse_rows_ce(FuseCtx *c, int id) {
     /* the target's logit, read before the maximum's reduction: fused, that reduction's barrier then
      * orders every thread's read of it before any thread writes over the row */
     int tl = kir_let(k, kir_ld(k, lg, idx2(k, r, V, label_col(k, n, t))));
-    int j = kir_reduce(k, kir_i(k, V));
+    int j = kir_reduce(k, kir_i(k, VR));
     int m = kir_reduce_end(k, 'M', kir_ld(k, lg, idx2(k, r, V, j)));
     if (!fused) {
-      j = kir_reduce(k, kir_i(k, V));
+      j = kir_reduce(k, kir_i(k, VR));
       kir_reduce_fetch(k, lg, V); /* the next row's logits from memory while this one's exponentials run */
       int se = kir_reduce_end(k, '+', kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), m, 0), 0, 0));
       int lse = kir_let(k, kir_e(k, K_ADD, m, kir_e(k, K_LOG, se, 0, 0), 0));
@@ -776,7 +779,7 @@ void fuse_rows_ce(FuseCtx *c, int id) {
       /* e = exp(x - max) kept in place of x: one exponential an element (f32 logits; bf16 ones
        * would round it, which the unfused gradient does not: it is computed again below) */
       bool keep = c->p->vb[fuse_prog_buf(c, n->in[0])].dtype == PP_F32;
-      j = kir_reduce(k, kir_i(k, V));
+      j = kir_reduce(k, kir_i(k, VR));
       kir_reduce_fetch(k, lg, V); /* the next row's logits from memory while this one's exponentials run */
       int at = idx2(k, r, V, j);
       int e = kir_let(k, kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0));
@@ -790,11 +793,16 @@ void fuse_rows_ce(FuseCtx *c, int id) {
                       ? kir_let(k, kir_e(k, K_MUL, kir_f(k, (float)fuse_rows_seed(c)), row_weight(k, &kc), 0))
                       : kir_let(k, kir_e(k, K_DIV, kir_f(k, (float)fuse_rows_seed(c)), kir_f(k, mean_rows(c, R)), 0));
       int inv = kir_let(k, kir_e(k, K_DIV, kir_f(k, 1), se, 0));
-      j = kir_tfor(k, kir_i(k, V));
+      j = kir_tfor(k, kir_i(k, VR));
       at = idx2(k, r, V, j);
       int ex = keep ? kir_ld(k, lg, at) : kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, at), m, 0), 0, 0);
       kir_store(k, lg, at, '=', counted(k, n, t, kir_e(k, K_MUL, kir_e(k, K_MUL, ex, inv, 0), scale, 0)));
       kir_end(k);
+      if (VR < V) { /* the padding's gradient */
+        j = kir_tfor(k, kir_i(k, V - VR));
+        kir_store(k, lg, idx2(k, r, V, kir_e(k, K_IADD, kir_i(k, VR), j, 0)), '=', kir_f(k, 0));
+        kir_end(k);
+      }
       /* the target's element, e / sum - 1, written again after the loop (and a barrier: on a GPU
        * after every thread's stores) rather than a compare and a select in it (a tenth of the
        * kernel's time on a CPU); its e is the loop's, the same exponential of the same logit */
@@ -899,14 +907,14 @@ void fuse_rows_ce_dx(FuseCtx *c, int id) {
                            : kir_let(k, kir_e(k, K_DIV, kir_ld(k, seed, kir_i(k, 0)), kir_f(k, mean_rows(c, R)), 0));
   int lse = kir_let(k, kir_ld(k, st, r));
   int t = kir_let(k, kir_ld(k, lab, r));
-  /* vocab-parallel: column j is global column v0 + j; padded columns get no gradient */
+  /* vocab-parallel: column j is global column v0 + j; padded columns (vocab_pad.c) get no gradient */
   int v0 = n->a.vlocal ? fuse_kc_iscalar(&kc, fuse_prog_vstart(n->a.vlocal)) : kir_i(k, 0);
   int j = kir_tfor(k, kir_i(k, V));
   int gj = kir_let(k, kir_e(k, K_IADD, v0, j, 0));
   int p = kir_e(k, K_EXP, kir_e(k, K_SUB, kir_ld(k, lg, idx2(k, r, V, j)), lse, 0), 0, 0);
   int oh = kir_e(k, K_SEL, kir_e(k, K_IEQ, gj, t, 0), kir_f(k, 1), kir_f(k, 0));
   int g = kir_e(k, K_MUL, kir_e(k, K_SUB, p, oh, 0), scale, 0);
-  if (n->a.vlocal) g = kir_e(k, K_SEL, kir_e(k, K_ILT, gj, kir_i(k, n->a.vtotal), 0), g, kir_f(k, 0));
+  if (n->a.vtotal) g = kir_e(k, K_SEL, kir_e(k, K_ILT, gj, kir_i(k, n->a.vtotal), 0), g, kir_f(k, 0));
   kir_store(k, dl, idx2(k, r, V, j), '=', counted(k, ce, t, g));
   kir_end(k);
   k->work = 3 * V;

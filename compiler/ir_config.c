@@ -11,7 +11,7 @@
 
 /* ============================================================================================
  * Settings: mesh { tp pp dp sp cp } and train { micro_batch seq microbatches schedule precision
- * attention_probs attention recompute recompute_layers }
+ * attention_probs attention recompute recompute_layers vocab_pad }
  * ========================================================================================== */
 
 static int setting_int(Builder *b, const Setting *t, int64_t *out) {
@@ -35,8 +35,8 @@ static const char *word(const Expr *v) {
 
 static void read_settings(Builder *b, const Stmt *s, Config *c) {
   static const char *mesh_keys[] = {"tp", "pp", "dp", "sp", "cp", "zero"};
-  static const char *train_keys[] = {"micro_batch",     "seq",       "microbatches", "schedule",        "precision",
-                                     "attention_probs", "attention", "recompute",    "recompute_layers"};
+  static const char *train_keys[] = {"micro_batch",     "seq",       "microbatches", "schedule",         "precision",
+                                     "attention_probs", "attention", "recompute",    "recompute_layers", "vocab_pad"};
   int mesh = s->kind == S_MESH;
   const char **keys = mesh ? mesh_keys : train_keys;
   int nkeys = mesh ? (int)(sizeof mesh_keys / sizeof *mesh_keys) : (int)(sizeof train_keys / sizeof *train_keys);
@@ -52,7 +52,7 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
       ir_build_err(b, t->key_loc,
                    mesh ? "unknown mesh setting '%s' (expected tp, pp, dp, sp, cp or zero)"
                         : "unknown train setting '%s' (expected micro_batch, seq, microbatches, schedule, precision, "
-                          "attention_probs, attention, recompute or recompute_layers)",
+                          "attention_probs, attention, recompute, recompute_layers or vocab_pad)",
                    t->key);
       continue;
     }
@@ -151,6 +151,10 @@ static void read_settings(Builder *b, const Stmt *s, Config *c) {
     }
     int64_t v;
     if (setting_int(b, t, &v)) continue;
+    if (!mesh && k == 9) {
+      c->vocab_pad = v;
+      continue;
+    }
     if (mesh && k == 4) {
       c->cp = v, c->cp_loc = t->val->loc;
       continue;
@@ -238,6 +242,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
                 .micro_batch = 1,
                 .seq = -1,
                 .microbatches = 1,
+                .vocab_pad = PPC_VOCAB_PAD,
                 .tp_loc = NOLOC,
                 .pp_loc = NOLOC,
                 .dp_loc = NOLOC,
@@ -277,6 +282,7 @@ void ir_config_resolve(Builder *b, const Ast *ast, const Options *o, Config *c) 
   if (o->sp >= 0) c->sp = o->sp, c->sp_loc = NOLOC;
   if (o->keep_probs >= 0) c->keep_probs = o->keep_probs, c->probs_loc = NOLOC;
   if (o->att_gemm >= 0) c->att_gemm = o->att_gemm;
+  if (o->vocab_pad > 0) c->vocab_pad = o->vocab_pad;
   if (o->recompute >= 0) c->recompute = o->recompute;
   if (o->zero >= 0) c->zero = o->zero, c->zero_loc = NOLOC;
   if (o->rc_lo >= 0) c->rc_lo = o->rc_lo, c->rc_hi = o->rc_hi, c->rc_loc = NOLOC;

@@ -50,6 +50,9 @@ static const char usage[] =
     "                     whole forward (full: its input alone is kept). Gradients are the same bits\n"
     "  --recompute-layers A..B\n"
     "                     with --recompute: layers A to B-1 only (the default: every layer)\n"
+    "  --vocab-pad N      the vocabulary's rows (the embedding table and the head's logits) padded to\n"
+    "                     a multiple of N on each rank (default 64; 1: none): aligned GEMMs, the\n"
+    "                     padded logits masked, the checkpoint's tensors unpadded\n"
     "  --mem-limit SIZE   the device memory a rank may use (K, M, G: KiB, MiB, GiB): a plan whose\n"
     "                     arena is larger is an error naming the region and what shrinks it;\n"
     "                     --schedule auto chooses among the schedules that fit\n"
@@ -168,6 +171,7 @@ static Cli parse_args(int argc, char **argv) {
     O_SP,
     O_ATT_PROBS,
     O_ATTENTION,
+    O_VOCAB_PAD,
     O_RECOMPUTE,
     O_ZERO,
     O_RC_LAYERS,
@@ -194,6 +198,7 @@ static Cli parse_args(int argc, char **argv) {
       {"sp", no_argument, NULL, O_SP},
       {"attention-probs", required_argument, NULL, O_ATT_PROBS},
       {"attention", required_argument, NULL, O_ATTENTION},
+      {"vocab-pad", required_argument, NULL, O_VOCAB_PAD},
       {"recompute", required_argument, NULL, O_RECOMPUTE},
       {"zero", required_argument, NULL, O_ZERO},
       {"recompute-layers", required_argument, NULL, O_RC_LAYERS},
@@ -220,6 +225,7 @@ static Cli parse_args(int argc, char **argv) {
                    .sp = -1,
                    .keep_probs = -1,
                    .att_gemm = -1,
+                   .vocab_pad = -1,
                    .recompute = -1,
                    .zero = -1,
                    .rc_lo = -1,
@@ -271,6 +277,7 @@ static Cli parse_args(int argc, char **argv) {
       c.opt.att_gemm = ir_config_att_gemm(optarg);
       if (c.opt.att_gemm < 0) bad_usage("--attention expects fused or gemm, got '%s'", optarg);
       break;
+    case O_VOCAB_PAD: c.opt.vocab_pad = parse_count("--vocab-pad", optarg); break;
     case O_PRECISION:
       c.opt.precision = pp_precision_parse(optarg);
       if (c.opt.precision < 0) bad_usage("--precision expects " PP_PRECISION_NAMES ", got '%s'", optarg);
@@ -342,10 +349,10 @@ static Graph *build_graph(const Graph *g, const Plan *plan, const Sched *sched, 
   Graph *sg = pipe_split(g, plan, r); /* pipe_split.c: the stage, boundaries, params */
   ir_transpose_sink(sg);              /* ir_transpose.c: the head as one product */
   if (g->cfg.tp > 1) {
-    Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives */
+    Graph *t = tp_shard(sg); /* tp_shard.c: local shapes, collectives, the vocabulary's padding */
     ir_free(sg);
     if (!(sg = t)) return NULL;
-  }
+  } else vocab_pad(sg, g);         /* vocab_pad.c: the vocabulary's rows padded */
   if (backward && ad_backward(sg)) /* ad_backward.c */
     diag_fatal("internal: stage %d's backward graph does not verify", r);
   if (backward && sched->split) ad_split(sg); /* ad_split.c: the backward as B and W */

@@ -330,9 +330,10 @@ typedef struct Config {
   char schedule[16];
   PpPrecision precision; /* the activations' type (pp_dtype.h) */
   bool sp;               /* sequence parallelism: [S,B,H] outside attention and MLP split over TP along S */
-  bool keep_probs; /* attention_probs = keep: the softmax's probabilities saved for the backward, not recomputed */
-  bool att_gemm;   /* attention = gemm: GEMMs around softmax kernels (S x S scores); else fused (fuse_attn.c) */
-  int zero;        /* 1: the optimizer's state sharded over the data-parallel group (dp x cp ranks): ZeRO-1 */
+  bool keep_probs;   /* attention_probs = keep: the softmax's probabilities saved for the backward, not recomputed */
+  bool att_gemm;     /* attention = gemm: GEMMs around softmax kernels (S x S scores); else fused (fuse_attn.c) */
+  int64_t vocab_pad; /* vocab_pad = N: a vocabulary table's rows padded to a multiple of N (vocab_pad.c) */
+  int zero;          /* 1: the optimizer's state sharded over the data-parallel group (dp x cp ranks): ZeRO-1 */
   Loc zero_loc;
   int recompute; /* Recompute: what the layers in [rc_lo, rc_hi) run again in their backward (recompute.c) */
   int rc_lo, rc_hi;
@@ -404,6 +405,7 @@ typedef struct Options {
   int sp;                                             /* --sp: 1; -1: not given */
   int keep_probs;                                     /* --attention-probs keep: 1, recompute: 0; -1: not given */
   int att_gemm;                                       /* --attention gemm: 1, fused: 0; -1: not given */
+  int64_t vocab_pad;                                  /* --vocab-pad N; -1: not given */
   int zero;                                           /* --zero N: 0 or 1; -1: not given */
   int recompute;                                      /* --recompute: a Recompute; -1: not given */
   int rc_lo, rc_hi;                                   /* --recompute-layers A..B; -1: not given */
@@ -442,6 +444,13 @@ int ir_infer_binary(Builder *b, const Expr *e); /* a + b, a * b */
  * ========================================================================================== */
 
 Graph *tp_shard(const Graph *g); /* NULL after reporting a located error */
+
+/* vocab_pad.c — the vocabulary's rows padded to a multiple of cfg.vocab_pad */
+#define PPC_VOCAB_PAD 64                                        /* train { vocab_pad }'s default */
+int64_t vocab_pad_rows(int64_t dense, int64_t tp, int64_t pad); /* a rank's rows of a vocab table */
+/* tp 1: stage graph g's vocab tables' rows and what reads them, the CE's real vocabulary; model, the
+ * whole model's graph, decides which tables are padded */
+void vocab_pad(Graph *g, const Graph *model);
 
 /* ir_transpose.c: transpose_sb(linear(x, W)) as linear(transpose_sb(x), W): the head as one product */
 void ir_transpose_sink(Graph *g);

@@ -207,7 +207,7 @@ static void param(T *t, int old) {
   }
   if (dim >= 0) {
     int64_t dense = q->shape.d[dim];
-    int64_t local = q->role == ROLE_VOCAB ? (dense + t->tp - 1) / t->tp : dense / t->tp;
+    int64_t local = q->role == ROLE_VOCAB ? vocab_pad_rows(dense, t->tp, t->g->cfg.vocab_pad) : dense / t->tp;
     if (t->kvrep[pn->param]) { /* one kv head per rank, shared by kvrep ranks */
       int64_t heads = t->tp / t->kvrep[pn->param];
       local = dense / heads;

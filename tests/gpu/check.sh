@@ -7,10 +7,11 @@
 # tiny on two ranks sharing the GPU (pp 2, tp 2 and cp 2) against the one-rank cpu run, and GPT-2 124M
 # (examples/gpt2.pdl, micro-batch 8, seq 1024) in tokens/s and MFU, in fp32, with --tf32 and in
 # bf16 (--precision bf16: cuBLASLt's bf16 GEMMs), bf16 again with --lt-epilogues (GELU and its
-# gradient inside the GEMMs, first checked on tiny GPT-2 against the unfused run); llm.c's train_gpt2cu on the same GPU at the same
-# shapes (../shared/peers/llm.c) and ppr's bf16 tokens/s against it; tiny in bf16 on cuda against
-# bf16 on cpu; the fused attention's forward and backward per layer at GPT-2's shapes against the
-# GEMM path's.
+# gradient inside the GEMMs, first checked on tiny GPT-2 against the unfused run) and with the
+# vocabulary unpadded (--vocab-pad 1: the head's GEMMs 50257 wide, not 50304); llm.c's train_gpt2cu
+# on the same GPU at the same shapes (../shared/peers/llm.c) and ppr's bf16 tokens/s against it;
+# tiny in bf16 on cuda against bf16 on cpu; the fused attention's forward and backward per layer at
+# GPT-2's shapes against the GEMM path's. After the table, the bf16 step's GEMM shapes by time.
 # Without a GPU it says what is missing and exits 1. Not part of make test.
 set -u
 build=${1:-build}
@@ -107,10 +108,14 @@ done
 N=124439808; L=12; H=768; S=1024; B=8
 if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o "$work/gpt2" >"$work/gpt2.log" 2>&1 &&
   "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 --precision bf16 -o "$work/gpt2_bf16" \
-    >>"$work/gpt2.log" 2>&1; then
-  for mode in fp32 tf32 bf16 bf16-lt; do
+    >>"$work/gpt2.log" 2>&1 &&
+  "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 --precision bf16 --vocab-pad 1 \
+    -o "$work/gpt2_bf16_v1" >>"$work/gpt2.log" 2>&1; then
+  # bf16-v1: the vocabulary unpadded (50257 columns, as before --vocab-pad), beside the default 50304
+  for mode in fp32 tf32 bf16 bf16-lt bf16-v1; do
     flag=""; [ $mode = tf32 ] && flag=--tf32; [ $mode = bf16-lt ] && flag=--lt-epilogues
     dir=$work/gpt2; case $mode in bf16*) dir=$work/gpt2_bf16 ;; esac
+    [ $mode = bf16-v1 ] && dir=$work/gpt2_bf16_v1
     rm -f "$work/gpt2_$mode.jsonl"
     timeout 300 "$build/ppr" "$dir" --device cuda $flag --steps 12 --log "$work/gpt2_$mode.jsonl" \
       >"$work/gpt2_$mode.out" 2>&1
@@ -119,7 +124,7 @@ if "$build/ppc" examples/gpt2.pdl --micro-batch $B --seq $S --microbatches 1 -o 
       status=1; row "GPT-2 124M, B $B, S $S, $mode" "FAIL" "$(tail -n 2 "$work/gpt2_$mode.out" | tr '\n' ' ')"; continue
     fi
     # the GPU's dense peak (TFLOPS): fp32 on CUDA cores, TF32 and bf16 on tensor cores
-    peak=$(echo "$gpu" | awk -v m=${mode%-lt} '
+    peak=$(echo "$gpu" | awk -v m=${mode%-*} '
       /H200|H100/ && /SXM|HBM3|H200/ { print (m == "fp32" ? 67 : m == "tf32" ? 495 : 989); exit }
       /H100/  { print (m == "fp32" ? 51 : m == "tf32" ? 378 : 756); exit }
       /A100/  { print (m == "fp32" ? 19.5 : m == "tf32" ? 156 : 312); exit }
@@ -182,9 +187,18 @@ else
   status=1; row "attention fused against GEMM" "FAIL" "ppc: $(tail -n 1 "$work/gpt2.log")"
 fi
 
+# the GEMMs of the fused bf16 step by time, from its profile: which shapes keep the average rate low
+gemms=$(awk '/^  gemm:/ {g = 1; next} /^  kernels:/ {g = 0} g && NF >= 10 && n < 12 {print "    " $0; n++}' "$work/att_fused.prof" 2>/dev/null)
+
 echo "gpu-check on $gpu ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?))"
 echo
 echo "| check | result | detail |"
 echo "|---|---|---|"
 printf "%s" "$rows"
+if [ -n "$gemms" ]; then
+  echo
+  echo "The GEMMs of GPT-2 124M's bf16 step (B $B, S $S) by time (PPR_PROFILE):"
+  echo
+  printf "%s\n" "$gemms"
+fi
 exit $status

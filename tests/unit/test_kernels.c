@@ -47,6 +47,7 @@ static const char *const cases[][2] = {
     {"tests/models/tiny_gpt2.pdl", "--micro-batch 4 --seq 32"}, /* column sums over 128 rows: in parts */
     {"tests/models/tiny_untied.pdl", "--tp 2 --pp 2"},          /* an untied head */
     {"tests/models/tiny_pad.pdl", "--tp 4"},                    /* a padded vocabulary */
+    {"tests/models/tiny_pad.pdl", "--precision bf16"},          /* 250 rows padded to 256: a masked classifier */
     {"examples/minimind.pdl", "--micro-batch 1 --seq 64"},
     {"examples/minimind.pdl", "--micro-batch 1 --seq 64 --tp 2"},
     {"examples/gpt2.pdl", "--micro-batch 1 --seq 64"},

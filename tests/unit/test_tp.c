@@ -520,9 +520,9 @@ static void test_shards(void) {
     char err[512];
     const char *names[1] = {"model.embed_tokens.weight"};
     int nd[1] = {2};
-    int64_t s0[2] = {63, 64};
+    int64_t s0[2] = {64, 64}; /* a rank's rows (250 over 4, padded to 64) */
     const int64_t *sp[1] = {s0};
-    float *z = calloc(63 * 64, 4);
+    float *z = calloc(64 * 64, 4);
     const float *d[1] = {z};
     rt_st_write(got, 1, names, nd, sp, d, err, sizeof err);
     free(z);
@@ -530,12 +530,12 @@ static void test_shards(void) {
   snprintf(args, sizeof args, "--init %s --steps 0", got);
   rc = ppr(4, "pad_t4", args, &out);
   check(rc != 0 && out &&
-            strstr(out, "tensor model.embed_tokens.weight has shape [63,64], the program's param 0 needs [250,64] "
+            strstr(out, "tensor model.embed_tokens.weight has shape [64,64], the program's param 0 needs [250,64] "
                         "(the dense tensor; this rank holds a shard of it)"),
         "tiny_pad tp 4: --init of a shard-shaped tensor names the dense shape");
   free(out);
   snprintf(rnd, sizeof rnd, "%s/pad_badhead.safetensors", dir);
-  random_file(ref, rnd, 1, 200 * 64 + 3); /* dense row 200: rank 3's shard (rows 189..249) */
+  random_file(ref, rnd, 1, 200 * 64 + 3); /* dense row 200: rank 3's shard (rows 192..249) */
   snprintf(args, sizeof args, "--init %s --steps 0", rnd);
   rc = ppr(4, "pad_t4", args, &out);
   check(rc != 0 && out &&
