@@ -573,23 +573,32 @@ void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
 
 /* XT[(b*HK + g)*D + d][j] = X[j, b, g, d] for j < SKP (0 past SK): K or V transposed, each key
  * tile's rows contiguous for scores(); n of them (the backward's K and V) by one kernel, vt[i]
- * from vx[i] */
+ * from vx[i]. A thread a key tile of one (b, g): its keys' rows copied whole into a private tile
+ * (tile_rows), then written a row of XT at a time, BK keys side by side, so that a thread's reads
+ * and writes stay within a few pages and cache lines (a thread a row of XT read each key's row at
+ * B·HK·D elements from the last: a page a key). */
 static void transpose_kv(FuseCtx *c, Att a, const int *vx, int *vt, int n) {
   static const char *const names[] = {"kt", "vt"};
   Shape ts = {3, {a.B * a.HK, a.D, skp(&a)}};
-  att_kernel(&a, "attention_kt", a.B * a.HK * a.D, 2 * skp(&a) * n, false); /* a row of each XT a thread */
+  int64_t tiles = skp(&a) / ATT_BK;
+  att_kernel(&a, "attention_kt", a.B * a.HK * tiles, 2 * ATT_BK * a.D * n, false); /* a key tile a thread */
   a.k->block = 256;
   Kernel *k = a.k;
+  int y = kir_array(k, ATT_BK * a.D);
   int r = kir_row(k);
-  int d = let(&a, kir_e(k, K_IMOD, r, kir_i(k, a.D), 0)), bg = let(&a, kir_e(k, K_IDIV, r, kir_i(k, a.D), 0));
-  int hd = let(&a, mul(&a, bg, I(&a, a.D)));
+  int t = let(&a, kir_e(k, K_IMOD, r, kir_i(k, tiles), 0)), bg = let(&a, kir_e(k, K_IDIV, r, kir_i(k, tiles), 0));
+  int hd = let(&a, mul(&a, bg, I(&a, a.D))), j0 = let(&a, mul(&a, t, I(&a, ATT_BK)));
+  int xt0 = let(&a, add(&a, mul(&a, hd, I(&a, skp(&a))), j0)); /* XT's element (d 0, key j0) */
   for (int i = 0; i < n; i++) {
     vt[i] = fuse_prog_vbuf(c, names[i], BC_SCRATCH, ts, c->p->vb[vx[i]].dtype);
     int X = fuse_kc_vbuf(c, &a.kc, vx[i], false), XT = fuse_kc_vbuf(c, &a.kc, vt[i], true);
-    int j = kir_for(k, I(&a, skp(&a)));
-    int at = add(&a, row_at(&a, imin(&a, j, I(&a, a.SK - 1)), a.HK, hd), d);
-    kir_store(k, XT, mad(&a, r, skp(&a), j), '=',
-              kir_e(k, K_SEL, lt(&a, j, I(&a, a.SK)), kir_ld(k, X, at), kir_f(k, 0)));
+    tile_rows(&a, y, X, j0, hd);
+    int d = kir_for(k, I(&a, a.D));
+    int at = let(&a, add(&a, xt0, mul(&a, d, I(&a, skp(&a)))));
+    int jj = kir_for(k, I(&a, ATT_BK));
+    kir_store(k, XT, add(&a, at, jj), '=',
+              kir_e(k, K_SEL, lt(&a, add(&a, j0, jj), I(&a, a.SK)), kir_ald(k, y, mad(&a, jj, a.D, d)), kir_f(k, 0)));
+    kir_end(k);
     kir_end(k);
   }
   fuse_kc_emit(c, &a.kc);
