@@ -64,8 +64,10 @@ void vocab_pad(Graph *g, const Graph *model) {
     if (q->role != ROLE_VOCAB || q->shard_dim >= 0 || dim >= q->shape.nd) continue;
     int64_t dense = q->shape.d[dim], rows = vocab_pad_rows(dense, 1, pad);
     /* the whole model decides, so that each stage holding the tensor (a tied table's embedding
-     * and its head) pads it alike */
-    if (rows == dense || !follows(model, mq->node, padded) || !follows(g, p, padded)) continue;
+     * and its head) pads it alike; a stage reads it as the whole model does */
+    if (rows == dense || !follows(model, mq->node, padded)) continue;
+    if (!follows(g, p, padded))
+      diag_fatal("internal: a stage reads the vocabulary table '%s' otherwise than the model", q->name);
     q->shard_dim = dim, q->dense_len = dense;
     q->shape.d[dim] = rows;
     g->nodes[p].shape = q->shape;
