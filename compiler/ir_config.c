@@ -347,7 +347,16 @@ static void check_roles(Builder *b) {
                      ir_role_name(p->role), p->var, ir_ops[n->op].name);
         continue;
       }
-      if (p->role == ROLE_VOCAB) continue; /* a vocabulary not divisible by tp is padded */
+      if (p->role == ROLE_VOCAB) { /* a vocabulary not divisible by tp is padded: every rank needs a row of it */
+        int64_t rows = vocab_pad_rows(p->shape.d[dim], tp, 1);
+        if (tp > 1 && (tp - 1) * rows >= p->shape.d[dim])
+          ir_build_err(b, p->loc,
+                       "tensor-parallel degree %lld leaves rank %lld no row of %s (%lld), dimension %d of '%s': each "
+                       "rank holds %lld rows of the vocabulary",
+                       (long long)tp, (long long)(tp - 1), p->dim_text[dim], (long long)p->shape.d[dim], dim, p->name,
+                       (long long)rows);
+        continue;
+      }
       if (tp > 1 && p->shape.d[dim] % tp)
         ir_build_err(b, p->loc,
                      "tensor-parallel degree %lld does not divide %s (%lld), dimension %d of '%s': the %s dimension "

@@ -9,8 +9,8 @@
 # small); the checkpoints hold the 250-row tensor. One rank, tp 2, pp 2 (the table on both
 # stages, padded alike), bf16 (the same losses here), the opencl device. A padded program starts
 # from an unpadded one's checkpoint and the other way round; the listing's `shard` line says the
-# padding; a head with a bias keeps its table unpadded on every stage; a bad value is an error.
-# Last line: "N passed, M failed".
+# padding (not past the last rank's first row); a head with a bias keeps its table unpadded on
+# every stage; a bad value is an error. Last line: "N passed, M failed".
 set -u
 build=${1:?usage: ppr_vocab_pad.sh BUILD_DIR}
 . tests/scripts/lib/common.sh
@@ -48,6 +48,9 @@ listing "the default pads the 250 rows to 256" p64 "^param 0 model.embed_tokens.
 listing "the head's product is 256 wide" p64 "^  gemm N T 32 256 64 .* 256 0 1 .*logits$"
 listing "--vocab-pad 100: 300 rows" p100 "^param 0 model.embed_tokens.weight f32 \[300,64\] .* shard 0 0 300 250$"
 listing "tp 2: 128 rows a rank" t2 "^param 0 model.embed_tokens.weight f32 \[128,64\] .* shard 0 0 128 250$"
+compile t4p100 --tp 4 --vocab-pad 100 &&
+  listing "tp 4, --vocab-pad 100: 63 rows a rank (100 would leave rank 3 no row)" t4p100 \
+    "^param 0 model.embed_tokens.weight f32 \[63,64\] .* shard 0 0 63 250$"
 listing "pp 2: the embedding's stage pads the table" pp2 "^param 0 model.embed_tokens.weight f32 \[256,64\] .* shard 0 0 256 250$"
 if grep -qE "^param [0-9]+ model.embed_tokens.weight f32 \[256,64\] .* shard 0 0 256 250$" "$tmp/pp2/rank1.prog"; then
   ok "pp 2: the head's stage pads it alike"
