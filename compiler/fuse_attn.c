@@ -1,7 +1,6 @@
 /* fuse_attn.c — attention fused (FlashAttention-2's algorithm), the default lowering of
  * `attention`: no S x S scores anywhere. Flat kernels, each thread a tile of one (batch, head):
  *
- *   attention_kt     K (V) transposed into scratch, [B*HK, D, keys]: a key tile's rows contiguous.
  *   attention_fwd    BQ query rows: over the key tiles in order, the scores of the tile, an online
  *                    softmax (running maximum and sum) and O accumulated in the thread's private
  *                    arrays; O and each row's log-sum-exp (lse) written at the end.
@@ -12,10 +11,13 @@
  *   attention_dq     BQ query rows: over the key tiles in order, P and dS again, dQ += dS K.
  *
  * Every sum runs in one thread in a fixed order (the tile sizes fix it), so a run gives the same
- * bits every time; no atomics, no S x S buffer: the scratch is the lse and delta, a float a row,
- * and the transposed K and V. A thread copies each tile into its private arrays (kir_array), a key
- * tile transposed, and keeps a few rows' sums in temporaries, one chain each: in C the loops
- * around those chains run along the tile's keys or the head dimension and GCC vectorises them.
+ * bits every time; no atomics, no S x S buffer: the scratch is the lse and delta, a float a row.
+ * A thread copies each tile into its private arrays (kir_array), the tile it keeps for the whole
+ * loop transposed (the forward's and dQ's queries, dK and dV's keys), and keeps a few rows' sums
+ * in temporaries, one chain each: in C the loops around those chains run along the transposed
+ * tile's rows or the head dimension and GCC vectorises them. The forward and dQ hold a tile's
+ * scores key-major (a key's scores for the BQ rows side by side), so that each row's statistics
+ * (the maximum, the rescaling, lse and delta) are vectors over the rows.
  * Causal: key tiles wholly after a query tile's last row are not visited (the forward, dQ) and
  * queries wholly before a key tile are not (dK, dV); the tile across the diagonal is masked per
  * element. A sliding window (window W: a query sees its own position and the W - 1 before it)
@@ -32,6 +34,7 @@ static const IrNode *N(const FuseCtx *c, int id) { return &c->g->nodes[id]; }
  * vector of scores; 16 query rows use each key tile the thread copies. */
 #define ATT_BQ 16
 #define ATT_BK 16
+_Static_assert(ATT_BQ == ATT_BK, "a tile of queries and one of keys are transposed alike (tile_tr)");
 /* query rows a key tile's thread takes at a time: the chains of its sums over them */
 #define ATT_G 8
 /* score rows summed at a time (scores): ATT_RB chains, each a vector of ATT_BK keys' sums in C */
@@ -68,10 +71,6 @@ static int let(Att *a, int x) { return kir_let(a->k, x); }
 
 static int64_t q_tiles(const Att *a) { return (a->SQ + ATT_BQ - 1) / ATT_BQ; }
 static int64_t k_tiles(const Att *a) { return (a->SK + ATT_BK - 1) / ATT_BK; }
-/* the keys of a transposed K or V (attention_kt): whole tiles, the last padded with zeros, and one
- * tile more, so that a tile's rows (skp floats apart) fall in different cache sets even where the
- * sequence is a power of two */
-static int64_t skp(const Att *a) { return (k_tiles(a) + 1) * ATT_BK; }
 
 /* x*n + y, an index */
 static int mad(Att *a, int x, int64_t n, int y) { return add(a, mul(a, x, I(a, n)), y); }
@@ -162,17 +161,6 @@ static void load_rows(Att *a, int arr, int buf, int i0, int n, int hd) {
   kir_end(k);
 }
 
-/* T[d*BK + jj] = XT[xt + d*SKP + jj]: a key tile of a transposed K or V (attention_kt) */
-static void tile_t(Att *a, int tarr, int XT, int xt) {
-  Kernel *k = a->k;
-  int d = kir_for(k, I(a, a->D));
-  int at = let(a, mad(a, d, skp(a), xt));
-  int jj = kir_for(k, I(a, ATT_BK));
-  kir_astore(k, tarr, mad(a, d, ATT_BK, jj), '=', kir_ld(k, XT, add(a, at, jj)));
-  kir_end(k);
-  kir_end(k);
-}
-
 /* Y[jj*D + d] = X[key j0+jj's row, element d]: a key tile of K or V as it is stored (keys past the
  * sequence's end read its last; their probabilities are 0) */
 static void tile_rows(Att *a, int yarr, int buf, int j0, int hd) {
@@ -185,11 +173,31 @@ static void tile_rows(Att *a, int yarr, int buf, int j0, int hd) {
   kir_end(k);
 }
 
-/* S[r*BK + jj] = sum over d, in order, of X[r*D + d] T[d*BK + jj] for n rows of X (a multiple of
- * ATT_RB) and a transposed key tile T (tile_t): ATT_RB rows' sums at a time in temporaries, one
- * chain each; the C compiler vectorises the loop over the tile's keys around them (the sums in
- * registers). The tiles are the thread's private arrays: the C compiler vectorises that loop only
- * where it can tell that no store reaches what it reads. */
+/* T[d*16 + t] = X[row x0+t, element d] for the 16 (ATT_BQ = ATT_BK) rows of a tile of X, of H
+ * heads and n rows, at head offset hd: a tile transposed, its rows copied whole first into Y (a
+ * private array of 16 rows; rows past n read row n-1: their scores are masked) */
+static void tile_tr(Att *a, int tarr, int yarr, int buf, int x0, int hd, int64_t H, int64_t n) {
+  Kernel *k = a->k;
+  int t = kir_for(k, I(a, ATT_BK));
+  int at = row_at(a, imin(a, add(a, x0, t), I(a, n - 1)), H, hd);
+  int d = kir_for(k, I(a, a->D));
+  kir_astore(k, yarr, mad(a, t, a->D, d), '=', kir_ld(k, buf, add(a, at, d)));
+  kir_end(k);
+  kir_end(k);
+  d = kir_for(k, I(a, a->D));
+  t = kir_for(k, I(a, ATT_BK));
+  kir_astore(k, tarr, mad(a, d, ATT_BK, t), '=', kir_ald(k, yarr, mad(a, t, a->D, d)));
+  kir_end(k);
+  kir_end(k);
+}
+
+/* S[r*16 + c] = sum over d, in order, of X[r*D + d] T[d*16 + c] for n rows of X (a multiple of
+ * ATT_RB) and a transposed tile T of 16 rows (tile_tr): ATT_RB rows' sums at a time in
+ * temporaries, one chain each; the C compiler vectorises the loop over T's rows around them (the
+ * sums in registers). The tiles are the thread's private arrays: the C compiler vectorises that
+ * loop only where it can tell that no store reaches what it reads. Q K^T with X the queries and T
+ * the keys (dK and dV's tile, row-major), or with X the keys and T the queries (the forward's and
+ * dQ's, key-major): a score is the same sum either way. */
 static void scores(Att *a, int sarr, int xarr, int n, int tarr) {
   Kernel *k = a->k;
   int rb = kir_for(k, I(a, n / ATT_RB));
@@ -206,10 +214,10 @@ static void scores(Att *a, int sarr, int xarr, int n, int tarr) {
   kir_end(k);
 }
 
-/* Acc[r*D + d] = Acc[r*D + d] F[r] + sum over the tile's keys jj, in order, of P[r*BK + jj]
- * Y[jj*D + d] (a tile as stored, tile_rows), for n rows (a multiple of 2), F[r] a row's factor
- * (farr; 1 when farr < 0): two rows' chains at a time, the loop over the head dimension vectorised
- * around them (O = O alpha + P V, dQ += dS K) */
+/* Acc[r*D + d] = Acc[r*D + d] F[r] + sum over the tile's keys jj, in order, of P[jj*n + r] (a
+ * key-major tile) Y[jj*D + d] (a tile as stored, tile_rows), for n rows (a multiple of 2), F[r] a
+ * row's factor (farr; 1 when farr < 0): two rows' chains at a time, the loop over the head
+ * dimension vectorised around them (O = O alpha + P V, dQ += dS K) */
 static void rows_times_keys(Att *a, int acc, int farr, int parr, int n, int yarr) {
   Kernel *k = a->k;
   int rb = kir_for(k, I(a, n / 2));
@@ -223,8 +231,8 @@ static void rows_times_keys(Att *a, int acc, int farr, int parr, int n, int yarr
   int v0 = kir_var(k, x0), v1 = kir_var(k, x1);
   int jj = kir_for(k, I(a, ATT_BK));
   int y = let(a, kir_ald(k, yarr, mad(a, jj, a->D, d)));
-  kir_set(k, v0, '=', fadd(a, v0, fmul(a, kir_ald(k, parr, mad(a, mad(a, rb, 2, I(a, 0)), ATT_BK, jj)), y)));
-  kir_set(k, v1, '=', fadd(a, v1, fmul(a, kir_ald(k, parr, mad(a, mad(a, rb, 2, I(a, 1)), ATT_BK, jj)), y)));
+  kir_set(k, v0, '=', fadd(a, v0, fmul(a, kir_ald(k, parr, mad(a, jj, n, mad(a, rb, 2, I(a, 0)))), y)));
+  kir_set(k, v1, '=', fadd(a, v1, fmul(a, kir_ald(k, parr, mad(a, jj, n, mad(a, rb, 2, I(a, 1)))), y)));
   kir_end(k);
   kir_astore(k, acc, e0, '=', v0);
   kir_astore(k, acc, e1, '=', v1);
@@ -305,29 +313,30 @@ static int gpos(Att *a, int i) { return a->off >= 0 ? add(a, a->off, i) : i; }
 
 /* ---- the forward ---------------------------------------------------------------------------- */
 
-static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
+static void fwd_kernel(Att *a, int vq, int vk, int vv, int vo, int vl) {
   att_kernel(a, "attention_fwd", a->B * a->HQ * q_tiles(a), flops(a, 2, ATT_BQ * a->SK), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
-  int Q = fuse_kc_vbuf(c, &a->kc, vq, false), KT = fuse_kc_vbuf(c, &a->kc, vkt, false),
+  int Q = fuse_kc_vbuf(c, &a->kc, vq, false), K = fuse_kc_vbuf(c, &a->kc, vk, false),
       V = fuse_kc_vbuf(c, &a->kc, vv, false), O = fuse_kc_vbuf(c, &a->kc, vo, true),
       L = fuse_kc_vbuf(c, &a->kc, vl, true);
-  /* the rows' Q and O, the scores, each row's maximum and its sums (one a key of the tile: kept
-   * apart until the end, so that the tile's sums are a vector's) */
-  int aq = kir_array(k, ATT_BQ * a->D), ao = kir_array(k, ATT_BQ * a->D), sc = kir_array(k, ATT_BQ * ATT_BK),
-      am = kir_array(k, ATT_BQ), al = kir_array(k, ATT_BQ * ATT_BK), tm = kir_array(k, ATT_BK),
-      kt = kir_array(k, a->D * ATT_BK), vt = kir_array(k, ATT_BK * a->D), aa = kir_array(k, ATT_BQ);
+  /* the rows' Q transposed and their O; a key tile's K and V as stored and its scores key-major;
+   * each row's maximum, the tile's, and the factor that rescales the row; the rows' sums, one a key
+   * of the tile (kept apart until the end, so that the tile's sums are a vector's) */
+  int aqt = kir_array(k, a->D * ATT_BQ), ao = kir_array(k, ATT_BQ * a->D), st = kir_array(k, ATT_BK * ATT_BQ),
+      am = kir_array(k, ATT_BQ), tm = kir_array(k, ATT_BQ), aa = kir_array(k, ATT_BQ),
+      al = kir_array(k, ATT_BK * ATT_BQ), kr = kir_array(k, ATT_BK * a->D), vr = kir_array(k, ATT_BK * a->D);
 
   int b, h, bh;
   int qt = tile_of(a, q_tiles(a), a->HQ, &b, &h, &bh);
   int g = let(a, kir_e(k, K_IDIV, h, I(a, a->R), 0));
-  int bg = let(a, mad(a, b, a->HK, g));
-  int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, bg, I(a, a->D))),
-      ktb = let(a, mul(a, hdk, I(a, skp(a))));
+  int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, mad(a, b, a->HK, g), I(a, a->D)));
   int i0 = let(a, mul(a, qt, I(a, ATT_BQ)));
-  load_rows(a, aq, Q, i0, ATT_BQ, hdq);
-  load_rows(a, ao, -1, i0, ATT_BQ, hdq);
-  int e = kir_for(k, I(a, ATT_BQ * ATT_BK));
+  tile_tr(a, aqt, kr, Q, i0, hdq, a->HQ, a->SQ);
+  int e = kir_for(k, I(a, ATT_BQ * a->D));
+  kir_astore(k, ao, e, '=', kir_f(k, 0));
+  kir_end(k);
+  e = kir_for(k, I(a, ATT_BK * ATT_BQ));
   kir_astore(k, al, e, '=', kir_f(k, 0));
   kir_end(k);
   int ii = kir_for(k, I(a, ATT_BQ));
@@ -336,41 +345,42 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
   int kb = kir_for(k, nkb);
   int j0 = tile_key(a, kb0, kb);
-  tile_t(a, kt, KT, add(a, ktb, j0));
-  tile_rows(a, vt, V, j0, hdk);
-  scores(a, sc, aq, ATT_BQ, kt);
-  /* each row: its scores scaled and masked, the new maximum, P = exp(s - max) in place, O and the
-   * sums rescaled */
+  tile_rows(a, kr, K, j0, hdk);
+  tile_rows(a, vr, V, j0, hdk);
+  scores(a, st, kr, ATT_BK, aqt);
+  /* the scores scaled and masked, and each row's maximum over the tile (a maximum is the same in
+   * any order), a key at a time, the rows side by side */
   ii = kir_for(k, I(a, ATT_BQ));
-  int srow = let(a, mul(a, ii, I(a, ATT_BK)));
-  int gi = let(a, gpos(a, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
-  int end = seen_end(a, gi), before = seen_before(a, gi);
+  kir_astore(k, tm, ii, '=', kir_f(k, ATT_MASKED));
+  kir_end(k);
   int jj = kir_for(k, I(a, ATT_BK));
-  int s = let(a, kir_e(k, K_SEL, seen(a, add(a, j0, jj), end, before), score(a, kir_ald(k, sc, add(a, srow, jj)), NULL),
-                       kir_f(k, ATT_MASKED)));
-  kir_astore(k, sc, add(a, srow, jj), '=', s);
-  kir_astore(k, tm, jj, '=', s);
+  ii = kir_for(k, I(a, ATT_BQ));
+  int at = let(a, mad(a, jj, ATT_BQ, ii));
+  int gi = let(a, gpos(a, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
+  int s = let(a, kir_e(k, K_SEL, seen(a, add(a, j0, jj), seen_end(a, gi), seen_before(a, gi)),
+                       score(a, kir_ald(k, st, at), NULL), kir_f(k, ATT_MASKED)));
+  kir_astore(k, st, at, '=', s);
+  kir_astore(k, tm, ii, '=', kir_e(k, K_MAX, kir_ald(k, tm, ii), s, 0));
   kir_end(k);
-  /* the tile's maximum by halves (elementwise steps that vectorise; a maximum is the same in any
-   * order) */
-  for (int w = ATT_BK / 2; w >= 1; w /= 2) {
-    int t = kir_for(k, I(a, w));
-    kir_astore(k, tm, t, '=', kir_e(k, K_MAX, kir_ald(k, tm, t), kir_ald(k, tm, add(a, t, I(a, w))), 0));
-    kir_end(k);
-  }
-  int mx = let(a, kir_e(k, K_MAX, kir_ald(k, am, ii), kir_ald(k, tm, I(a, 0)), 0));
-  int alpha = let(a, kir_e(k, K_EXP, fsub(a, kir_ald(k, am, ii), mx), 0, 0));
+  kir_end(k);
+  /* each row's new maximum, and the factor its O and sums are rescaled by */
+  ii = kir_for(k, I(a, ATT_BQ));
+  int mx = let(a, kir_e(k, K_MAX, kir_ald(k, am, ii), kir_ald(k, tm, ii), 0));
+  kir_astore(k, aa, ii, '=', kir_e(k, K_EXP, fsub(a, kir_ald(k, am, ii), mx), 0, 0));
   kir_astore(k, am, ii, '=', mx);
-  kir_astore(k, aa, ii, '=', alpha);
+  kir_end(k);
+  /* P = exp(s - max) in place, and the sums rescaled */
   jj = kir_for(k, I(a, ATT_BK));
-  int sv = let(a, kir_ald(k, sc, add(a, srow, jj)));
+  ii = kir_for(k, I(a, ATT_BQ));
+  at = let(a, mad(a, jj, ATT_BQ, ii));
+  int sv = let(a, kir_ald(k, st, at));
   int p = let(a, kir_e(k, K_SEL, kir_e(k, K_FLT, kir_f(k, ATT_MASKED / 2), sv, 0),
-                       kir_e(k, K_EXP, fsub(a, sv, mx), 0, 0), kir_f(k, 0)));
-  kir_astore(k, sc, add(a, srow, jj), '=', p);
-  kir_astore(k, al, add(a, srow, jj), '=', fadd(a, fmul(a, kir_ald(k, al, add(a, srow, jj)), alpha), p));
+                       kir_e(k, K_EXP, fsub(a, sv, kir_ald(k, am, ii)), 0, 0), kir_f(k, 0)));
+  kir_astore(k, st, at, '=', p);
+  kir_astore(k, al, at, '=', fadd(a, fmul(a, kir_ald(k, al, at), kir_ald(k, aa, ii)), p));
   kir_end(k);
   kir_end(k);
-  rows_times_keys(a, ao, aa, sc, ATT_BQ, vt); /* O = O alpha + P V */
+  rows_times_keys(a, ao, aa, st, ATT_BQ, vr); /* O = O alpha + P V */
   kir_end(k);                                 /* the key tiles */
   /* O / sum and lse = max + log(sum), for the rows in the sequence */
   ii = kir_for(k, I(a, ATT_BQ));
@@ -378,7 +388,7 @@ static void fwd_kernel(Att *a, int vq, int vkt, int vv, int vo, int vl) {
   kir_if(k, lt(a, i, I(a, a->SQ)));
   int sum = kir_var(k, kir_f(k, 0));
   jj = kir_for(k, I(a, ATT_BK));
-  kir_set(k, sum, '=', fadd(a, sum, kir_ald(k, al, mad(a, ii, ATT_BK, jj))));
+  kir_set(k, sum, '=', fadd(a, sum, kir_ald(k, al, mad(a, jj, ATT_BQ, ii))));
   kir_end(k);
   int inv = let(a, kir_e(k, K_DIV, kir_f(k, 1), sum, 0));
   int oat = row_at(a, i, a->HQ, hdq);
@@ -413,41 +423,47 @@ static void delta_kernel(Att *a, int vdo, int vo, int vdl) {
   fuse_kc_emit(c, &a->kc);
 }
 
-/* For n rows of a score tile (S = Q K^T unscaled in sarr, dP = dO V^T in parr), rows i0 + r and
- * the keys j0 + jj: P = exp(scale S - lse) where the key is seen (0 else) into sarr, and
- * dS = P (dP - delta) scale into parr. Rows past SQ read row SQ-1's statistics; with mask_rows
- * their P and dS are 0 (a key tile's sums run over rows; a query tile's past SQ are not stored). */
-static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int L, int Dl, int bh, bool mask_rows) {
+/* P and dS of the score at index at of sarr (S = Q K^T unscaled) and parr (dP = dO V^T), key j
+ * of a row whose keys end before end and start after before (seen_end, seen_before), lse and
+ * delta its statistics: P = exp(scale S - lse) where the key is seen (0 else) into sarr, and
+ * dS = P (dP - delta) scale into parr */
+static void prob_ds(Att *a, int sarr, int parr, int at, int j, int end, int before, int lse, int dl) {
+  Kernel *k = a->k;
+  int t = -1;
+  int p = let(a, kir_e(k, K_SEL, seen(a, j, end, before),
+                       kir_e(k, K_EXP, fsub(a, score(a, kir_ald(k, sarr, at), &t), lse), 0, 0), kir_f(k, 0)));
+  kir_astore(k, sarr, at, '=', p);
+  int ds = fmul(a, p, fsub(a, kir_ald(k, parr, at), dl));
+  if (t >= 0) ds = fmul(a, ds, fsub(a, kir_f(k, 1), fmul(a, t, t))); /* through the cap's tanh */
+  kir_astore(k, parr, at, '=', fmul(a, ds, kir_f(k, a->scale)));
+}
+
+/* prob_ds over n rows of a row-major score tile (dK and dV's), rows i0 + r and the keys j0 + jj.
+ * Rows past SQ read row SQ-1's statistics and their P and dS are 0 (a key tile's sums run over
+ * rows). */
+static void probs_and_ds(Att *a, int sarr, int parr, int n, int i0, int j0, int L, int Dl, int bh) {
   Kernel *k = a->k;
   int r = kir_for(k, I(a, n));
   int i = let(a, imin(a, add(a, i0, r), I(a, a->SQ - 1)));
   int gi = let(a, gpos(a, i));
   int lse = let(a, kir_ld(k, L, mad(a, bh, a->SQ, i))), dl = let(a, kir_ld(k, Dl, mad(a, bh, a->SQ, i)));
-  int end = seen_end(a, gi), before = seen_before(a, gi);
-  if (mask_rows) end = let(a, kir_e(k, K_ISEL, lt(a, add(a, i0, r), I(a, a->SQ)), end, I(a, 0)));
+  int end = let(a, kir_e(k, K_ISEL, lt(a, add(a, i0, r), I(a, a->SQ)), seen_end(a, gi), I(a, 0)));
+  int before = seen_before(a, gi);
   int jj = kir_for(k, I(a, ATT_BK));
-  int at = let(a, mad(a, r, ATT_BK, jj));
-  int valid = seen(a, add(a, j0, jj), end, before);
-  int t = -1;
-  int p = let(
-      a, kir_e(k, K_SEL, valid, kir_e(k, K_EXP, fsub(a, score(a, kir_ald(k, sarr, at), &t), lse), 0, 0), kir_f(k, 0)));
-  kir_astore(k, sarr, at, '=', p);
-  int ds = fmul(a, p, fsub(a, kir_ald(k, parr, at), dl));
-  if (t >= 0) ds = fmul(a, ds, fsub(a, kir_f(k, 1), fmul(a, t, t))); /* through the cap's tanh */
-  kir_astore(k, parr, at, '=', fmul(a, ds, kir_f(k, a->scale)));
+  prob_ds(a, sarr, parr, let(a, mad(a, r, ATT_BK, jj)), add(a, j0, jj), end, before, lse, dl);
   kir_end(k);
   kir_end(k);
 }
 
 /* dK and dV of BK keys of one kv head: over its R query heads and the queries that see a key of
  * the tile, in order, ATT_G rows at a time */
-static void dkv_kernel(Att *a, const int vb[7], const AttDst *dk, const AttDst *dv) {
+static void dkv_kernel(Att *a, const int vb[6], const AttDst *dk, const AttDst *dv) {
   att_kernel(a, "attention_dkv", a->B * a->HK * k_tiles(a), flops(a, 4, ATT_BK * a->R * a->SQ), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
-  int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), KT = fuse_kc_vbuf(c, &a->kc, vb[2], false),
-      VT = fuse_kc_vbuf(c, &a->kc, vb[3], false), G = fuse_kc_vbuf(c, &a->kc, vb[4], false),
-      L = fuse_kc_vbuf(c, &a->kc, vb[5], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false),
+  int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
+      V = fuse_kc_vbuf(c, &a->kc, vb[2], false), G = fuse_kc_vbuf(c, &a->kc, vb[3], false),
+      L = fuse_kc_vbuf(c, &a->kc, vb[4], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[5], false),
       DK = fuse_kc_vbuf_at(c, &a->kc, dk->vb, dk->add, true), DV = fuse_kc_vbuf_at(c, &a->kc, dv->vb, dv->add, true);
   int adk = kir_array(k, ATT_BK * a->D), adv = kir_array(k, ATT_BK * a->D), xq = kir_array(k, ATT_G * a->D),
       xg = kir_array(k, ATT_G * a->D), sc = kir_array(k, ATT_G * ATT_BK), dp = kir_array(k, ATT_G * ATT_BK),
@@ -456,9 +472,8 @@ static void dkv_kernel(Att *a, const int vb[7], const AttDst *dk, const AttDst *
   int kb = tile_of(a, k_tiles(a), a->HK, &b, &g, &bg);
   int hdk = let(a, mul(a, bg, I(a, a->D)));
   int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
-  int kt = let(a, mad(a, hdk, skp(a), j0));
-  tile_t(a, kta, KT, kt);
-  tile_t(a, vta, VT, kt);
+  tile_tr(a, kta, adk, K, j0, hdk, a->HK, a->SK); /* adk: the rows on their way */
+  tile_tr(a, vta, adk, V, j0, hdk, a->HK, a->SK);
   int e = kir_for(k, I(a, ATT_BK * a->D));
   kir_astore(k, adk, e, '=', kir_f(k, 0));
   kir_astore(k, adv, e, '=', kir_f(k, 0));
@@ -485,7 +500,7 @@ static void dkv_kernel(Att *a, const int vb[7], const AttDst *dk, const AttDst *
   load_rows(a, xg, G, i0, ATT_G, hdq);
   scores(a, sc, xq, ATT_G, kta);
   scores(a, dp, xg, ATT_G, vta);
-  probs_and_ds(a, sc, dp, ATT_G, i0, j0, L, Dl, bh, true);
+  probs_and_ds(a, sc, dp, ATT_G, i0, j0, L, Dl, bh);
   keys_times_rows(a, adv, adk, sc, dp, ATT_G, xg, xq); /* dV += P^T dO, dK += dS^T Q */
   kir_end(k);                                          /* the query rows */
   kir_end(k);                                          /* the heads */
@@ -502,40 +517,54 @@ static void dkv_kernel(Att *a, const int vb[7], const AttDst *dk, const AttDst *
   fuse_kc_emit(c, &a->kc);
 }
 
-/* dQ of BQ query rows: over the key tiles they see, in order */
-static void dq_kernel(Att *a, const int vb[7], const AttDst *dq) {
+/* dQ of BQ query rows: over the key tiles they see, in order, the tiles' scores key-major */
+static void dq_kernel(Att *a, const int vb[6], const AttDst *dq) {
   att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK), true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
-      KT = fuse_kc_vbuf(c, &a->kc, vb[2], false), VT = fuse_kc_vbuf(c, &a->kc, vb[3], false),
-      G = fuse_kc_vbuf(c, &a->kc, vb[4], false), L = fuse_kc_vbuf(c, &a->kc, vb[5], false),
-      Dl = fuse_kc_vbuf(c, &a->kc, vb[6], false), DQ = fuse_kc_vbuf_at(c, &a->kc, dq->vb, dq->add, true);
-  int aq = kir_array(k, ATT_BQ * a->D), ag = kir_array(k, ATT_BQ * a->D), adq = kir_array(k, ATT_BQ * a->D),
-      sc = kir_array(k, ATT_BQ * ATT_BK), dp = kir_array(k, ATT_BQ * ATT_BK), kta = kir_array(k, a->D * ATT_BK),
-      vta = kir_array(k, a->D * ATT_BK), kr = kir_array(k, ATT_BK * a->D);
+      V = fuse_kc_vbuf(c, &a->kc, vb[2], false), G = fuse_kc_vbuf(c, &a->kc, vb[3], false),
+      L = fuse_kc_vbuf(c, &a->kc, vb[4], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[5], false),
+      DQ = fuse_kc_vbuf_at(c, &a->kc, dq->vb, dq->add, true);
+  /* the rows' Q and dO transposed, their dQ, lse and delta; a key tile's K and V as stored, its
+   * scores and dP key-major */
+  int aqt = kir_array(k, a->D * ATT_BQ), agt = kir_array(k, a->D * ATT_BQ), adq = kir_array(k, ATT_BQ * a->D),
+      lse = kir_array(k, ATT_BQ), adl = kir_array(k, ATT_BQ), st = kir_array(k, ATT_BK * ATT_BQ),
+      dpt = kir_array(k, ATT_BK * ATT_BQ), kr = kir_array(k, ATT_BK * a->D), vr = kir_array(k, ATT_BK * a->D);
 
   int b, h, bh;
   int qt = tile_of(a, q_tiles(a), a->HQ, &b, &h, &bh);
   int g = let(a, kir_e(k, K_IDIV, h, I(a, a->R), 0));
   int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, mad(a, b, a->HK, g), I(a, a->D)));
   int i0 = let(a, mul(a, qt, I(a, ATT_BQ)));
-  load_rows(a, aq, Q, i0, ATT_BQ, hdq);
-  load_rows(a, ag, G, i0, ATT_BQ, hdq);
-  load_rows(a, adq, -1, i0, ATT_BQ, hdq);
+  tile_tr(a, aqt, kr, Q, i0, hdq, a->HQ, a->SQ); /* kr: the rows on their way */
+  tile_tr(a, agt, kr, G, i0, hdq, a->HQ, a->SQ);
+  int e = kir_for(k, I(a, ATT_BQ * a->D));
+  kir_astore(k, adq, e, '=', kir_f(k, 0));
+  kir_end(k);
+  /* the rows' statistics (rows past SQ read row SQ-1's; they are not stored) */
+  int ii = kir_for(k, I(a, ATT_BQ));
+  int li = let(a, mad(a, bh, a->SQ, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
+  kir_astore(k, lse, ii, '=', kir_ld(k, L, li));
+  kir_astore(k, adl, ii, '=', kir_ld(k, Dl, li));
+  kir_end(k);
   int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
   int kb = kir_for(k, nkb);
   int j0 = tile_key(a, kb0, kb);
-  int kt = let(a, mad(a, hdk, skp(a), j0));
-  tile_t(a, kta, KT, kt);
-  tile_t(a, vta, VT, kt);
   tile_rows(a, kr, K, j0, hdk);
-  scores(a, sc, aq, ATT_BQ, kta);
-  scores(a, dp, ag, ATT_BQ, vta);
-  probs_and_ds(a, sc, dp, ATT_BQ, i0, j0, L, Dl, bh, false);
-  rows_times_keys(a, adq, -1, dp, ATT_BQ, kr); /* dQ += dS K */
-  kir_end(k);                                  /* the key tiles */
-  int ii = kir_for(k, I(a, ATT_BQ));
+  tile_rows(a, vr, V, j0, hdk);
+  scores(a, st, kr, ATT_BK, aqt);
+  scores(a, dpt, vr, ATT_BK, agt);
+  int jj = kir_for(k, I(a, ATT_BK));
+  ii = kir_for(k, I(a, ATT_BQ));
+  int gi = let(a, gpos(a, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
+  prob_ds(a, st, dpt, let(a, mad(a, jj, ATT_BQ, ii)), add(a, j0, jj), seen_end(a, gi), seen_before(a, gi),
+          kir_ald(k, lse, ii), kir_ald(k, adl, ii));
+  kir_end(k);
+  kir_end(k);
+  rows_times_keys(a, adq, -1, dpt, ATT_BQ, kr); /* dQ += dS K */
+  kir_end(k);                                   /* the key tiles */
+  ii = kir_for(k, I(a, ATT_BQ));
   int i = let(a, add(a, i0, ii));
   kir_if(k, lt(a, i, I(a, a->SQ)));
   int qat = dst_row(a, dq, i, b, h);
@@ -571,39 +600,6 @@ void fuse_attn_grads(FuseCtx *c, int id, int fwd, int *gq, int *gk, int *gv) {
   if (*gq < 0 || *gk < 0 || *gv < 0) diag_fatal("internal: attention %%%d lacks one of its gradients", fwd);
 }
 
-/* XT[(b*HK + g)*D + d][j] = X[j, b, g, d] for j < SKP (0 past SK): K or V transposed, each key
- * tile's rows contiguous for scores(); n of them (the backward's K and V) by one kernel, vt[i]
- * from vx[i]. A thread a key tile of one (b, g): its keys' rows copied whole into a private tile
- * (tile_rows), then written a row of XT at a time, BK keys side by side, so that a thread's reads
- * and writes stay within a few pages and cache lines (a thread a row of XT read each key's row at
- * B·HK·D elements from the last: a page a key). */
-static void transpose_kv(FuseCtx *c, Att a, const int *vx, int *vt, int n) {
-  static const char *const names[] = {"kt", "vt"};
-  Shape ts = {3, {a.B * a.HK, a.D, skp(&a)}};
-  int64_t tiles = skp(&a) / ATT_BK;
-  att_kernel(&a, "attention_kt", a.B * a.HK * tiles, 2 * ATT_BK * a.D * n, false); /* a key tile a thread */
-  a.k->block = 256;
-  Kernel *k = a.k;
-  int y = kir_array(k, ATT_BK * a.D);
-  int r = kir_row(k);
-  int t = let(&a, kir_e(k, K_IMOD, r, kir_i(k, tiles), 0)), bg = let(&a, kir_e(k, K_IDIV, r, kir_i(k, tiles), 0));
-  int hd = let(&a, mul(&a, bg, I(&a, a.D))), j0 = let(&a, mul(&a, t, I(&a, ATT_BK)));
-  int xt0 = let(&a, add(&a, mul(&a, hd, I(&a, skp(&a))), j0)); /* XT's element (d 0, key j0) */
-  for (int i = 0; i < n; i++) {
-    vt[i] = fuse_prog_vbuf(c, names[i], BC_SCRATCH, ts, c->p->vb[vx[i]].dtype);
-    int X = fuse_kc_vbuf(c, &a.kc, vx[i], false), XT = fuse_kc_vbuf(c, &a.kc, vt[i], true);
-    tile_rows(&a, y, X, j0, hd);
-    int d = kir_for(k, I(&a, a.D));
-    int at = let(&a, add(&a, xt0, mul(&a, d, I(&a, skp(&a)))));
-    int jj = kir_for(k, I(&a, ATT_BK));
-    kir_store(k, XT, add(&a, at, jj), '=',
-              kir_e(k, K_SEL, lt(&a, add(&a, j0, jj), I(&a, a.SK)), kir_ald(k, y, mad(&a, jj, a.D, d)), kir_f(k, 0)));
-    kir_end(k);
-    kir_end(k);
-  }
-  fuse_kc_emit(c, &a.kc);
-}
-
 /* Context parallelism: the whole sequence's keys (values) from every cp rank's part, in rank
  * order, into a scratch buffer of the whole. */
 static int gather_kv(FuseCtx *c, int node, int part, const char *name, const Att *a) {
@@ -626,9 +622,7 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int lse = c->p->node_aux[fwd]; /* [B,HQ,SQ] f32 */
   if (lse < 0) diag_fatal("internal: attention %%%d has no log-sum-exp buffer", fwd);
   if (n->op == OP_ATTENTION) {
-    int vkt;
-    transpose_kv(c, a, &vk, &vkt, 1);
-    fwd_kernel(&a, vq, vkt, vv, fuse_prog_buf(c, id), lse);
+    fwd_kernel(&a, vq, vk, vv, fuse_prog_buf(c, id), lse);
     return;
   }
   c->att_done[fwd] = true;
@@ -638,9 +632,7 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   int delta = fuse_prog_vbuf(c, "delta", BC_SCRATCH, (Shape){1, {a.B * a.HQ * a.SQ}}, PP_F32);
   Att d = a, kv = a, q = a;
   delta_kernel(&d, vdo, fuse_prog_buf(c, fwd), delta);
-  int vx[2] = {vk, vv}, vt[2];
-  transpose_kv(c, a, vx, vt, 2);
-  const int vb[7] = {vq, vk, vt[0], vt[1], vdo, lse, delta};
+  const int vb[6] = {vq, vk, vv, vdo, lse, delta};
   /* dK and dV: the nodes' buffers, or under context parallelism the whole sequence's f32 partial
    * sums, reduce-scattered */
   Shape kv_all = {4, {a.SK, a.B, a.HK, a.D}};

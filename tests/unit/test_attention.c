@@ -304,10 +304,10 @@ static double rel_err(const float *x, const double *ref, int64_t n) {
 /* ---- one case on one device ---------------------------------------------------------------- */
 
 typedef struct {
-  float *q, *k, *v, *dout, *o, *lse, *delta, *dq, *dk, *dv, *kt, *vt;
+  float *q, *k, *v, *dout, *o, *lse, *delta, *dq, *dk, *dv;
 } Host;
 
-#define NCALLS 6
+#define NCALLS 4
 
 /* The kernels, in order, on the host tensors; 0 or -1. */
 static int run_all(RtDev *d, const RtProg *p, Call *c, const char *what) {
@@ -331,11 +331,10 @@ static void run_device(const char *dir, const RtProg *p, const char *csrc, const
     return;
   }
   int64_t nq = s->SQ * s->B * s->HQ * s->D, nkv = s->SK * s->B * s->HK * s->D, nr = s->B * s->HQ * s->SQ;
-  int64_t nt = s->B * s->HK * s->D * ((s->SK + 15) / 16 * 16 + 16); /* K, V transposed: tiles of 16 keys, one more */
   Host h = {0};
-  float **all[] = {&h.q, &h.k, &h.v, &h.dout, &h.o, &h.lse, &h.delta, &h.dq, &h.dk, &h.dv, &h.kt, &h.vt};
-  int64_t sizes[] = {nq, nkv, nkv, nq, nq, nr, nr, nq, nkv, nkv, nt, nt};
-  for (int i = 0; i < 12; i++) *all[i] = calloc((size_t)sizes[i], sizeof(float));
+  float **all[] = {&h.q, &h.k, &h.v, &h.dout, &h.o, &h.lse, &h.delta, &h.dq, &h.dk, &h.dv};
+  int64_t sizes[] = {nq, nkv, nkv, nq, nq, nr, nr, nq, nkv, nkv};
+  for (int i = 0; i < 10; i++) *all[i] = calloc((size_t)sizes[i], sizeof(float));
   rng = 0x9E3779B97F4A7C15ull; /* the same inputs on every device */
   for (int64_t i = 0; i < nq; i++) h.q[i] = (float)(2 * unit()), h.dout[i] = (float)unit();
   for (int64_t i = 0; i < nkv; i++) h.k[i] = (float)(2 * unit()), h.v[i] = (float)unit();
@@ -344,27 +343,22 @@ static void run_device(const char *dir, const RtProg *p, const char *csrc, const
     for (int64_t i = 0; i < nkv; i++) h.k[i] = bf16_round(h.k[i]), h.v[i] = bf16_round(h.v[i]);
   }
   Call c[NCALLS];
-  bool ok = !make_call(&c[0], p, find_kernel(p, RT_BLK_FORWARD, "attention_kt", 0), csrc, 2, what) &&
-            !make_call(&c[1], p, find_kernel(p, RT_BLK_FORWARD, "attention_fwd", 0), csrc, 5, what) &&
-            !make_call(&c[2], p, find_kernel(p, RT_BLK_BACKWARD, "attention_kt", 0), csrc, 4, what) &&
-            !make_call(&c[3], p, find_kernel(p, RT_BLK_BACKWARD, "attention_delta", 0), csrc, 3, what) &&
-            !make_call(&c[4], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dkv", 0), csrc, 8, what) &&
-            !make_call(&c[5], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dq", 0), csrc, 8, what);
+  bool ok = !make_call(&c[0], p, find_kernel(p, RT_BLK_FORWARD, "attention_fwd", 0), csrc, 5, what) &&
+            !make_call(&c[1], p, find_kernel(p, RT_BLK_BACKWARD, "attention_delta", 0), csrc, 3, what) &&
+            !make_call(&c[2], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dkv", 0), csrc, 8, what) &&
+            !make_call(&c[3], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dq", 0), csrc, 7, what);
   if (ok) {
-    /* attention_kt X XT (the backward's: K KT V VT); attention_fwd Q KT V O L; attention_delta dO O
-     * delta; attention_dkv Q KT VT dO L delta dK dV; attention_dq Q K KT VT dO L delta dQ (fuse_attn.c) */
-    bind(&c[0], 0, h.k, nkv, false), bind(&c[0], 1, h.kt, nt, true);
-    bind(&c[1], 0, h.q, nq, false), bind(&c[1], 1, h.kt, nt, false), bind(&c[1], 2, h.v, nkv, false);
-    bind(&c[1], 3, h.o, nq, true), bind(&c[1], 4, h.lse, nr, true);
-    bind(&c[2], 0, h.k, nkv, false), bind(&c[2], 1, h.kt, nt, true);
-    bind(&c[2], 2, h.v, nkv, false), bind(&c[2], 3, h.vt, nt, true);
-    bind(&c[3], 0, h.dout, nq, false), bind(&c[3], 1, h.o, nq, false), bind(&c[3], 2, h.delta, nr, true);
-    bind(&c[4], 0, h.q, nq, false), bind(&c[4], 1, h.kt, nt, false), bind(&c[4], 2, h.vt, nt, false);
-    bind(&c[4], 3, h.dout, nq, false), bind(&c[4], 4, h.lse, nr, false), bind(&c[4], 5, h.delta, nr, false);
-    bind(&c[4], 6, h.dk, nkv, true), bind(&c[4], 7, h.dv, nkv, true);
-    bind(&c[5], 0, h.q, nq, false), bind(&c[5], 1, h.k, nkv, false), bind(&c[5], 2, h.kt, nt, false);
-    bind(&c[5], 3, h.vt, nt, false), bind(&c[5], 4, h.dout, nq, false), bind(&c[5], 5, h.lse, nr, false);
-    bind(&c[5], 6, h.delta, nr, false), bind(&c[5], 7, h.dq, nq, true);
+    /* attention_fwd Q K V O L; attention_delta dO O delta; attention_dkv Q K V dO L delta dK dV;
+     * attention_dq Q K V dO L delta dQ (fuse_attn.c) */
+    bind(&c[0], 0, h.q, nq, false), bind(&c[0], 1, h.k, nkv, false), bind(&c[0], 2, h.v, nkv, false);
+    bind(&c[0], 3, h.o, nq, true), bind(&c[0], 4, h.lse, nr, true);
+    bind(&c[1], 0, h.dout, nq, false), bind(&c[1], 1, h.o, nq, false), bind(&c[1], 2, h.delta, nr, true);
+    for (int i = 2; i < 4; i++) {
+      bind(&c[i], 0, h.q, nq, false), bind(&c[i], 1, h.k, nkv, false), bind(&c[i], 2, h.v, nkv, false);
+      bind(&c[i], 3, h.dout, nq, false), bind(&c[i], 4, h.lse, nr, false), bind(&c[i], 5, h.delta, nr, false);
+    }
+    bind(&c[2], 6, h.dk, nkv, true), bind(&c[2], 7, h.dv, nkv, true);
+    bind(&c[3], 6, h.dq, nq, true);
     ok = !run_all(d, p, c, what);
   }
   if (!ok) {
@@ -396,7 +390,7 @@ static void run_device(const char *dir, const RtProg *p, const char *csrc, const
     for (int i = 0; i < 5; i++) free(first[i]);
     free(o), free(lse), free(dq), free(dk), free(dv);
   }
-  for (int i = 0; i < 12; i++) free(*all[i]);
+  for (int i = 0; i < 10; i++) free(*all[i]);
   rt_dev_close(d);
 }
 
