@@ -4,11 +4,13 @@
  *   attention_fwd    BQ query rows: over the key tiles in order, the scores of the tile, an online
  *                    softmax (running maximum and sum) and O accumulated in the thread's private
  *                    arrays; O and each row's log-sum-exp (lse) written at the end.
- *   attention_delta  a row's delta = rowsum(dO * O), which the backward's softmax gradient needs.
+ *   attention_dq     BQ query rows: first each row's delta = rowsum(dO * O), which the backward's
+ *                    softmax gradient needs (written for attention_dkv); then over the key tiles in
+ *                    order, the probabilities recomputed from Q, K and the saved lse, dP and dS,
+ *                    dQ += dS K.
  *   attention_dkv    BK keys of one kv head, owned: over the R query heads of its group and every
- *                    query that sees the tile, in order, the probabilities recomputed from Q, K and
- *                    the saved lse, dV += P^T dO and dK += dS^T Q in private arrays; written once.
- *   attention_dq     BQ query rows: over the key tiles in order, P and dS again, dQ += dS K.
+ *                    query that sees the tile, in order, P and dS again, dV += P^T dO and
+ *                    dK += dS^T Q in private arrays; written once.
  *
  * Every sum runs in one thread in a fixed order (the tile sizes fix it), so a run gives the same
  * bits every time; no atomics, no S x S buffer: the scratch is the lse and delta, a float a row.
@@ -403,26 +405,6 @@ static void fwd_kernel(Att *a, int vq, int vk, int vv, int vo, int vl) {
 
 /* ---- the backward --------------------------------------------------------------------------- */
 
-/* delta[(b*HQ + h)*SQ + i] = sum over d of dO O, a query row per thread */
-static void delta_kernel(Att *a, int vdo, int vo, int vdl) {
-  att_kernel(a, "attention_delta", a->B * a->HQ * a->SQ, 2 * a->D, false);
-  a->k->block = 256;
-  Kernel *k = a->k;
-  FuseCtx *c = a->c;
-  int G = fuse_kc_vbuf(c, &a->kc, vdo, false), O = fuse_kc_vbuf(c, &a->kc, vo, false),
-      Dl = fuse_kc_vbuf(c, &a->kc, vdl, true);
-  int b, h, bh;
-  int i = tile_of(a, a->SQ, a->HQ, &b, &h, &bh);
-  (void)b, (void)h;
-  int at = row_at(a, i, a->HQ, let(a, mul(a, bh, I(a, a->D))));
-  int acc = kir_var(k, kir_f(k, 0));
-  int d = kir_for(k, I(a, a->D));
-  kir_set(k, acc, '=', fadd(a, acc, fmul(a, kir_ld(k, G, add(a, at, d)), kir_ld(k, O, add(a, at, d)))));
-  kir_end(k);
-  kir_store(k, Dl, kir_row(k), '=', acc);
-  fuse_kc_emit(c, &a->kc);
-}
-
 /* P and dS of the score at index at of sarr (S = Q K^T unscaled) and parr (dP = dO V^T), key j
  * of a row whose keys end before end and start after before (seen_end, seen_before), lse and
  * delta its statistics: P = exp(scale S - lse) where the key is seen (0 else) into sarr, and
@@ -517,15 +499,16 @@ static void dkv_kernel(Att *a, const int vb[6], const AttDst *dk, const AttDst *
   fuse_kc_emit(c, &a->kc);
 }
 
-/* dQ of BQ query rows: over the key tiles they see, in order, the tiles' scores key-major */
-static void dq_kernel(Att *a, const int vb[6], const AttDst *dq) {
-  att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK), true);
+/* dQ of BQ query rows, and their delta = rowsum(dO * O) into Dl: over the key tiles they see, in
+ * order, the tiles' scores key-major */
+static void dq_kernel(Att *a, const int vb[6], int vo, const AttDst *dq) {
+  att_kernel(a, "attention_dq", a->B * a->HQ * q_tiles(a), flops(a, 3, ATT_BQ * a->SK) + 2 * ATT_BQ * a->D, true);
   Kernel *k = a->k;
   FuseCtx *c = a->c;
   int Q = fuse_kc_vbuf(c, &a->kc, vb[0], false), K = fuse_kc_vbuf(c, &a->kc, vb[1], false),
       V = fuse_kc_vbuf(c, &a->kc, vb[2], false), G = fuse_kc_vbuf(c, &a->kc, vb[3], false),
-      L = fuse_kc_vbuf(c, &a->kc, vb[4], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[5], false),
-      DQ = fuse_kc_vbuf_at(c, &a->kc, dq->vb, dq->add, true);
+      L = fuse_kc_vbuf(c, &a->kc, vb[4], false), Dl = fuse_kc_vbuf(c, &a->kc, vb[5], true),
+      O = fuse_kc_vbuf(c, &a->kc, vo, false), DQ = fuse_kc_vbuf_at(c, &a->kc, dq->vb, dq->add, true);
   /* the rows' Q and dO transposed, their dQ, lse and delta; a key tile's K and V as stored, its
    * scores and dP key-major */
   int aqt = kir_array(k, a->D * ATT_BQ), agt = kir_array(k, a->D * ATT_BQ), adq = kir_array(k, ATT_BQ * a->D),
@@ -542,11 +525,25 @@ static void dq_kernel(Att *a, const int vb[6], const AttDst *dq) {
   int e = kir_for(k, I(a, ATT_BQ * a->D));
   kir_astore(k, adq, e, '=', kir_f(k, 0));
   kir_end(k);
-  /* the rows' statistics (rows past SQ read row SQ-1's; they are not stored) */
+  /* the rows' statistics: lse, and delta = rowsum(dO * O), each row's sum over the head dimension
+   * in order, the rows side by side (O's rows transposed into kr, vr on their way; rows past SQ
+   * take row SQ-1's and are not stored) */
+  tile_tr(a, kr, vr, O, i0, hdq, a->HQ, a->SQ);
   int ii = kir_for(k, I(a, ATT_BQ));
+  kir_astore(k, adl, ii, '=', kir_f(k, 0));
+  kir_end(k);
+  int d = kir_for(k, I(a, a->D));
+  ii = kir_for(k, I(a, ATT_BQ));
+  int at = let(a, mad(a, d, ATT_BQ, ii));
+  kir_astore(k, adl, ii, '=', fadd(a, kir_ald(k, adl, ii), fmul(a, kir_ald(k, agt, at), kir_ald(k, kr, at))));
+  kir_end(k);
+  kir_end(k);
+  ii = kir_for(k, I(a, ATT_BQ));
   int li = let(a, mad(a, bh, a->SQ, imin(a, add(a, i0, ii), I(a, a->SQ - 1))));
   kir_astore(k, lse, ii, '=', kir_ld(k, L, li));
-  kir_astore(k, adl, ii, '=', kir_ld(k, Dl, li));
+  kir_if(k, lt(a, add(a, i0, ii), I(a, a->SQ)));
+  kir_store(k, Dl, li, '=', kir_ald(k, adl, ii));
+  kir_end(k);
   kir_end(k);
   int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
   int kb = kir_for(k, nkb);
@@ -568,7 +565,7 @@ static void dq_kernel(Att *a, const int vb[6], const AttDst *dq) {
   int i = let(a, add(a, i0, ii));
   kir_if(k, lt(a, i, I(a, a->SQ)));
   int qat = dst_row(a, dq, i, b, h);
-  int d = kir_for(k, I(a, a->D));
+  d = kir_for(k, I(a, a->D));
   kir_store(k, DQ, add(a, qat, d), '=', kir_ald(k, adq, mad(a, ii, a->D, d)));
   kir_end(k);
   kir_end(k);
@@ -630,8 +627,7 @@ void fuse_attn_lower(FuseCtx *c, int id) {
   fuse_attn_grads(c, id, fwd, &gq, &gk, &gv);
   int vdo = fuse_prog_buf(c, n->in[3]);
   int delta = fuse_prog_vbuf(c, "delta", BC_SCRATCH, (Shape){1, {a.B * a.HQ * a.SQ}}, PP_F32);
-  Att d = a, kv = a, q = a;
-  delta_kernel(&d, vdo, fuse_prog_buf(c, fwd), delta);
+  Att kv = a, q = a;
   const int vb[6] = {vq, vk, vv, vdo, lse, delta};
   /* dK and dV: the nodes' buffers, or under context parallelism the whole sequence's f32 partial
    * sums, reduce-scattered */
@@ -641,8 +637,8 @@ void fuse_attn_lower(FuseCtx *c, int id) {
     dk = (AttDst){fuse_prog_vbuf(c, "dk_f32", BC_SCRATCH, kv_all, PP_F32), 0, a.HK * a.D};
     dv = (AttDst){fuse_prog_vbuf(c, "dv_f32", BC_SCRATCH, kv_all, PP_F32), 0, a.HK * a.D};
   }
+  dq_kernel(&q, vb, fuse_prog_buf(c, fwd), &dq); /* first: it writes the delta dkv reads */
   dkv_kernel(&kv, vb, &dk, &dv);
-  dq_kernel(&q, vb, &dq);
   if (cp) { /* each rank its positions' sums over every rank's queries */
     static const char why[] = "context parallelism: every rank's queries' part of the keys' (values') gradient, summed";
     fuse_prog_seq_coll(c, id, false, "cp", dk.vb, fuse_prog_buf(c, gk), gk, why);

@@ -1,14 +1,13 @@
 /* test_attention.c — the fused attention (compiler/fuse_attn.c) against attention computed in
  * double, on the cpu and the opencl device. For each case (head dim, sequence, causal or not, a
  * sliding window, grouped-query ratio, kv heads replicated under tp, a cp rank's offset, bf16), a
- * one-layer model is compiled with ppc; in one rank's listing the first layer's four attention
- * kernels (attention_fwd, attention_delta, attention_dkv, attention_dq) are found and run alone
- * on random Q, K, V and dO written where their arguments point: O and the log-sum-exp from the
- * forward, then dQ, dK and dV, each against the reference as max|x - ref| / max|ref|. The four
- * kernels run twice and must write the same bits. Then the same model, one rank, one step
- * through ppr with `--attention fused` and `--attention gemm`: loss and every gradient alike.
- * ppc and ppr are found next to this binary; the work files go to BUILD/attention/.
- * The last line is "N passed, M failed". */
+ * one-layer model is compiled with ppc; in one rank's listing the first layer's three attention
+ * kernels (attention_fwd, attention_dq, attention_dkv) are found and run alone on random Q, K, V
+ * and dO written where their arguments point: O and the log-sum-exp from the forward, then dQ
+ * (and each row's delta, which dkv reads), dK and dV, each against the reference as
+ * max|x - ref| / max|ref|. The three kernels run twice and must write the same bits. Then the same model, one rank, one
+ * step through ppr with `--attention fused` and `--attention gemm`: loss and every gradient alike. ppc and ppr are
+ * found next to this binary; the work files go to BUILD/attention/. The last line is "N passed, M failed". */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -307,7 +306,7 @@ typedef struct {
   float *q, *k, *v, *dout, *o, *lse, *delta, *dq, *dk, *dv;
 } Host;
 
-#define NCALLS 4
+#define NCALLS 3
 
 /* The kernels, in order, on the host tensors; 0 or -1. */
 static int run_all(RtDev *d, const RtProg *p, Call *c, const char *what) {
@@ -344,21 +343,19 @@ static void run_device(const char *dir, const RtProg *p, const char *csrc, const
   }
   Call c[NCALLS];
   bool ok = !make_call(&c[0], p, find_kernel(p, RT_BLK_FORWARD, "attention_fwd", 0), csrc, 5, what) &&
-            !make_call(&c[1], p, find_kernel(p, RT_BLK_BACKWARD, "attention_delta", 0), csrc, 3, what) &&
-            !make_call(&c[2], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dkv", 0), csrc, 8, what) &&
-            !make_call(&c[3], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dq", 0), csrc, 7, what);
+            !make_call(&c[1], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dq", 0), csrc, 8, what) &&
+            !make_call(&c[2], p, find_kernel(p, RT_BLK_BACKWARD, "attention_dkv", 0), csrc, 8, what);
   if (ok) {
-    /* attention_fwd Q K V O L; attention_delta dO O delta; attention_dkv Q K V dO L delta dK dV;
-     * attention_dq Q K V dO L delta dQ (fuse_attn.c) */
+    /* attention_fwd Q K V O L; attention_dq Q K V dO L delta O dQ (delta written); attention_dkv
+     * Q K V dO L delta dK dV (fuse_attn.c) */
     bind(&c[0], 0, h.q, nq, false), bind(&c[0], 1, h.k, nkv, false), bind(&c[0], 2, h.v, nkv, false);
     bind(&c[0], 3, h.o, nq, true), bind(&c[0], 4, h.lse, nr, true);
-    bind(&c[1], 0, h.dout, nq, false), bind(&c[1], 1, h.o, nq, false), bind(&c[1], 2, h.delta, nr, true);
-    for (int i = 2; i < 4; i++) {
+    for (int i = 1; i < 3; i++) {
       bind(&c[i], 0, h.q, nq, false), bind(&c[i], 1, h.k, nkv, false), bind(&c[i], 2, h.v, nkv, false);
-      bind(&c[i], 3, h.dout, nq, false), bind(&c[i], 4, h.lse, nr, false), bind(&c[i], 5, h.delta, nr, false);
+      bind(&c[i], 3, h.dout, nq, false), bind(&c[i], 4, h.lse, nr, false);
     }
-    bind(&c[2], 6, h.dk, nkv, true), bind(&c[2], 7, h.dv, nkv, true);
-    bind(&c[3], 6, h.dq, nq, true);
+    bind(&c[1], 5, h.delta, nr, true), bind(&c[1], 6, h.o, nq, false), bind(&c[1], 7, h.dq, nq, true);
+    bind(&c[2], 5, h.delta, nr, false), bind(&c[2], 6, h.dk, nkv, true), bind(&c[2], 7, h.dv, nkv, true);
     ok = !run_all(d, p, c, what);
   }
   if (!ok) {
