@@ -349,7 +349,7 @@ static void check_roles(Builder *b) {
       }
       if (p->role == ROLE_VOCAB) { /* a vocabulary not divisible by tp is padded: every rank needs a row of it */
         int64_t rows = vocab_pad_rows(p->shape.d[dim], tp, 1);
-        if (tp > 1 && (tp - 1) * rows >= p->shape.d[dim])
+        if (!vocab_rows_fit(p->shape.d[dim], tp, rows))
           ir_build_err(b, p->loc,
                        "tensor-parallel degree %lld leaves rank %lld no row of %s (%lld), dimension %d of '%s': each "
                        "rank holds %lld rows of the vocabulary",

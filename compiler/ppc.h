@@ -448,6 +448,7 @@ Graph *tp_shard(const Graph *g); /* NULL after reporting a located error */
 /* vocab_pad.c — the vocabulary's rows padded to a multiple of cfg.vocab_pad */
 #define PPC_VOCAB_PAD 64                                        /* train { vocab_pad }'s default */
 int64_t vocab_pad_rows(int64_t dense, int64_t tp, int64_t pad); /* a rank's rows of a vocab table */
+bool vocab_rows_fit(int64_t dense, int64_t tp, int64_t rows);   /* the last rank starts inside it */
 /* tp 1: stage graph g's vocab tables' rows and what reads them, the CE's real vocabulary; model, the
  * whole model's graph, decides which tables are padded */
 void vocab_pad(Graph *g, const Graph *model);

@@ -10,12 +10,16 @@
 
 #include "ppc.h"
 
+/* Whether tp ranks of rows rows each give the last rank a row of a dense-row vocabulary: it starts
+ * at row (tp - 1) rows, which must lie inside the table. */
+bool vocab_rows_fit(int64_t dense, int64_t tp, int64_t rows) { return (tp - 1) * rows < dense; }
+
 /* A rank's rows: ceil(dense / tp), rounded up to a multiple of pad unless that would leave the last
  * rank without a row of the vocabulary (16 rows over tp 2 at 64 a rank), which keeps the rows
  * unpadded but for tp's own rounding. */
 int64_t vocab_pad_rows(int64_t dense, int64_t tp, int64_t pad) {
   int64_t local = (dense + tp - 1) / tp, padded = pad > 1 ? (local + pad - 1) / pad * pad : local;
-  return (tp - 1) * padded < dense ? padded : local;
+  return vocab_rows_fit(dense, tp, padded) ? padded : local;
 }
 
 /* The dimension of param node p that holds the vocabulary: a matmul's weight [H, V] has it last,
