@@ -151,14 +151,14 @@ static int score(Att *a, int qk, int *t) {
   return fmul(a, th, kir_f(a->k, a->cap));
 }
 
-/* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1 and are not
- * stored), or 0 when buf < 0 */
+/* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1; their P and
+ * dS are 0) */
 static void load_rows(Att *a, int arr, int buf, int i0, int n, int hd) {
   Kernel *k = a->k;
   int r = kir_for(k, I(a, n));
   int at = row_at(a, imin(a, add(a, i0, r), I(a, a->SQ - 1)), a->HQ, hd);
   int d = kir_for(k, I(a, a->D));
-  kir_astore(k, arr, mad(a, r, a->D, d), '=', buf >= 0 ? kir_ld(k, buf, add(a, at, d)) : kir_f(k, 0));
+  kir_astore(k, arr, mad(a, r, a->D, d), '=', kir_ld(k, buf, add(a, at, d)));
   kir_end(k);
   kir_end(k);
 }
