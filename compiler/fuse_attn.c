@@ -151,43 +151,27 @@ static int score(Att *a, int qk, int *t) {
   return fmul(a, th, kir_f(a->k, a->cap));
 }
 
-/* arr[r*D + d] = X[query row i0+r, element d] for r < n (rows past SQ read row SQ-1; their P and
- * dS are 0) */
-static void load_rows(Att *a, int arr, int buf, int i0, int n, int hd) {
+/* arr[r*D + d] = X[row x0+r, element d] for r < n: rows of Q or dO (or O), or with keys of K or V,
+ * at head offset hd. Rows past the sequence read its last: their scores are masked, their P and
+ * dS are 0, and what they sum is not stored. */
+static void copy_rows(Att *a, int arr, int buf, int x0, int n, int hd, bool keys) {
   Kernel *k = a->k;
+  int64_t S = keys ? a->SK : a->SQ;
   int r = kir_for(k, I(a, n));
-  int at = row_at(a, imin(a, add(a, i0, r), I(a, a->SQ - 1)), a->HQ, hd);
+  int at = row_at(a, imin(a, add(a, x0, r), I(a, S - 1)), keys ? a->HK : a->HQ, hd);
   int d = kir_for(k, I(a, a->D));
   kir_astore(k, arr, mad(a, r, a->D, d), '=', kir_ld(k, buf, add(a, at, d)));
   kir_end(k);
   kir_end(k);
 }
 
-/* Y[jj*D + d] = X[key j0+jj's row, element d]: a key tile of K or V as it is stored (keys past the
- * sequence's end read its last; their probabilities are 0) */
-static void tile_rows(Att *a, int yarr, int buf, int j0, int hd) {
+/* T[d*16 + t] = X[row x0+t, element d] for a tile of 16 (ATT_BQ = ATT_BK) rows (copy_rows):
+ * transposed, its rows copied whole first into Y, a private array of 16 rows */
+static void tile_tr(Att *a, int tarr, int yarr, int buf, int x0, int hd, bool keys) {
   Kernel *k = a->k;
-  int jj = kir_for(k, I(a, ATT_BK));
-  int at = row_at(a, imin(a, add(a, j0, jj), I(a, a->SK - 1)), a->HK, hd);
+  copy_rows(a, yarr, buf, x0, ATT_BK, hd, keys);
   int d = kir_for(k, I(a, a->D));
-  kir_astore(k, yarr, mad(a, jj, a->D, d), '=', kir_ld(k, buf, add(a, at, d)));
-  kir_end(k);
-  kir_end(k);
-}
-
-/* T[d*16 + t] = X[row x0+t, element d] for the 16 (ATT_BQ = ATT_BK) rows of a tile of X, of H
- * heads and n rows, at head offset hd: a tile transposed, its rows copied whole first into Y (a
- * private array of 16 rows; rows past n read row n-1: their scores are masked) */
-static void tile_tr(Att *a, int tarr, int yarr, int buf, int x0, int hd, int64_t H, int64_t n) {
-  Kernel *k = a->k;
   int t = kir_for(k, I(a, ATT_BK));
-  int at = row_at(a, imin(a, add(a, x0, t), I(a, n - 1)), H, hd);
-  int d = kir_for(k, I(a, a->D));
-  kir_astore(k, yarr, mad(a, t, a->D, d), '=', kir_ld(k, buf, add(a, at, d)));
-  kir_end(k);
-  kir_end(k);
-  d = kir_for(k, I(a, a->D));
-  t = kir_for(k, I(a, ATT_BK));
   kir_astore(k, tarr, mad(a, d, ATT_BK, t), '=', kir_ald(k, yarr, mad(a, t, a->D, d)));
   kir_end(k);
   kir_end(k);
@@ -217,7 +201,7 @@ static void scores(Att *a, int sarr, int xarr, int n, int tarr) {
 }
 
 /* Acc[r*D + d] = Acc[r*D + d] F[r] + sum over the tile's keys jj, in order, of P[jj*n + r] (a
- * key-major tile) Y[jj*D + d] (a tile as stored, tile_rows), for n rows (a multiple of 2), F[r] a
+ * key-major tile) Y[jj*D + d] (a tile as stored, copy_rows), for n rows (a multiple of 2), F[r] a
  * row's factor (farr; 1 when farr < 0): two rows' chains at a time, the loop over the head
  * dimension vectorised around them (O = O alpha + P V, dQ += dS K) */
 static void rows_times_keys(Att *a, int acc, int farr, int parr, int n, int yarr) {
@@ -334,7 +318,7 @@ static void fwd_kernel(Att *a, int vq, int vk, int vv, int vo, int vl) {
   int g = let(a, kir_e(k, K_IDIV, h, I(a, a->R), 0));
   int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, mad(a, b, a->HK, g), I(a, a->D)));
   int i0 = let(a, mul(a, qt, I(a, ATT_BQ)));
-  tile_tr(a, aqt, kr, Q, i0, hdq, a->HQ, a->SQ);
+  tile_tr(a, aqt, kr, Q, i0, hdq, false);
   int e = kir_for(k, I(a, ATT_BQ * a->D));
   kir_astore(k, ao, e, '=', kir_f(k, 0));
   kir_end(k);
@@ -347,8 +331,8 @@ static void fwd_kernel(Att *a, int vq, int vk, int vv, int vo, int vl) {
   int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
   int kb = kir_for(k, nkb);
   int j0 = tile_key(a, kb0, kb);
-  tile_rows(a, kr, K, j0, hdk);
-  tile_rows(a, vr, V, j0, hdk);
+  copy_rows(a, kr, K, j0, ATT_BK, hdk, true);
+  copy_rows(a, vr, V, j0, ATT_BK, hdk, true);
   scores(a, st, kr, ATT_BK, aqt);
   /* the scores scaled and masked, and each row's maximum over the tile (a maximum is the same in
    * any order), a key at a time, the rows side by side */
@@ -454,8 +438,8 @@ static void dkv_kernel(Att *a, const int vb[6], const AttDst *dk, const AttDst *
   int kb = tile_of(a, k_tiles(a), a->HK, &b, &g, &bg);
   int hdk = let(a, mul(a, bg, I(a, a->D)));
   int j0 = let(a, mul(a, kb, I(a, ATT_BK)));
-  tile_tr(a, kta, adk, K, j0, hdk, a->HK, a->SK); /* adk: the rows on their way */
-  tile_tr(a, vta, adk, V, j0, hdk, a->HK, a->SK);
+  tile_tr(a, kta, adk, K, j0, hdk, true); /* adk: the rows on their way */
+  tile_tr(a, vta, adk, V, j0, hdk, true);
   int e = kir_for(k, I(a, ATT_BK * a->D));
   kir_astore(k, adk, e, '=', kir_f(k, 0));
   kir_astore(k, adv, e, '=', kir_f(k, 0));
@@ -478,8 +462,8 @@ static void dkv_kernel(Att *a, const int vb[6], const AttDst *dk, const AttDst *
   int hdq = let(a, mul(a, bh, I(a, a->D)));
   int t = kir_for(k, ngroups);
   int i0 = let(a, mad(a, t, ATT_G, first));
-  load_rows(a, xq, Q, i0, ATT_G, hdq);
-  load_rows(a, xg, G, i0, ATT_G, hdq);
+  copy_rows(a, xq, Q, i0, ATT_G, hdq, false);
+  copy_rows(a, xg, G, i0, ATT_G, hdq, false);
   scores(a, sc, xq, ATT_G, kta);
   scores(a, dp, xg, ATT_G, vta);
   probs_and_ds(a, sc, dp, ATT_G, i0, j0, L, Dl, bh);
@@ -520,15 +504,15 @@ static void dq_kernel(Att *a, const int vb[6], int vo, const AttDst *dq) {
   int g = let(a, kir_e(k, K_IDIV, h, I(a, a->R), 0));
   int hdq = let(a, mul(a, bh, I(a, a->D))), hdk = let(a, mul(a, mad(a, b, a->HK, g), I(a, a->D)));
   int i0 = let(a, mul(a, qt, I(a, ATT_BQ)));
-  tile_tr(a, aqt, kr, Q, i0, hdq, a->HQ, a->SQ); /* kr: the rows on their way */
-  tile_tr(a, agt, kr, G, i0, hdq, a->HQ, a->SQ);
+  tile_tr(a, aqt, kr, Q, i0, hdq, false); /* kr: the rows on their way */
+  tile_tr(a, agt, kr, G, i0, hdq, false);
   int e = kir_for(k, I(a, ATT_BQ * a->D));
   kir_astore(k, adq, e, '=', kir_f(k, 0));
   kir_end(k);
   /* the rows' statistics: lse, and delta = rowsum(dO * O), each row's sum over the head dimension
    * in order, the rows side by side (O's rows transposed into kr, vr on their way; rows past SQ
    * take row SQ-1's and are not stored) */
-  tile_tr(a, kr, vr, O, i0, hdq, a->HQ, a->SQ);
+  tile_tr(a, kr, vr, O, i0, hdq, false);
   int ii = kir_for(k, I(a, ATT_BQ));
   kir_astore(k, adl, ii, '=', kir_f(k, 0));
   kir_end(k);
@@ -548,8 +532,8 @@ static void dq_kernel(Att *a, const int vb[6], int vo, const AttDst *dq) {
   int kb0, nkb = key_tiles(a, i0, gpos(a, imin(a, add(a, i0, I(a, ATT_BQ - 1)), I(a, a->SQ - 1))), &kb0);
   int kb = kir_for(k, nkb);
   int j0 = tile_key(a, kb0, kb);
-  tile_rows(a, kr, K, j0, hdk);
-  tile_rows(a, vr, V, j0, hdk);
+  copy_rows(a, kr, K, j0, ATT_BK, hdk, true);
+  copy_rows(a, vr, V, j0, ATT_BK, hdk, true);
   scores(a, st, kr, ATT_BK, aqt);
   scores(a, dpt, vr, ATT_BK, agt);
   int jj = kir_for(k, I(a, ATT_BK));
